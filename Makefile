@@ -1,0 +1,36 @@
+# Two commands for a fresh clone: `make demo` and `make test`. Both install into .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# CPU TensorFlow by default; GPU users: make install EXTRAS=gpu,dev (see README).
+EXTRAS ?= cpu,dev
+
+.PHONY: install demo test lint typecheck bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+demo: install
+	$(PY) -m shardfeed.demo
+
+lint: install
+	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check src tests bench
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+test: lint typecheck
+	$(VENV)/bin/pytest -n 2 -q
+
+bench: install
+	$(PY) bench/bench_convert.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
