@@ -1,0 +1,35 @@
+"""shardfeed: image datasets -> sharded TFRecords -> fast tf.data input pipelines."""
+
+from shardfeed.convert import ConversionResult as ConversionResult
+from shardfeed.convert import ConvertError as ConvertError
+from shardfeed.convert import ConvertOptions as ConvertOptions
+from shardfeed.convert import convert as convert
+from shardfeed.images import ImageOptions as ImageOptions
+from shardfeed.manifest import Manifest as Manifest
+from shardfeed.manifest import ManifestError as ManifestError
+from shardfeed.manifest import read as read_manifest
+from shardfeed.sources import ArraySource as ArraySource
+from shardfeed.sources import CsvSource as CsvSource
+from shardfeed.sources import FilenameSource as FilenameSource
+from shardfeed.sources import FolderSource as FolderSource
+from shardfeed.sources import SourceError as SourceError
+from shardfeed.sources import UnlabeledSource as UnlabeledSource
+from shardfeed.version import __version__ as __version__
+
+__all__ = [
+    "ArraySource",
+    "ConversionResult",
+    "ConvertError",
+    "ConvertOptions",
+    "CsvSource",
+    "FilenameSource",
+    "FolderSource",
+    "ImageOptions",
+    "Manifest",
+    "ManifestError",
+    "SourceError",
+    "UnlabeledSource",
+    "__version__",
+    "convert",
+    "read_manifest",
+]

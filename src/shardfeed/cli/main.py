@@ -1,0 +1,41 @@
+"""Entry point: builds the parser from the subcommand modules and maps errors to exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from shardfeed.cli import convert_cmd
+from shardfeed.version import __version__
+
+SUBCOMMANDS = (convert_cmd,)
+log = logging.getLogger("shardfeed")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="shardfeed", description="Image datasets -> sharded TFRecords -> fast tf.data pipelines."
+    )
+    parser.add_argument("--version", action="version", version=f"shardfeed {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in SUBCOMMANDS:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the CLI; exit code 0 ok, 1 failure, 2 usage error."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        return int(args.run(args) or 0)
+    except (ValueError, RuntimeError, OSError, ImportError) as e:
+        log.error("error: %s", e)
+        return 1
+    except KeyboardInterrupt:
+        log.error("interrupted; run the same command again to resume")
+        return 130

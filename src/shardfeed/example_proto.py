@@ -1,0 +1,117 @@
+"""`tf.train.Example` protobuf messages without importing TensorFlow.
+
+The message layout mirrors tensorflow/core/example/{feature,example}.proto field for field, so
+the bytes parse with `tf.io.parse_example`. It lives in a private descriptor pool, so it never
+clashes with TensorFlow's own copy when both are loaded in one process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+_F = descriptor_pb2.FieldDescriptorProto
+
+
+def _field(name: str, number: int, ftype: int, label: int, type_name: str = "", **kw: Any):
+    if type_name:
+        kw["type_name"] = type_name
+    return _F(name=name, number=number, type=ftype, label=label, **kw)
+
+
+def _list_message(name: str, ftype: int, packed: bool) -> descriptor_pb2.DescriptorProto:
+    options = descriptor_pb2.FieldOptions(packed=True) if packed else None
+    field = _field("value", 1, ftype, _F.LABEL_REPEATED)
+    if options is not None:
+        field.options.CopyFrom(options)
+    return descriptor_pb2.DescriptorProto(name=name, field=[field])
+
+
+def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
+    """The descriptor of TensorFlow's Example messages, written out in code."""
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name="shardfeed/tf_example.proto", package="tensorflow", syntax="proto3"
+    )
+    fdp.message_type.append(_list_message("BytesList", _F.TYPE_BYTES, packed=False))
+    fdp.message_type.append(_list_message("FloatList", _F.TYPE_FLOAT, packed=True))
+    fdp.message_type.append(_list_message("Int64List", _F.TYPE_INT64, packed=True))
+    feature = descriptor_pb2.DescriptorProto(name="Feature")
+    feature.oneof_decl.add(name="kind")
+    for number, (name, type_name) in enumerate(
+        [("bytes_list", "BytesList"), ("float_list", "FloatList"), ("int64_list", "Int64List")],
+        start=1,
+    ):
+        feature.field.append(
+            _field(
+                name, number, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL, f".tensorflow.{type_name}",
+                oneof_index=0,
+            )
+        )
+    fdp.message_type.append(feature)
+    features = descriptor_pb2.DescriptorProto(name="Features")
+    entry = features.nested_type.add(name="FeatureEntry")
+    entry.options.map_entry = True
+    entry.field.append(_field("key", 1, _F.TYPE_STRING, _F.LABEL_OPTIONAL))
+    entry.field.append(_field("value", 2, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL, ".tensorflow.Feature"))
+    features.field.append(
+        _field(
+            "feature", 1, _F.TYPE_MESSAGE, _F.LABEL_REPEATED, ".tensorflow.Features.FeatureEntry"
+        )
+    )
+    fdp.message_type.append(features)
+    fdp.message_type.append(
+        descriptor_pb2.DescriptorProto(
+            name="Example",
+            field=[_field("features", 1, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL, ".tensorflow.Features")],
+        )
+    )
+    return fdp
+
+
+_POOL = descriptor_pool.DescriptorPool()
+_POOL.Add(_file_descriptor())
+Example: Any = message_factory.GetMessageClass(_POOL.FindMessageTypeByName("tensorflow.Example"))
+
+FeatureValue = bytes | str | int | float | list[bytes] | list[int] | list[float]
+
+
+def serialize_example(features: dict[str, FeatureValue]) -> bytes:
+    """Serializes a flat feature dict as a `tf.train.Example`, deterministically.
+
+    bytes/str values become a BytesList, ints an Int64List and floats a FloatList; a list takes
+    the type of its first element. Keys are written in sorted order so equal inputs give equal
+    bytes whatever the dict order.
+    """
+    example = Example()
+    feature_map = example.features.feature
+    for key in sorted(features):
+        value = features[key]
+        values = value if isinstance(value, list) else [value]
+        feature = feature_map[key]
+        first = values[0] if values else b""
+        if isinstance(first, (bytes, str)):
+            feature.bytes_list.value.extend(v.encode() if isinstance(v, str) else v for v in values)
+        elif isinstance(first, float):
+            feature.float_list.value.extend(values)
+        else:
+            feature.int64_list.value.extend(int(v) for v in values)
+    return example.SerializeToString(deterministic=True)
+
+
+def parse_example(data: bytes) -> dict[str, list[Any]]:
+    """Parses serialized `tf.train.Example` bytes into {key: list of values}.
+
+    Raises:
+        ValueError: the bytes are not a valid Example message.
+    """
+    example = Example()
+    try:
+        example.ParseFromString(data)
+    except Exception as e:  # protobuf raises its own DecodeError type
+        raise ValueError(f"record is not a valid tf.train.Example: {e}") from e
+    out: dict[str, list[Any]] = {}
+    for key, feature in example.features.feature.items():
+        kind = feature.WhichOneof("kind")
+        out[key] = list(getattr(feature, kind).value) if kind else []
+    return out

@@ -1,0 +1,332 @@
+"""Image bytes: format detection, validation, normalisation, and write-time resize/crop/encode.
+
+Everything here works on bytes or arrays and returns bytes; no TensorFlow. JPEG files that
+TensorFlow decodes as they are keep their original bytes; anything it cannot (CMYK, EXIF-rotated,
+16-bit, palette, alpha, GIF/BMP/WebP/TIFF, a PNG named .jpg) is re-encoded upright as RGB or
+grayscale, and the reason is returned so the manifest can count it.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import numpy as np
+import simplejpeg
+from PIL import Image, ImageOps
+
+Image.MAX_IMAGE_PIXELS = None  # dataset images are trusted content, not uploads
+
+_MAGIC = [
+    (b"\xff\xd8\xff", "jpeg"),
+    (b"\x89PNG\r\n\x1a\n", "png"),
+    (b"GIF87a", "gif"),
+    (b"GIF89a", "gif"),
+    (b"BM", "bmp"),
+    (b"II*\x00", "tiff"),
+    (b"MM\x00*", "tiff"),
+]
+_JPEG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
+_EXIF_ORIENTATION = 0x0112
+IMAGE_FORMATS = ("keep", "jpeg", "png")
+ARRAY_ENCODINGS = ("png", "raw")
+CHECKS = ("decode", "header")
+
+
+class BadImageError(ValueError):
+    """The bytes are not a usable image; the message is the reason for the report."""
+
+
+@dataclass(frozen=True)
+class ImageOptions:
+    """How images are checked and transformed at write time.
+
+    Attributes:
+        resize: scale so the shorter side is this many pixels (None: no resize).
+        max_size: shrink so the longer side is at most this many pixels (None: no limit).
+        center_crop: crop a centred square of this size (after resizing; upscales if smaller).
+        image_format: 'keep' the source format, or re-encode everything as 'jpeg' or 'png'.
+        quality: JPEG quality for re-encoded images.
+        check: 'decode' decodes every image (at 1/8 scale for JPEG) to prove it is readable;
+            'header' checks headers and JPEG end markers only (faster, misses mid-file damage).
+        array_encoding: how NumPy images are stored: 'png' (lossless, compact) or 'raw' bytes.
+    """
+
+    resize: int | None = None
+    max_size: int | None = None
+    center_crop: int | None = None
+    image_format: str = "keep"
+    quality: int = 95
+    check: str = "decode"
+    array_encoding: str = "png"
+
+    def __post_init__(self) -> None:
+        for name in ("resize", "max_size", "center_crop"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer number of pixels, got {value!r}")
+        if self.resize is not None and self.max_size is not None:
+            raise ValueError("resize (shorter side) and max_size (longer side) exclude each other")
+        _check_choice("image_format", self.image_format, IMAGE_FORMATS)
+        _check_choice("check", self.check, CHECKS)
+        _check_choice("array_encoding", self.array_encoding, ARRAY_ENCODINGS)
+        if not 1 <= self.quality <= 100:
+            raise ValueError(f"quality must be in 1..100, got {self.quality}")
+
+    @property
+    def transforms(self) -> bool:
+        """True when every image is decoded and re-encoded."""
+        return bool(self.resize or self.max_size or self.center_crop or self.image_format != "keep")
+
+
+def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class PreparedImage:
+    """Image bytes ready for a record, with what a reader needs to know about them."""
+
+    data: bytes
+    format: str  # 'JPEG', 'PNG' or 'RAW'
+    height: int
+    width: int
+    channels: int
+    conversion: str | None = None  # why the source bytes were re-encoded, if they were
+    warning: str | None = None  # kept, but the decoder complained
+
+
+def sniff_format(data: bytes) -> str | None:
+    """The image format from the content's magic bytes, or None."""
+    for magic, name in _MAGIC:
+        if data.startswith(magic):
+            return name
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    return None
+
+
+def prepare_file_image(data: bytes, name: str, options: ImageOptions) -> PreparedImage:
+    """Checks an image file's bytes and returns what goes into the record.
+
+    Args:
+        data: the file's content.
+        name: the file name (its extension decides whether a non-JPEG named .jpg is converted).
+        options: write-time checks and transforms.
+
+    Raises:
+        BadImageError: empty, not an image, truncated or corrupt.
+    """
+    if not data:
+        raise BadImageError("empty file")
+    fmt = sniff_format(data)
+    if fmt is None:
+        fmt = _identify_with_pillow(data)
+    claims_jpeg = name.lower().endswith(_JPEG_EXTENSIONS)
+    if not options.transforms:
+        if fmt == "jpeg":
+            kept = _keep_jpeg(data, options.check)
+            if kept is not None:
+                return kept
+        elif fmt == "png" and not claims_jpeg:
+            kept = _keep_png(data, options.check)
+            if kept is not None:
+                return kept
+    return _transcode(data, fmt, claims_jpeg, options)
+
+
+def _identify_with_pillow(data: bytes) -> str:
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            return str(im.format or "unknown").lower()
+    except Exception as e:
+        raise BadImageError(f"not an image: unrecognised content ({type(e).__name__})") from e
+
+
+def _exif_orientation(data: bytes) -> int:
+    if b"Exif\x00\x00" not in data[:131072]:
+        return 1
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            return int(im.getexif().get(_EXIF_ORIENTATION, 1) or 1)
+    except Exception:
+        return 1
+
+
+def _keep_jpeg(data: bytes, check: str) -> PreparedImage | None:
+    """The JPEG as it is, or None when it must be converted (CMYK, EXIF-rotated)."""
+    try:
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+    except ValueError as e:
+        raise BadImageError(f"corrupt JPEG header: {e}") from e
+    if colorspace not in ("Gray", "YCbCr", "RGB") or _exif_orientation(data) != 1:
+        return None
+    channels = 1 if colorspace == "Gray" else 3
+    warning = None
+    if check == "decode":
+        warning = _decode_jpeg_check(data, "GRAY" if channels == 1 else "RGB")
+    elif data.rfind(b"\xff\xd9", -65536) < 0:
+        raise BadImageError("truncated JPEG: no end-of-image marker")
+    return PreparedImage(data, "JPEG", height, width, channels, warning=warning)
+
+
+def _decode_jpeg_check(data: bytes, colorspace: str) -> str | None:
+    """Decodes at the smallest DCT scale; returns a warning for damage libjpeg can step over."""
+    try:
+        simplejpeg.decode_jpeg(data, colorspace, min_height=1, min_width=1)
+        return None
+    except ValueError as strict_error:
+        try:
+            simplejpeg.decode_jpeg(data, colorspace, min_height=1, min_width=1, strict=False)
+        except ValueError as e:
+            raise BadImageError(f"corrupt JPEG: {e}") from e
+        return f"JPEG decodes with warnings: {strict_error}"
+
+
+def _keep_png(data: bytes, check: str) -> PreparedImage | None:
+    """The PNG as it is if 8-bit gray or RGB, else None (16-bit, palette, alpha get converted)."""
+    if len(data) < 33:
+        raise BadImageError("truncated PNG: header cut short")
+    width = int.from_bytes(data[16:20], "big")
+    height = int.from_bytes(data[20:24], "big")
+    bit_depth, color_type = data[24], data[25]
+    if bit_depth != 8 or color_type not in (0, 2):
+        return None
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            if check == "decode":
+                im.load()
+            else:
+                im.verify()
+    except Exception as e:
+        raise BadImageError(f"corrupt PNG: {e}") from e
+    return PreparedImage(data, "PNG", height, width, 1 if color_type == 0 else 3)
+
+
+def _transcode(data: bytes, fmt: str, claims_jpeg: bool, options: ImageOptions) -> PreparedImage:
+    """Decodes with Pillow, makes the image upright RGB/gray, applies transforms, re-encodes."""
+    try:
+        im = Image.open(io.BytesIO(data))
+        target = _target_size(im.size, options)
+        if fmt == "jpeg" and target is not None:
+            im.draft(im.mode if im.mode in ("L", "RGB") else "RGB", target)  # DCT-scaled decode
+        im.load()
+    except Exception as e:
+        raise BadImageError(f"corrupt {fmt.upper()}: {e}") from e
+    reasons = _conversion_reasons(im, data, fmt, claims_jpeg)
+    im = _normalise_mode(ImageOps.exif_transpose(im))
+    im = _apply_transforms(im, options)
+    if options.image_format != "keep":
+        out_format = options.image_format
+    else:
+        out_format = "jpeg" if fmt in ("jpeg", "webp") or claims_jpeg else "png"
+    encoded = encode(im, out_format, options.quality)
+    reason = ", ".join(reasons) if reasons else None
+    return PreparedImage(encoded, out_format.upper(), im.height, im.width, _channels(im), reason)
+
+
+def _conversion_reasons(im: Image.Image, data: bytes, fmt: str, claims_jpeg: bool) -> list[str]:
+    """Why TensorFlow could not use the source bytes as they are (empty: only transforms asked)."""
+    reasons = []
+    if fmt not in ("jpeg", "png"):
+        reasons.append(f"{fmt} format")
+    elif fmt != "jpeg" and claims_jpeg:
+        reasons.append(f"{fmt} content named .jpg")
+    if im.mode in ("CMYK", "YCCK"):
+        reasons.append("CMYK JPEG")
+    elif im.mode.startswith("I") or im.mode == "F":
+        reasons.append("16-bit image")
+    elif im.mode in ("P", "PA"):
+        reasons.append("palette image")
+    elif im.mode in ("RGBA", "LA", "La", "RGBa"):
+        reasons.append("alpha channel")
+    if fmt == "jpeg" and _exif_orientation(data) != 1:
+        reasons.append("EXIF rotation")
+    return reasons
+
+
+def _normalise_mode(im: Image.Image) -> Image.Image:
+    """8-bit 'L' or 'RGB'; transparency composited over white, 16-bit scaled down."""
+    if im.mode in ("L", "RGB"):
+        return im
+    if im.mode == "1":
+        return im.convert("L")
+    if im.mode.startswith("I") or im.mode == "F":
+        array = np.asarray(im)
+        if array.dtype != np.uint8:
+            peak = 65535.0 if array.max(initial=0) > 255 else 255.0
+            array = np.clip(array.astype(np.float64) * (255.0 / peak), 0, 255).round()
+        return Image.fromarray(array.astype(np.uint8), "L")
+    if im.mode in ("P", "PA"):
+        im = im.convert("RGBA")
+    if im.mode in ("RGBA", "LA", "La", "RGBa"):
+        rgba = im.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        flat = Image.alpha_composite(background, rgba)
+        return flat.convert("L" if im.mode in ("LA", "La") else "RGB")
+    return im.convert("RGB")
+
+
+def _target_size(size: tuple[int, int], options: ImageOptions) -> tuple[int, int] | None:
+    """The (width, height) before cropping, or None when no resize applies."""
+    width, height = size
+    scale = 1.0
+    if options.resize:
+        scale = options.resize / min(width, height)
+    elif options.max_size and max(width, height) > options.max_size:
+        scale = options.max_size / max(width, height)
+    if options.center_crop and min(width, height) * scale < options.center_crop:
+        scale = options.center_crop / min(width, height)
+    if scale == 1.0:
+        return None
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def _apply_transforms(im: Image.Image, options: ImageOptions) -> Image.Image:
+    target = _target_size(im.size, options)
+    if target is not None and target != im.size:
+        im = im.resize(target, Image.Resampling.BICUBIC)
+    if options.center_crop:
+        size = options.center_crop
+        left = (im.width - size) // 2
+        top = (im.height - size) // 2
+        im = im.crop((left, top, left + size, top + size))
+    return im
+
+
+def _channels(im: Image.Image) -> int:
+    return 1 if im.mode == "L" else 3
+
+
+def encode(im: Image.Image, fmt: str, quality: int = 95) -> bytes:
+    """Encodes an 'L' or 'RGB' image as 'jpeg' or 'png', deterministically."""
+    buffer = io.BytesIO()
+    if fmt == "jpeg":
+        im.save(buffer, "JPEG", quality=quality)
+    else:
+        im.save(buffer, "PNG", compress_level=6)
+    return buffer.getvalue()
+
+
+def prepare_array_image(array: np.ndarray, options: ImageOptions) -> PreparedImage:
+    """A NumPy uint8 image (H, W) or (H, W, C) with C in 1/3, stored losslessly.
+
+    Raises:
+        BadImageError: wrong dtype or shape.
+    """
+    if array.dtype != np.uint8:
+        raise BadImageError(f"array image dtype must be uint8, got {array.dtype}")
+    if array.ndim == 3 and array.shape[2] == 1:
+        array = array[:, :, 0]
+    if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[2] != 3):
+        raise BadImageError(f"array image shape must be (H, W), (H, W, 1) or (H, W, 3), got {array.shape}")
+    im = Image.fromarray(np.ascontiguousarray(array), "L" if array.ndim == 2 else "RGB")
+    if options.transforms:
+        im = _apply_transforms(im, options)
+    channels = _channels(im)
+    if options.image_format == "keep" and options.array_encoding == "raw":
+        return PreparedImage(np.asarray(im).tobytes(), "RAW", im.height, im.width, channels)
+    fmt = "png" if options.image_format == "keep" else options.image_format
+    return PreparedImage(encode(im, fmt, options.quality), fmt.upper(), im.height, im.width, channels)
+
