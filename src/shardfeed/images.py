@@ -172,16 +172,24 @@ def _keep_jpeg(data: bytes, check: str) -> PreparedImage | None:
 
 
 def _decode_jpeg_check(data: bytes, colorspace: str) -> str | None:
-    """Decodes at the smallest DCT scale; returns a warning for damage libjpeg can step over."""
+    """Decodes at the smallest DCT scale; returns a warning for damage TensorFlow steps over.
+
+    libjpeg's "Corrupt JPEG data: ..." complaints are warnings TensorFlow ignores (the image
+    decodes, slightly damaged): such files are kept and reported. Any other failure (bad
+    markers, truncation) also makes `tf.io.decode_jpeg` fail, so the file is rejected.
+    """
     try:
         simplejpeg.decode_jpeg(data, colorspace, min_height=1, min_width=1)
         return None
-    except ValueError as strict_error:
-        try:
-            simplejpeg.decode_jpeg(data, colorspace, min_height=1, min_width=1, strict=False)
-        except ValueError as e:
-            raise BadImageError(f"corrupt JPEG: {e}") from e
-        return f"JPEG decodes with warnings: {strict_error}"
+    except ValueError as e:
+        message = str(e)
+    if not message.startswith("Corrupt JPEG data"):
+        raise BadImageError(f"corrupt JPEG: {message}")
+    try:
+        simplejpeg.decode_jpeg(data, colorspace, min_height=1, min_width=1, strict=False)
+    except ValueError as e:
+        raise BadImageError(f"corrupt JPEG: {e}") from e
+    return f"damaged JPEG data, decodes with a warning: {message}"
 
 
 def _keep_png(data: bytes, check: str) -> PreparedImage | None:

@@ -1,0 +1,162 @@
+"""Shared fixtures: small real corpora built once per session from images the packages ship."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+PHOTO_NAMES = ("astronaut", "coffee", "chelsea", "rocket")
+
+
+def photos() -> dict[str, np.ndarray]:
+    """Real colour photos from scikit-image, as uint8 RGB arrays."""
+    import skimage.data
+
+    return {name: getattr(skimage.data, name)()[..., :3] for name in PHOTO_NAMES}
+
+
+def crops(photo: np.ndarray, count: int, seed: int) -> list[np.ndarray]:
+    """Distinct random crops (a few hundred pixels a side) of a photo."""
+    rng = np.random.default_rng(seed)
+    out = []
+    h, w = photo.shape[:2]
+    for _ in range(count):
+        ch, cw = int(rng.integers(120, min(h, 300))), int(rng.integers(120, min(w, 300)))
+        y, x = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
+        out.append(np.ascontiguousarray(photo[y : y + ch, x : x + cw]))
+    return out
+
+
+def jpeg_bytes(array: np.ndarray, quality: int = 90, **kw: object) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, "JPEG", quality=quality, **kw)
+    return buffer.getvalue()
+
+
+def png_bytes(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="session")
+def photo_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """root/<photo name>/<n>.jpg: 4 classes x 10 real JPEG crops, plus one PNG per class."""
+    root = tmp_path_factory.mktemp("photos")
+    for c, (name, photo) in enumerate(photos().items()):
+        folder = root / name
+        folder.mkdir()
+        for i, crop in enumerate(crops(photo, 10, seed=c)):
+            (folder / f"{i:03d}.jpg").write_bytes(jpeg_bytes(crop))
+        (folder / "extra.png").write_bytes(png_bytes(Image.fromarray(crops(photo, 1, seed=100 + c)[0])))
+    return root
+
+
+@pytest.fixture(scope="session")
+def digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's real handwritten digits as uint8 (N, 8, 8) images and labels."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    images = np.clip(data.images * (255.0 / 16.0), 0, 255).astype(np.uint8)
+    return images, data.target.astype(np.int64)
+
+
+@pytest.fixture(scope="session")
+def digits_tree(tmp_path_factory: pytest.TempPathFactory, digits: tuple[np.ndarray, np.ndarray]) -> Path:
+    """root/<digit>/<n>.png from the first 300 real handwritten digits (upscaled to 32x32)."""
+    root = tmp_path_factory.mktemp("digits")
+    images, labels = digits
+    for i, (image, label) in enumerate(zip(images[:300], labels[:300], strict=True)):
+        folder = root / str(label)
+        folder.mkdir(exist_ok=True)
+        Image.fromarray(image).resize((32, 32), Image.Resampling.NEAREST).save(folder / f"{i:04d}.png")
+    return root
+
+
+def cmyk_jpeg(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(array).convert("CMYK").save(buffer, "JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def exif_rotated_jpeg(array: np.ndarray, orientation: int = 6) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return jpeg_bytes(array, exif=exif.tobytes())
+
+
+def corrupt_middle(data: bytes) -> bytes:
+    """A JPEG with an invalid marker in its entropy-coded data (TensorFlow rejects it)."""
+    out = bytearray(data)
+    start = len(out) // 2
+    out[start : start + 2] = b"\xff\x59"
+    return bytes(out)
+
+
+def damaged_middle(data: bytes) -> bytes:
+    """A JPEG with garbage bytes mid-stream that libjpeg (and TensorFlow) decode with a warning."""
+    out = bytearray(data)
+    start = len(out) // 2
+    out[start : start + 64] = b"\xff\xd9" * 32
+    return bytes(out)
+
+
+@pytest.fixture(scope="session")
+def odd_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A class-per-folder tree mixing good, odd and broken files, with known expected outcomes.
+
+    'good' files convert as they are, 'odd' files are converted (re-encoded), 'bad' files must
+    end up in the report. The expected outcome is in the file name prefix.
+    """
+    root = tmp_path_factory.mktemp("odd")
+    photo = photos()["chelsea"]
+    a, b = photo[:200, :240], photo[50:250, 100:300]
+    cat, dog = root / "cat", root / "dog"
+    cat.mkdir()
+    dog.mkdir()
+    files: dict[Path, bytes] = {
+        cat / "good_1.jpg": jpeg_bytes(np.ascontiguousarray(a)),
+        cat / "good_2.jpg": jpeg_bytes(np.ascontiguousarray(b)),
+        cat / "good_gray.jpg": jpeg_bytes(np.ascontiguousarray(a[..., 0])),
+        dog / "good_3.png": png_bytes(Image.fromarray(np.ascontiguousarray(b))),
+        cat / "odd_cmyk.jpg": cmyk_jpeg(np.ascontiguousarray(a)),
+        cat / "odd_exif.jpg": exif_rotated_jpeg(np.ascontiguousarray(a)),
+        dog / "odd_png_named.jpg": png_bytes(Image.fromarray(np.ascontiguousarray(a))),
+        dog / "odd_16bit.png": png_bytes(Image.fromarray(np.ascontiguousarray(a[..., 0]).astype(np.uint16) * 257)),
+        dog / "odd_palette.png": png_bytes(Image.fromarray(np.ascontiguousarray(a)).convert("P")),
+        dog / "odd_alpha.png": png_bytes(Image.fromarray(np.ascontiguousarray(a)).convert("RGBA")),
+        dog / "odd_gif.gif": _encoded(Image.fromarray(np.ascontiguousarray(b)).convert("P"), "GIF"),
+        dog / "odd_bmp.bmp": _encoded(Image.fromarray(np.ascontiguousarray(b)), "BMP"),
+        dog / "odd_webp.webp": _encoded(Image.fromarray(np.ascontiguousarray(b)), "WEBP"),
+        dog / "odd_tiff.tif": _encoded(Image.fromarray(np.ascontiguousarray(b)), "TIFF"),
+        cat / "bad_empty.jpg": b"",
+        cat / "bad_text.jpg": b"this is not an image\n",
+        cat / "bad_truncated.jpg": jpeg_bytes(np.ascontiguousarray(b))[:3000],
+        dog / "bad_corrupt.jpg": corrupt_middle(jpeg_bytes(np.ascontiguousarray(b))),
+        dog / "warn_damaged.jpg": damaged_middle(jpeg_bytes(np.ascontiguousarray(b))),
+        dog / "bad_truncated.png": png_bytes(Image.fromarray(np.ascontiguousarray(b)))[:5000],
+        root / "bad_loose_file.jpg": jpeg_bytes(np.ascontiguousarray(a)),
+    }
+    for path, data in files.items():
+        path.write_bytes(data)
+    return root
+
+
+def _encoded(image: Image.Image, fmt: str) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, fmt)
+    return buffer.getvalue()
+
+
+def copy_tree(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst

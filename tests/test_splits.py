@@ -1,0 +1,65 @@
+"""Split planning: spec parsing, allocation, stratification and the pinned seeded order."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardfeed.sources import Item
+from shardfeed.splits import allocate, assign_splits, order_key, parse_split_spec, seeded_order
+
+
+def _items(per_class: dict[int, int]) -> list[Item]:
+    return [Item(f"c{label}/{i:04d}.jpg", "", label, None, 1) for label, n in per_class.items() for i in range(n)]
+
+
+def test_parse_split_spec_fractions_and_percentages() -> None:
+    assert parse_split_spec("train=0.8,validation=0.2") == {"train": 0.8, "validation": 0.2}
+    assert parse_split_spec("train=70, val=20, test=10") == pytest.approx({"train": 0.7, "val": 0.2, "test": 0.1})
+    assert parse_split_spec({"a": 1}) == {"a": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("train=0.8,validation=0.1", "add up to 0.9"),
+        ("train", "must look like name=fraction"),
+        ("train=x", "is not a number"),
+        ("train=1.2,val=-0.2", "must be > 0"),
+        ("tr ain=1", "may only use letters"),
+        ("", "empty"),
+    ],
+)
+def test_parse_split_spec_errors(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_split_spec(spec)
+
+
+def test_allocate_is_exact_and_proportional() -> None:
+    assert allocate(10, [0.8, 0.2]) == [8, 2]
+    assert allocate(7, [0.5, 0.5]) == [4, 3]
+    assert sum(allocate(1001, [0.7, 0.2, 0.1])) == 1001
+    assert allocate(0, [0.5, 0.5]) == [0, 0]
+
+
+def test_stratified_split_keeps_class_proportions() -> None:
+    items = _items({0: 50, 1: 10, 2: 5})
+    out = assign_splits(items, {"train": 0.8, "validation": 0.2}, seed=1)
+    val = [i.label for i in out["validation"]]
+    assert (val.count(0), val.count(1), val.count(2)) == (10, 2, 1)
+    assert sorted(i.key for s in out.values() for i in s) == sorted(i.key for i in items)
+
+
+def test_split_depends_on_seed_not_on_input_order() -> None:
+    items = _items({0: 30, 1: 30})
+    a = assign_splits(items, {"train": 0.5, "val": 0.5}, seed=3)
+    b = assign_splits(list(reversed(items)), {"train": 0.5, "val": 0.5}, seed=3)
+    c = assign_splits(items, {"train": 0.5, "val": 0.5}, seed=4)
+    assert {i.key for i in a["val"]} == {i.key for i in b["val"]}
+    assert {i.key for i in a["val"]} != {i.key for i in c["val"]}
+
+
+def test_golden_seeded_order() -> None:
+    """Pins the order for seed 0: changing it changes every user's shards, so it must be deliberate."""
+    keys = [i.key for i in seeded_order(_items({0: 3, 1: 3}), 0)]
+    assert order_key(0, "c0/0000.jpg").hex() == "4c500027ee4397d3"
+    assert keys == ["c1/0001.jpg", "c0/0000.jpg", "c1/0000.jpg", "c0/0002.jpg", "c1/0002.jpg", "c0/0001.jpg"]
