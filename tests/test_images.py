@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from shardfeed.images import BadImageError, ImageOptions, prepare_array_image, prepare_file_image, sniff_format
+from shardfeed.images import (
+    BadImageError,
+    ImageOptions,
+    prepare_array_image,
+    prepare_file_image,
+    sniff_format,
+)
 
 KEEP = ImageOptions()
 
@@ -52,7 +58,9 @@ def test_gray_jpeg_and_rgb_png_are_kept(odd_tree: Path) -> None:
         ("dog/odd_tiff.tif", "tiff format", "PNG", "RGB"),
     ],
 )
-def test_images_tensorflow_cannot_take_are_converted(odd_tree: Path, path: str, reason: str, fmt: str, mode: str) -> None:
+def test_images_tensorflow_cannot_take_are_converted(
+    odd_tree: Path, path: str, reason: str, fmt: str, mode: str
+) -> None:
     out = prepare_file_image((odd_tree / path).read_bytes(), path, KEEP)
     assert out.conversion is not None and reason in out.conversion
     assert out.format == fmt

@@ -14,15 +14,25 @@ from shardfeed.example_proto import parse_example, serialize_example
 def test_example_bytes_parse_with_tensorflow() -> None:
     import tensorflow as tf
 
-    data = serialize_example({"image/encoded": b"\x00\xff", "image/class/text": "cat", "image/class/label": 3,
-                              "score": 0.5, "ids": [1, 2, 3]})
-    parsed = tf.io.parse_single_example(data, {
-        "image/encoded": tf.io.FixedLenFeature([], tf.string),
-        "image/class/text": tf.io.FixedLenFeature([], tf.string),
-        "image/class/label": tf.io.FixedLenFeature([], tf.int64),
-        "score": tf.io.FixedLenFeature([], tf.float32),
-        "ids": tf.io.FixedLenFeature([3], tf.int64),
-    })
+    data = serialize_example(
+        {
+            "image/encoded": b"\x00\xff",
+            "image/class/text": "cat",
+            "image/class/label": 3,
+            "score": 0.5,
+            "ids": [1, 2, 3],
+        }
+    )
+    parsed = tf.io.parse_single_example(
+        data,
+        {
+            "image/encoded": tf.io.FixedLenFeature([], tf.string),
+            "image/class/text": tf.io.FixedLenFeature([], tf.string),
+            "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+            "score": tf.io.FixedLenFeature([], tf.float32),
+            "ids": tf.io.FixedLenFeature([3], tf.int64),
+        },
+    )
     assert parsed["image/encoded"].numpy() == b"\x00\xff"
     assert parsed["image/class/text"].numpy() == b"cat"
     assert int(parsed["image/class/label"]) == 3 and float(parsed["score"]) == 0.5
@@ -59,5 +69,5 @@ def test_corruption_and_truncation_name_the_record() -> None:
         list(tfrecord.iter_records(io.BytesIO(bytes(blob)), name="demo"))
     with pytest.raises(tfrecord.CorruptRecordError, match=r"record 1 .* \(truncated shard\)"):
         list(tfrecord.iter_records(io.BytesIO(bytes(blob[:150])), name="demo"))
-    with pytest.raises(ValueError, match="not a valid tf.train.Example"):
+    with pytest.raises(ValueError, match=r"not a valid tf\.train\.Example"):
         parse_example(b"\xff\xff\xff")

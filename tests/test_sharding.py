@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from shardfeed.sharding import (
@@ -38,7 +40,7 @@ def test_bounds_cover_every_record_once() -> None:
     assert shard_bounds(10, 3) == [(0, 4), (4, 7), (7, 10)]
     bounds = shard_bounds(1001, 16)
     assert bounds[0][0] == 0 and bounds[-1][1] == 1001
-    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
     assert {e - s for s, e in bounds} <= {62, 63}
 
 

@@ -66,12 +66,24 @@ def test_labels_from_file_names(photo_tree: Path, tmp_path: Path) -> None:
 def test_csv_list_with_split_column_and_problems(photo_tree: Path, tmp_path: Path) -> None:
     root = tmp_path / "csv"
     shutil.copytree(photo_tree / "coffee", root / "img")
-    lines = ["file\tclass\tsubset", "img/000.jpg\tb\ttrain", "img/001.jpg\ta\tval", "img/001.jpg\ta\tval",
-             "img/missing.jpg\ta\ttrain", "img/002.jpg\t\ttrain", "img/003.jpg\tb"]
+    lines = [
+        "file\tclass\tsubset",
+        "img/000.jpg\tb\ttrain",
+        "img/001.jpg\ta\tval",
+        "img/001.jpg\ta\tval",
+        "img/missing.jpg\ta\ttrain",
+        "img/002.jpg\t\ttrain",
+        "img/003.jpg\tb",
+    ]
     (root / "list.tsv").write_text("\n".join(lines) + "\n")
-    found = CsvSource(str(root / "list.tsv"), path_column="file", label_column="class", split_column="subset").discover()
+    found = CsvSource(
+        str(root / "list.tsv"), path_column="file", label_column="class", split_column="subset"
+    ).discover()
     assert found.class_names == ["a", "b"] and found.presplit
-    assert [(i.key, i.label, i.split) for i in found.items] == [("img/000.jpg", 1, "train"), ("img/001.jpg", 0, "val")]
+    assert [(i.key, i.label, i.split) for i in found.items] == [
+        ("img/000.jpg", 1, "train"),
+        ("img/001.jpg", 0, "val"),
+    ]
     reasons = dict(found.skipped)
     assert "listed twice" in reasons["img/001.jpg"]
     assert "does not exist" in reasons["img/missing.jpg"]
@@ -81,7 +93,10 @@ def test_csv_list_with_split_column_and_problems(photo_tree: Path, tmp_path: Pat
 
 def test_csv_errors_name_the_column_and_fix(tmp_path: Path) -> None:
     (tmp_path / "train.csv").write_text("path,label\na.jpg,x\n")
-    with pytest.raises(SourceError, match=r"column 'class' not in CSV header \['path', 'label'\] \(line 1 of train.csv\); pass --label-column"):
+    with pytest.raises(
+        SourceError,
+        match=r"column 'class' not in CSV header \['path', 'label'\] \(line 1 of train.csv\); pass --label-column",
+    ):
         CsvSource(str(tmp_path / "train.csv"), label_column="class").discover()
     (tmp_path / "empty.csv").write_text("")
     with pytest.raises(SourceError, match="is empty"):
@@ -97,7 +112,13 @@ def test_integer_csv_labels_sort_numerically(photo_tree: Path, tmp_path: Path) -
 
 def test_npz_with_keras_style_splits(digits: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
     images, labels = digits
-    np.savez(tmp_path / "mnist.npz", x_train=images[:50], y_train=labels[:50], x_test=images[50:70], y_test=labels[50:70])
+    np.savez(
+        tmp_path / "mnist.npz",
+        x_train=images[:50],
+        y_train=labels[:50],
+        x_test=images[50:70],
+        y_test=labels[50:70],
+    )
     found = ArraySource(str(tmp_path / "mnist.npz")).discover()
     assert found.presplit and found.class_names == [str(i) for i in range(10)]
     assert sum(i.split == "test" for i in found.items) == 20
@@ -108,15 +129,17 @@ def test_npy_pair_and_array_errors(digits: tuple[np.ndarray, np.ndarray], tmp_pa
     images, labels = digits
     np.save(tmp_path / "x.npy", images[:10])
     np.save(tmp_path / "y.npy", labels[:10])
-    found = ArraySource(str(tmp_path / "x.npy"), labels_path=str(tmp_path / "y.npy"), class_names=list("abcdefghij")).discover()
+    found = ArraySource(
+        str(tmp_path / "x.npy"), labels_path=str(tmp_path / "y.npy"), class_names=list("abcdefghij")
+    ).discover()
     assert len(found.items) == 10 and found.class_names is not None and found.class_names[0] == "a"
-    with pytest.raises(SourceError, match="pass the labels .npy too"):
+    with pytest.raises(SourceError, match=r"pass the labels \.npy too"):
         ArraySource(str(tmp_path / "x.npy")).discover()
     np.save(tmp_path / "f.npy", images[:10].astype(np.float32))
     with pytest.raises(SourceError, match="must be uint8"):
         ArraySource(str(tmp_path / "f.npy"), labels_path=str(tmp_path / "y.npy")).discover()
     np.save(tmp_path / "y5.npy", labels[:5])
-    with pytest.raises(SourceError, match="10 images .* but 5 labels"):
+    with pytest.raises(SourceError, match=r"10 images .* but 5 labels"):
         ArraySource(str(tmp_path / "x.npy"), labels_path=str(tmp_path / "y5.npy")).discover()
     np.savez(tmp_path / "o.npz", pixels=images[:3], y=labels[:3])
     with pytest.raises(SourceError, match=r"array 'images' not in o.npz, which holds \['pixels', 'y'\]"):

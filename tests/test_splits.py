@@ -62,4 +62,11 @@ def test_golden_seeded_order() -> None:
     """Pins the order for seed 0: changing it changes every user's shards, so it must be deliberate."""
     keys = [i.key for i in seeded_order(_items({0: 3, 1: 3}), 0)]
     assert order_key(0, "c0/0000.jpg").hex() == "4c500027ee4397d3"
-    assert keys == ["c1/0001.jpg", "c0/0000.jpg", "c1/0000.jpg", "c0/0002.jpg", "c1/0002.jpg", "c0/0001.jpg"]
+    assert keys == [
+        "c1/0001.jpg",
+        "c0/0000.jpg",
+        "c1/0000.jpg",
+        "c0/0002.jpg",
+        "c1/0002.jpg",
+        "c0/0001.jpg",
+    ]

@@ -23,7 +23,7 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from shardfeed import fileio, manifest, shards, sharding, splits
+from shardfeed import fileio, manifest, sharding, shards, splits
 from shardfeed.images import ImageOptions
 from shardfeed.records import EncodedRecord, SkippedItem, encode_items, hash_items
 from shardfeed.sources import Discovery, Item, Source, SourceError, resolve_source
@@ -143,7 +143,9 @@ class ConversionResult:
         lines = [f"Wrote {self.num_written} of {self.num_inputs} images to {self.output_dir} in {self.seconds:.1f}s"]
         for name in self.manifest.split_names:
             info = self.manifest.split(name)
-            lines.append(f"  {name}: {info.num_records} records in {len(info.shards)} shards, {info.num_bytes / 1e6:.1f} MB")
+            lines.append(
+                f"  {name}: {info.num_records} records in {len(info.shards)} shards, {info.num_bytes / 1e6:.1f} MB"
+            )
         if self.shards_resumed:
             lines.append(f"  resumed: {self.shards_resumed} shards were already complete")
         extra = f"{self.num_skipped} skipped, {self.num_converted} converted, {self.num_duplicates} duplicate groups"
@@ -196,12 +198,25 @@ def convert(
         SourceError, ConvertError, ValueError: with a message that names the problem.
     """
     options = ConvertOptions(
-        split=split, stratify=stratify, seed=seed, shards=shards, shard_size=shard_size,
-        by_class=by_class, name_template=name_template, compression=compression,
-        label_offset=label_offset, dedupe=dedupe,
-        image=ImageOptions(resize=resize, max_size=max_size, center_crop=center_crop,
-                           image_format=image_format, quality=quality, check=check,
-                           array_encoding=array_encoding),
+        split=split,
+        stratify=stratify,
+        seed=seed,
+        shards=shards,
+        shard_size=shard_size,
+        by_class=by_class,
+        name_template=name_template,
+        compression=compression,
+        label_offset=label_offset,
+        dedupe=dedupe,
+        image=ImageOptions(
+            resize=resize,
+            max_size=max_size,
+            center_crop=center_crop,
+            image_format=image_format,
+            quality=quality,
+            check=check,
+            array_encoding=array_encoding,
+        ),
     )
     workers = (os.cpu_count() or 1) if workers is None else workers
     if workers < 1:
@@ -212,8 +227,16 @@ def convert(
 class _Conversion:
     """One run of `convert`; holds the plan and the output folder's state."""
 
-    def __init__(self, source: Source, output_dir: str, options: ConvertOptions, strict: bool,
-                 workers: int, overwrite: bool, progress: bool) -> None:
+    def __init__(
+        self,
+        source: Source,
+        output_dir: str,
+        options: ConvertOptions,
+        strict: bool,
+        workers: int,
+        overwrite: bool,
+        progress: bool,
+    ) -> None:
         self.source = source
         self.output_dir = output_dir
         self.options = options
@@ -227,11 +250,17 @@ class _Conversion:
         start = time.monotonic()
         discovery = self.source.discover()
         if not discovery.items:
-            raise SourceError(f"no images found in {discovery.root!r} ({len(discovery.skipped)} files could not be used)")
+            raise SourceError(
+                f"no images found in {discovery.root!r} ({len(discovery.skipped)} files could not be used)"
+            )
         self._fail_if_strict(discovery.skipped)
         state = {
-            "source": {"kind": discovery.kind, "path": discovery.root, "fingerprint": discovery.fingerprint(),
-                       "num_inputs": len(discovery.items) + len(discovery.skipped)},
+            "source": {
+                "kind": discovery.kind,
+                "path": discovery.root,
+                "fingerprint": discovery.fingerprint(),
+                "num_inputs": len(discovery.items) + len(discovery.skipped),
+            },
             "settings": self.options.settings(),
         }
         with _executor(self.workers) as executor:
@@ -251,9 +280,16 @@ class _Conversion:
         fileio.rmtree(self.work_dir)
         written = sum(r.num_records for r in results)
         return ConversionResult(
-            self.output_dir, manifest.read(self.output_dir), state["source"]["num_inputs"], written,
-            data["num_skipped"], sum(data["conversions"].values()), data["num_duplicates"],
-            len(results) - resumed, resumed, seconds=time.monotonic() - start,
+            self.output_dir,
+            manifest.read(self.output_dir),
+            state["source"]["num_inputs"],
+            written,
+            data["num_skipped"],
+            sum(data["conversions"].values()),
+            data["num_duplicates"],
+            len(results) - resumed,
+            resumed,
+            seconds=time.monotonic() - start,
         )
 
     def _fail_if_strict(self, skipped: list[tuple[str, str]]) -> None:
@@ -296,9 +332,17 @@ class _Conversion:
         data = existing.data
         total = sum(existing.split(s).num_records for s in existing.split_names)
         return ConversionResult(
-            self.output_dir, existing, data["source"]["num_inputs"], total, data["num_skipped"],
-            sum(data["conversions"].values()), data["num_duplicates"], 0, 0,
-            already_complete=True, seconds=time.monotonic() - start,
+            self.output_dir,
+            existing,
+            data["source"]["num_inputs"],
+            total,
+            data["num_skipped"],
+            sum(data["conversions"].values()),
+            data["num_duplicates"],
+            0,
+            0,
+            already_complete=True,
+            seconds=time.monotonic() - start,
         )
 
     def _dedupe(self, discovery: Discovery, executor: Executor | None) -> list[tuple[str, str]]:
@@ -316,8 +360,9 @@ class _Conversion:
                 first[digest] = item.key
         return dropped
 
-    def _write_all(self, plans: list[ShardPlan], discovery: Discovery,
-                   executor: Executor | None) -> tuple[list[shards.ShardResult], int]:
+    def _write_all(
+        self, plans: list[ShardPlan], discovery: Discovery, executor: Executor | None
+    ) -> tuple[list[shards.ShardResult], int]:
         """Writes every shard not already committed; returns all shard results in plan order."""
         done = {p.file: shards.read_part(self.work_dir, p.file, self.output_dir) for p in plans}
         for name in fileio.listdir(self.output_dir):
@@ -327,9 +372,18 @@ class _Conversion:
         total = sum(len(p.items) for p in plans)
         from tqdm import tqdm
 
-        bar = tqdm(total=total, initial=total - sum(len(p.items) for p in pending), unit="img",
-                   desc="convert", file=sys.stderr, disable=not self.progress, smoothing=0.1)
-        tasks = [(i, p.items[j : j + CHUNK_SIZE]) for i, p in enumerate(pending) for j in range(0, len(p.items), CHUNK_SIZE)]
+        bar = tqdm(
+            total=total,
+            initial=total - sum(len(p.items) for p in pending),
+            unit="img",
+            desc="convert",
+            file=sys.stderr,
+            disable=not self.progress,
+            smoothing=0.1,
+        )
+        tasks = [
+            (i, p.items[j : j + CHUNK_SIZE]) for i, p in enumerate(pending) for j in range(0, len(p.items), CHUNK_SIZE)
+        ]
         args = [(chunk, discovery.class_names, self.options.image, self.options.label_offset) for _, chunk in tasks]
         stream = _map_ordered(executor, encode_items, args, self.workers)
         flat = ((i, r) for (i, _), chunk in zip(tasks, stream, strict=True) for r in self._checked(chunk, bar))
@@ -337,8 +391,13 @@ class _Conversion:
             for i, group in itertools.groupby(flat, key=lambda pair: pair[0]):
                 plan = pending[i]
                 done[plan.file] = shards.write_shard(
-                    self.output_dir, self.work_dir, plan.split, plan.file, (r for _, r in group),
-                    class_names=discovery.class_names, compression=self.options.compression,
+                    self.output_dir,
+                    self.work_dir,
+                    plan.split,
+                    plan.file,
+                    (r for _, r in group),
+                    class_names=discovery.class_names,
+                    compression=self.options.compression,
                 )
         results = [done[p.file] for p in plans]
         return [r for r in results if r is not None], len(plans) - len(pending)
@@ -369,7 +428,9 @@ class _executor:
             self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _map_ordered(executor: Executor | None, fn: Callable[..., Any], args: list[tuple[Any, ...]], workers: int) -> Iterator[Any]:
+def _map_ordered(
+    executor: Executor | None, fn: Callable[..., Any], args: list[tuple[Any, ...]], workers: int
+) -> Iterator[Any]:
     """fn(*a) for each a, in order, with at most 2 tasks per worker in flight (bounded memory)."""
     if executor is None:
         yield from (fn(*a) for a in args)
@@ -383,7 +444,9 @@ def _map_ordered(executor: Executor | None, fn: Callable[..., Any], args: list[t
         yield window.popleft().result()
 
 
-def plan_shards(discovery: Discovery, options: ConvertOptions, *, dropped_keys: set[str] | None = None) -> list[ShardPlan]:
+def plan_shards(
+    discovery: Discovery, options: ConvertOptions, *, dropped_keys: set[str] | None = None
+) -> list[ShardPlan]:
     """Assigns items to splits and shards. Pure: depends only on the items and the options."""
     items = [i for i in discovery.items if i.key not in (dropped_keys or set())]
     if discovery.presplit:
@@ -395,7 +458,9 @@ def plan_shards(discovery: Discovery, options: ConvertOptions, *, dropped_keys: 
         default = "test=1" if discovery.class_names is None else splits.DEFAULT_SPLIT
         fractions = splits.parse_split_spec(options.split or default)
         by_split = splits.assign_splits(items, fractions, seed=options.seed, stratify=options.stratify)
-    counts = sharding.parse_shard_counts(dict(options.shards) if isinstance(options.shards, Mapping) else options.shards)
+    counts = sharding.parse_shard_counts(
+        dict(options.shards) if isinstance(options.shards, Mapping) else options.shards
+    )
     if isinstance(counts, dict) and set(counts) != set(by_split):
         raise ConvertError(f"shards given for splits {sorted(counts)} but the splits are {sorted(by_split)}")
     shard_size = sharding.parse_size(options.shard_size) if options.shard_size is not None else None
@@ -405,7 +470,9 @@ def plan_shards(discovery: Discovery, options: ConvertOptions, *, dropped_keys: 
         ordered = splits.seeded_order(members, options.seed)
         groups: list[tuple[str | None, list[Item]]] = [(None, ordered)]
         if options.by_class and discovery.class_names is not None:
-            groups = [(name, [i for i in ordered if i.label == label]) for label, name in enumerate(discovery.class_names)]
+            groups = [
+                (name, [i for i in ordered if i.label == label]) for label, name in enumerate(discovery.class_names)
+            ]
         for label_name, group in groups:
             if isinstance(counts, dict):
                 count = min(counts[split_name], len(group))
@@ -432,18 +499,33 @@ def _size_ratio(items: list[Item], discovery: Discovery, options: ConvertOptions
     return sum(len(r.data) for r in encoded) / source if source else 1.0
 
 
-def _merge(state: dict[str, Any], discovery: Discovery, options: ConvertOptions, plans: list[ShardPlan],
-           results: list[shards.ShardResult], dropped: list[tuple[str, str]]) -> dict[str, Any]:
+def _merge(
+    state: dict[str, Any],
+    discovery: Discovery,
+    options: ConvertOptions,
+    plans: list[ShardPlan],
+    results: list[shards.ShardResult],
+    dropped: list[tuple[str, str]],
+) -> dict[str, Any]:
     """The manifest from the partial manifests of all shards."""
     split_data: dict[str, dict[str, Any]] = {}
     for result in results:
-        entry = split_data.setdefault(result.split, {"num_records": 0, "num_bytes": 0, "class_counts": {}, "shards": []})
+        entry = split_data.setdefault(
+            result.split, {"num_records": 0, "num_bytes": 0, "class_counts": {}, "shards": []}
+        )
         entry["num_records"] += result.num_records
         entry["num_bytes"] += result.num_bytes
         for name, count in result.class_counts.items():
             entry["class_counts"][name] = entry["class_counts"].get(name, 0) + count
-        entry["shards"].append({"file": result.file, "index_file": result.index_file, "num_records": result.num_records,
-                                "num_bytes": result.num_bytes, "sha256": result.sha256})
+        entry["shards"].append(
+            {
+                "file": result.file,
+                "index_file": result.index_file,
+                "num_records": result.num_records,
+                "num_bytes": result.num_bytes,
+                "sha256": result.sha256,
+            }
+        )
     conversions: dict[str, int] = {}
     for result in results:
         for _, reason in result.converted:
@@ -467,8 +549,16 @@ def _merge(state: dict[str, Any], discovery: Discovery, options: ConvertOptions,
 
 
 def _feature_types(labelled: bool) -> dict[str, str]:
-    types = {"image/encoded": "bytes", "image/format": "bytes", "image/height": "int64", "image/width": "int64",
-             "image/channels": "int64", "image/colorspace": "bytes", "image/filename": "bytes", "image/key/sha256": "bytes"}
+    types = {
+        "image/encoded": "bytes",
+        "image/format": "bytes",
+        "image/height": "int64",
+        "image/width": "int64",
+        "image/channels": "int64",
+        "image/colorspace": "bytes",
+        "image/filename": "bytes",
+        "image/key/sha256": "bytes",
+    }
     if labelled:
         types.update({"image/class/label": "int64", "image/class/text": "bytes"})
     return types
@@ -485,13 +575,23 @@ def _duplicate_groups(results: list[shards.ShardResult]) -> list[dict[str, Any]]
         members = sorted(by_hash[digest])
         if len(members) > 1:
             group_splits = sorted({s for _, s in members})
-            groups.append({"sha256": digest, "files": [k for k, _ in members], "splits": group_splits,
-                           "leak": len(group_splits) > 1})
+            groups.append(
+                {
+                    "sha256": digest,
+                    "files": [k for k, _ in members],
+                    "splits": group_splits,
+                    "leak": len(group_splits) > 1,
+                }
+            )
     return groups
 
 
-def _write_report(output_dir: str, discovery: Discovery, results: list[shards.ShardResult],
-                  dropped: list[tuple[str, str]]) -> None:
+def _write_report(
+    output_dir: str,
+    discovery: Discovery,
+    results: list[shards.ShardResult],
+    dropped: list[tuple[str, str]],
+) -> None:
     """report.json: every input that is not in a shard as it was, with the reason."""
     skipped = sorted(discovery.skipped + [s for r in results for s in r.skipped])
     report = {

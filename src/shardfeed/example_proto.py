@@ -30,9 +30,7 @@ def _list_message(name: str, ftype: int, packed: bool) -> descriptor_pb2.Descrip
 
 def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
     """The descriptor of TensorFlow's Example messages, written out in code."""
-    fdp = descriptor_pb2.FileDescriptorProto(
-        name="shardfeed/tf_example.proto", package="tensorflow", syntax="proto3"
-    )
+    fdp = descriptor_pb2.FileDescriptorProto(name="shardfeed/tf_example.proto", package="tensorflow", syntax="proto3")
     fdp.message_type.append(_list_message("BytesList", _F.TYPE_BYTES, packed=False))
     fdp.message_type.append(_list_message("FloatList", _F.TYPE_FLOAT, packed=True))
     fdp.message_type.append(_list_message("Int64List", _F.TYPE_INT64, packed=True))
@@ -44,7 +42,11 @@ def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
     ):
         feature.field.append(
             _field(
-                name, number, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL, f".tensorflow.{type_name}",
+                name,
+                number,
+                _F.TYPE_MESSAGE,
+                _F.LABEL_OPTIONAL,
+                f".tensorflow.{type_name}",
                 oneof_index=0,
             )
         )
@@ -54,11 +56,7 @@ def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
     entry.options.map_entry = True
     entry.field.append(_field("key", 1, _F.TYPE_STRING, _F.LABEL_OPTIONAL))
     entry.field.append(_field("value", 2, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL, ".tensorflow.Feature"))
-    features.field.append(
-        _field(
-            "feature", 1, _F.TYPE_MESSAGE, _F.LABEL_REPEATED, ".tensorflow.Features.FeatureEntry"
-        )
-    )
+    features.field.append(_field("feature", 1, _F.TYPE_MESSAGE, _F.LABEL_REPEATED, ".tensorflow.Features.FeatureEntry"))
     fdp.message_type.append(features)
     fdp.message_type.append(
         descriptor_pb2.DescriptorProto(

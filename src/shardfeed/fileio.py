@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import posixpath
 import shutil
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 
 def is_remote(path: str) -> bool:
@@ -37,8 +37,8 @@ def join(*parts: str) -> str:
 def open_binary(path: str, mode: str) -> BinaryIO:
     """Opens a file in binary mode ('rb', 'wb' or 'ab')."""
     if is_remote(path):
-        return _gfile().GFile(path, mode)  # type: ignore[no-any-return]
-    return open(_local(path), mode)  # noqa: SIM115 - the caller closes it
+        return cast(BinaryIO, _gfile().GFile(path, mode))
+    return cast(BinaryIO, open(_local(path), mode))
 
 
 def read_bytes(path: str) -> bytes:

@@ -215,7 +215,7 @@ def _keep_png(data: bytes, check: str) -> PreparedImage | None:
 def _transcode(data: bytes, fmt: str, claims_jpeg: bool, options: ImageOptions) -> PreparedImage:
     """Decodes with Pillow, makes the image upright RGB/gray, applies transforms, re-encodes."""
     try:
-        im = Image.open(io.BytesIO(data))
+        im: Image.Image = Image.open(io.BytesIO(data))
         target = _target_size(im.size, options)
         if fmt == "jpeg" and target is not None:
             im.draft(im.mode if im.mode in ("L", "RGB") else "RGB", target)  # DCT-scaled decode
@@ -337,4 +337,3 @@ def prepare_array_image(array: np.ndarray, options: ImageOptions) -> PreparedIma
         return PreparedImage(np.asarray(im).tobytes(), "RAW", im.height, im.width, channels)
     fmt = "png" if options.image_format == "keep" else options.image_format
     return PreparedImage(encode(im, fmt, options.quality), fmt.upper(), im.height, im.width, channels)
-

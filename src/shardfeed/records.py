@@ -107,9 +107,11 @@ def encode_item(
     return EncodedRecord(item.key, data, item.label, source_sha, prepared.conversion, prepared.warning)
 
 
-
 def encode_items(
-    items: list[Item], class_names: list[str] | None, options: images.ImageOptions, label_offset: int
+    items: list[Item],
+    class_names: list[str] | None,
+    options: images.ImageOptions,
+    label_offset: int,
 ) -> list[EncodedRecord | SkippedItem]:
     """`encode_item` over a chunk (the unit of work sent to a worker process)."""
     return [encode_item(item, class_names, options, label_offset) for item in items]

@@ -13,7 +13,16 @@ import string
 DEFAULT_MAX_SHARD_BYTES = 200 * 10**6
 DEFAULT_TEMPLATE = "{split}-{shard:05d}-of-{num_shards:05d}"
 DEFAULT_BY_CLASS_TEMPLATE = "{split}-{label}-{shard:05d}-of-{num_shards:05d}"
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+}
 
 
 def parse_size(text: str | int) -> int:

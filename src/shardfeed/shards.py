@@ -93,7 +93,7 @@ def write_shard(
     sizes: list[int] = []
     sink = _HashingWriter(fileio.open_binary(tmp, "wb"))
     try:
-        stream: Any = gzip.GzipFile(filename="", mode="wb", fileobj=sink, mtime=0) if compression == "gzip" else sink  # type: ignore[arg-type]
+        stream: Any = gzip.GzipFile(filename="", mode="wb", fileobj=sink, mtime=0) if compression == "gzip" else sink
         for item in results:
             if isinstance(item, SkippedItem):
                 result.skipped.append((item.key, item.reason))

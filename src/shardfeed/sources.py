@@ -20,9 +20,7 @@ import numpy as np
 from shardfeed import fileio
 
 # Top-level folder names that mark an already split class-per-folder tree.
-SPLIT_FOLDER_NAMES = frozenset(
-    {"train", "training", "validation", "valid", "val", "test", "testing", "eval", "dev"}
-)
+SPLIT_FOLDER_NAMES = frozenset({"train", "training", "validation", "valid", "val", "test", "testing", "eval", "dev"})
 # "text before the first dot", with at least one more dot before the extension: cat.123.jpg
 DEFAULT_FILENAME_PATTERN = r"^([^.]+)\..+\.[^.]+$"
 
@@ -115,7 +113,13 @@ class FolderSource:
         class_names = _sorted_labels({name for _, name, _ in located})
         ids = {name: i for i, name in enumerate(class_names)}
         items = [
-            Item(rel, fileio.join(self.root, rel), ids[name], split, _stat_size(fileio.join(self.root, rel)))
+            Item(
+                rel,
+                fileio.join(self.root, rel),
+                ids[name],
+                split,
+                _stat_size(fileio.join(self.root, rel)),
+            )
             for rel, name, split in located
         ]
         return Discovery(self.kind, self.root, items, class_names, skipped, presplit)
@@ -153,7 +157,13 @@ class FilenameSource:
         class_names = _sorted_labels({label for _, label in labelled})
         ids = {name: i for i, name in enumerate(class_names)}
         items = [
-            Item(rel, fileio.join(self.root, rel), ids[label], None, _stat_size(fileio.join(self.root, rel)))
+            Item(
+                rel,
+                fileio.join(self.root, rel),
+                ids[label],
+                None,
+                _stat_size(fileio.join(self.root, rel)),
+            )
             for rel, label in labelled
         ]
         return Discovery(self.kind, self.root, items, class_names, skipped)
@@ -204,7 +214,12 @@ class CsvSource:
             if not row or all(not cell.strip() for cell in row):
                 continue
             if len(row) < len(header):
-                skipped.append((f"{name}:{line_no}", f"line {line_no} has {len(row)} columns, header has {len(header)}"))
+                skipped.append(
+                    (
+                        f"{name}:{line_no}",
+                        f"line {line_no} has {len(row)} columns, header has {len(header)}",
+                    )
+                )
                 continue
             rel, label = row[path_i].strip(), row[label_i].strip()
             split = row[split_i].strip() if split_i is not None else None
@@ -226,7 +241,10 @@ class CsvSource:
         presplit = split_i is not None
         if presplit and any(item.split is None for item in items):
             missing = next(item.key for item in items if item.split is None)
-            raise SourceError(f"{name}: split column {split_name!r} is empty for {missing!r}; fill it for every row or drop the column")
+            raise SourceError(
+                f"{name}: split column {split_name!r} is empty for {missing!r}; "
+                "fill it for every row or drop the column"
+            )
         return Discovery(self.kind, self.csv_path, items, class_names, skipped, presplit)
 
     @staticmethod
@@ -269,7 +287,9 @@ class ArraySource:
         name = os.path.basename(self.path)
         for split, images_key, labels, shape in pairs:
             if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
-                raise SourceError(f"{name}: labels for {images_key!r} must be a 1-D integer array, got {labels.dtype} {labels.shape}")
+                raise SourceError(
+                    f"{name}: labels for {images_key!r} must be a 1-D integer array, got {labels.dtype} {labels.shape}"
+                )
             if len(labels) != shape[0]:
                 raise SourceError(f"{name}: {shape[0]} images in {images_key!r} but {len(labels)} labels")
             if len(labels) and labels.min() < 0:
@@ -278,7 +298,14 @@ class ArraySource:
             max_label = max(max_label, int(labels.max()) if len(labels) else -1)
             width = len(str(max(shape[0] - 1, 0)))
             items.extend(
-                Item(f"{name}:{images_key}[{i:0{width}d}]", self.path, int(labels[i]), split, per_image, (images_key, i))
+                Item(
+                    f"{name}:{images_key}[{i:0{width}d}]",
+                    self.path,
+                    int(labels[i]),
+                    split,
+                    per_image,
+                    (images_key, i),
+                )
                 for i in range(shape[0])
             )
         if self.class_names is not None:
@@ -308,11 +335,13 @@ class ArraySource:
             chosen = [(k[2:], k, "y_" + k[2:]) for k in keys if k.startswith("x_")]
         else:
             chosen = [(None, "images", "labels")]
-        pairs = []
+        pairs: list[tuple[str | None, str, np.ndarray, tuple[int, ...]]] = []
         for split, images_key, labels_key in chosen:
             for key in (images_key, labels_key):
                 if key not in keys:
-                    raise SourceError(f"array {key!r} not in {name}, which holds {keys}; pass --images-key/--labels-key")
+                    raise SourceError(
+                        f"array {key!r} not in {name}, which holds {keys}; pass --images-key/--labels-key"
+                    )
             images = archive[images_key]
             _check_image_array(images, f"{name}:{images_key}")
             pairs.append((split, images_key, archive[labels_key], images.shape))

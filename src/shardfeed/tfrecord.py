@@ -40,9 +40,7 @@ def frame(data: bytes) -> bytes:
     return length + struct.pack("<I", masked_crc(length)) + data + struct.pack("<I", masked_crc(data))
 
 
-def iter_records(
-    stream: BinaryIO, *, name: str = "<stream>", check_crc: bool = True
-) -> Iterator[tuple[int, bytes]]:
+def iter_records(stream: BinaryIO, *, name: str = "<stream>", check_crc: bool = True) -> Iterator[tuple[int, bytes]]:
     """Yields (offset, data) for each record of an uncompressed TFRecord stream.
 
     Raises:
@@ -56,8 +54,7 @@ def iter_records(
             return
         if len(header) < _HEADER.size:
             raise CorruptRecordError(
-                f"{name}: record {index} at byte {offset}: file ends inside a record header "
-                "(truncated shard)"
+                f"{name}: record {index} at byte {offset}: file ends inside a record header (truncated shard)"
             )
         length, length_crc = _HEADER.unpack(header)
         if check_crc and masked_crc(header[:8]) != length_crc:
@@ -68,13 +65,10 @@ def iter_records(
         footer = stream.read(_FOOTER.size)
         if len(data) < length or len(footer) < _FOOTER.size:
             raise CorruptRecordError(
-                f"{name}: record {index} at byte {offset}: file ends inside the record "
-                "(truncated shard)"
+                f"{name}: record {index} at byte {offset}: file ends inside the record (truncated shard)"
             )
         if check_crc and masked_crc(data) != _FOOTER.unpack(footer)[0]:
-            raise CorruptRecordError(
-                f"{name}: record {index} at byte {offset}: data checksum mismatch (corrupt shard)"
-            )
+            raise CorruptRecordError(f"{name}: record {index} at byte {offset}: data checksum mismatch (corrupt shard)")
         yield offset, data
         offset += length + FRAMING_BYTES
         index += 1

@@ -13,15 +13,25 @@ log = logging.getLogger("shardfeed")
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("convert", help="write a dataset as sharded TFRecords",
-                       description="Write an image dataset as sharded TFRecords with a manifest.")
+    p = sub.add_parser(
+        "convert",
+        help="write a dataset as sharded TFRecords",
+        description="Write an image dataset as sharded TFRecords with a manifest.",
+    )
     p.add_argument("source", help="class-per-folder tree, CSV/TSV list, or .npz/.npy arrays")
     p.add_argument("output", help="output folder (local path or a TensorFlow filesystem URL)")
     g = p.add_argument_group("input")
-    g.add_argument("--labels-from", choices=["folders", "filenames", "none"], default="folders",
-                   help="for a folder: class per sub-folder (default), label in the file name, or unlabeled")
-    g.add_argument("--label-pattern", help="regex with one group taking the label from a file name "
-                   "(default: text before the first dot, as in cat.123.jpg)")
+    g.add_argument(
+        "--labels-from",
+        choices=["folders", "filenames", "none"],
+        default="folders",
+        help="for a folder: class per sub-folder (default), label in the file name, or unlabeled",
+    )
+    g.add_argument(
+        "--label-pattern",
+        help="regex with one group taking the label from a file name "
+        "(default: text before the first dot, as in cat.123.jpg)",
+    )
     g.add_argument("--path-column", default="path", help="CSV: column with image paths (default: path)")
     g.add_argument("--label-column", default="label", help="CSV: column with labels (default: label)")
     g.add_argument("--split-column", help="CSV: column with split names (default: 'split' if present)")
@@ -31,7 +41,12 @@ def register(sub: Any) -> None:
     g.add_argument("--class-names", help="NumPy: comma-separated class names for labels 0..K-1")
     g = p.add_argument_group("splits and shards")
     g.add_argument("--split", help="fractions, e.g. train=0.8,validation=0.2 (default; test=1 when unlabeled)")
-    g.add_argument("--no-stratify", dest="stratify", action="store_false", help="split without keeping class proportions")
+    g.add_argument(
+        "--no-stratify",
+        dest="stratify",
+        action="store_false",
+        help="split without keeping class proportions",
+    )
     g.add_argument("--seed", type=int, default=0, help="seeds split assignment and record order (default 0)")
     g.add_argument("--shards", help="shards per split: N, or train=16,validation=4")
     g.add_argument("--shard-size", help="target shard size, e.g. 128MB (default: mean shard <= 200 MB)")
@@ -44,12 +59,26 @@ def register(sub: Any) -> None:
     g.add_argument("--resize", type=int, help="resize so the shorter side is this many pixels")
     g.add_argument("--max-size", type=int, help="shrink so the longer side is at most this")
     g.add_argument("--center-crop", type=int, help="centre square crop of this size (after resize)")
-    g.add_argument("--format", dest="image_format", choices=["keep", "jpeg", "png"], default="keep",
-                   help="keep source bytes (default) or re-encode all")
+    g.add_argument(
+        "--format",
+        dest="image_format",
+        choices=["keep", "jpeg", "png"],
+        default="keep",
+        help="keep source bytes (default) or re-encode all",
+    )
     g.add_argument("--quality", type=int, default=95, help="JPEG quality when re-encoding (default 95)")
-    g.add_argument("--check", choices=["decode", "header"], default="decode",
-                   help="decode every image to prove it reads (default) or check headers only (faster)")
-    g.add_argument("--array-encoding", choices=["png", "raw"], default="png", help="NumPy images: PNG or raw bytes")
+    g.add_argument(
+        "--check",
+        choices=["decode", "header"],
+        default="decode",
+        help="decode every image to prove it reads (default) or check headers only (faster)",
+    )
+    g.add_argument(
+        "--array-encoding",
+        choices=["png", "raw"],
+        default="png",
+        help="NumPy images: PNG or raw bytes",
+    )
     g = p.add_argument_group("run")
     g.add_argument("--workers", type=int, help="encoding processes (default: all cores)")
     g.add_argument("--strict", action="store_true", help="fail on the first unusable input")
@@ -61,25 +90,53 @@ def register(sub: Any) -> None:
 def _source_options(args: argparse.Namespace) -> dict[str, Any]:
     lower = args.source.lower()
     if lower.endswith((".csv", ".tsv")):
-        return {"path_column": args.path_column, "label_column": args.label_column, "split_column": args.split_column}
+        return {
+            "path_column": args.path_column,
+            "label_column": args.label_column,
+            "split_column": args.split_column,
+        }
     if lower.endswith((".npz", ".npy")):
         names = args.class_names.split(",") if args.class_names else None
-        return {"labels_path": args.labels_file, "images_key": args.images_key, "labels_key": args.labels_key,
-                "class_names": names}
+        return {
+            "labels_path": args.labels_file,
+            "images_key": args.images_key,
+            "labels_key": args.labels_key,
+            "class_names": names,
+        }
     return {}
 
 
 def run(args: argparse.Namespace) -> int:
-    source = resolve_source(args.source, labels_from=args.labels_from, label_pattern=args.label_pattern,
-                            **_source_options(args))
+    source = resolve_source(
+        args.source,
+        labels_from=args.labels_from,
+        label_pattern=args.label_pattern,
+        **_source_options(args),
+    )
     result = convert(
-        source, args.output, split=args.split, stratify=args.stratify, seed=args.seed, shards=args.shards,
-        shard_size=args.shard_size, by_class=args.by_class, name_template=args.name_template,
-        compression=args.compression, label_offset=args.label_offset, dedupe=args.dedupe,
-        resize=args.resize, max_size=args.max_size, center_crop=args.center_crop,
-        image_format=args.image_format, quality=args.quality, check=args.check,
-        array_encoding=args.array_encoding, strict=args.strict, workers=args.workers,
-        overwrite=args.overwrite, progress=not args.quiet,
+        source,
+        args.output,
+        split=args.split,
+        stratify=args.stratify,
+        seed=args.seed,
+        shards=args.shards,
+        shard_size=args.shard_size,
+        by_class=args.by_class,
+        name_template=args.name_template,
+        compression=args.compression,
+        label_offset=args.label_offset,
+        dedupe=args.dedupe,
+        resize=args.resize,
+        max_size=args.max_size,
+        center_crop=args.center_crop,
+        image_format=args.image_format,
+        quality=args.quality,
+        check=args.check,
+        array_encoding=args.array_encoding,
+        strict=args.strict,
+        workers=args.workers,
+        overwrite=args.overwrite,
+        progress=not args.quiet,
     )
     log.info(result.summary())
     return 0

@@ -16,7 +16,8 @@ log = logging.getLogger("shardfeed")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="shardfeed", description="Image datasets -> sharded TFRecords -> fast tf.data pipelines."
+        prog="shardfeed",
+        description="Image datasets -> sharded TFRecords -> fast tf.data pipelines.",
     )
     parser.add_argument("--version", action="version", version=f"shardfeed {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -30,7 +31,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs the CLI; exit code 0 ok, 1 failure, 2 usage error."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(message)s",
+        stream=sys.stderr,
+    )
     try:
         return int(args.run(args) or 0)
     except (ValueError, RuntimeError, OSError, ImportError) as e:
