@@ -248,6 +248,10 @@ class _Conversion:
 
     def run(self) -> ConversionResult:
         start = time.monotonic()
+        with _executor(self.workers) as executor:
+            return self._run(executor, start)
+
+    def _run(self, executor: Executor | None, start: float) -> ConversionResult:
         discovery = self.source.discover()
         if not discovery.items:
             raise SourceError(
@@ -263,16 +267,15 @@ class _Conversion:
             },
             "settings": self.options.settings(),
         }
-        with _executor(self.workers) as executor:
-            existing = self._check_output(state)
-            if existing is not None:
-                return self._already_complete(existing, discovery, start)
-            dropped = self._dedupe(discovery, executor) if self.options.dedupe else []
-            plans = plan_shards(discovery, self.options, dropped_keys={k for k, _ in dropped})
-            fileio.makedirs(fileio.join(self.output_dir, shards.INDEX_DIR))
-            fileio.makedirs(fileio.join(self.work_dir, "parts"))
-            fileio.write_text_atomic(fileio.join(self.work_dir, STATE_NAME), manifest.dumps(state))
-            results, resumed = self._write_all(plans, discovery, executor)
+        existing = self._check_output(state)
+        if existing is not None:
+            return self._already_complete(existing, discovery, start)
+        dropped = self._dedupe(discovery, executor) if self.options.dedupe else []
+        plans = plan_shards(discovery, self.options, dropped_keys={k for k, _ in dropped})
+        fileio.makedirs(fileio.join(self.output_dir, shards.INDEX_DIR))
+        fileio.makedirs(fileio.join(self.work_dir, "parts"))
+        fileio.write_text_atomic(fileio.join(self.work_dir, STATE_NAME), manifest.dumps(state))
+        results, resumed = self._write_all(plans, discovery, executor)
         data = _merge(state, discovery, self.options, plans, results, dropped)
         _write_report(self.output_dir, discovery, results, dropped)
         manifest.write_labels(self.output_dir, discovery.class_names, self.options.label_offset)
@@ -419,6 +422,9 @@ class _executor:
             # fork is fast and safe while TensorFlow (and its threads) is not loaded here.
             method = "fork" if sys.platform == "linux" and "tensorflow" not in sys.modules else "spawn"
             self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method))
+            # Start the workers now, while this process is small: forked later, each would carry
+            # a copy of the item list, and worker memory would grow with the dataset.
+            list(self.pool.map(_warm_up, range(workers)))
 
     def __enter__(self) -> Executor | None:
         return self.pool
@@ -426,6 +432,10 @@ class _executor:
     def __exit__(self, *exc: object) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _warm_up(_: int) -> None:
+    """A no-op task that makes the pool start its processes."""
 
 
 def _map_ordered(

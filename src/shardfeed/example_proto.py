@@ -85,15 +85,21 @@ def serialize_example(features: dict[str, FeatureValue]) -> bytes:
     feature_map = example.features.feature
     for key in sorted(features):
         value = features[key]
-        values = value if isinstance(value, list) else [value]
         feature = feature_map[key]
-        first = values[0] if values else b""
-        if isinstance(first, (bytes, str)):
-            feature.bytes_list.value.extend(v.encode() if isinstance(v, str) else v for v in values)
-        elif isinstance(first, float):
-            feature.float_list.value.extend(values)
+        if isinstance(value, bytes):
+            feature.bytes_list.value.append(value)
+        elif isinstance(value, str):
+            feature.bytes_list.value.append(value.encode())
+        elif isinstance(value, int):
+            feature.int64_list.value.append(value)
+        elif isinstance(value, float):
+            feature.float_list.value.append(value)
+        elif value and isinstance(value[0], (bytes, str)):
+            feature.bytes_list.value.extend(v.encode() if isinstance(v, str) else v for v in value)
+        elif value and isinstance(value[0], float):
+            feature.float_list.value.extend(value)
         else:
-            feature.int64_list.value.extend(int(v) for v in values)
+            feature.int64_list.value.extend(int(v) for v in value)
     return example.SerializeToString(deterministic=True)
 
 

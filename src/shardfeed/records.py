@@ -76,6 +76,7 @@ def encode_item(
 
     Never raises for bad input: unreadable or broken images come back as SkippedItem.
     """
+    raw_data: bytes | None = None
     try:
         if item.array_key is not None:
             array = load_array(item.path, item.array_key[0])[item.array_key[1]]
@@ -83,11 +84,11 @@ def encode_item(
             prepared = images.prepare_array_image(array, options)
         else:
             try:
-                raw = fileio.read_bytes(item.path)
+                raw_data = fileio.read_bytes(item.path)
             except OSError as e:
                 return SkippedItem(item.key, f"unreadable file: {e.strerror or e}")
-            source_sha = hashlib.sha256(raw).hexdigest()
-            prepared = images.prepare_file_image(raw, item.key, options)
+            source_sha = hashlib.sha256(raw_data).hexdigest()
+            prepared = images.prepare_file_image(raw_data, item.key, options)
     except images.BadImageError as e:
         return SkippedItem(item.key, str(e))
     features: dict[str, FeatureValue] = {
@@ -98,7 +99,7 @@ def encode_item(
         "image/channels": prepared.channels,
         "image/colorspace": "Grayscale" if prepared.channels == 1 else "RGB",
         "image/filename": item.key,
-        "image/key/sha256": hashlib.sha256(prepared.data).hexdigest(),
+        "image/key/sha256": source_sha if prepared.data is raw_data else hashlib.sha256(prepared.data).hexdigest(),
     }
     if item.label >= 0 and class_names is not None:
         features["image/class/label"] = item.label + label_offset

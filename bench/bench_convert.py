@@ -1,0 +1,142 @@
+"""Convert benchmark: shardfeed vs the baselines the convert issue names, measured in one run.
+
+    .venv/bin/python bench/bench_convert.py [--images 3000] [--repeats 3] [--json out.json]
+
+1. keep-bytes conversion vs a bare single loop (read file, tf.train.Example, TFRecordWriter);
+2. --resize 160 --center-crop 160 --format jpeg vs the tf.data recipe (read, decode_jpeg,
+   resize, central crop, encode_jpeg in a parallel map with AUTOTUNE, then TFRecordWriter);
+3. peak memory (RSS) of a conversion of a 10x larger corpus vs the base corpus.
+Each timing is the best of --repeats runs, each in a fresh process. Ratios > 1 mean shardfeed is faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.corpus import build_corpus
+
+BARE_LOOP = """
+import os, sys, time, tensorflow as tf
+src, out = sys.argv[1], sys.argv[2]
+files = sorted(os.path.join(d, f) for d, _, fs in os.walk(src) for f in fs)
+classes = sorted(os.listdir(src))
+start = time.perf_counter()
+with tf.io.TFRecordWriter(out) as writer:
+    for path in files:
+        data = open(path, "rb").read()
+        label = classes.index(os.path.basename(os.path.dirname(path)))
+        feature = {"image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
+                   "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))}
+        writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+print(time.perf_counter() - start)
+"""
+
+TF_RESIZE_RECIPE = """
+import os, sys, time, tensorflow as tf
+src, out, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+files = sorted(os.path.join(d, f) for d, _, fs in os.walk(src) for f in fs)
+classes = sorted(os.listdir(src))
+labels = [classes.index(os.path.basename(os.path.dirname(p))) for p in files]
+def transform(path, label):
+    image = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)
+    shape = tf.cast(tf.shape(image)[:2], tf.float32)
+    scale = size / tf.reduce_min(shape)
+    image = tf.image.resize(image, tf.cast(tf.round(shape * scale), tf.int32), antialias=True)
+    image = tf.image.resize_with_crop_or_pad(image, size, size)
+    return tf.io.encode_jpeg(tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8), quality=95), label
+start = time.perf_counter()
+ds = tf.data.Dataset.from_tensor_slices((files, labels)).map(transform, num_parallel_calls=tf.data.AUTOTUNE)
+with tf.io.TFRecordWriter(out) as writer:
+    for data, label in ds.prefetch(tf.data.AUTOTUNE).as_numpy_iterator():
+        feature = {"image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
+                   "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))}
+        writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+print(time.perf_counter() - start)
+"""
+
+SHARDFEED = """
+import json, resource, shutil, sys, time
+from shardfeed import convert
+src, out, opts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+shutil.rmtree(out, ignore_errors=True)
+start = time.perf_counter()
+convert(src, out, progress=False, **opts)
+elapsed = time.perf_counter() - start
+self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+child_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print(json.dumps({"seconds": elapsed, "parent_rss_mb": self_kb / 1024, "worker_rss_mb": child_kb / 1024}))
+"""
+
+
+def _python(code: str, *args: str) -> str:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, check=True)
+    return done.stdout.strip().splitlines()[-1]
+
+
+def best(repeats: int, fn) -> float:  # type: ignore[no-untyped-def]
+    return min(fn() for _ in range(repeats))
+
+
+def shardfeed_run(src: str, out: str, **options: object) -> dict[str, float]:
+    return json.loads(_python(SHARDFEED, src, out, json.dumps(options)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", type=int, default=3000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "shardfeed_bench"))
+    parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args()
+    src = build_corpus(os.path.join(args.workdir, f"corpus{args.images}"), args.images)
+    out = os.path.join(args.workdir, "out")
+    n = args.images
+    results: dict[str, object] = {"images": n, "cores": os.cpu_count()}
+
+    bare = best(args.repeats, lambda: float(_python(BARE_LOOP, src, out + ".bare")))
+    keep = best(args.repeats, lambda: shardfeed_run(src, out, split="train=1")["seconds"])
+    header = best(args.repeats, lambda: shardfeed_run(src, out, split="train=1", check="header")["seconds"])
+    results["keep_bytes"] = {
+        "bare_loop_img_s": n / bare,
+        "shardfeed_decode_check_img_s": n / keep,
+        "shardfeed_header_check_img_s": n / header,
+        "ratio_decode_check": bare / keep,
+        "ratio_header_check": bare / header,
+    }
+    recipe = best(args.repeats, lambda: float(_python(TF_RESIZE_RECIPE, src, out + ".tf", "160")))
+    resize = best(
+        args.repeats,
+        lambda: shardfeed_run(src, out, split="train=1", resize=160, center_crop=160, image_format="jpeg")["seconds"],
+    )
+    results["resize_crop_160"] = {
+        "tf_data_recipe_img_s": n / recipe,
+        "shardfeed_img_s": n / resize,
+        "ratio": recipe / resize,
+    }
+    if not args.skip_memory:
+        big = build_corpus(os.path.join(args.workdir, f"corpus{n * 10}"), n * 10, seed=1)
+        small_run = shardfeed_run(src, out, split="train=1", shards=8)
+        big_run = shardfeed_run(big, out, split="train=1", shards=8)
+        results["memory"] = {
+            "small": small_run,
+            "large_10x": big_run,
+            "parent_ratio": big_run["parent_rss_mb"] / small_run["parent_rss_mb"],
+            "worker_ratio": big_run["worker_rss_mb"] / small_run["worker_rss_mb"],
+        }
+    text = json.dumps(results, indent=2)
+    print(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
