@@ -9,7 +9,7 @@ from shardfeed.splits import allocate, assign_splits, order_key, parse_split_spe
 
 
 def _items(per_class: dict[int, int]) -> list[Item]:
-    return [Item(f"c{label}/{i:04d}.jpg", "", label, None, 1) for label, n in per_class.items() for i in range(n)]
+    return [Item(f"c{label}/{i:04d}.jpg", label, None, 1) for label, n in per_class.items() for i in range(n)]
 
 
 def test_parse_split_spec_fractions_and_percentages() -> None:

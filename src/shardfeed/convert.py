@@ -10,6 +10,7 @@ Output folder layout:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -22,6 +23,9 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import numpy as np
+from tqdm import tqdm
 
 from shardfeed import fileio, manifest, sharding, shards, splits
 from shardfeed.images import ImageOptions
@@ -276,8 +280,9 @@ class _Conversion:
         fileio.makedirs(fileio.join(self.work_dir, "parts"))
         fileio.write_text_atomic(fileio.join(self.work_dir, STATE_NAME), manifest.dumps(state))
         results, resumed = self._write_all(plans, discovery, executor)
-        data = _merge(state, discovery, self.options, plans, results, dropped)
-        _write_report(self.output_dir, discovery, results, dropped)
+        duplicates = _duplicate_groups(self.work_dir, results)
+        data = _merge(state, duplicates, discovery, self.options, plans, results, dropped)
+        _write_report(self.output_dir, duplicates, discovery, results, dropped)
         manifest.write_labels(self.output_dir, discovery.class_names, self.options.label_offset)
         manifest.write(self.output_dir, data)
         fileio.rmtree(self.work_dir)
@@ -351,7 +356,9 @@ class _Conversion:
     def _dedupe(self, discovery: Discovery, executor: Executor | None) -> list[tuple[str, str]]:
         """Hashes every input; returns (dropped key, kept key) for each later exact copy."""
         chunks = [discovery.items[i : i + CHUNK_SIZE * 4] for i in range(0, len(discovery.items), CHUNK_SIZE * 4)]
-        hashes = itertools.chain.from_iterable(_map_ordered(executor, hash_items, [(c,) for c in chunks], self.workers))
+        hashes = itertools.chain.from_iterable(
+            _map_ordered(executor, hash_items, [(c, discovery.base) for c in chunks], self.workers)
+        )
         first: dict[str, str] = {}
         dropped = []
         for item, digest in zip(discovery.items, hashes, strict=True):
@@ -367,13 +374,12 @@ class _Conversion:
         self, plans: list[ShardPlan], discovery: Discovery, executor: Executor | None
     ) -> tuple[list[shards.ShardResult], int]:
         """Writes every shard not already committed; returns all shard results in plan order."""
-        done = {p.file: shards.read_part(self.work_dir, p.file, self.output_dir) for p in plans}
+        done = {p.file: _slim(shards.read_part(self.work_dir, p.file, self.output_dir)) for p in plans}
         for name in fileio.listdir(self.output_dir):
             if name.endswith(shards.INCOMPLETE):
                 fileio.remove(fileio.join(self.output_dir, name))
         pending = [p for p in plans if done[p.file] is None]
         total = sum(len(p.items) for p in plans)
-        from tqdm import tqdm
 
         bar = tqdm(
             total=total,
@@ -387,20 +393,25 @@ class _Conversion:
         tasks = [
             (i, p.items[j : j + CHUNK_SIZE]) for i, p in enumerate(pending) for j in range(0, len(p.items), CHUNK_SIZE)
         ]
-        args = [(chunk, discovery.class_names, self.options.image, self.options.label_offset) for _, chunk in tasks]
+        args = [
+            (chunk, discovery.base, discovery.class_names, self.options.image, self.options.label_offset)
+            for _, chunk in tasks
+        ]
         stream = _map_ordered(executor, encode_items, args, self.workers)
         flat = ((i, r) for (i, _), chunk in zip(tasks, stream, strict=True) for r in self._checked(chunk, bar))
         with bar:
             for i, group in itertools.groupby(flat, key=lambda pair: pair[0]):
                 plan = pending[i]
-                done[plan.file] = shards.write_shard(
-                    self.output_dir,
-                    self.work_dir,
-                    plan.split,
-                    plan.file,
-                    (r for _, r in group),
-                    class_names=discovery.class_names,
-                    compression=self.options.compression,
+                done[plan.file] = _slim(
+                    shards.write_shard(
+                        self.output_dir,
+                        self.work_dir,
+                        plan.split,
+                        plan.file,
+                        (r for _, r in group),
+                        class_names=discovery.class_names,
+                        compression=self.options.compression,
+                    )
                 )
         results = [done[p.file] for p in plans]
         return [r for r in results if r is not None], len(plans) - len(pending)
@@ -432,6 +443,12 @@ class _executor:
     def __exit__(self, *exc: object) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _slim(result: shards.ShardResult | None) -> shards.ShardResult | None:
+    """A shard result without its per-record list, which stays on disk in the partial manifest
+    (so the converter's memory does not grow with the number of images)."""
+    return None if result is None else dataclasses.replace(result, records=[])
 
 
 def _warm_up(_: int) -> None:
@@ -504,13 +521,18 @@ def _size_ratio(items: list[Item], discovery: Discovery, options: ConvertOptions
     if not options.image.transforms or not items:
         return 1.0
     chosen = splits.seeded_order(items, options.seed)[:sample]
-    encoded = [r for r in encode_items(chosen, discovery.class_names, options.image, 0) if isinstance(r, EncodedRecord)]
+    encoded = [
+        r
+        for r in encode_items(chosen, discovery.base, discovery.class_names, options.image, 0)
+        if isinstance(r, EncodedRecord)
+    ]
     source = sum(i.size for i in chosen if i.key in {r.key for r in encoded})
     return sum(len(r.data) for r in encoded) / source if source else 1.0
 
 
 def _merge(
     state: dict[str, Any],
+    duplicates: list[dict[str, Any]],
     discovery: Discovery,
     options: ConvertOptions,
     plans: list[ShardPlan],
@@ -552,7 +574,7 @@ def _merge(
         "splits": split_data,
         "conversions": conversions,
         "num_skipped": len(discovery.skipped) + sum(len(r.skipped) for r in results),
-        "num_duplicates": len(_duplicate_groups(results)),
+        "num_duplicates": len(duplicates),
         "num_dropped_duplicates": len(dropped),
         "report": manifest.REPORT_NAME,
     }
@@ -574,12 +596,25 @@ def _feature_types(labelled: bool) -> dict[str, str]:
     return types
 
 
-def _duplicate_groups(results: list[shards.ShardResult]) -> list[dict[str, Any]]:
-    """Groups of records with identical source bytes; `leak` when a group spans splits."""
+def _duplicate_groups(work_dir: str, results: list[shards.ShardResult]) -> list[dict[str, Any]]:
+    """Groups of records with identical source bytes; `leak` when a group spans splits.
+
+    Streams the partial manifests twice: first 8-byte digest prefixes into one compact array to
+    find candidate duplicates, then the keys of just those records.
+    """
+    prefixes = [
+        np.array([int(digest[:16], 16) for _, digest in _part(work_dir, r).records], dtype=np.uint64) for r in results
+    ]
+    flat = np.concatenate(prefixes) if prefixes else np.zeros(0, np.uint64)
+    values, counts = np.unique(flat, return_counts=True)
+    repeated = set(values[counts > 1].tolist())
+    if not repeated:
+        return []
     by_hash: dict[str, list[tuple[str, str]]] = {}
     for result in results:
-        for key, digest in result.records:
-            by_hash.setdefault(digest, []).append((key, result.split))
+        for key, digest in _part(work_dir, result).records:
+            if int(digest[:16], 16) in repeated:
+                by_hash.setdefault(digest, []).append((key, result.split))
     groups = []
     for digest in sorted(by_hash):
         members = sorted(by_hash[digest])
@@ -596,8 +631,13 @@ def _duplicate_groups(results: list[shards.ShardResult]) -> list[dict[str, Any]]
     return groups
 
 
+def _part(work_dir: str, result: shards.ShardResult) -> shards.ShardResult:
+    return shards.ShardResult.from_json(fileio.read_bytes(shards.part_path(work_dir, result.file)).decode())
+
+
 def _write_report(
     output_dir: str,
+    duplicates: list[dict[str, Any]],
     discovery: Discovery,
     results: list[shards.ShardResult],
     dropped: list[tuple[str, str]],
@@ -609,7 +649,7 @@ def _write_report(
         "skipped": [{"file": k, "reason": why} for k, why in skipped],
         "converted": [{"file": k, "reason": why} for k, why in sorted(c for r in results for c in r.converted)],
         "warnings": [{"file": k, "warning": w} for k, w in sorted(x for r in results for x in r.warnings)],
-        "duplicates": _duplicate_groups(results),
+        "duplicates": duplicates,
         "dropped_duplicates": [{"file": k, "duplicate_of": kept} for k, kept in sorted(dropped)],
     }
     fileio.write_text_atomic(fileio.join(output_dir, manifest.REPORT_NAME), manifest.dumps(report))

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from shardfeed import fileio, images
 from shardfeed.example_proto import FeatureValue, serialize_example
-from shardfeed.sources import Item, load_array
+from shardfeed.sources import Item, load_array, locate
 
 FEATURE_KEYS = (
     "image/encoded",
@@ -58,33 +58,35 @@ class SkippedItem:
     reason: str
 
 
-def read_source_bytes(item: Item) -> bytes:
+def read_source_bytes(item: Item, location: str) -> bytes:
     """The raw bytes of an item (for arrays, the pixel bytes with the shape)."""
     if item.array_key is not None:
-        array = load_array(item.path, item.array_key[0])[item.array_key[1]]
+        array = load_array(location, item.array_key[0])[item.array_key[1]]
         return f"{array.shape}".encode() + array.tobytes()
-    return fileio.read_bytes(item.path)
+    return fileio.read_bytes(location)
 
 
 def encode_item(
     item: Item,
+    location: str,
     class_names: list[str] | None,
     options: images.ImageOptions,
     label_offset: int = 0,
 ) -> EncodedRecord | SkippedItem:
     """Reads, checks and (if asked) transforms one input, and serializes its record.
 
+    `location` is where the item's bytes are (`Discovery.location`).
     Never raises for bad input: unreadable or broken images come back as SkippedItem.
     """
     raw_data: bytes | None = None
     try:
         if item.array_key is not None:
-            array = load_array(item.path, item.array_key[0])[item.array_key[1]]
+            array = load_array(location, item.array_key[0])[item.array_key[1]]
             source_sha = hashlib.sha256(f"{array.shape}".encode() + array.tobytes()).hexdigest()
             prepared = images.prepare_array_image(array, options)
         else:
             try:
-                raw_data = fileio.read_bytes(item.path)
+                raw_data = fileio.read_bytes(location)
             except OSError as e:
                 return SkippedItem(item.key, f"unreadable file: {e.strerror or e}")
             source_sha = hashlib.sha256(raw_data).hexdigest()
@@ -110,20 +112,21 @@ def encode_item(
 
 def encode_items(
     items: list[Item],
+    base: str,
     class_names: list[str] | None,
     options: images.ImageOptions,
     label_offset: int,
 ) -> list[EncodedRecord | SkippedItem]:
     """`encode_item` over a chunk (the unit of work sent to a worker process)."""
-    return [encode_item(item, class_names, options, label_offset) for item in items]
+    return [encode_item(item, locate(base, item), class_names, options, label_offset) for item in items]
 
 
-def hash_items(items: list[Item]) -> list[str | None]:
+def hash_items(items: list[Item], base: str) -> list[str | None]:
     """SHA-256 of each item's source bytes (None if unreadable), for duplicate removal."""
     out: list[str | None] = []
     for item in items:
         try:
-            out.append(hashlib.sha256(read_source_bytes(item)).hexdigest())
+            out.append(hashlib.sha256(read_source_bytes(item, locate(base, item))).hexdigest())
         except OSError:
             out.append(None)
     return out

@@ -29,14 +29,13 @@ class SourceError(ValueError):
     """The input cannot be read as the layout asked for; the message says how to fix it."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Item:
-    """One input image.
+    """One input image (slotted and path-free: a 1.3M-image source keeps 1.3M of these).
 
     Attributes:
-        key: stable, unique id (path relative to the source root, '/'-separated; for arrays
-            'file.npz:key[index]'). Stored as image/filename and used for seeded ordering.
-        path: where the bytes are (file path, or the array file for array items).
+        key: stable, unique id: the path relative to the source's base folder, '/'-separated
+            (for arrays 'file.npz:key[index]'). Stored as image/filename; seeds the ordering.
         label: class id, or -1 for unlabeled data.
         split: the split a pre-split layout put it in, else None.
         size: bytes on disk (for arrays, raw pixel bytes), used to plan shard counts.
@@ -44,7 +43,6 @@ class Item:
     """
 
     key: str
-    path: str
     label: int
     split: str | None
     size: int
@@ -58,9 +56,14 @@ class Discovery:
     kind: str
     root: str
     items: list[Item]
+    base: str  # what item keys are relative to: a folder, or the array file
     class_names: list[str] | None
     skipped: list[tuple[str, str]] = field(default_factory=list)
     presplit: bool = False
+
+    def location(self, item: Item) -> str:
+        """Where an item's bytes are."""
+        return locate(self.base, item)
 
     def fingerprint(self) -> str:
         """A hash of every item's key, size, label and split: equal inputs, equal fingerprint."""
@@ -70,6 +73,11 @@ class Discovery:
         for path, reason in self.skipped:
             digest.update(f"skip\0{path}\0{reason}\n".encode())
         return digest.hexdigest()
+
+
+def locate(base: str, item: Item) -> str:
+    """Where an item's bytes are: its file below `base`, or for array items the array file."""
+    return base if item.array_key is not None else fileio.join(base, item.key)
 
 
 def _sorted_labels(names: set[str]) -> list[str]:
@@ -115,14 +123,13 @@ class FolderSource:
         items = [
             Item(
                 rel,
-                fileio.join(self.root, rel),
                 ids[name],
                 split,
                 _stat_size(fileio.join(self.root, rel)),
             )
             for rel, name, split in located
         ]
-        return Discovery(self.kind, self.root, items, class_names, skipped, presplit)
+        return Discovery(self.kind, self.root, items, self.root, class_names, skipped, presplit)
 
 
 class FilenameSource:
@@ -159,14 +166,13 @@ class FilenameSource:
         items = [
             Item(
                 rel,
-                fileio.join(self.root, rel),
                 ids[label],
                 None,
                 _stat_size(fileio.join(self.root, rel)),
             )
             for rel, label in labelled
         ]
-        return Discovery(self.kind, self.root, items, class_names, skipped)
+        return Discovery(self.kind, self.root, items, self.root, class_names, skipped)
 
 
 class CsvSource:
@@ -235,8 +241,7 @@ class CsvSource:
         class_names = _sorted_labels({label for _, label, _ in rows_ok})
         ids = {n: i for i, n in enumerate(class_names)}
         items = [
-            Item(rel, fileio.join(base, rel), ids[label], split, _stat_size(fileio.join(base, rel)))
-            for rel, label, split in sorted(rows_ok)
+            Item(rel, ids[label], split, _stat_size(fileio.join(base, rel))) for rel, label, split in sorted(rows_ok)
         ]
         presplit = split_i is not None
         if presplit and any(item.split is None for item in items):
@@ -245,7 +250,7 @@ class CsvSource:
                 f"{name}: split column {split_name!r} is empty for {missing!r}; "
                 "fill it for every row or drop the column"
             )
-        return Discovery(self.kind, self.csv_path, items, class_names, skipped, presplit)
+        return Discovery(self.kind, self.csv_path, items, base, class_names, skipped, presplit)
 
     @staticmethod
     def _column(header: list[str], column: str, flag: str, name: str) -> int:
@@ -300,7 +305,6 @@ class ArraySource:
             items.extend(
                 Item(
                     f"{name}:{images_key}[{i:0{width}d}]",
-                    self.path,
                     int(labels[i]),
                     split,
                     per_image,
@@ -315,7 +319,7 @@ class ArraySource:
         else:
             class_names = [str(i) for i in range(max_label + 1)]
         presplit = any(split is not None for split, *_ in pairs)
-        return Discovery(self.kind, self.path, items, class_names, [], presplit)
+        return Discovery(self.kind, self.path, items, self.path, class_names, [], presplit)
 
     def _pairs(self) -> list[tuple[str | None, str, np.ndarray, tuple[int, ...]]]:
         """(split, images key, labels, images shape) for each image array in the input."""
@@ -378,11 +382,8 @@ class UnlabeledSource:
     def discover(self) -> Discovery:
         if not fileio.isdir(self.root):
             raise SourceError(f"source folder {self.root!r} does not exist or is not a folder")
-        items = [
-            Item(rel, fileio.join(self.root, rel), -1, None, _stat_size(fileio.join(self.root, rel)))
-            for rel in fileio.walk_files(self.root)
-        ]
-        return Discovery(self.kind, self.root, items, None)
+        items = [Item(rel, -1, None, _stat_size(fileio.join(self.root, rel))) for rel in fileio.walk_files(self.root)]
+        return Discovery(self.kind, self.root, items, self.root, None)
 
 
 Source = FolderSource | FilenameSource | CsvSource | ArraySource | UnlabeledSource
