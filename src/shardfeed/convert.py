@@ -19,7 +19,7 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -357,7 +357,10 @@ class _Conversion:
         """Hashes every input; returns (dropped key, kept key) for each later exact copy."""
         chunks = [discovery.items[i : i + CHUNK_SIZE * 4] for i in range(0, len(discovery.items), CHUNK_SIZE * 4)]
         hashes = itertools.chain.from_iterable(
-            _map_ordered(executor, hash_items, [(c, discovery.base) for c in chunks], self.workers)
+            result
+            for _, result in _map_ordered(
+                executor, hash_items, ((None, (c, discovery.base)) for c in chunks), self.workers
+            )
         )
         first: dict[str, str] = {}
         dropped = []
@@ -390,15 +393,13 @@ class _Conversion:
             disable=not self.progress,
             smoothing=0.1,
         )
-        tasks = [
+        # Chunks are cut and submitted lazily: no per-item task list is ever built.
+        tasks = (
             (i, p.items[j : j + CHUNK_SIZE]) for i, p in enumerate(pending) for j in range(0, len(p.items), CHUNK_SIZE)
-        ]
-        args = [
-            (chunk, discovery.base, discovery.class_names, self.options.image, self.options.label_offset)
-            for _, chunk in tasks
-        ]
-        stream = _map_ordered(executor, encode_items, args, self.workers)
-        flat = ((i, r) for (i, _), chunk in zip(tasks, stream, strict=True) for r in self._checked(chunk, bar))
+        )
+        extra = (discovery.base, discovery.class_names, self.options.image, self.options.label_offset)
+        stream = _map_ordered(executor, encode_items, ((task, (task[1], *extra)) for task in tasks), self.workers)
+        flat = ((i, r) for (i, _), chunk in stream for r in self._checked(chunk, bar))
         with bar:
             for i, group in itertools.groupby(flat, key=lambda pair: pair[0]):
                 plan = pending[i]
@@ -456,19 +457,22 @@ def _warm_up(_: int) -> None:
 
 
 def _map_ordered(
-    executor: Executor | None, fn: Callable[..., Any], args: list[tuple[Any, ...]], workers: int
-) -> Iterator[Any]:
-    """fn(*a) for each a, in order, with at most 2 tasks per worker in flight (bounded memory)."""
+    executor: Executor | None, fn: Callable[..., Any], tasks: Iterable[tuple[Any, tuple[Any, ...]]], workers: int
+) -> Iterator[tuple[Any, Any]]:
+    """(tag, fn(*args)) for each (tag, args), in order, with at most 2 tasks per worker in flight
+    (bounded memory whatever the dataset size)."""
     if executor is None:
-        yield from (fn(*a) for a in args)
+        yield from ((tag, fn(*args)) for tag, args in tasks)
         return
-    window: deque[Future[Any]] = deque()
-    for a in args:
-        window.append(executor.submit(fn, *a))
+    window: deque[tuple[Any, Future[Any]]] = deque()
+    for tag, args in tasks:
+        window.append((tag, executor.submit(fn, *args)))
         if len(window) >= 2 * workers:
-            yield window.popleft().result()
+            head, future = window.popleft()
+            yield head, future.result()
     while window:
-        yield window.popleft().result()
+        head, future = window.popleft()
+        yield head, future.result()
 
 
 def plan_shards(

@@ -109,26 +109,21 @@ class FolderSource:
         top = {f.split("/")[0] for f in files if "/" in f}
         presplit = bool(top) and top <= SPLIT_FOLDER_NAMES
         depth = 2 if presplit else 1
+        # Two passes over the listing (class names, then items) instead of a list of tuples:
+        # at a million files the intermediate list would be the peak of the whole conversion.
+        in_class = [len(rel.split("/", depth)) > depth for rel in files]
+        class_names = _sorted_labels({rel.split("/")[depth - 1] for rel, ok in zip(files, in_class, strict=True) if ok})
+        ids = {name: i for i, name in enumerate(class_names)}
         skipped: list[tuple[str, str]] = []
-        located: list[tuple[str, str, str | None]] = []
-        for rel in files:
-            parts = rel.split("/")
-            if len(parts) <= depth:
+        items: list[Item] = []
+        for rel, ok in zip(files, in_class, strict=True):
+            parts = rel.split("/", depth)
+            if not ok:
                 where = "split folder" if presplit and len(parts) == 2 else "source folder"
                 skipped.append((rel, f"not inside a class folder (file directly in the {where})"))
                 continue
-            located.append((rel, parts[depth - 1], parts[0] if presplit else None))
-        class_names = _sorted_labels({name for _, name, _ in located})
-        ids = {name: i for i, name in enumerate(class_names)}
-        items = [
-            Item(
-                rel,
-                ids[name],
-                split,
-                _stat_size(fileio.join(self.root, rel)),
-            )
-            for rel, name, split in located
-        ]
+            split = parts[0] if presplit else None
+            items.append(Item(rel, ids[parts[depth - 1]], split, _stat_size(fileio.join(self.root, rel))))
         return Discovery(self.kind, self.root, items, self.root, class_names, skipped, presplit)
 
 

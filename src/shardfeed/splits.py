@@ -59,7 +59,8 @@ def order_key(seed: int, key: str) -> bytes:
 
 def seeded_order(items: Sequence[T], seed: int) -> list[T]:
     """Items in a pseudo-random order that depends only on the seed and the keys."""
-    return sorted(items, key=lambda item: (order_key(seed, item.key), item.key))
+    # Ties (a 64-bit collision) keep the input order, which callers give sorted by key.
+    return sorted(items, key=lambda item: order_key(seed, item.key))
 
 
 def allocate(count: int, fractions: Sequence[float]) -> list[int]:
