@@ -1,9 +1,12 @@
 """shardfeed: image datasets -> sharded TFRecords -> fast tf.data input pipelines."""
 
+from shardfeed.augment import Augment as Augment
 from shardfeed.convert import ConversionResult as ConversionResult
 from shardfeed.convert import ConvertError as ConvertError
 from shardfeed.convert import ConvertOptions as ConvertOptions
 from shardfeed.convert import convert as convert
+from shardfeed.dataset import load as load
+from shardfeed.dataset import steps_per_epoch as steps_per_epoch
 from shardfeed.images import ImageOptions as ImageOptions
 from shardfeed.manifest import Manifest as Manifest
 from shardfeed.manifest import ManifestError as ManifestError
@@ -18,6 +21,7 @@ from shardfeed.version import __version__ as __version__
 
 __all__ = [
     "ArraySource",
+    "Augment",
     "ConversionResult",
     "ConvertError",
     "ConvertOptions",
@@ -31,5 +35,7 @@ __all__ = [
     "UnlabeledSource",
     "__version__",
     "convert",
+    "load",
     "read_manifest",
+    "steps_per_epoch",
 ]

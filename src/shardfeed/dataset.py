@@ -1,0 +1,219 @@
+"""`load`: a `tf.data.Dataset` of (images, labels) batches from shards, ready for `model.fit`.
+
+Pipeline (what flows through each stage):
+    shard file names   -> shuffled per epoch (training), whole shards per worker
+    serialized records -> parallel interleave across shards, checked per shard (reader.py)
+                       -> optional cache; shuffle buffer over the cheap serialized records
+                       -> batch of serialized records
+    decoded batches    -> parse_example per batch + per-image decode/crop/augment (decode.py)
+                       -> user map hook, prefetch(AUTOTUNE)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from shardfeed import manifest, reader
+from shardfeed.augment import Augment
+from shardfeed.decode import DTYPES, DecodeOptions, Schema, batch_decoder, feature_spec
+from shardfeed.example_proto import parse_example
+from shardfeed.lazy import tensorflow
+from shardfeed.tfrecord import read_records
+
+DEFAULT_SHUFFLE_BUFFER = 4096  # serialized records: ~4096 x 110 KB = 450 MB at ImageNet sizes
+DCT_METHODS = ("INTEGER_FAST", "INTEGER_ACCURATE", "")
+
+
+def load(
+    path: str | Sequence[str],
+    *,
+    split: str = "train",
+    batch_size: int = 64,
+    image_size: int | tuple[int, int] = (224, 224),
+    training: bool | None = None,
+    augment: bool | Augment | None = None,
+    shuffle_buffer: int | None = None,
+    seed: int | None = None,
+    deterministic: bool | None = None,
+    repeat: bool = False,
+    cache: bool | str = False,
+    dtype: str = "uint8",
+    channels: int = 3,
+    drop_remainder: bool | None = None,
+    crop_fraction: float = 0.875,
+    dct_method: str = "INTEGER_FAST",
+    input_context: Any = None,
+    num_workers: int = 1,
+    worker_index: int = 0,
+    image_key: str | None = None,
+    label_key: str | None = None,
+    compression: str | None = None,
+    filter: Callable[[dict[str, Any]], Any] | None = None,
+    map: Callable[..., Any] | None = None,
+    skip_corrupt: bool = False,
+) -> Any:
+    """A dataset of (images, labels) batches (images only for unlabeled data).
+
+    Args:
+        path: a converted folder (with manifest.json), or other TFRecords: a file, glob or list.
+        split: which split of a converted folder.
+        batch_size: images per batch (with `input_context`: the global batch, divided per replica).
+        image_size: output (height, width), or one int for squares.
+        training: shuffle, augment and drop the last partial batch; default: split == 'train'.
+        augment: True/None for the default `Augment()` when training, an `Augment`, or False.
+        shuffle_buffer: records in the shuffle buffer (training; default 4096, capped at the split).
+        seed: makes shard order, shuffling and augmentation reproducible.
+        deterministic: keep element order fixed; default True when a seed is given (slower).
+        repeat: repeat forever (then pass steps_per_epoch to fit); default one pass per iteration.
+        cache: keep the serialized records in memory (True) or in a cache file (a path).
+        dtype: 'uint8' (default: normalise on the accelerator) or 'float32' (values 0..255).
+        channels: 3 (grayscale is expanded) or 1.
+        drop_remainder: drop the last partial batch; default True when training.
+        crop_fraction: evaluation centre crop, as a share of the shorter side.
+        dct_method: libjpeg IDCT for decoding: 'INTEGER_FAST' (default, fastest) or 'INTEGER_ACCURATE'.
+        input_context: a `tf.distribute.InputContext`; assigns whole shards to this input pipeline.
+        num_workers, worker_index: the same without a distribution strategy.
+        image_key, label_key: feature names in other people's TFRecords (label_key='' for none).
+        compression: 'gzip' for compressed foreign files (ours say so in the manifest).
+        filter: predicate on one record's parsed features (a dict of tensors); False drops it.
+        map: applied to each decoded batch, (images, labels) -> (images, labels).
+        skip_corrupt: skip unreadable records (logged per shard) instead of failing.
+
+    Raises:
+        ValueError: bad option, missing split (lists the splits), unknown feature (lists those
+            present), fewer shards than workers.
+    """
+    tf = tensorflow()
+    size = _image_size(image_size)
+    _check(batch_size, dtype, channels, crop_fraction, dct_method)
+    training = (split == "train") if training is None else training
+    augment_options = _augment(augment, training)
+    deterministic = seed is not None if deterministic is None else deterministic
+    drop_remainder = training if drop_remainder is None else drop_remainder
+    shards, schema = _shards_and_schema(path, split, image_key, label_key, compression)
+    if input_context is not None:
+        num_workers, worker_index = input_context.num_input_pipelines, input_context.input_pipeline_id
+        batch_size = input_context.get_per_replica_batch_size(batch_size)
+    if num_workers > 1 or worker_index:
+        shards = shards.for_worker(num_workers, worker_index)
+
+    # serialized records, checked per shard
+    ds = reader.read_records(
+        shards, shuffle_files=training, seed=seed, deterministic=deterministic, skip_corrupt=skip_corrupt
+    )
+    if cache:
+        ds = ds.cache("" if cache is True else str(cache))
+    if filter is not None:
+        spec = feature_spec(schema)
+        ds = ds.filter(lambda record: filter(tf.io.parse_single_example(record, spec)))
+    if training and shuffle_buffer != 0:
+        buffer = min(shuffle_buffer or DEFAULT_SHUFFLE_BUFFER, max(shards.num_records, 1))
+        ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+    # one stateless seed pair per record, for reproducible augmentation
+    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
+    ds = tf.data.Dataset.zip((ds, seeds)).batch(batch_size, drop_remainder=drop_remainder)
+    # decoded batches
+    options = DecodeOptions(size, channels, dtype, augment_options, crop_fraction, dct_method)
+    ds = ds.map(batch_decoder(schema, options), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    if map is not None:
+        ds = ds.map(map, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    if not repeat and filter is None and not skip_corrupt:
+        batches = shards.num_records / batch_size
+        ds = ds.apply(
+            tf.data.experimental.assert_cardinality(math.floor(batches) if drop_remainder else math.ceil(batches))
+        )
+    opts = tf.data.Options()
+    opts.deterministic = deterministic
+    opts.experimental_optimization.map_parallelization = True
+    ds = ds.with_options(opts)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def steps_per_epoch(
+    path: str | Sequence[str],
+    split: str = "train",
+    batch_size: int = 64,
+    *,
+    drop_remainder: bool = True,
+    num_workers: int = 1,
+    worker_index: int = 0,
+    image_key: str | None = None,
+    label_key: str | None = None,
+) -> int:
+    """Batches in one epoch of `split` for this worker, from the manifest (or counted records)."""
+    shards, _ = _shards_and_schema(path, split, image_key, label_key, None)
+    if num_workers > 1 or worker_index:
+        shards = shards.for_worker(num_workers, worker_index)
+    batches = shards.num_records / batch_size
+    return math.floor(batches) if drop_remainder else math.ceil(batches)
+
+
+def _image_size(image_size: int | tuple[int, int]) -> tuple[int, int]:
+    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    if len(size) != 2 or not all(isinstance(s, int) and s > 0 for s in size):
+        raise ValueError(f"image_size must be a positive int or (height, width), got {image_size!r}")
+    return size[0], size[1]
+
+
+def _check(batch_size: int, dtype: str, channels: int, crop_fraction: float, dct_method: str) -> None:
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
+    if channels not in (1, 3):
+        raise ValueError(f"channels must be 1 or 3, got {channels!r}")
+    if not 0 < crop_fraction <= 1:
+        raise ValueError(f"crop_fraction must be in (0, 1], got {crop_fraction}")
+    if dct_method not in DCT_METHODS:
+        raise ValueError(f"dct_method must be one of {list(DCT_METHODS)}, got {dct_method!r}")
+
+
+def _augment(augment: bool | Augment | None, training: bool) -> Augment | None:
+    if isinstance(augment, Augment):
+        return augment
+    if augment is None:
+        return Augment() if training else None
+    return Augment() if augment else None
+
+
+def _shards_and_schema(
+    path: str | Sequence[str], split: str, image_key: str | None, label_key: str | None, compression: str | None
+) -> tuple[reader.ShardSet, Schema]:
+    """Our manifest's shards and schema, or foreign files with the schema read off a record."""
+    if reader.is_converted_folder(path):
+        shards = reader.from_manifest(str(path), split)
+        m = manifest.read(str(path))
+        labelled = m.labels is not None
+        return shards, Schema(label_key=Schema.label_key if labelled else None, label_offset=m.label_offset)
+    shards = reader.from_files(path, compression=compression)
+    return shards, _foreign_schema(shards, image_key, label_key)
+
+
+def _foreign_schema(shards: reader.ShardSet, image_key: str | None, label_key: str | None) -> Schema:
+    """Reads the first record to check the named features exist and to see how pixels are stored."""
+    first = next((f for f, n in zip(shards.files, shards.counts, strict=True) if n), None)
+    if first is None:
+        raise ValueError(f"the TFRecord files {shards.files[:3]} hold no records")
+    record = parse_example(next(iter(read_records(first, compression=shards.compression))))
+    image_key = image_key or "image/encoded"
+    label_key = "image/class/label" if label_key is None else label_key
+    for key, flag in ((image_key, "image_key"), (label_key, "label_key")):
+        if key and key not in record:
+            raise ValueError(f"feature {key!r} not in the records of {first}; they have {sorted(record)}; pass {flag}")
+    pixels = bool(record[image_key]) and isinstance(record[image_key][0], float)
+
+    def present(*names: str) -> str | None:
+        return next((n for n in names if n in record), None)
+
+    return Schema(
+        image_key=image_key,
+        label_key=label_key or None,
+        height_key=present("image/height", "height"),
+        width_key=present("image/width", "width"),
+        channels_key=present("image/channels", "channels", "depth"),
+        pixels_as_floats=pixels,
+    )

@@ -1,0 +1,352 @@
+"""load: real shards from real images read back through tf.data, and model.fit on them."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardfeed import convert, load, read_manifest, steps_per_epoch
+from shardfeed.augment import Augment
+
+
+@pytest.fixture(scope="session")
+def photo_shards(photo_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("photo_shards") / "out"
+    convert(str(photo_tree), str(out), split="train=0.75,validation=0.25", shards=4, workers=1, progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def digit_shards(digits_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("digit_shards") / "out"
+    convert(str(digits_tree), str(out), shards=3, workers=1, progress=False)
+    return out
+
+
+def _all(ds) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+    images, labels = zip(*[(x.numpy(), y.numpy()) for x, y in ds], strict=True)
+    return np.concatenate(images), np.concatenate(labels)
+
+
+def _digests(images: np.ndarray) -> Counter[str]:
+    return Counter(hashlib.sha256(image.tobytes()).hexdigest() for image in images)
+
+
+def test_one_epoch_sees_every_record_exactly_once(photo_shards: Path) -> None:
+    m = read_manifest(str(photo_shards))
+    reference, ref_labels = _all(load(str(photo_shards), split="train", training=False, batch_size=5, image_size=64))
+    shuffled, labels = _all(
+        load(
+            str(photo_shards),
+            split="train",
+            training=True,
+            augment=False,
+            batch_size=5,
+            drop_remainder=False,
+            image_size=64,
+            shuffle_buffer=7,
+        )
+    )
+    assert len(reference) == len(shuffled) == m.split("train").num_records == 32
+    assert len(_digests(reference)) == 32  # every image distinct, so equal multisets mean exactly once
+    assert _digests(reference) == _digests(shuffled)
+    names = m.labels or []
+    assert Counter(names[i] for i in labels) == Counter(m.split("train").class_counts)
+    assert Counter(ref_labels.tolist()) == Counter(labels.tolist())
+
+
+def test_shapes_dtypes_and_cardinality(photo_shards: Path) -> None:
+    ds = load(str(photo_shards), split="train", batch_size=8, image_size=(48, 40))
+    assert ds.element_spec[0].shape.as_list() == [8, 48, 40, 3] and ds.element_spec[0].dtype.name == "uint8"
+    assert int(ds.cardinality()) == steps_per_epoch(str(photo_shards), "train", 8) == 4
+    images, labels = next(iter(ds))
+    assert labels.dtype.name == "int64" and images.numpy().max() > 0
+    val = load(str(photo_shards), split="validation", batch_size=8, image_size=32, dtype="float32", channels=1)
+    assert int(val.cardinality()) == steps_per_epoch(str(photo_shards), "validation", 8, drop_remainder=False) == 2
+    x, _ = next(iter(val))
+    assert x.shape[1:] == (32, 32, 1) and x.dtype.name == "float32" and float(x.numpy().max()) <= 255.0
+
+
+def test_eval_preprocessing_is_a_centre_crop_of_the_original(photo_tree: Path, photo_shards: Path) -> None:
+    from PIL import Image
+
+    ds = load(
+        str(photo_shards),
+        split="validation",
+        batch_size=1,
+        image_size=64,
+        crop_fraction=1.0,
+        dct_method="INTEGER_ACCURATE",
+        map=None,
+    )
+    image, label = next(iter(ds))
+    m = read_manifest(str(photo_shards))
+    candidates = sorted((photo_tree / (m.labels or [])[int(label[0])]).glob("*"))
+    best = min(
+        np.abs(np.asarray(_centre(Image.open(p).convert("RGB"), 64), float) - image.numpy()[0]).mean()
+        for p in candidates
+    )
+    assert best < 8.0  # one of the class's photos, centre square, resized
+
+
+def _centre(im, size):  # type: ignore[no-untyped-def]
+    side = min(im.size)
+    left, top = (im.width - side) // 2, (im.height - side) // 2
+    return im.crop((left, top, left + side, top + side)).resize((size, size), 2)
+
+
+def test_seeded_pipelines_give_identical_batches(photo_shards: Path) -> None:
+    kwargs = dict(
+        split="train", batch_size=4, image_size=32, seed=11, augment=Augment(rotate=10, noise=2.0, color_jitter=0.3)
+    )
+    a, la = _all(load(str(photo_shards), **kwargs))
+    b, lb = _all(load(str(photo_shards), **kwargs))
+    assert np.array_equal(a, b) and np.array_equal(la, lb)
+    c, _ = _all(load(str(photo_shards), **{**kwargs, "seed": 12}))
+    assert not np.array_equal(a, c)
+
+
+def test_workers_read_disjoint_whole_shards_covering_everything(photo_shards: Path) -> None:
+    total = Counter()
+    for index in range(2):
+        _, labels = _all(
+            load(
+                str(photo_shards),
+                split="train",
+                training=False,
+                batch_size=4,
+                image_size=16,
+                num_workers=2,
+                worker_index=index,
+            )
+        )
+        assert (
+            len(labels)
+            == steps_per_epoch(str(photo_shards), "train", 4, drop_remainder=False, num_workers=2, worker_index=index)
+            * 4
+            - (4 - len(labels) % 4) % 4
+        )
+        total.update(labels.tolist())
+    assert sum(total.values()) == 32
+    with pytest.raises(ValueError, match="4 shards cannot be split across 5 workers"):
+        load(str(photo_shards), split="train", num_workers=5, worker_index=0)
+
+
+def test_distribute_datasets_from_function(photo_shards: Path) -> None:
+    import tensorflow as tf
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    dist = strategy.distribute_datasets_from_function(
+        lambda ctx: load(str(photo_shards), split="train", batch_size=4, image_size=16, input_context=ctx)
+    )
+    batches = [strategy.experimental_local_results(x)[0] for x, _ in dist]
+    assert len(batches) == 8 and batches[0].shape == (4, 16, 16, 3)
+
+
+def test_keras_fit_with_manifest_steps(digit_shards: Path) -> None:
+    import keras
+
+    train = load(
+        str(digit_shards),
+        split="train",
+        batch_size=16,
+        image_size=32,
+        repeat=True,
+        seed=0,
+        augment=Augment(crop=False, flip=False),
+    )
+    steps = steps_per_epoch(str(digit_shards), "train", 16)
+    model = keras.Sequential(
+        [
+            keras.Input((32, 32, 3)),
+            keras.layers.Rescaling(1 / 255.0),
+            keras.layers.Conv2D(8, 3, activation="relu"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(10),
+        ]
+    )
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    history = model.fit(train, steps_per_epoch=steps, epochs=2, verbose=0)
+    assert steps == 15 and len(history.history["loss"]) == 2
+    val = load(str(digit_shards), split="validation", batch_size=16, image_size=32)
+    assert np.isfinite(model.evaluate(val, verbose=0)[0])
+
+
+def test_foreign_tfrecords_three_recipes(photo_tree: Path, digits, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import tensorflow as tf
+
+    def feature(value):  # type: ignore[no-untyped-def]
+        if isinstance(value, bytes):
+            return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+        if isinstance(value, list):
+            return tf.train.Feature(float_list=tf.train.FloatList(value=value))
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+
+    def write(path: Path, rows: list[dict]) -> None:
+        with tf.io.TFRecordWriter(str(path)) as w:
+            for row in rows:
+                w.write(
+                    tf.train.Example(
+                        features=tf.train.Features(feature={k: feature(v) for k, v in row.items()})
+                    ).SerializeToString()
+                )
+
+    jpegs = sorted(photo_tree.glob("*/*.jpg"))
+    write(tmp_path / "cat_dog-0.tfrec", [{"image": p.read_bytes(), "class": i % 2} for i, p in enumerate(jpegs[:10])])
+    write(tmp_path / "cat_dog-1.tfrec", [{"image": p.read_bytes(), "class": i % 2} for i, p in enumerate(jpegs[10:16])])
+    images, labels = digits
+    write(
+        tmp_path / "mnist.tfrecords",
+        [
+            {
+                "img_string": (images[i].astype(float) / 16.0 * 16 / 255).ravel().tolist(),
+                "height": 8,
+                "width": 8,
+                "label": int(labels[i]),
+            }
+            for i in range(20)
+        ],
+    )
+    cats = load(
+        str(tmp_path / "cat_dog*.tfrec"),
+        image_key="image",
+        label_key="class",
+        training=False,
+        batch_size=4,
+        image_size=32,
+    )
+    x, y = _all(cats)
+    assert len(x) == 16 and set(y.tolist()) == {0, 1} and int(cats.cardinality()) == 4
+    assert (tmp_path / ".shardfeed-counts.json").exists()
+    mnist = load(
+        str(tmp_path / "mnist.tfrecords"),
+        image_key="img_string",
+        label_key="label",
+        training=False,
+        batch_size=5,
+        image_size=8,
+        crop_fraction=1.0,
+        channels=1,
+    )
+    mx, my = _all(mnist)
+    assert mx.shape == (20, 8, 8, 1) and my.tolist() == labels[:20].tolist()
+    assert np.abs(mx[..., 0].astype(int) - images[:20].astype(int)).max() <= 1
+    with pytest.raises(
+        ValueError, match=r"feature 'label' not in the records of .*; they have \['class', 'image'\]; pass label_key"
+    ):
+        load(str(tmp_path / "cat_dog*.tfrec"), image_key="image", label_key="label")
+    with pytest.raises(ValueError, match="no TFRecord files match"):
+        load(str(tmp_path / "nothing*.tfrec"))
+
+
+def test_our_shards_without_the_manifest(photo_shards: Path) -> None:
+    files = sorted(str(p) for p in photo_shards.glob("train-*"))
+    x, _ = _all(load(files, training=False, batch_size=3, image_size=16))
+    assert len(x) == 32
+
+
+def _damaged_copy(src: Path, dst: Path, how: str) -> Path:
+    out = shutil.copytree(src, dst)
+    shard = out / "train-00001-of-00004"
+    data = bytearray(shard.read_bytes())
+    if how == "flip":
+        data[len(data) // 2] ^= 0xFF
+    else:
+        data = data[: len(data) // 2]
+    shard.write_bytes(bytes(data))
+    return out
+
+
+@pytest.mark.parametrize("how", ["flip", "truncate"])
+def test_corrupt_shard_error_names_the_file_and_can_be_skipped(photo_shards: Path, tmp_path: Path, how: str) -> None:
+    import tensorflow as tf
+
+    out = _damaged_copy(photo_shards, tmp_path / "d", how)
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=r"shard .*train-00001-of-00004 is corrupt or truncated: read \d+ of its 8 records",
+    ):
+        _all(load(str(out), split="train", training=False, batch_size=4, image_size=16))
+    x, _ = _all(load(str(out), split="train", training=False, batch_size=4, image_size=16, skip_corrupt=True))
+    assert 24 <= len(x) < 32
+
+
+def test_cache_filter_and_map_hooks(photo_shards: Path, tmp_path: Path) -> None:
+    import tensorflow as tf
+
+    cached = load(str(photo_shards), split="train", training=False, batch_size=4, image_size=16, cache=True)
+    assert len(_all(cached)[0]) == 32 and len(_all(cached)[0]) == 32
+    on_disk = load(
+        str(photo_shards), split="train", training=False, batch_size=4, image_size=16, cache=str(tmp_path / "cache")
+    )
+    assert len(_all(on_disk)[0]) == 32 and list(tmp_path.glob("cache*"))
+    only_zero = load(
+        str(photo_shards),
+        split="train",
+        training=False,
+        batch_size=4,
+        image_size=16,
+        filter=lambda f: tf.equal(f["image/class/label"], 0),
+    )
+    assert set(_all(only_zero)[1].tolist()) == {0}
+    doubled = load(
+        str(photo_shards),
+        split="train",
+        training=False,
+        batch_size=4,
+        image_size=16,
+        dtype="float32",
+        map=lambda x, y: (x * 0.0, y + 100),
+    )
+    x, y = _all(doubled)
+    assert float(x.max()) == 0.0 and y.min() >= 100
+
+
+def test_unlabeled_shards_yield_images_only(photo_tree: Path, tmp_path: Path) -> None:
+    from shardfeed import UnlabeledSource
+
+    convert(UnlabeledSource(str(photo_tree / "rocket")), str(tmp_path / "u"), workers=1, progress=False)
+    ds = load(str(tmp_path / "u"), split="test", batch_size=4, image_size=16)
+    batches = list(ds)
+    assert sum(int(b.shape[0]) for b in batches) == 11 and batches[0].dtype.name == "uint8"
+
+
+def test_png_raw_and_gray_records_take_the_same_path(digits, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    images, labels = digits
+    np.savez(tmp_path / "d.npz", images=images[:24], labels=labels[:24])
+    for encoding in ("png", "raw"):
+        convert(
+            str(tmp_path / "d.npz"),
+            str(tmp_path / encoding),
+            array_encoding=encoding,
+            split="train=1",
+            workers=1,
+            progress=False,
+        )
+    png, ly = _all(load(str(tmp_path / "png"), training=False, batch_size=8, image_size=8, crop_fraction=1.0))
+    raw, lr = _all(load(str(tmp_path / "raw"), training=False, batch_size=8, image_size=8, crop_fraction=1.0))
+    assert png.shape == (24, 8, 8, 3) and np.array_equal(png, raw) and np.array_equal(ly, lr)
+    assert np.array_equal(
+        png[0, ..., 0], images[int(np.argmax([np.array_equal(png[0, ..., 0], im) for im in images[:24]]))]
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"split": "test"}, r"split 'test' not in .*; it has \['train', 'validation'\]"),
+        ({"image_size": 0}, "image_size must be a positive int"),
+        ({"batch_size": 0}, "batch_size must be a positive integer"),
+        ({"dtype": "float16"}, r"dtype must be one of \['uint8', 'float32'\]"),
+        ({"channels": 4}, "channels must be 1 or 3"),
+        ({"crop_fraction": 0}, r"crop_fraction must be in \(0, 1\]"),
+    ],
+)
+def test_option_errors(photo_shards: Path, kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        load(str(photo_shards), **kwargs)
