@@ -39,6 +39,7 @@ class DecodeOptions:
     augment: Augment | None  # None: evaluation preprocessing
     crop_fraction: float
     dct_method: str
+    antialias: bool = False
 
 
 def feature_spec(schema: Schema) -> dict[str, Any]:
@@ -99,7 +100,7 @@ def decode_one(
             lambda: _jpeg(data, seed, options),
             lambda: _other(data, height, width, channels, seed, options),
         )
-    image = tf.image.resize(image, options.image_size, method="bilinear", antialias=True)
+    image = tf.image.resize(image, options.image_size, method="bilinear", antialias=options.antialias)
     if options.augment is not None:
         image = photometric(image, tf.random.experimental.stateless_fold_in(seed, 1), options.augment)
     if options.dtype == "uint8":
