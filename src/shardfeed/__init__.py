@@ -8,15 +8,18 @@ from shardfeed.convert import convert as convert
 from shardfeed.dataset import load as load
 from shardfeed.dataset import steps_per_epoch as steps_per_epoch
 from shardfeed.images import ImageOptions as ImageOptions
+from shardfeed.info import info as info
 from shardfeed.manifest import Manifest as Manifest
 from shardfeed.manifest import ManifestError as ManifestError
 from shardfeed.manifest import read as read_manifest
+from shardfeed.show import show as show
 from shardfeed.sources import ArraySource as ArraySource
 from shardfeed.sources import CsvSource as CsvSource
 from shardfeed.sources import FilenameSource as FilenameSource
 from shardfeed.sources import FolderSource as FolderSource
 from shardfeed.sources import SourceError as SourceError
 from shardfeed.sources import UnlabeledSource as UnlabeledSource
+from shardfeed.verify import verify as verify
 from shardfeed.version import __version__ as __version__
 
 __all__ = [
@@ -35,7 +38,10 @@ __all__ = [
     "UnlabeledSource",
     "__version__",
     "convert",
+    "info",
     "load",
     "read_manifest",
+    "show",
     "steps_per_epoch",
+    "verify",
 ]

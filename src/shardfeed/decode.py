@@ -146,7 +146,7 @@ def _to_channels(image: Any, channels: int) -> Any:
     tf = tensorflow()
     have = tf.shape(image)[-1]
     if channels == 3:
-        return tf.cond(tf.equal(have, 1), lambda: tf.image.grayscale_to_rgb(image), lambda: image[..., :3])
+        return tf.cond(tf.equal(have, 1), lambda: tf.tile(image[..., :1], [1, 1, 3]), lambda: image[..., :3])
     return tf.cond(
         tf.equal(have, 3), lambda: tf.cast(tf.image.rgb_to_grayscale(image), tf.uint8), lambda: image[..., :1]
     )
@@ -162,5 +162,5 @@ def _float_pixels(values: Any, height: Any, width: Any, channels: int) -> Any:
     image = tf.reshape(values, tf.stack([h, w, c]))
     image = tf.where(tf.reduce_max(image) <= 1.0, image * 255.0, image)
     if channels == 3:
-        return tf.cond(tf.equal(c, 1), lambda: tf.image.grayscale_to_rgb(image), lambda: image)
+        return tf.cond(tf.equal(c, 1), lambda: tf.tile(image[..., :1], [1, 1, 3]), lambda: image[..., :3])
     return tf.cond(tf.equal(c, 3), lambda: tf.image.rgb_to_grayscale(image), lambda: image)

@@ -192,6 +192,31 @@ def _decode_jpeg_check(data: bytes, colorspace: str) -> str | None:
     return f"damaged JPEG data, decodes with a warning: {message}"
 
 
+def check_stored_image(data: bytes, fmt: str, height: int, width: int, channels: int) -> str | None:
+    """Proves a record's stored image decodes as TensorFlow would and matches its recorded shape.
+
+    Returns:
+        None if fine, else the problem (for `verify`).
+    """
+    try:
+        if fmt == "RAW":
+            if len(data) != height * width * channels:
+                return f"raw image has {len(data)} bytes, expected {height}x{width}x{channels}"
+            return None
+        if fmt == "JPEG":
+            h, w, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+            _decode_jpeg_check(data, "GRAY" if colorspace == "Gray" else "RGB")
+        else:
+            with Image.open(io.BytesIO(data)) as im:
+                im.load()
+                w, h = im.size
+    except (BadImageError, ValueError, OSError) as e:
+        return f"image does not decode: {e}"
+    if (h, w) != (height, width):
+        return f"image is {h}x{w} but the record says {height}x{width}"
+    return None
+
+
 def _keep_png(data: bytes, check: str) -> PreparedImage | None:
     """The PNG as it is if 8-bit gray or RGB, else None (16-bit, palette, alpha get converted)."""
     if len(data) < 33:

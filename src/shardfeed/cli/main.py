@@ -7,10 +7,10 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from shardfeed.cli import convert_cmd
+from shardfeed.cli import bench_cmd, convert_cmd, info_cmd, show_cmd, verify_cmd
 from shardfeed.version import __version__
 
-SUBCOMMANDS = (convert_cmd,)
+SUBCOMMANDS = (convert_cmd, info_cmd, verify_cmd, show_cmd, bench_cmd)
 log = logging.getLogger("shardfeed")
 
 

@@ -1,0 +1,46 @@
+"""`shardfeed show PATH`: a grid PNG of sample images with their class names."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from shardfeed.show import show
+
+log = logging.getLogger("shardfeed")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("show", help="draw sample images with their class names")
+    p.add_argument("path", help="converted folder")
+    p.add_argument("-o", "--output", default="samples.png", help="PNG to write (default samples.png)")
+    p.add_argument("--split", default="train")
+    p.add_argument("--rows", type=int, default=4)
+    p.add_argument("--cols", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--image-size", type=int, default=160, help="augmented: pipeline output size")
+    p.add_argument("--augmented", action="store_true", help="show what the training pipeline feeds the model")
+    p.add_argument("--tensorboard", metavar="LOGDIR", help="also write TensorBoard image summaries")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    tiles = show(
+        args.path,
+        args.output,
+        split=args.split,
+        rows=args.rows,
+        cols=args.cols,
+        seed=args.seed,
+        augmented=args.augmented,
+        image_size=args.image_size,
+        tensorboard=args.tensorboard,
+    )
+    log.info(
+        "Wrote %d images to %s%s",
+        len(tiles),
+        args.output,
+        f" and TensorBoard logs to {args.tensorboard}" if args.tensorboard else "",
+    )
+    return 0
