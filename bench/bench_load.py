@@ -37,20 +37,21 @@ BATCH = 64
 def recipe(shards: str):  # type: ignore[no-untyped-def]
     import tensorflow as tf
 
-    from shardfeed.augment import Augment
-    from shardfeed.decode import DecodeOptions, Schema, decode_one
+    from shardfeed.augment import Augment, photometric, random_crop_window
 
-    options = DecodeOptions(SIZE, 3, "uint8", Augment(), 0.875, "INTEGER_ACCURATE")
     spec = {
         "image/encoded": tf.io.FixedLenFeature([], tf.string),
         "image/class/label": tf.io.FixedLenFeature([], tf.int64),
     }
-    zero = tf.constant(0, tf.int64)
 
     def parse(record, seed):  # type: ignore[no-untyped-def]
         f = tf.io.parse_single_example(record, spec)
-        image = decode_one(f["image/encoded"], zero, zero, zero, seed, schema=Schema(), options=options)
-        return image, f["image/class/label"]
+        image = tf.io.decode_jpeg(f["image/encoded"], channels=3)  # the recipe decodes the whole image
+        window = random_crop_window(tf.shape(image), seed, Augment())
+        image = tf.image.crop_to_bounding_box(image, window[0], window[1], window[2], window[3])
+        image = tf.image.resize(image, SIZE)
+        image = photometric(image, tf.random.experimental.stateless_fold_in(seed, 1), Augment())
+        return tf.cast(tf.round(image), tf.uint8), f["image/class/label"]
 
     files = tf.data.Dataset.list_files(os.path.join(shards, "train-*"))
     ds = files.interleave(tf.data.TFRecordDataset, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
