@@ -1,0 +1,48 @@
+"""bench reports parseable, plausible throughput figures (never asserted against a wall clock)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from shardfeed import convert
+
+
+def test_bench_json_with_compare_folder(photo_tree: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    convert(str(photo_tree), str(out), split="train=1", shards=2, workers=1, progress=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shardfeed",
+            "bench",
+            str(out),
+            "--batch-size",
+            "4",
+            "--image-size",
+            "32",
+            "--compare-folder",
+            str(photo_tree),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    data = json.loads(done.stdout)
+    ours = data["shardfeed"]
+    assert ours["images"] == 4 * ours["batches"] and ours["batches"] == 9  # 44 // 4 = 11 batches, 2 warm-up
+    assert ours["images_per_second"] > 0 and ours["batches_per_second"] > 0 and ours["warmup_seconds"] > 0
+    assert 0 < ours["cpu_cores_used"] < 64
+    assert data["keras_folder"]["images"] > 0 and data["decode_ceiling"]["images"] > 0
+    assert set(data["ratios"]) == {"vs_keras_folder", "vs_decode_ceiling"}
+    text = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "bench", str(out), "--batch-size", "4", "--image-size", "32", "--eval"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "shardfeed.load" in text and "img/s" in text

@@ -1,0 +1,51 @@
+"""info on converted data and on other TFRecords, as text and as JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shardfeed import convert, info
+from shardfeed.info import format_info
+
+
+@pytest.fixture(scope="module")
+def converted(odd_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("info") / "out"
+    convert(str(odd_tree), str(out), split="train=1", shards=2, workers=1, progress=False)
+    return out
+
+
+def test_info_json_holds_counts_stats_and_settings(converted: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "info", str(converted), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    data = json.loads(done.stdout)
+    train = data["splits"]["train"]
+    assert data["kind"] == "shardfeed" and data["labels"] == ["cat", "dog"] and data["num_classes"] == 2
+    assert train["records"] == 15 == sum(train["class_counts"].values()) == data["records"]
+    assert train["shards"] == 2 and train["bytes"] > 100_000
+    images = train["images"]
+    assert images["sampled"] == 15 and 100 <= images["height"]["min"] <= images["height"]["max"] <= 300
+    assert images["formats"] == {"JPEG": 8, "PNG": 7} and images["channels"] == {"1": 2, "3": 13}
+    assert data["settings"]["shards"] == 2 and data["skipped"] == 6 and data["conversions"]["CMYK JPEG"] == 1
+
+
+def test_info_text_has_a_histogram(converted: Path) -> None:
+    text = format_info(info(str(converted)))
+    assert "split train: 15 records in 2 shards" in text and "#" in text and "image settings" in text
+
+
+def test_info_on_other_tfrecords(converted: Path) -> None:
+    data = info(str(converted / "train-*"), label_key="image/class/label")
+    assert data["kind"] == "tfrecord" and data["records"] == 15 and data["features"]["image/encoded"] == "bytes"
+    assert sum(data["class_counts"].values()) == 15
+    with pytest.raises(ValueError, match=r"feature 'label' not in the records; they have \['image/channels'"):
+        info(str(converted / "train-*"), label_key="label")
