@@ -7,11 +7,15 @@ from shardfeed.convert import ConvertOptions as ConvertOptions
 from shardfeed.convert import convert as convert
 from shardfeed.dataset import load as load
 from shardfeed.dataset import steps_per_epoch as steps_per_epoch
+from shardfeed.evaluate import evaluate as evaluate
 from shardfeed.images import ImageOptions as ImageOptions
 from shardfeed.info import info as info
 from shardfeed.manifest import Manifest as Manifest
 from shardfeed.manifest import ManifestError as ManifestError
 from shardfeed.manifest import read as read_manifest
+from shardfeed.models import build_model as build_model
+from shardfeed.models import load_model as load_model
+from shardfeed.predict import predict as predict
 from shardfeed.show import show as show
 from shardfeed.sources import ArraySource as ArraySource
 from shardfeed.sources import CsvSource as CsvSource
@@ -19,6 +23,7 @@ from shardfeed.sources import FilenameSource as FilenameSource
 from shardfeed.sources import FolderSource as FolderSource
 from shardfeed.sources import SourceError as SourceError
 from shardfeed.sources import UnlabeledSource as UnlabeledSource
+from shardfeed.train import train as train
 from shardfeed.verify import verify as verify
 from shardfeed.version import __version__ as __version__
 
@@ -37,11 +42,16 @@ __all__ = [
     "SourceError",
     "UnlabeledSource",
     "__version__",
+    "build_model",
     "convert",
+    "evaluate",
     "info",
     "load",
+    "load_model",
+    "predict",
     "read_manifest",
     "show",
     "steps_per_epoch",
+    "train",
     "verify",
 ]

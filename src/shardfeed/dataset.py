@@ -11,6 +11,7 @@ Pipeline (what flows through each stage):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -54,6 +55,7 @@ def load(
     filter: Callable[[dict[str, Any]], Any] | None = None,
     map: Callable[..., Any] | None = None,
     skip_corrupt: bool = False,
+    with_filenames: bool = False,
 ) -> Any:
     """A dataset of (images, labels) batches (images only for unlabeled data).
 
@@ -83,6 +85,7 @@ def load(
         filter: predicate on one record's parsed features (a dict of tensors); False drops it.
         map: applied to each decoded batch, (images, labels) -> (images, labels).
         skip_corrupt: skip unreadable records (logged per shard) instead of failing.
+        with_filenames: also yield each record's image/filename: (images, labels, filenames).
 
     Raises:
         ValueError: bad option, missing split (lists the splits), unknown feature (lists those
@@ -98,6 +101,8 @@ def load(
     deterministic = (seed is not None or not training) if deterministic is None else deterministic
     drop_remainder = training if drop_remainder is None else drop_remainder
     shards, schema = _shards_and_schema(path, split, image_key, label_key, compression)
+    if with_filenames:
+        schema = dataclasses.replace(schema, filename_key="image/filename")
     if input_context is not None:
         num_workers, worker_index = input_context.num_input_pipelines, input_context.input_pipeline_id
         batch_size = input_context.get_per_replica_batch_size(batch_size)

@@ -28,6 +28,7 @@ class Schema:
     width_key: str | None = "image/width"
     channels_key: str | None = "image/channels"
     pixels_as_floats: bool = False  # image_key is a float list of pixels, not encoded bytes
+    filename_key: str | None = None  # also return this feature (image/filename) with each batch
     label_offset: int = 0  # subtracted from stored labels, so the model sees 0..K-1
 
 
@@ -54,6 +55,8 @@ def feature_spec(schema: Schema) -> dict[str, Any]:
             spec[key] = tf.io.FixedLenFeature([], tf.int64, default_value=0)
     if schema.label_key:
         spec[schema.label_key] = tf.io.FixedLenFeature([], tf.int64)
+    if schema.filename_key:
+        spec[schema.filename_key] = tf.io.FixedLenFeature([], tf.string, default_value="")
     return spec
 
 
@@ -78,9 +81,12 @@ def batch_decoder(schema: Schema, options: DecodeOptions) -> Callable[..., Any]:
             fn_output_signature=out_spec,
             parallel_iterations=16,
         )
-        if schema.label_key is None:
-            return images
-        return images, parsed[schema.label_key] - schema.label_offset
+        out: tuple[Any, ...] = (images,)
+        if schema.label_key is not None:
+            out += (parsed[schema.label_key] - schema.label_offset,)
+        if schema.filename_key is not None:
+            out += (parsed[schema.filename_key],)
+        return out if len(out) > 1 else images
 
     return decode_batch
 

@@ -7,10 +7,19 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from shardfeed.cli import bench_cmd, convert_cmd, info_cmd, show_cmd, verify_cmd
+from shardfeed.cli import (
+    bench_cmd,
+    convert_cmd,
+    evaluate_cmd,
+    info_cmd,
+    predict_cmd,
+    show_cmd,
+    train_cmd,
+    verify_cmd,
+)
 from shardfeed.version import __version__
 
-SUBCOMMANDS = (convert_cmd, info_cmd, verify_cmd, show_cmd, bench_cmd)
+SUBCOMMANDS = (convert_cmd, info_cmd, verify_cmd, show_cmd, bench_cmd, train_cmd, evaluate_cmd, predict_cmd)
 log = logging.getLogger("shardfeed")
 
 

@@ -1,0 +1,33 @@
+"""`shardfeed evaluate RUN_DIR [PATH]`: loss, accuracy, top-k, per-class accuracy, confusion matrix."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from shardfeed.evaluate import evaluate
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("evaluate", help="evaluate a trained run on a split")
+    p.add_argument("run_dir", help="training run folder")
+    p.add_argument("path", nargs="?", help="converted folder (default: the one it was trained on)")
+    p.add_argument("--split", default="validation")
+    p.add_argument("--top-k", type=int, default=5)
+    p.add_argument("--model-file", default="model.keras", help="or checkpoints/best.keras")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    r = evaluate(args.run_dir, args.path, split=args.split, top_k=args.top_k, model_file=args.model_file)
+    if args.json:
+        print(json.dumps(r, indent=2))
+        return 0
+    top = next(k for k in r if k.startswith("top") and k.endswith("_accuracy"))
+    print(f"{r['examples']} examples: loss {r['loss']:.4f}, accuracy {r['accuracy']:.4f}, {top} {r[top]:.4f}")
+    for name, acc in r["per_class_accuracy"].items():
+        print(f"  {name:<20} {'-' if acc is None else f'{acc:.3f}'}")
+    print(f"confusion matrix: {r['output_dir']}/confusion_matrix.png")
+    return 0
