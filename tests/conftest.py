@@ -160,3 +160,9 @@ def _encoded(image: Image.Image, fmt: str) -> bytes:
 def copy_tree(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst
+
+
+def shard_bytes(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()} | {
+        f"index/{p.name}": p.read_bytes() for p in sorted((out / "index").iterdir())
+    }

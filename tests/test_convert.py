@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import crops, jpeg_bytes, photos
+from conftest import crops, jpeg_bytes, photos, shard_bytes
 
 from shardfeed import ConvertError, SourceError, convert, read_manifest, tfrecord
 from shardfeed.manifest import ManifestError
@@ -47,12 +47,6 @@ def read_split(out: Path, split: str, *, labelled: bool = True, compression: str
         for i in range(len(parsed["image/filename"])):
             rows.append({k: v[i] for k, v in parsed.items()})
     return rows
-
-
-def shard_bytes(out: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()} | {
-        f"index/{p.name}": p.read_bytes() for p in sorted((out / "index").iterdir())
-    }
 
 
 def test_round_trip_preserves_every_file_and_label(photo_tree: Path, tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ WORK_DIR = ".shardfeed"
 STATE_NAME = "state.json"
 CHUNK_SIZE = 32  # items per worker task: big enough to amortise IPC, small enough to balance
 COMPRESSIONS = (None, "gzip")
+RUNNERS = ("local", "beam")
 
 
 class ConvertError(RuntimeError):
@@ -182,6 +183,8 @@ def convert(
     workers: int | None = None,
     overwrite: bool = False,
     progress: bool = True,
+    runner: str = "local",
+    beam_options: str | list[str] | None = None,
 ) -> ConversionResult:
     """Converts an image dataset into sharded TFRecords with a manifest.
 
@@ -193,6 +196,10 @@ def convert(
         workers: processes encoding images (default: all cores; 1 runs in this process).
         overwrite: replace a conversion written with other settings or inputs.
         progress: show a progress bar on stderr.
+        runner: 'local' (a process pool here) or 'beam' (an Apache Beam pipeline: same plan, same
+            encoder and shard writer, byte-identical output; needs `shardfeed[beam]`).
+        beam_options: Beam pipeline flags, e.g. "--runner=DataflowRunner --project=p --region=r
+            --temp_location=gs://b/tmp" (default: Beam's local DirectRunner).
         Other arguments: see `ConvertOptions` and `ImageOptions`.
 
     Returns:
@@ -225,7 +232,16 @@ def convert(
     workers = (os.cpu_count() or 1) if workers is None else workers
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    return _Conversion(resolve_source(source), output_dir, options, strict, workers, overwrite, progress).run()
+    if runner not in RUNNERS:
+        raise ValueError(f"runner must be one of {list(RUNNERS)}, got {runner!r}")
+    if runner == "beam":
+        from shardfeed.lazy import apache_beam
+
+        apache_beam()  # fail now, with the install hint, not after planning
+        workers = 1  # the pipeline does the parallel work
+    conversion = _Conversion(resolve_source(source), output_dir, options, strict, workers, overwrite, progress)
+    conversion.runner, conversion.beam_options = runner, beam_options
+    return conversion.run()
 
 
 class _Conversion:
@@ -249,6 +265,8 @@ class _Conversion:
         self.overwrite = overwrite
         self.progress = progress
         self.work_dir = fileio.join(output_dir, WORK_DIR)
+        self.runner = "local"
+        self.beam_options: str | list[str] | None = None
 
     def run(self) -> ConversionResult:
         start = time.monotonic()
@@ -382,8 +400,32 @@ class _Conversion:
             if name.endswith(shards.INCOMPLETE):
                 fileio.remove(fileio.join(self.output_dir, name))
         pending = [p for p in plans if done[p.file] is None]
-        total = sum(len(p.items) for p in plans)
+        if self.runner == "beam":
+            from shardfeed import beam_runner
 
+            beam_runner.write_shards(
+                pending, self.output_dir, self.work_dir, discovery, self.options, self.beam_options
+            )
+            for plan in pending:
+                done[plan.file] = _slim(shards.read_part(self.work_dir, plan.file, self.output_dir))
+                if done[plan.file] is None:
+                    raise ConvertError(f"the Beam pipeline finished without committing shard {plan.file}")
+            self._fail_if_strict([s for p in pending for s in done[p.file].skipped])  # type: ignore[union-attr]
+        else:
+            self._write_local(plans, pending, done, discovery, executor)
+        results = [done[p.file] for p in plans]
+        return [r for r in results if r is not None], len(plans) - len(pending)
+
+    def _write_local(
+        self,
+        plans: list[ShardPlan],
+        pending: list[ShardPlan],
+        done: dict[str, shards.ShardResult | None],
+        discovery: Discovery,
+        executor: Executor | None,
+    ) -> None:
+        """Encodes in the process pool, in order, and writes the shards here as chunks arrive."""
+        total = sum(len(p.items) for p in plans)
         bar = tqdm(
             total=total,
             initial=total - sum(len(p.items) for p in pending),
@@ -414,8 +456,6 @@ class _Conversion:
                         compression=self.options.compression,
                     )
                 )
-        results = [done[p.file] for p in plans]
-        return [r for r in results if r is not None], len(plans) - len(pending)
 
     def _checked(self, chunk: list[EncodedRecord | SkippedItem], bar: Any) -> list[EncodedRecord | SkippedItem]:
         bar.update(len(chunk))

@@ -84,6 +84,17 @@ def register(sub: Any) -> None:
     g.add_argument("--strict", action="store_true", help="fail on the first unusable input")
     g.add_argument("--overwrite", action="store_true", help="replace a conversion with other settings")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    g.add_argument(
+        "--runner",
+        choices=["local", "beam"],
+        default="local",
+        help="local process pool (default) or an Apache Beam pipeline (pip install 'shardfeed[beam]')",
+    )
+    g.add_argument(
+        "--beam-options",
+        help='Beam pipeline flags, e.g. "--runner=DataflowRunner --project=P '
+        '--region=R --temp_location=gs://B/tmp" (default: local DirectRunner)',
+    )
     p.set_defaults(run=run)
 
 
@@ -136,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
         strict=args.strict,
         workers=args.workers,
         overwrite=args.overwrite,
+        runner=args.runner,
+        beam_options=args.beam_options,
         progress=not args.quiet,
     )
     log.info(result.summary())

@@ -1,0 +1,54 @@
+"""The Beam runner (on Beam's local runner) writes exactly what the local runner writes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import shard_bytes
+
+from shardfeed import convert
+
+
+def test_beam_output_is_byte_identical_to_local(odd_tree: Path, tmp_path: Path) -> None:
+    kwargs = dict(split="train=0.6,validation=0.4", shards=2, seed=3, progress=False)
+    local = convert(str(odd_tree), str(tmp_path / "local"), workers=2, **kwargs)
+    beam = convert(
+        str(odd_tree),
+        str(tmp_path / "beam"),
+        runner="beam",
+        beam_options="--direct_num_workers=2 --direct_running_mode=multi_threading",
+        **kwargs,
+    )
+    assert beam.manifest.data == local.manifest.data
+    assert shard_bytes(tmp_path / "beam") == shard_bytes(tmp_path / "local")
+    assert (tmp_path / "beam" / "report.json").read_bytes() == (tmp_path / "local" / "report.json").read_bytes()
+    assert not (tmp_path / "beam" / ".shardfeed").exists()
+
+
+def test_beam_via_cli_and_rerun_is_a_no_op(photo_tree: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    cmd = [sys.executable, "-m", "shardfeed", "convert", str(photo_tree), str(out), "--runner", "beam", "-q"]
+    first = subprocess.run(cmd, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert "Wrote 44 of 44 images" in first.stderr
+    again = subprocess.run(cmd, capture_output=True, text=True)
+    assert "nothing to do" in again.stderr
+
+
+def test_importing_shardfeed_imports_neither_beam_nor_tensorflow() -> None:
+    code = "import sys, shardfeed; print('apache_beam' in sys.modules, 'tensorflow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+def test_without_beam_the_runner_fails_with_an_install_hint(photo_tree: Path, tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.modules['apache_beam'] = None\n"  # what Python does when it is not installed
+        "from shardfeed.cli.main import main\n"
+        f"raise SystemExit(main(['convert', {str(photo_tree)!r}, {str(tmp_path / 'o')!r}, '--runner', 'beam']))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "apache_beam is required for this feature: pip install 'shardfeed[beam]'" in done.stderr
