@@ -59,7 +59,8 @@ class _HashingWriter:
     def write(self, data: bytes) -> int:
         self.digest.update(data)
         self.count += len(data)
-        return int(self.sink.write(data))
+        self.sink.write(data)  # tf.io.gfile's GFile.write returns None, not a count
+        return len(data)
 
     def flush(self) -> None:
         self.sink.flush()
