@@ -63,3 +63,17 @@ def test_foreign_tfrecords_on_ram(tf, photo_tree: Path) -> None:  # type: ignore
     ds = load("ram://shardfeed-foreign/out/train-*", training=False, batch_size=4, image_size=16)
     assert sum(int(b[0].shape[0]) for b in ds) == 44
     assert tf.io.gfile.exists("ram://shardfeed-foreign/out/.shardfeed-counts.json")
+
+
+def test_numpy_source_on_ram(tf, digits, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import io
+
+    import numpy as np
+
+    images, labels = digits
+    buffer = io.BytesIO()
+    np.savez(buffer, x_train=images[:20], y_train=labels[:20])
+    with tf.io.gfile.GFile("ram://shardfeed-np/d.npz", "wb") as f:
+        f.write(buffer.getvalue())
+    result = convert("ram://shardfeed-np/d.npz", str(tmp_path / "o"), workers=1, progress=False)
+    assert result.num_written == 20 and result.manifest.split_names == ["train"]

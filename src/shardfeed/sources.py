@@ -323,10 +323,10 @@ class ArraySource:
             if not self.labels_path:
                 raise SourceError(f"{name} holds images only; pass the labels .npy too (--labels-file)")
             images = load_array(self.path, "")
-            labels = np.load(self.labels_path)
+            labels = _np_load(self.labels_path)
             _check_image_array(images, name)
             return [(None, "", labels, images.shape)]
-        archive = np.load(self.path)
+        archive = _np_load(self.path)
         keys = sorted(archive.files)
         if self.images_key or self.labels_key:
             chosen = [(None, self.images_key or "images", self.labels_key or "labels")]
@@ -357,12 +357,20 @@ def _check_image_array(images: np.ndarray, name: str) -> None:
 _ARRAY_CACHE: dict[tuple[str, str], Any] = {}
 
 
+def _np_load(path: str, *, mmap: bool = False) -> Any:
+    """np.load for local files (memory-mapped .npy when asked) and TensorFlow filesystem URLs."""
+    if fileio.is_remote(path):
+        return np.load(io.BytesIO(fileio.read_bytes(path)))
+    return np.load(path, mmap_mode="r" if mmap and path.endswith(".npy") else None)
+
+
 def load_array(path: str, key: str) -> Any:
     """An image array, memory-mapped for .npy, loaded once per process for .npz."""
     cache_key = (path, key)
     if cache_key not in _ARRAY_CACHE:
         _ARRAY_CACHE.clear()
-        _ARRAY_CACHE[cache_key] = np.load(path, mmap_mode="r") if path.endswith(".npy") else np.load(path)[key]
+        array = _np_load(path, mmap=True)
+        _ARRAY_CACHE[cache_key] = array if path.endswith(".npy") else array[key]
     return _ARRAY_CACHE[cache_key]
 
 
