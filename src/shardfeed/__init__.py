@@ -9,6 +9,8 @@ from shardfeed.dataset import load as load
 from shardfeed.dataset import steps_per_epoch as steps_per_epoch
 from shardfeed.evaluate import evaluate as evaluate
 from shardfeed.images import ImageOptions as ImageOptions
+from shardfeed.indexed import IndexedRecords as IndexedRecords
+from shardfeed.indexed import global_order as global_order
 from shardfeed.info import info as info
 from shardfeed.manifest import Manifest as Manifest
 from shardfeed.manifest import ManifestError as ManifestError
@@ -37,6 +39,7 @@ __all__ = [
     "FilenameSource",
     "FolderSource",
     "ImageOptions",
+    "IndexedRecords",
     "Manifest",
     "ManifestError",
     "SourceError",
@@ -45,6 +48,7 @@ __all__ = [
     "build_model",
     "convert",
     "evaluate",
+    "global_order",
     "info",
     "load",
     "load_model",

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from shardfeed import manifest, reader
 from shardfeed.augment import Augment
@@ -56,6 +59,10 @@ def load(
     map: Callable[..., Any] | None = None,
     skip_corrupt: bool = False,
     with_filenames: bool = False,
+    shuffle: str = "buffer",
+    epoch: int = 0,
+    start_step: int = 0,
+    even: str | None = None,
 ) -> Any:
     """A dataset of (images, labels) batches (images only for unlabeled data).
 
@@ -86,6 +93,16 @@ def load(
         map: applied to each decoded batch, (images, labels) -> (images, labels).
         skip_corrupt: skip unreadable records (logged per shard) instead of failing.
         with_filenames: also yield each record's image/filename: (images, labels, filenames).
+        shuffle: 'buffer' (shuffle buffer over shards read in parallel; the default) or 'global': a
+            seeded permutation of all records of the split, new each epoch (`indexed.global_order`,
+            the same order the TensorFlow-free `IndexedRecords` gives), read by index with bounded
+            memory. Global order is a pure function of (seed, epoch), which makes `epoch` and
+            `start_step` exact.
+        epoch, start_step: with shuffle='global', start at this epoch and skip this many batches
+            of it (exact mid-epoch resume; see `shardfeed.ResumeState`).
+        even: split records, not shards, across workers so each reads the same count: 'drop' the
+            remainder or 'pad' by wrapping around (works with fewer shards than workers). Default
+            None: whole shards per worker.
 
     Raises:
         ValueError: bad option, missing split (lists the splits), unknown feature (lists those
@@ -100,39 +117,62 @@ def load(
     # made deterministic when a seed asks for reproducibility, since order-free is faster.
     deterministic = (seed is not None or not training) if deterministic is None else deterministic
     drop_remainder = training if drop_remainder is None else drop_remainder
+    _check_indexed(shuffle, epoch, start_step, even, seed)
     shards, schema = _shards_and_schema(path, split, image_key, label_key, compression)
     if with_filenames:
         schema = dataclasses.replace(schema, filename_key="image/filename")
     if input_context is not None:
         num_workers, worker_index = input_context.num_input_pipelines, input_context.input_pipeline_id
         batch_size = input_context.get_per_replica_batch_size(batch_size)
-    if num_workers > 1 or worker_index:
-        shards = shards.for_worker(num_workers, worker_index)
 
-    # serialized records, checked per shard
-    ds = reader.read_records(
-        shards, shuffle_files=training, seed=seed, deterministic=deterministic, skip_corrupt=skip_corrupt
-    )
-    if cache:
-        ds = ds.cache("" if cache is True else str(cache))
+    if shuffle == "global" or even is not None:
+        # serialized records by index: a pure (seed, epoch) order, even record ranges per worker
+        if not reader.is_converted_folder(path):
+            raise ValueError(
+                "shuffle='global' and even splits read through the index files of a converted folder; "
+                f"{path!r} has no manifest.json"
+            )
+        ds, num_records = _indexed_records(
+            str(path),
+            split,
+            seed=seed,
+            epoch=epoch,
+            skip=start_step * batch_size,
+            shuffled=shuffle == "global" and training,
+            repeat=repeat,
+            num_workers=num_workers,
+            worker_index=worker_index,
+            even=even or "drop",
+        )
+    else:
+        if num_workers > 1 or worker_index:
+            shards = shards.for_worker(num_workers, worker_index)
+        # serialized records, checked per shard
+        records = reader.read_records(
+            shards, shuffle_files=training, seed=seed, deterministic=deterministic, skip_corrupt=skip_corrupt
+        )
+        if cache:
+            records = records.cache("" if cache is True else str(cache))
+        if training and shuffle_buffer != 0:
+            buffer = min(shuffle_buffer or DEFAULT_SHUFFLE_BUFFER, max(shards.num_records, 1))
+            records = records.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+        if repeat:
+            records = records.repeat()
+        # one stateless seed pair per record, for reproducible augmentation
+        seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
+        ds = tf.data.Dataset.zip((records, seeds))
+        num_records = shards.num_records
     if filter is not None:
         spec = feature_spec(schema)
-        ds = ds.filter(lambda record: filter(tf.io.parse_single_example(record, spec)))
-    if training and shuffle_buffer != 0:
-        buffer = min(shuffle_buffer or DEFAULT_SHUFFLE_BUFFER, max(shards.num_records, 1))
-        ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        ds = ds.repeat()
-    # one stateless seed pair per record, for reproducible augmentation
-    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
-    ds = tf.data.Dataset.zip((ds, seeds)).batch(batch_size, drop_remainder=drop_remainder)
+        ds = ds.filter(lambda record, _: filter(tf.io.parse_single_example(record, spec)))
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
     # decoded batches
     options = DecodeOptions(size, channels, dtype, augment_options, crop_fraction, dct_method, antialias)
     ds = ds.map(batch_decoder(schema, options), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     if map is not None:
         ds = ds.map(map, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     if not repeat and filter is None and not skip_corrupt:
-        batches = shards.num_records / batch_size
+        batches = num_records / batch_size
         ds = ds.apply(
             tf.data.experimental.assert_cardinality(math.floor(batches) if drop_remainder else math.ceil(batches))
         )
@@ -143,6 +183,69 @@ def load(
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
+SHUFFLES = ("buffer", "global")
+
+
+def _check_indexed(shuffle: str, epoch: int, start_step: int, even: str | None, seed: int | None) -> None:
+    if shuffle not in SHUFFLES:
+        raise ValueError(f"shuffle must be one of {list(SHUFFLES)}, got {shuffle!r}")
+    if (epoch or start_step) and shuffle != "global":
+        raise ValueError(
+            "epoch and start_step need shuffle='global' (only a global order is a pure function "
+            "of (seed, epoch), so only it can be resumed exactly)"
+        )
+    if (epoch or start_step) and seed is None:
+        raise ValueError("epoch and start_step need a seed: the order must be the one the interrupted run saw")
+    if epoch < 0 or start_step < 0:
+        raise ValueError(f"epoch and start_step must be >= 0, got {epoch}, {start_step}")
+    if even is not None and even not in ("drop", "pad"):
+        raise ValueError(f"even must be None, 'drop' or 'pad', got {even!r}")
+
+
+def _indexed_records(
+    path: str,
+    split: str,
+    *,
+    seed: int | None,
+    epoch: int,
+    skip: int,
+    shuffled: bool,
+    repeat: bool,
+    num_workers: int,
+    worker_index: int,
+    even: str,
+) -> tuple[Any, int]:
+    """(record bytes, seed pair) elements read by index, and how many the first pass yields.
+
+    The augmentation seed of each record is (seed, epoch * N + position): also a pure function,
+    so a resumed run augments exactly as the interrupted one would have.
+    """
+    tf = tensorflow()
+    from shardfeed.indexed import IndexedRecords, worker_positions
+
+    records = IndexedRecords(path, split)
+    n = len(records)
+    base_seed = seed if seed is not None else int.from_bytes(os.urandom(4), "little")
+    positions = worker_positions(n, num_workers, worker_index, even)
+    if skip > len(positions):
+        raise ValueError(f"start_step skips {skip} records but this worker has {len(positions)} per epoch")
+
+    def generate() -> Any:
+        current, start = epoch, skip
+        while True:
+            order = records.order(base_seed, current) if shuffled else np.arange(n)
+            for position in positions[start:]:
+                yield records.record(int(order[position])), np.int64(current * n + int(position))
+            if not repeat:
+                return
+            current, start = current + 1, 0
+
+    spec = (tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64))
+    ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
+    ds = ds.map(lambda record, key: (record, tf.stack([tf.constant(base_seed, tf.int64), key])))
+    return ds, len(positions) - skip
+
+
 def steps_per_epoch(
     path: str | Sequence[str],
     split: str = "train",
@@ -151,14 +254,24 @@ def steps_per_epoch(
     drop_remainder: bool = True,
     num_workers: int = 1,
     worker_index: int = 0,
+    even: str | None = None,
     image_key: str | None = None,
     label_key: str | None = None,
 ) -> int:
-    """Batches in one epoch of `split` for this worker, from the manifest (or counted records)."""
+    """Batches in one epoch of `split` for this worker, from the manifest (or counted records).
+
+    With `even` (record-level splits, as in `load(even=...)`) every worker gets the same count.
+    """
     shards, _ = _shards_and_schema(path, split, image_key, label_key, None)
-    if num_workers > 1 or worker_index:
-        shards = shards.for_worker(num_workers, worker_index)
-    batches = shards.num_records / batch_size
+    if even is not None:
+        from shardfeed.indexed import worker_positions
+
+        records = len(worker_positions(shards.num_records, num_workers, worker_index, even))
+    else:
+        if num_workers > 1 or worker_index:
+            shards = shards.for_worker(num_workers, worker_index)
+        records = shards.num_records
+    batches = records / batch_size
     return math.floor(batches) if drop_remainder else math.ceil(batches)
 
 

@@ -1,0 +1,143 @@
+"""Random access without TensorFlow, the shared global shuffle, and even per-worker splits."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardfeed import IndexedRecords, convert, global_order, load, read_manifest, steps_per_epoch, tfrecord
+from shardfeed.indexed import worker_positions
+
+
+@pytest.fixture(scope="module")
+def by_class(photo_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Class-sorted shards (one shard set per class): the worst case for buffer shuffling."""
+    out = tmp_path_factory.mktemp("byclass") / "out"
+    convert(str(photo_tree), str(out), split="train=1", by_class=True, shards=1, workers=1, progress=False)
+    return out
+
+
+def test_random_access_matches_the_shards(by_class: Path, photo_tree: Path) -> None:
+    records = IndexedRecords(str(by_class), "train")
+    m = read_manifest(str(by_class))
+    assert len(records) == 44
+    for i in (43, 0, 17, -1):
+        example = records.example(i)
+        original = (photo_tree / example["image/filename"].decode()).read_bytes()
+        assert example["image/encoded"] == original
+        image, label = records[i]
+        assert image.shape == (example["image/height"], example["image/width"], 3) and image.dtype == np.uint8
+        assert (m.labels or [])[label] == example["image/class/text"].decode()
+    assert Counter((m.labels or [])[records.label(i)] for i in range(44)) == Counter(m.split("train").class_counts)
+    with pytest.raises(IndexError, match="record 44 out of range for 44 records"):
+        records.record(44)
+
+
+def test_crc_damage_is_reported_with_file_and_record(by_class: Path, tmp_path: Path) -> None:
+    import shutil
+
+    out = shutil.copytree(by_class, tmp_path / "d")
+    shard = out / "train-chelsea-00000-of-00001"
+    offsets = tfrecord.parse_index((out / "index" / (shard.name + ".idx")).read_text())
+    data = bytearray(shard.read_bytes())
+    data[offsets[2][0] + 40] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    records = IndexedRecords(str(out), "train")
+    damaged = 11 + 2  # astronaut's 11 records come first
+    with pytest.raises(tfrecord.CorruptRecordError, match=r"train-chelsea-00000-of-00001 \(record 13 of train\)"):
+        records.record(damaged)
+    assert records.example(damaged + 1)  # the rest stays readable
+
+
+def test_reader_imports_no_tensorflow_and_pickles_for_worker_processes(by_class: Path) -> None:
+    code = (
+        "import sys, pickle\n"
+        "from shardfeed.indexed import IndexedRecords\n"
+        f"r = IndexedRecords({str(by_class)!r}, 'train')\n"
+        "image, label = r[5]\n"
+        "r2 = pickle.loads(pickle.dumps(r))\n"
+        "assert (r2[5][0] == image).all()\n"
+        "print('tensorflow' in sys.modules, len(r), image.shape[2])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "44", "3"]
+    records = IndexedRecords(str(by_class), "train")
+    records[0]
+    assert pickle.loads(pickle.dumps(records))[1][1] == records[1][1]
+
+
+def test_global_order_is_pinned_and_reshuffles_each_epoch() -> None:
+    first = global_order(10, seed=0, epoch=0)
+    assert first.tolist() == [0, 9, 1, 6, 3, 5, 4, 2, 8, 7]
+    assert sorted(global_order(1000, 3, 1).tolist()) == list(range(1000))
+    assert not np.array_equal(global_order(1000, 3, 1), global_order(1000, 3, 2))
+    assert np.array_equal(global_order(1000, 3, 1), global_order(1000, 3, 1))
+
+
+def test_tf_pipeline_and_python_reader_share_the_global_order(by_class: Path) -> None:
+    records = IndexedRecords(str(by_class), "train")
+    expected = [records.example(int(i))["image/filename"].decode() for i in records.order(seed=5, epoch=1)]
+    ds = load(str(by_class), shuffle="global", seed=5, epoch=1, batch_size=4, image_size=16, with_filenames=True)
+    seen = [f.decode() for batch in ds for f in batch[2].numpy()]
+    assert seen == expected and int(ds.cardinality()) == 11
+    resumed = load(
+        str(by_class), shuffle="global", seed=5, epoch=1, start_step=3, batch_size=4, image_size=16, with_filenames=True
+    )
+    assert [f.decode() for batch in resumed for f in batch[2].numpy()] == expected[12:]
+
+
+def test_global_shuffle_mixes_class_sorted_shards(by_class: Path) -> None:
+    def classes_per_batch(**kwargs: object) -> float:
+        ds = load(str(by_class), batch_size=8, image_size=16, seed=1, **kwargs)
+        return float(np.mean([len(set(y.numpy().tolist())) for _, y in ds]))
+
+    local = classes_per_batch(shuffle_buffer=4)
+    globally = classes_per_batch(shuffle="global")
+    assert globally > local + 0.8  # 4 classes: local shuffling of per-class shards keeps batches narrow
+
+
+def test_even_splits_give_every_worker_the_same_count(by_class: Path) -> None:
+    counts, seen = [], []
+    for w in range(3):  # 4 class shards, 44 records, 3 workers: 14 each, 2 dropped
+        ds = load(
+            str(by_class),
+            shuffle="global",
+            seed=2,
+            batch_size=7,
+            image_size=16,
+            num_workers=3,
+            worker_index=w,
+            even="drop",
+            with_filenames=True,
+        )
+        files = [f.decode() for b in ds for f in b[2].numpy()]
+        counts.append(len(files))
+        seen += files
+        assert steps_per_epoch(str(by_class), "train", 7, num_workers=3, worker_index=w, even="drop") == 2
+    assert counts == [14, 14, 14] and len(set(seen)) == 42
+    many = [len(worker_positions(44, 6, w, "pad")) for w in range(6)]  # more workers than shards
+    assert many == [8] * 6 and set(np.concatenate([worker_positions(44, 6, w, "pad") for w in range(6)])) == set(
+        range(44)
+    )
+    ds = load(str(by_class), training=False, batch_size=4, image_size=16, num_workers=6, worker_index=5, even="pad")
+    assert sum(int(b[0].shape[0]) for b in ds) == 8
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"shuffle": "perfect"}, r"shuffle must be one of \['buffer', 'global'\]"),
+        ({"start_step": 2, "seed": 1}, "epoch and start_step need shuffle='global'"),
+        ({"shuffle": "global", "epoch": 1}, "epoch and start_step need a seed"),
+        ({"even": "even"}, "even must be None, 'drop' or 'pad'"),
+    ],
+)
+def test_option_errors(by_class: Path, kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        load(str(by_class), **kwargs)
