@@ -18,6 +18,8 @@ from shardfeed.manifest import read as read_manifest
 from shardfeed.models import build_model as build_model
 from shardfeed.models import load_model as load_model
 from shardfeed.predict import predict as predict
+from shardfeed.resume import fit_resumable as fit_resumable
+from shardfeed.resume import read_resume_point as read_resume_point
 from shardfeed.show import show as show
 from shardfeed.sources import ArraySource as ArraySource
 from shardfeed.sources import CsvSource as CsvSource
@@ -48,12 +50,14 @@ __all__ = [
     "build_model",
     "convert",
     "evaluate",
+    "fit_resumable",
     "global_order",
     "info",
     "load",
     "load_model",
     "predict",
     "read_manifest",
+    "read_resume_point",
     "show",
     "steps_per_epoch",
     "train",
