@@ -16,11 +16,34 @@ def register(sub: Any) -> None:
     p.add_argument("--image-key", help="other TFRecords: the image feature")
     p.add_argument("--label-key", help="other TFRecords: the label feature (counts classes)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    g = p.add_argument_group("shuffle quality (--shuffle-report)")
+    g.add_argument(
+        "--shuffle-report",
+        action="store_true",
+        help="run the training pipeline and compare its batches' label mix with an ideal shuffle",
+    )
+    g.add_argument("--split", default="train")
+    g.add_argument("--batch-size", type=int, default=64)
+    g.add_argument("--batches", type=int, default=20, help="batches to inspect")
+    g.add_argument("--shuffle", choices=["buffer", "global"], default="buffer")
+    g.add_argument("--shuffle-buffer", type=int, help="records in the shuffle buffer (default 4096)")
+    g.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     path = args.path[0] if len(args.path) == 1 else args.path
+    if args.shuffle_report:
+        from shardfeed.shuffle_report import format_report, shuffle_report
+
+        options: dict[str, Any] = {"shuffle": args.shuffle}
+        if args.shuffle_buffer is not None:
+            options["shuffle_buffer"] = args.shuffle_buffer
+        report = shuffle_report(
+            str(path), split=args.split, batch_size=args.batch_size, batches=args.batches, seed=args.seed, **options
+        )
+        print(json.dumps(report, indent=2) if args.json else format_report(report))
+        return 0
     data = info(path, sample=args.sample, image_key=args.image_key, label_key=args.label_key)
     print(json.dumps(data, indent=2, sort_keys=True) if args.json else format_info(data))
     return 0
