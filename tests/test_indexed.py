@@ -141,3 +141,11 @@ def test_even_splits_give_every_worker_the_same_count(by_class: Path) -> None:
 def test_option_errors(by_class: Path, kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         load(str(by_class), **kwargs)
+
+
+def test_gzip_shards_cannot_be_read_at_random(photo_tree: Path, tmp_path: Path) -> None:
+    convert(str(photo_tree), str(tmp_path / "gz"), compression="gzip", split="train=1", workers=1, progress=False)
+    with pytest.raises(ValueError, match="gzip-compressed shards, which cannot be read at random positions"):
+        IndexedRecords(str(tmp_path / "gz"), "train")
+    with pytest.raises(ValueError, match="gzip-compressed shards"):
+        load(str(tmp_path / "gz"), shuffle="global", seed=0)
