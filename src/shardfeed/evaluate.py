@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 
 from shardfeed import manifest
-from shardfeed.dataset import load
 from shardfeed.models import load_model, model_class_names
 from shardfeed.train import read_config
 
@@ -38,15 +37,7 @@ def evaluate(
             f"the model's classes {names[:5]}... differ from the data's {(m.labels or [])[:5]}...; "
             "evaluate on data converted with the same classes"
         )
-    ds = load(
-        data,
-        split=split,
-        batch_size=batch_size or config.batch_size,
-        image_size=config.image_size,
-        training=False,
-        channels=config.channels,
-        crop_fraction=config.crop_fraction,
-    )
+    ds = config.eval_dataset(data, split, batch_size)
     probs, labels = [], []
     for images, y in ds:
         probs.append(net.predict_on_batch(images))

@@ -18,7 +18,6 @@ import numpy as np
 
 from shardfeed import manifest
 from shardfeed.convert import convert
-from shardfeed.dataset import load
 from shardfeed.models import load_model, model_class_names
 from shardfeed.reader import is_converted_folder
 from shardfeed.sources import UnlabeledSource
@@ -58,16 +57,7 @@ def predict(
             convert(UnlabeledSource(source), data, workers=workers, progress=False)
         m = manifest.read(data)
         split = split or ("test" if "test" in m.split_names else m.split_names[0])
-        ds = load(
-            data,
-            split=split,
-            batch_size=batch_size or config.batch_size,
-            image_size=config.image_size,
-            training=False,
-            channels=config.channels,
-            crop_fraction=config.crop_fraction,
-            with_filenames=True,
-        )
+        ds = config.eval_dataset(data, split, batch_size, with_filenames=True)
         rows: list[dict[str, Any]] = []
         shown: list[tuple[np.ndarray, str]] = []
         for batch in ds:

@@ -49,6 +49,19 @@ class TrainConfig:
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
 
+    def eval_dataset(self, data: str, split: str, batch_size: int | None = None, **load_options: Any) -> Any:
+        """`data[split]` with this run's evaluation preprocessing (shared by evaluate and predict)."""
+        return load(
+            data,
+            split=split,
+            batch_size=batch_size or self.batch_size,
+            image_size=self.image_size,
+            training=False,
+            channels=self.channels,
+            crop_fraction=self.crop_fraction,
+            **load_options,
+        )
+
 
 def read_config(run_dir: str) -> TrainConfig:
     """The settings of a training run.
