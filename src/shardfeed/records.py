@@ -75,7 +75,7 @@ def encode_item(
 ) -> EncodedRecord | SkippedItem:
     """Reads, checks and (if asked) transforms one input, and serializes its record.
 
-    `location` is where the item's bytes are (`Discovery.location`).
+    `location` is where the item's bytes are (`sources.locate`).
     Never raises for bad input: unreadable or broken images come back as SkippedItem.
     """
     raw_data: bytes | None = None

@@ -61,10 +61,6 @@ class Discovery:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     presplit: bool = False
 
-    def location(self, item: Item) -> str:
-        """Where an item's bytes are."""
-        return locate(self.base, item)
-
     def fingerprint(self) -> str:
         """A hash of every item's key, size, label and split: equal inputs, equal fingerprint."""
         digest = hashlib.sha256()
