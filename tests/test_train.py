@@ -131,3 +131,18 @@ def test_train_errors(digits_data: tuple[Path, Path], tmp_path: Path) -> None:
         train(str(digits_data[0]), str(tmp_path / "r"), augment="heavy", verbose=0)
     with pytest.raises(FileNotFoundError, match="is not a shardfeed training run"):
         evaluate(str(tmp_path))
+
+
+def test_local_weights_are_loaded(tmp_path: Path) -> None:
+    import keras
+
+    source = build_model("small_cnn", ["a", "b"], (24, 24))
+    source.save_weights(str(tmp_path / "cnn.weights.h5"))
+    copy = build_model("small_cnn", ["a", "b"], (24, 24), weights=str(tmp_path / "cnn.weights.h5"))
+    x = np.random.default_rng(0).integers(0, 255, (2, 24, 24, 3)).astype(np.uint8)
+    assert np.allclose(source(x, training=False), copy(x, training=False), atol=1e-6)
+    backbone = keras.applications.MobileNetV2(include_top=False, weights=None, input_shape=(32, 32, 3), pooling="avg")
+    backbone.save_weights(str(tmp_path / "mobilenet_notop.weights.h5"))
+    net = build_model("mobilenet_v2", ["a", "b"], (32, 32), weights=str(tmp_path / "mobilenet_notop.weights.h5"))
+    loaded = next(layer for layer in net.layers if isinstance(layer, keras.Model))
+    assert all(np.array_equal(a, b) for a, b in zip(loaded.get_weights(), backbone.get_weights(), strict=True))
