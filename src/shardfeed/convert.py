@@ -239,9 +239,9 @@ def convert(
 
         apache_beam()  # fail now, with the install hint, not after planning
         workers = 1  # the pipeline does the parallel work
-    conversion = _Conversion(resolve_source(source), output_dir, options, strict, workers, overwrite, progress)
-    conversion.runner, conversion.beam_options = runner, beam_options
-    return conversion.run()
+    return _Conversion(
+        resolve_source(source), output_dir, options, strict, workers, overwrite, progress, runner, beam_options
+    ).run()
 
 
 class _Conversion:
@@ -256,6 +256,8 @@ class _Conversion:
         workers: int,
         overwrite: bool,
         progress: bool,
+        runner: str = "local",
+        beam_options: str | list[str] | None = None,
     ) -> None:
         self.source = source
         self.output_dir = output_dir
@@ -265,8 +267,8 @@ class _Conversion:
         self.overwrite = overwrite
         self.progress = progress
         self.work_dir = fileio.join(output_dir, WORK_DIR)
-        self.runner = "local"
-        self.beam_options: str | list[str] | None = None
+        self.runner = runner
+        self.beam_options = beam_options
 
     def run(self) -> ConversionResult:
         start = time.monotonic()
@@ -291,7 +293,7 @@ class _Conversion:
         }
         existing = self._check_output(state)
         if existing is not None:
-            return self._already_complete(existing, discovery, start)
+            return self._already_complete(existing, start)
         dropped = self._dedupe(discovery, executor) if self.options.dedupe else []
         plans = plan_shards(discovery, self.options, dropped_keys={k for k, _ in dropped})
         fileio.makedirs(fileio.join(self.output_dir, shards.INDEX_DIR))
@@ -354,7 +356,7 @@ class _Conversion:
             )
         _remove_conversion(self.output_dir)
 
-    def _already_complete(self, existing: manifest.Manifest, discovery: Discovery, start: float) -> ConversionResult:
+    def _already_complete(self, existing: manifest.Manifest, start: float) -> ConversionResult:
         data = existing.data
         total = sum(existing.split(s).num_records for s in existing.split_names)
         return ConversionResult(
