@@ -375,7 +375,7 @@ class _Conversion:
 
     def _dedupe(self, discovery: Discovery, executor: Executor | None) -> list[tuple[str, str]]:
         """Hashes every input; returns (dropped key, kept key) for each later exact copy."""
-        chunks = [discovery.items[i : i + CHUNK_SIZE * 4] for i in range(0, len(discovery.items), CHUNK_SIZE * 4)]
+        chunks = (discovery.items[i : i + CHUNK_SIZE * 4] for i in range(0, len(discovery.items), CHUNK_SIZE * 4))
         hashes = itertools.chain.from_iterable(
             result
             for _, result in _map_ordered(
