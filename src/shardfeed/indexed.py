@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import os
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -175,6 +176,31 @@ class IndexedRecords:
         if shard not in self._handles:
             self._handles[shard] = fileio.open_binary(self.files[shard], "rb")
         return self._handles[shard]
+
+
+def sample_records(path: str, split: str, count: int, seed: int) -> list[bytes]:
+    """Up to `count` serialized records of a split picked at random (seeded), in pick order.
+
+    Read by index for plain shards; gzip shards (no random access) are streamed once.
+    """
+    m = manifest.read(path)
+    total = m.split(split).num_records
+    picked = random.Random(seed).sample(range(total), min(count, total))
+    if m.compression != "gzip":
+        records = IndexedRecords(path, split)
+        return [records.record(i) for i in picked]
+    wanted, found, number = set(picked), {}, 0
+    for file in m.shard_paths(split):
+        for data in tfrecord.read_records(file, compression="gzip"):
+            if number in wanted:
+                found[number] = data
+            number += 1
+    return [found[i] for i in picked]
+
+
+def to_rgb(image: np.ndarray) -> np.ndarray:
+    """A [H, W, 1] or [H, W, 3] uint8 image as [H, W, 3] (gray repeated)."""
+    return image if image.shape[-1] == 3 else np.repeat(image[..., :1], 3, axis=-1)
 
 
 def decode_image(example: dict[str, Any]) -> np.ndarray:

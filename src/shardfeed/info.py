@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import io
-import random
 import statistics
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from shardfeed import fileio, manifest, reader, tfrecord
+from shardfeed import manifest, reader, tfrecord
 from shardfeed.example_proto import parse_example
+from shardfeed.indexed import sample_records
 
 HISTOGRAM_WIDTH = 40
 
@@ -69,23 +68,13 @@ def _ours(path: str, sample: int, seed: int) -> dict[str, Any]:
 
 def _image_stats(m: manifest.Manifest, split: str, sample: int, seed: int) -> dict[str, Any]:
     """Height/width/format/channel stats over a random sample of records, read by index offset."""
-    shards = m.split(split).shards
-    positions = [(s, i) for s in shards for i in range(s.num_records)]
-    picked = sorted(random.Random(seed).sample(positions, min(sample, len(positions))), key=lambda p: (p[0].file, p[1]))
     heights, widths, formats, channels = [], [], Counter[str](), Counter[int]()
-    by_shard: dict[str, list[int]] = {}
-    for shard, i in picked:
-        by_shard.setdefault(shard.file, []).append(i)
-    for shard in shards:
-        wanted = by_shard.get(shard.file)
-        if not wanted:
-            continue
-        for record in _records_at(m, shard.file, shard.index_file, wanted):
-            f = parse_example(record)
-            heights.append(int(f.get("image/height", [0])[0]))
-            widths.append(int(f.get("image/width", [0])[0]))
-            formats[f.get("image/format", [b"?"])[0].decode()] += 1
-            channels[int(f.get("image/channels", [0])[0])] += 1
+    for record in sample_records(m.path, split, sample, seed):
+        f = parse_example(record)
+        heights.append(int(f.get("image/height", [0])[0]))
+        widths.append(int(f.get("image/width", [0])[0]))
+        formats[f.get("image/format", [b"?"])[0].decode()] += 1
+        channels[int(f.get("image/channels", [0])[0])] += 1
     if not heights:
         return {"sampled": 0}
 
@@ -99,22 +88,6 @@ def _image_stats(m: manifest.Manifest, split: str, sample: int, seed: int) -> di
         "formats": dict(formats),
         "channels": {str(k): v for k, v in sorted(channels.items())},
     }
-
-
-def _records_at(m: manifest.Manifest, file: str, index_file: str, wanted: list[int]) -> list[bytes]:
-    """Records by position, seeking through the DALI index (uncompressed shards) or streaming."""
-    path = fileio.join(m.path, file)
-    if m.compression == "gzip":
-        keep = set(wanted)
-        return [r for i, r in enumerate(tfrecord.read_records(path, compression="gzip")) if i in keep]
-    offsets = tfrecord.parse_index(fileio.read_bytes(fileio.join(m.path, index_file)).decode())
-    out: list[bytes] = []
-    with fileio.open_binary(path, "rb") as f:
-        for i in wanted:
-            offset, size = offsets[i]
-            f.seek(offset)
-            out.extend(r for _, r in tfrecord.iter_records(io.BytesIO(f.read(size)), name=file))
-    return out
 
 
 def _foreign(path: str | Sequence[str], image_key: str | None, label_key: str | None) -> dict[str, Any]:

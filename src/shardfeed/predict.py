@@ -71,11 +71,12 @@ def predict(
     rows.sort(key=lambda r: r["file"])
     _write_csv(output_csv, rows, top_k)
     if grid:
-        from shardfeed.show import Tile, _draw
+        from shardfeed.indexed import to_rgb
+        from shardfeed.show import Tile, draw_grid
 
-        tiles = [Tile("", caption, img if img.shape[-1] == 3 else np.repeat(img, 3, -1)) for img, caption in shown]
+        tiles = [Tile("", caption, to_rgb(img)) for img, caption in shown]
         cols = min(4, max(1, len(tiles)))
-        _draw(tiles, max(1, -(-len(tiles) // cols)), cols, grid, f"predictions of {os.path.basename(run_dir)}")
+        draw_grid(tiles, max(1, -(-len(tiles) // cols)), cols, grid, f"predictions of {os.path.basename(run_dir)}")
     return rows
 
 

@@ -7,16 +7,14 @@ would see it.
 
 from __future__ import annotations
 
-import io
-import random
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from PIL import Image
 
 from shardfeed import manifest
 from shardfeed.example_proto import parse_example
+from shardfeed.indexed import decode_image, sample_records, to_rgb
 
 
 @dataclass
@@ -35,15 +33,11 @@ def sample_tiles(
     m = manifest.read(path)
     if augmented:
         return _augmented_tiles(m, split, count, seed, image_size)
-    shards = m.split(split).shards
-    positions = [(s, i) for s in shards for i in range(s.num_records)]
-    picked = random.Random(seed).sample(positions, min(count, len(positions)))
-    from shardfeed.info import _records_at
-
     tiles = []
-    for shard, i in picked:
-        f = parse_example(_records_at(m, shard.file, shard.index_file, [i])[0])
-        tiles.append(Tile(f["image/filename"][0].decode(), _caption(f, m), _decode_stored(f)))
+    for record in sample_records(path, split, count, seed):
+        f = parse_example(record)
+        example = {k: v[0] if len(v) == 1 else v for k, v in f.items()}
+        tiles.append(Tile(f["image/filename"][0].decode(), _caption(f, m), to_rgb(decode_image(example))))
     return tiles
 
 
@@ -51,17 +45,6 @@ def _caption(features: dict[str, list[Any]], m: manifest.Manifest) -> str:
     if m.labels is None:
         return str(features["image/filename"][0].decode()).rsplit("/", 1)[-1]
     return m.labels[int(features["image/class/label"][0]) - m.label_offset]
-
-
-def _decode_stored(features: dict[str, list[Any]]) -> np.ndarray:
-    data = features["image/encoded"][0]
-    if features.get("image/format", [b""])[0] == b"RAW":
-        h, w, c = (int(features[k][0]) for k in ("image/height", "image/width", "image/channels"))
-        array = np.frombuffer(data, np.uint8).reshape(h, w, c)
-    else:
-        with Image.open(io.BytesIO(data)) as im:
-            array = np.asarray(im.convert("RGB"))
-    return array if array.shape[-1] == 3 else np.repeat(array[..., :1], 3, axis=-1)
 
 
 def _augmented_tiles(m: manifest.Manifest, split: str, count: int, seed: int, image_size: int) -> list[Tile]:
@@ -85,7 +68,7 @@ def _augmented_tiles(m: manifest.Manifest, split: str, count: int, seed: int, im
     for i in range(int(images.shape[0])):
         caption = m.labels[int(labels[i])] if labels is not None and m.labels is not None else ""
         image = images[i].numpy()
-        out.append(Tile("", caption, image if image.shape[-1] == 3 else np.repeat(image, 3, axis=-1)))
+        out.append(Tile("", caption, to_rgb(image)))
     return out
 
 
@@ -116,13 +99,14 @@ def show(
         raise ValueError(f"rows and cols must be >= 1, got {rows}x{cols}")
     tiles = sample_tiles(path, split=split, count=rows * cols, seed=seed, augmented=augmented, image_size=image_size)
     if output:
-        _draw(tiles, rows, cols, output, f"{path} [{split}]" + (" augmented" if augmented else ""))
+        draw_grid(tiles, rows, cols, output, f"{path} [{split}]" + (" augmented" if augmented else ""))
     if tensorboard:
         _to_tensorboard(tiles, tensorboard, split, image_size)
     return tiles
 
 
-def _draw(tiles: list[Tile], rows: int, cols: int, output: str, title: str) -> None:
+def draw_grid(tiles: list[Tile], rows: int, cols: int, output: str, title: str) -> None:
+    """Draws tiles in a rows x cols grid with their captions to a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
