@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from shardfeed import manifest, reader
+from shardfeed import reader
 from shardfeed.augment import Augment
 from shardfeed.decode import DTYPES, DecodeOptions, Schema, batch_decoder, feature_spec
 from shardfeed.example_proto import parse_example
+from shardfeed.indexed import EVEN_MODES, IndexedRecords, worker_positions
 from shardfeed.lazy import tensorflow
 from shardfeed.tfrecord import read_records
 
@@ -99,7 +100,7 @@ def load(
             memory. Global order is a pure function of (seed, epoch), which makes `epoch` and
             `start_step` exact.
         epoch, start_step: with shuffle='global', start at this epoch and skip this many batches
-            of it (exact mid-epoch resume; see `shardfeed.ResumeState`).
+            of it (exact mid-epoch resume; see `shardfeed.fit_resumable`).
         even: split records, not shards, across workers so each reads the same count: 'drop' the
             remainder or 'pad' by wrapping around (works with fewer shards than workers). Default
             None: whole shards per worker.
@@ -172,10 +173,7 @@ def load(
     if map is not None:
         ds = ds.map(map, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     if not repeat and filter is None and not skip_corrupt:
-        batches = num_records / batch_size
-        ds = ds.apply(
-            tf.data.experimental.assert_cardinality(math.floor(batches) if drop_remainder else math.ceil(batches))
-        )
+        ds = ds.apply(tf.data.experimental.assert_cardinality(_batch_count(num_records, batch_size, drop_remainder)))
     opts = tf.data.Options()
     opts.deterministic = deterministic
     opts.experimental_optimization.map_parallelization = True
@@ -199,7 +197,7 @@ def _check_indexed(shuffle: str, epoch: int, start_step: int, even: str | None, 
         raise ValueError("epoch and start_step need a seed: the order must be the one the interrupted run saw")
     if epoch < 0 or start_step < 0:
         raise ValueError(f"epoch and start_step must be >= 0, got {epoch}, {start_step}")
-    if even is not None and even not in ("drop", "pad"):
+    if even is not None and even not in EVEN_MODES:
         raise ValueError(f"even must be None, 'drop' or 'pad', got {even!r}")
 
 
@@ -222,8 +220,6 @@ def _indexed_records(
     so a resumed run augments exactly as the interrupted one would have.
     """
     tf = tensorflow()
-    from shardfeed.indexed import IndexedRecords, worker_positions
-
     records = IndexedRecords(path, split)
     n = len(records)
     base_seed = seed if seed is not None else int.from_bytes(os.urandom(4), "little")
@@ -272,13 +268,15 @@ def steps_per_epoch(
     """
     shards, _ = _shards_and_schema(path, split, image_key, label_key, None)
     if even is not None:
-        from shardfeed.indexed import worker_positions
-
         records = len(worker_positions(shards.num_records, num_workers, worker_index, even))
     else:
         if num_workers > 1 or worker_index:
             shards = shards.for_worker(num_workers, worker_index)
         records = shards.num_records
+    return _batch_count(records, batch_size, drop_remainder)
+
+
+def _batch_count(records: int, batch_size: int, drop_remainder: bool) -> int:
     batches = records / batch_size
     return math.floor(batches) if drop_remainder else math.ceil(batches)
 
@@ -317,7 +315,9 @@ def _shards_and_schema(
     """Our manifest's shards and schema, or foreign files with the schema read off a record."""
     if reader.is_converted_folder(path):
         shards = reader.from_manifest(str(path), split)
-        m = manifest.read(str(path))
+        m = shards.manifest
+        if m is None:  # from_manifest always sets it; narrows the type
+            raise ValueError(f"no manifest for {path!r}")
         labelled = m.labels is not None
         return shards, Schema(label_key=Schema.label_key if labelled else None, label_offset=m.label_offset)
     shards = reader.from_files(path, compression=compression)
