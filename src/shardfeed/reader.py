@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import glob as globlib
-import gzip
 import json
 import os
 from collections.abc import Sequence
@@ -109,9 +108,7 @@ def _count(path: str, compression: str | None) -> int:
     entry = cache.get(name)
     if entry and entry["stamp"] == stamp:
         return int(entry["records"])
-    with fileio.open_binary(path, "rb") as raw:
-        stream: Any = gzip.GzipFile(fileobj=raw) if compression == "gzip" else raw
-        count = sum(1 for _ in tfrecord.iter_records(stream, name=path))
+    count = sum(1 for _ in tfrecord.read_records(path, compression=compression))
     cache[name] = {"stamp": stamp, "records": count}
     with contextlib.suppress(OSError):  # a read-only data folder: count again next time
         fileio.write_text_atomic(sidecar, json.dumps(cache, sort_keys=True, indent=1))
