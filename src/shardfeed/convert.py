@@ -301,7 +301,7 @@ class _Conversion:
         fileio.write_text_atomic(fileio.join(self.work_dir, STATE_NAME), manifest.dumps(state))
         results, resumed = self._write_all(plans, discovery, executor)
         duplicates = _duplicate_groups(self.work_dir, results)
-        data = _merge(state, duplicates, discovery, self.options, plans, results, dropped)
+        data = _merge(state, duplicates, discovery, self.options, results, dropped)
         _write_report(self.output_dir, duplicates, discovery, results, dropped)
         manifest.write_labels(self.output_dir, discovery.class_names, self.options.label_offset)
         manifest.write(self.output_dir, data)
@@ -581,7 +581,6 @@ def _merge(
     duplicates: list[dict[str, Any]],
     discovery: Discovery,
     options: ConvertOptions,
-    plans: list[ShardPlan],
     results: list[shards.ShardResult],
     dropped: list[tuple[str, str]],
 ) -> dict[str, Any]:

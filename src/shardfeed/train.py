@@ -168,15 +168,7 @@ def train(
     steps = steps_per_epoch(data, train_split, batch_size)
     val_ds = None
     if validation_split:
-        val_ds = load(
-            data,
-            split=validation_split,
-            batch_size=batch_size,
-            image_size=image_size,
-            training=False,
-            channels=channels,
-            crop_fraction=crop_fraction,
-        )
+        val_ds = config.eval_dataset(data, validation_split)  # exactly what evaluate/predict use
     if resume:
         net = load_model(last)
     else:
