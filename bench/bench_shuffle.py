@@ -48,15 +48,21 @@ def main() -> None:
     shutil.rmtree(data, ignore_errors=True)
     convert(src, data, split="train=1", shards=16, progress=False)
 
-    def best(fn) -> float:  # type: ignore[no-untyped-def]
-        return max(fn() for _ in range(args.repeats))
-
     r: dict[str, object] = {"images": args.images, "cores": os.cpu_count()}
-    buffer = best(lambda: measure(load(data, batch_size=BATCH, image_size=SIZE, seed=0)).images_per_second)
-    glob = best(
-        lambda: measure(load(data, batch_size=BATCH, image_size=SIZE, seed=0, shuffle="global")).images_per_second
-    )
-    r["global_shuffle"] = {"buffer_img_s": buffer, "global_img_s": glob, "ratio": glob / buffer}
+    # Alternate the two pipelines so drift in this shared machine's speed hits both alike.
+    runs: dict[str, list] = {"buffer": [], "global": []}
+    for _ in range(args.repeats):
+        for mode in runs:
+            runs[mode].append(measure(load(data, batch_size=BATCH, image_size=SIZE, seed=0, shuffle=mode)))
+    buffer, glob = (max(t.images_per_second for t in runs[mode]) for mode in ("buffer", "global"))
+    cpu_us = {mode: min(1e6 * t.cpu_cores_used / t.images_per_second for t in runs[mode]) for mode in runs}
+    r["global_shuffle"] = {
+        "buffer_img_s": buffer,
+        "global_img_s": glob,
+        "ratio": glob / buffer,
+        "buffer_cpu_us_per_img": cpu_us["buffer"],
+        "global_cpu_us_per_img": cpu_us["global"],
+    }
 
     k = (args.images // BATCH) // 2
     fresh = min(

@@ -53,6 +53,10 @@ def test_crc_damage_is_reported_with_file_and_record(by_class: Path, tmp_path: P
     with pytest.raises(tfrecord.CorruptRecordError, match=r"train-chelsea-00000-of-00001 \(record 13 of train\)"):
         records.record(damaged)
     assert records.example(damaged + 1)  # the rest stays readable
+    import tensorflow as tf
+
+    with pytest.raises(tf.errors.OpError, match=r"train-chelsea-00000-of-00001 \(record 13 of train\)"):
+        list(load(str(out), shuffle="global", seed=0, batch_size=4, image_size=16))
 
 
 def test_reader_imports_no_tensorflow_and_pickles_for_worker_processes(by_class: Path) -> None:
@@ -90,6 +94,27 @@ def test_tf_pipeline_and_python_reader_share_the_global_order(by_class: Path) ->
         str(by_class), shuffle="global", seed=5, epoch=1, start_step=3, batch_size=4, image_size=16, with_filenames=True
     )
     assert [f.decode() for batch in resumed for f in batch[2].numpy()] == expected[12:]
+
+
+def test_repeated_global_order_runs_on_into_the_next_epoch(by_class: Path) -> None:
+    records = IndexedRecords(str(by_class), "train")
+    names = [records.example(i)["image/filename"].decode() for i in range(len(records))]
+    expected = [names[i] for i in records.order(seed=5, epoch=1)[36:]] + [
+        names[i] for i in records.order(seed=5, epoch=2)
+    ]
+    ds = load(
+        str(by_class),
+        shuffle="global",
+        seed=5,
+        epoch=1,
+        start_step=9,
+        repeat=True,
+        batch_size=4,
+        image_size=16,
+        with_filenames=True,
+    )
+    seen = [f.decode() for batch in ds.take(13) for f in batch[2].numpy()]
+    assert seen == expected
 
 
 def test_global_shuffle_mixes_class_sorted_shards(by_class: Path) -> None:
@@ -136,6 +161,9 @@ def test_even_splits_give_every_worker_the_same_count(by_class: Path) -> None:
         ({"start_step": 2, "seed": 1}, "epoch and start_step need shuffle='global'"),
         ({"shuffle": "global", "epoch": 1}, "epoch and start_step need a seed"),
         ({"even": "even"}, "even must be None, 'drop' or 'pad'"),
+        ({"shuffle": "global", "cache": True}, "cache= does not apply with shuffle='global'"),
+        ({"even": "drop", "skip_corrupt": True}, "skip_corrupt= does not apply with shuffle='global' or even"),
+        ({"shuffle": "global", "shuffle_buffer": 100}, "shuffle_buffer= does not apply"),
     ],
 )
 def test_option_errors(by_class: Path, kwargs: dict, message: str) -> None:

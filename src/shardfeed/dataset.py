@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,7 +24,7 @@ from shardfeed import reader
 from shardfeed.augment import Augment
 from shardfeed.decode import DTYPES, DecodeOptions, Schema, batch_decoder, feature_spec
 from shardfeed.example_proto import parse_example
-from shardfeed.indexed import EVEN_MODES, IndexedRecords, worker_positions
+from shardfeed.indexed import EVEN_MODES, IndexedRecords, global_order, worker_positions
 from shardfeed.lazy import tensorflow
 from shardfeed.tfrecord import read_records
 
@@ -98,7 +99,8 @@ def load(
             seeded permutation of all records of the split, new each epoch (`indexed.global_order`,
             the same order the TensorFlow-free `IndexedRecords` gives), read by index with bounded
             memory. Global order is a pure function of (seed, epoch), which makes `epoch` and
-            `start_step` exact.
+            `start_step` exact. Needs uncompressed shards of a converted folder; `cache`,
+            `skip_corrupt` and `shuffle_buffer` do not apply (rejected, as with `even`).
         epoch, start_step: with shuffle='global', start at this epoch and skip this many batches
             of it (exact mid-epoch resume; see `shardfeed.fit_resumable`).
         even: split records, not shards, across workers so each reads the same count: 'drop' the
@@ -107,7 +109,7 @@ def load(
 
     Raises:
         ValueError: bad option, missing split (lists the splits), unknown feature (lists those
-            present), fewer shards than workers.
+            present), fewer shards than workers, buffer-only options with global/even reading.
     """
     tf = tensorflow()
     size = _image_size(image_size)
@@ -119,6 +121,7 @@ def load(
     deterministic = (seed is not None or not training) if deterministic is None else deterministic
     drop_remainder = training if drop_remainder is None else drop_remainder
     _check_indexed(shuffle, epoch, start_step, even, seed)
+    _check_by_index_options(shuffle, even, cache=cache, skip_corrupt=skip_corrupt, shuffle_buffer=shuffle_buffer)
     shards, schema = _shards_and_schema(path, split, image_key, label_key, compression)
     if with_filenames:
         schema = dataclasses.replace(schema, filename_key="image/filename")
@@ -201,6 +204,20 @@ def _check_indexed(shuffle: str, epoch: int, start_step: int, even: str | None, 
         raise ValueError(f"even must be None, 'drop' or 'pad', got {even!r}")
 
 
+def _check_by_index_options(shuffle: str, even: str | None, **options: Any) -> None:
+    """Rejects buffer-pipeline options that reading by index cannot honour, instead of ignoring them."""
+    if shuffle != "global" and even is None:
+        return
+    why = {
+        "cache": "records are read in a new order each epoch, straight from the shards",
+        "skip_corrupt": "a damaged record stops the run with its shard and number; run `shardfeed verify`",
+        "shuffle_buffer": "the global order needs no buffer",
+    }
+    for name, value in options.items():
+        if value not in (None, False):
+            raise ValueError(f"{name}= does not apply with shuffle='global' or even splits: {why[name]}")
+
+
 def _indexed_records(
     path: str,
     split: str,
@@ -227,27 +244,48 @@ def _indexed_records(
     if skip > len(positions):
         raise ValueError(f"start_step skips {skip} records but this worker has {len(positions)} per epoch")
 
-    def generate() -> Any:
-        # Chunks, not single records: one Python call per 64 records instead of per record.
-        current, start = epoch, skip
-        while True:
-            order = records.order(base_seed, current) if shuffled else np.arange(n)
-            mine = positions[start:]
-            for begin in range(0, len(mine), INDEXED_CHUNK):
-                chunk = mine[begin : begin + INDEXED_CHUNK]
-                blobs = np.array([records.record(int(order[p])) for p in chunk], dtype=object)
-                yield blobs, current * n + chunk
-            if not repeat:
-                return
-            current, start = current + 1, 0
+    orders = _EpochOrders(records, base_seed, shuffled)
 
-    spec = (tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int64))
-    # A Python-backed source costs ~35% of throughput here whatever its call count or threading
-    # (measured: chunked generator, whole-batch generator, numpy_function map, larger thread pool);
-    # per-record FixedLengthRecordDataset reads were slower still. See docs/benchmarks.md.
-    ds = tf.data.Dataset.from_generator(generate, output_signature=spec).unbatch()
+    def read_chunk(epoch_number: np.ndarray, begin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        chosen = positions[int(begin) : int(begin) + INDEXED_CHUNK]
+        order = orders.get(int(epoch_number))
+        blobs = np.array([records.record(int(order[p])) for p in chosen], dtype=object)
+        return blobs, int(epoch_number) * n + chosen
+
+    def chunks(epoch_number: Any) -> Any:
+        first = tf.where(epoch_number == epoch, tf.constant(skip, tf.int64), tf.constant(0, tf.int64))
+        begins = tf.data.Dataset.range(first, len(positions), INDEXED_CHUNK)
+        return begins.map(lambda begin: (epoch_number, begin))
+
+    def read(epoch_number: Any, begin: Any) -> tuple[Any, Any]:
+        blobs, keys = tf.numpy_function(read_chunk, [epoch_number, begin], (tf.string, tf.int64), stateful=False)
+        return tf.ensure_shape(blobs, [None]), tf.ensure_shape(keys, [None])
+
+    # (epoch, chunk start) pairs, each read by one Python call of INDEXED_CHUNK records. A
+    # numpy_function map, not from_generator: the generator source cost ~45% more CPU per image
+    # here, even with the records already in memory (see docs/benchmarks.md).
+    epochs = tf.data.Dataset.counter(epoch) if repeat else tf.data.Dataset.range(epoch, epoch + 1)
+    ds = epochs.flat_map(chunks).map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
     ds = ds.map(lambda record, key: (record, tf.stack([tf.constant(base_seed, tf.int64), key])))
     return ds, len(positions) - skip
+
+
+class _EpochOrders:
+    """The read order of recent epochs, computed once per epoch (an argsort of all records)."""
+
+    def __init__(self, records: IndexedRecords, seed: int, shuffled: bool) -> None:
+        self.records, self.seed, self.shuffled = records, seed, shuffled
+        self._cache: dict[int, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def get(self, epoch: int) -> np.ndarray:
+        with self._lock:
+            if epoch not in self._cache:
+                if len(self._cache) >= 2:  # parallel reads straddle at most one epoch boundary
+                    del self._cache[min(self._cache)]
+                n = len(self.records)
+                self._cache[epoch] = global_order(n, self.seed, epoch) if self.shuffled else np.arange(n)
+            return self._cache[epoch]
 
 
 def steps_per_epoch(

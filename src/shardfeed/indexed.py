@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import os
 import random
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -114,6 +115,7 @@ class IndexedRecords:
         self.transform = transform or self._image_and_label
         self._handles: dict[int, Any] = {}
         self._pid = os.getpid()
+        self._lock = threading.Lock()  # seek+read pairs on shared handles (tf.data calls from threads)
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -124,7 +126,12 @@ class IndexedRecords:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_handles"] = {}  # file handles do not cross processes (DataLoader workers)
+        del state["_lock"]
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def record(self, index: int) -> bytes:
         """The serialized tf.train.Example of record `index` (negative counts from the end)."""
@@ -134,9 +141,10 @@ class IndexedRecords:
             raise IndexError(f"record {index} out of range for {len(self)} records")
         shard = int(self.shard_ids[index])
         offset, size = int(self.offsets[index]), int(self.sizes[index])
-        handle = self._handle(shard)
-        handle.seek(offset)
-        blob = handle.read(size)
+        with self._lock:
+            handle = self._handle(shard)
+            handle.seek(offset)
+            blob = handle.read(size)
         name = f"{os.path.basename(self.files[shard])} (record {index} of {self.split})"
         _, data = next(tfrecord.iter_records(io.BytesIO(blob), name=name, check_crc=self.check_crc), (0, None))
         if data is None or len(blob) != size:
