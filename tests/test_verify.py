@@ -82,3 +82,15 @@ def test_truncated_missing_and_miscounted_shards(clean: Path, tmp_path: Path) ->
     assert any(m.startswith("validation-00000-of-00002: ") and "records read, the manifest says" in m for m in messages)
     assert any("stray temporary file 'validation-00001-of-00002.incomplete'" in m for m in messages)
     assert any("class counts" in m for m in messages)
+
+
+def test_gzip_shards_are_verified_as_a_stream(photo_tree: Path, tmp_path: Path) -> None:
+    out = tmp_path / "gz"
+    convert(str(photo_tree), str(out), compression="gzip", shards=1, workers=1, progress=False)
+    report = verify(str(out), workers=1, progress=False)
+    assert report.ok and report.images_decoded == 44, report.summary()
+    shard = out / "train-00000-of-00001"  # no suffix: the manifest records the compression
+    shard.write_bytes(shard.read_bytes()[:-300])
+    messages = [str(p) for p in verify(str(out), workers=1, progress=False).problems]
+    assert any(m.startswith(f"{shard.name}: file has") for m in messages), messages
+    assert any(m.startswith(f"{shard.name} record") for m in messages), messages

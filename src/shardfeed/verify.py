@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import os
 import time
 from collections import Counter
@@ -172,19 +171,21 @@ def verify_shard(task: _ShardTask) -> _ShardOutcome:
     if not fileio.exists(path):
         out.problems.append(Problem("shard file is missing", task.file))
         return out
-    data = fileio.read_bytes(path)
-    if len(data) != task.num_bytes:
-        out.problems.append(Problem(f"file has {len(data)} bytes, the manifest says {task.num_bytes}", task.file))
-    elif hashlib.sha256(data).hexdigest() != task.sha256:
-        out.problems.append(Problem("file SHA-256 differs from the manifest's", task.file))
-    stream = gzip.decompress(data) if task.compression == "gzip" else data
     offsets: list[tuple[int, int]] = []
-    try:
-        for index, (offset, record) in enumerate(tfrecord.iter_records(io.BytesIO(stream), name=task.file)):
-            offsets.append((offset, len(record) + tfrecord.FRAMING_BYTES))
-            _check_record(task, index, record, out)
-    except (tfrecord.CorruptRecordError, EOFError, OSError) as e:
-        out.problems.append(Problem(str(e).split(": ", 1)[-1], task.file, len(offsets)))
+    with fileio.open_binary(path, "rb") as raw:
+        tee = _HashingReader(raw)  # streamed: memory stays at one record, whatever the shard size
+        stream: Any = gzip.GzipFile(fileobj=tee) if task.compression == "gzip" else tee
+        try:
+            for index, (offset, record) in enumerate(tfrecord.iter_records(stream, name=task.file)):
+                offsets.append((offset, len(record) + tfrecord.FRAMING_BYTES))
+                _check_record(task, index, record, out)
+        except (tfrecord.CorruptRecordError, EOFError, OSError) as e:
+            out.problems.append(Problem(str(e).split(": ", 1)[-1], task.file, len(offsets)))
+        tee.drain()
+    if tee.size != task.num_bytes:
+        out.problems.insert(0, Problem(f"file has {tee.size} bytes, the manifest says {task.num_bytes}", task.file))
+    elif tee.sha256.hexdigest() != task.sha256:
+        out.problems.insert(0, Problem("file SHA-256 differs from the manifest's", task.file))
     out.records = len(offsets)
     if len(offsets) != task.num_records:
         out.problems.append(Problem(f"{len(offsets)} records read, the manifest says {task.num_records}", task.file))
@@ -194,6 +195,24 @@ def verify_shard(task: _ShardTask) -> _ShardOutcome:
     elif tfrecord.parse_index(fileio.read_bytes(index_path).decode()) != offsets:
         out.problems.append(Problem(f"index file {task.index_file} does not match the records", task.file))
     return out
+
+
+class _HashingReader:
+    """A read-only stream that hashes and counts the bytes read through it."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw, self.sha256, self.size = raw, hashlib.sha256(), 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.raw.read(n)
+        self.sha256.update(data)
+        self.size += len(data)
+        return bytes(data)
+
+    def drain(self) -> None:
+        """Reads the rest (bytes after a damaged record still count towards size and hash)."""
+        while self.read(1 << 20):
+            pass
 
 
 def _check_record(task: _ShardTask, index: int, record: bytes, out: _ShardOutcome) -> None:
