@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from shardfeed import fileio, manifest, tfrecord
 from shardfeed.example_proto import parse_example
@@ -174,7 +174,7 @@ def verify_shard(task: _ShardTask) -> _ShardOutcome:
     offsets: list[tuple[int, int]] = []
     with fileio.open_binary(path, "rb") as raw:
         tee = _HashingReader(raw)  # streamed: memory stays at one record, whatever the shard size
-        stream: Any = gzip.GzipFile(fileobj=tee) if task.compression == "gzip" else tee
+        stream: Any = gzip.GzipFile(fileobj=cast(BinaryIO, tee), mode="rb") if task.compression == "gzip" else tee
         try:
             for index, (offset, record) in enumerate(tfrecord.iter_records(stream, name=task.file)):
                 offsets.append((offset, len(record) + tfrecord.FRAMING_BYTES))
