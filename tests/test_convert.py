@@ -203,6 +203,10 @@ def test_duplicates_reported_leakage_flagged_and_dedupe_drops(photo_tree: Path, 
     src = shutil.copytree(photo_tree, tmp_path / "src")
     for i in range(10):
         shutil.copy(src / "coffee" / f"{i:03d}.jpg", src / "coffee" / f"copy_{i:03d}.jpg")
+    near = bytearray((src / "coffee" / "000.jpg").read_bytes())
+    assert near[6:11] == b"JFIF\x00"
+    near[15] ^= 0x01  # JFIF pixel density: same size, same pixels, different bytes: not a copy
+    (src / "coffee" / "near_000.jpg").write_bytes(bytes(near))
     out = tmp_path / "o"
     convert(str(src), str(out), workers=1, progress=False)
     report = json.loads((out / "report.json").read_text())
@@ -211,7 +215,7 @@ def test_duplicates_reported_leakage_flagged_and_dedupe_drops(photo_tree: Path, 
     deduped = convert(str(src), str(tmp_path / "d"), dedupe=True, workers=2, progress=False)
     d_report = json.loads((tmp_path / "d" / "report.json").read_text())
     assert sorted(x["file"] for x in d_report["dropped_duplicates"]) == [f"coffee/copy_{i:03d}.jpg" for i in range(10)]
-    assert d_report["duplicates"] == [] and deduped.num_written == 44
+    assert d_report["duplicates"] == [] and deduped.num_written == 45
 
 
 def test_by_class_writes_one_shard_set_per_class(photo_tree: Path, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import multiprocessing
 import os
 import sys
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -374,8 +374,14 @@ class _Conversion:
         )
 
     def _dedupe(self, discovery: Discovery, executor: Executor | None) -> list[tuple[str, str]]:
-        """Hashes every input; returns (dropped key, kept key) for each later exact copy."""
-        chunks = (discovery.items[i : i + CHUNK_SIZE * 4] for i in range(0, len(discovery.items), CHUNK_SIZE * 4))
+        """Returns (dropped key, kept key) for each later exact copy of an earlier input.
+
+        Only inputs whose size some other input shares are read and hashed (exact copies have
+        equal sizes), so a folder with few duplicates costs a stat per file, not a second read.
+        """
+        sizes = Counter(item.size for item in discovery.items)
+        candidates = [item for item in discovery.items if sizes[item.size] > 1]
+        chunks = (candidates[i : i + CHUNK_SIZE * 4] for i in range(0, len(candidates), CHUNK_SIZE * 4))
         hashes = itertools.chain.from_iterable(
             result
             for _, result in _map_ordered(
@@ -384,7 +390,7 @@ class _Conversion:
         )
         first: dict[str, str] = {}
         dropped = []
-        for item, digest in zip(discovery.items, hashes, strict=True):
+        for item, digest in zip(candidates, hashes, strict=True):
             if digest is None:
                 continue
             if digest in first:
