@@ -117,6 +117,19 @@ def test_repeated_global_order_runs_on_into_the_next_epoch(by_class: Path) -> No
     assert seen == expected
 
 
+def test_each_iteration_reads_the_next_epoch(by_class: Path) -> None:
+    """model.fit(ds, epochs=N) iterates ds anew each epoch: each pass must be a new order."""
+    records = IndexedRecords(str(by_class), "train")
+    names = [records.example(i)["image/filename"].decode() for i in range(len(records))]
+    ds = load(
+        str(by_class), shuffle="global", seed=5, epoch=1, start_step=3, batch_size=4, image_size=16, with_filenames=True
+    )
+    passes = [[f.decode() for batch in ds for f in batch[2].numpy()] for _ in range(3)]
+    assert passes[0] == [names[i] for i in records.order(seed=5, epoch=1)[12:]]
+    assert passes[1] == [names[i] for i in records.order(seed=5, epoch=2)]
+    assert passes[2] == [names[i] for i in records.order(seed=5, epoch=3)]
+
+
 def test_global_shuffle_mixes_class_sorted_shards(by_class: Path) -> None:
     def classes_per_batch(**kwargs: object) -> float:
         ds = load(str(by_class), batch_size=8, image_size=16, seed=1, **kwargs)

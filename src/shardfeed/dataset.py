@@ -12,6 +12,7 @@ Pipeline (what flows through each stage):
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 import threading
@@ -102,7 +103,9 @@ def load(
             `start_step` exact. Needs uncompressed shards of a converted folder; `cache`,
             `skip_corrupt` and `shuffle_buffer` do not apply (rejected, as with `even`).
         epoch, start_step: with shuffle='global', start at this epoch and skip this many batches
-            of it (exact mid-epoch resume; see `shardfeed.fit_resumable`).
+            of it (exact mid-epoch resume; see `shardfeed.fit_resumable`). Each further pass over
+            the dataset (or each repetition) reads the next epoch whole; with start_step the
+            cardinality is unknown, as the first pass is shorter.
         even: split records, not shards, across workers so each reads the same count: 'drop' the
             remainder or 'pad' by wrapping around (works with fewer shards than workers). Default
             None: whole shards per worker.
@@ -175,7 +178,8 @@ def load(
     ds = ds.map(batch_decoder(schema, options), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     if map is not None:
         ds = ds.map(map, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
-    if not repeat and filter is None and not skip_corrupt:
+    # A resumed pass (start_step) is shorter than the full epochs that later passes read.
+    if not repeat and filter is None and not skip_corrupt and not start_step:
         ds = ds.apply(tf.data.experimental.assert_cardinality(_batch_count(num_records, batch_size, drop_remainder)))
     opts = tf.data.Options()
     opts.deterministic = deterministic
@@ -264,10 +268,32 @@ def _indexed_records(
     # (epoch, chunk start) pairs, each read by one Python call of INDEXED_CHUNK records. A
     # numpy_function map, not from_generator: the generator source cost ~45% more CPU per image
     # here, even with the records already in memory (see docs/benchmarks.md).
-    epochs = tf.data.Dataset.counter(epoch) if repeat else tf.data.Dataset.range(epoch, epoch + 1)
-    ds = epochs.flat_map(chunks).map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
+    ds = (
+        _epoch_numbers(epoch, repeat)
+        .flat_map(chunks)
+        .map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .unbatch()
+    )
     ds = ds.map(lambda record, key: (record, tf.stack([tf.constant(base_seed, tf.int64), key])))
     return ds, len(positions) - skip
+
+
+def _epoch_numbers(epoch: int, repeat: bool) -> Any:
+    """The epochs one iteration of the dataset reads: `epoch`, `epoch + 1`, ... (with `repeat`,
+    all of them in one iteration; without, one per iteration, so that `model.fit(ds, epochs=N)`,
+    which iterates the dataset anew each epoch, gets a new order each epoch, as with buffer
+    shuffling's reshuffle_each_iteration)."""
+    tf = tensorflow()
+    iterations = itertools.count(epoch)
+    lock = threading.Lock()
+
+    def next_epoch() -> np.int64:
+        with lock:
+            return np.int64(next(iterations))
+
+    first = tf.data.Dataset.range(1).map(lambda _: tf.numpy_function(next_epoch, [], tf.int64, stateful=True))
+    first = first.map(lambda e: tf.ensure_shape(e, []))
+    return first.flat_map(lambda e: tf.data.Dataset.counter(e)) if repeat else first
 
 
 class _EpochOrders:
