@@ -146,3 +146,11 @@ def test_local_weights_are_loaded(tmp_path: Path) -> None:
     net = build_model("mobilenet_v2", ["a", "b"], (32, 32), weights=str(tmp_path / "mobilenet_notop.weights.h5"))
     loaded = next(layer for layer in net.layers if isinstance(layer, keras.Model))
     assert all(np.array_equal(a, b) for a, b in zip(loaded.get_weights(), backbone.get_weights(), strict=True))
+
+
+def test_cli_trains_with_global_shuffle(digits_data: tuple[Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "g"
+    args = ["train", str(digits_data[0]), "--out", str(out), "--epochs", "2", "--image-size", "24"]
+    assert main([*args, "--shuffle", "global", "--augment", "none", "--crop-fraction", "1"]) == 0
+    assert json.loads((out / "run.json").read_text())["shuffle"] == "global"
+    assert json.loads((out / "metrics.json").read_text())["val_accuracy"] > 0.3  # chance is 0.1

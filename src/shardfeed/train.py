@@ -45,6 +45,7 @@ class TrainConfig:
     train_split: str
     validation_split: str | None
     class_names: list[str]
+    shuffle: str = "buffer"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -98,6 +99,7 @@ def train(
     resume: bool = False,
     train_split: str = "train",
     validation_split: str | None = "validation",
+    shuffle: str = "buffer",
     verbose: int = 2,
 ) -> dict[str, Any]:
     """Trains a classifier on converted shards and writes a run folder (see the module docstring).
@@ -111,6 +113,8 @@ def train(
         weights: local weights to start from (see `build_model`).
         resume: continue from checkpoints/last.keras at the epoch after the last one logged.
         validation_split: evaluated after each epoch (None to skip; skipped if the data has none).
+        shuffle: 'buffer' or 'global' (a seeded permutation of the whole split each epoch; a
+            resumed run continues the same sequence of epoch orders). See `load`.
 
     Returns:
         The final metrics (also in metrics.json).
@@ -141,6 +145,7 @@ def train(
         train_split,
         validation_split,
         m.labels,
+        shuffle,
     )
     os.makedirs(os.path.join(out, "checkpoints"), exist_ok=True)
     last = os.path.join(out, "checkpoints", "last.keras")
@@ -164,6 +169,8 @@ def train(
         repeat=True,
         channels=channels,
         crop_fraction=crop_fraction,
+        shuffle=shuffle,
+        epoch=initial_epoch if shuffle == "global" else 0,  # continue the sequence of epoch orders
     )
     steps = steps_per_epoch(data, train_split, batch_size)
     val_ds = None

@@ -24,6 +24,12 @@ def register(sub: Any) -> None:
     p.add_argument("--learning-rate", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--augment", choices=list(AUGMENT_PRESETS), default="inception")
+    p.add_argument(
+        "--shuffle",
+        choices=["buffer", "global"],
+        default="buffer",
+        help="'global': a seeded permutation of the whole split each epoch (needs uncompressed shards)",
+    )
     p.add_argument("--crop-fraction", type=float, default=0.875, help="evaluation centre crop")
     p.add_argument("--channels", type=int, choices=[1, 3], default=3)
     p.add_argument("--mixed-precision", action="store_true", help="float16 compute (GPUs with tensor cores)")
@@ -52,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         resume=args.resume,
         train_split=args.train_split,
         validation_split=args.validation_split,
+        shuffle=args.shuffle,
     )
     log.info("Trained; final metrics: %s\nRun folder: %s", json.dumps(metrics), args.out)
     return 0
