@@ -141,11 +141,12 @@ def test_global_shuffle_mixes_class_sorted_shards(by_class: Path) -> None:
 
 
 def test_even_splits_give_every_worker_the_same_count(by_class: Path) -> None:
+    records = IndexedRecords(str(by_class), "train")
+    names = [records.example(i)["image/filename"].decode() for i in range(len(records))]
     counts, seen = [], []
     for w in range(3):  # 4 class shards, 44 records, 3 workers: 14 each, 2 dropped
-        ds = load(
+        ds = load(  # training with even splits shuffles globally by default
             str(by_class),
-            shuffle="global",
             seed=2,
             batch_size=7,
             image_size=16,
@@ -157,6 +158,21 @@ def test_even_splits_give_every_worker_the_same_count(by_class: Path) -> None:
         files = [f.decode() for b in ds for f in b[2].numpy()]
         counts.append(len(files))
         seen += files
+        assert files == [names[i] for i in records.order(seed=2, epoch=0, num_workers=3, worker_index=w)]
+        buffered = load(
+            str(by_class),
+            seed=2,
+            batch_size=7,
+            image_size=16,
+            num_workers=3,
+            worker_index=w,
+            even="drop",
+            shuffle="buffer",
+            with_filenames=True,
+        )
+        in_buffer = [f.decode() for b in buffered for f in b[2].numpy()]
+        in_file_order = [names[i] for i in worker_positions(44, 3, w)[:14]]
+        assert sorted(in_buffer) == sorted(in_file_order) and in_buffer != in_file_order
         assert steps_per_epoch(str(by_class), "train", 7, num_workers=3, worker_index=w, even="drop") == 2
     assert counts == [14, 14, 14] and len(set(seen)) == 42
     many = [len(worker_positions(44, 6, w, "pad")) for w in range(6)]  # more workers than shards

@@ -62,7 +62,7 @@ def load(
     map: Callable[..., Any] | None = None,
     skip_corrupt: bool = False,
     with_filenames: bool = False,
-    shuffle: str = "buffer",
+    shuffle: str | None = None,
     epoch: int = 0,
     start_step: int = 0,
     even: str | None = None,
@@ -101,14 +101,17 @@ def load(
             the same order the TensorFlow-free `IndexedRecords` gives), read by index with bounded
             memory. Global order is a pure function of (seed, epoch), which makes `epoch` and
             `start_step` exact. Needs uncompressed shards of a converted folder; `cache`,
-            `skip_corrupt` and `shuffle_buffer` do not apply (rejected, as with `even`).
+            `skip_corrupt` and `shuffle_buffer` do not apply (rejected). Default: 'global' with
+            `even`, else 'buffer'.
         epoch, start_step: with shuffle='global', start at this epoch and skip this many batches
             of it (exact mid-epoch resume; see `shardfeed.fit_resumable`). Each further pass over
             the dataset (or each repetition) reads the next epoch whole; with start_step the
             cardinality is unknown, as the first pass is shorter.
         even: split records, not shards, across workers so each reads the same count: 'drop' the
-            remainder or 'pad' by wrapping around (works with fewer shards than workers). Default
-            None: whole shards per worker.
+            remainder or 'pad' by wrapping around (works with fewer shards than workers). Records
+            are read by index (as for shuffle='global', with the same restrictions); training
+            shuffles them globally unless shuffle='buffer' asks for a buffer over this worker's
+            records in file order. Default None: whole shards per worker.
 
     Raises:
         ValueError: bad option, missing split (lists the splits), unknown feature (lists those
@@ -123,6 +126,7 @@ def load(
     # made deterministic when a seed asks for reproducibility, since order-free is faster.
     deterministic = (seed is not None or not training) if deterministic is None else deterministic
     drop_remainder = training if drop_remainder is None else drop_remainder
+    shuffle = shuffle or ("global" if even is not None else "buffer")
     _check_indexed(shuffle, epoch, start_step, even, seed)
     _check_by_index_options(shuffle, even, cache=cache, skip_corrupt=skip_corrupt, shuffle_buffer=shuffle_buffer)
     shards, schema = _shards_and_schema(path, split, image_key, label_key, compression)
@@ -151,6 +155,9 @@ def load(
             worker_index=worker_index,
             even=even or "drop",
         )
+        if training and shuffle == "buffer" and shuffle_buffer != 0:  # even splits, asked for a buffer
+            buffer = min(shuffle_buffer or DEFAULT_SHUFFLE_BUFFER, max(num_records, 1))
+            ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     else:
         if num_workers > 1 or worker_index:
             shards = shards.for_worker(num_workers, worker_index)
@@ -217,6 +224,8 @@ def _check_by_index_options(shuffle: str, even: str | None, **options: Any) -> N
         "skip_corrupt": "a damaged record stops the run with its shard and number; run `shardfeed verify`",
         "shuffle_buffer": "the global order needs no buffer",
     }
+    if shuffle != "global":
+        del options["shuffle_buffer"]  # even splits with shuffle='buffer' do use one
     for name, value in options.items():
         if value not in (None, False):
             raise ValueError(f"{name}= does not apply with shuffle='global' or even splits: {why[name]}")
