@@ -59,6 +59,23 @@ def test_crc_damage_is_reported_with_file_and_record(by_class: Path, tmp_path: P
         list(load(str(out), shuffle="global", seed=0, batch_size=4, image_size=16))
 
 
+def test_open_shard_files_are_bounded(by_class: Path) -> None:
+    import os
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    reference = IndexedRecords(str(by_class), "train", max_open_files=64)
+    bounded = IndexedRecords(str(by_class), "train", max_open_files=2)
+    before = open_fds()
+    order = bounded.order(seed=1)
+    assert [bounded.record(int(i)) for i in order] == [reference.record(int(i)) for i in order]
+    assert open_fds() - before == 2 + 4  # two kept by the bounded reader, all four shards by the other
+    bounded.close()
+    reference.close()
+    assert open_fds() == before
+
+
 def test_reader_imports_no_tensorflow_and_pickles_for_worker_processes(by_class: Path) -> None:
     code = (
         "import sys, pickle\n"

@@ -18,6 +18,7 @@ import io
 import os
 import random
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -78,6 +79,9 @@ class IndexedRecords:
         check_crc: verify each record's CRC32C (default; cheap with hardware CRC).
         transform: applied by `__getitem__` to each parsed example (default: (uint8 image HWC,
             0-based label, -1 when unlabeled)).
+        max_open_files: shard files kept open at once (least recently used closed first): a
+            random order touches every shard, and ImageNet's 1,024 shards per process (times
+            DataLoader workers) would pass the common 1,024 open-files limit.
     """
 
     def __init__(
@@ -87,6 +91,7 @@ class IndexedRecords:
         *,
         check_crc: bool = True,
         transform: Callable[[dict[str, Any]], Any] | None = None,
+        max_open_files: int = 64,
     ) -> None:
         self.manifest = manifest.read(path)
         if self.manifest.compression == "gzip":
@@ -113,7 +118,8 @@ class IndexedRecords:
         self.sizes = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
         self.check_crc = check_crc
         self.transform = transform or self._image_and_label
-        self._handles: dict[int, Any] = {}
+        self.max_open_files = max(1, max_open_files)
+        self._handles: OrderedDict[int, Any] = OrderedDict()
         self._pid = os.getpid()
         self._lock = threading.Lock()  # seek+read pairs on shared handles (tf.data calls from threads)
 
@@ -125,7 +131,7 @@ class IndexedRecords:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_handles"] = {}  # file handles do not cross processes (DataLoader workers)
+        state["_handles"] = OrderedDict()  # file handles do not cross processes (DataLoader workers)
         del state["_lock"]
         return state
 
@@ -179,11 +185,23 @@ class IndexedRecords:
         return self
 
     def _handle(self, shard: int) -> Any:
+        """An open handle on a shard (call with the lock held)."""
         if self._pid != os.getpid():  # forked into a worker process: reopen
-            self._handles, self._pid = {}, os.getpid()
-        if shard not in self._handles:
-            self._handles[shard] = fileio.open_binary(self.files[shard], "rb")
-        return self._handles[shard]
+            self._handles, self._pid = OrderedDict(), os.getpid()
+        handle = self._handles.get(shard)
+        if handle is not None:
+            self._handles.move_to_end(shard)
+            return handle
+        while len(self._handles) >= self.max_open_files:
+            self._handles.popitem(last=False)[1].close()
+        handle = self._handles[shard] = fileio.open_binary(self.files[shard], "rb")
+        return handle
+
+    def close(self) -> None:
+        """Closes the open shard files (reading again reopens them)."""
+        with self._lock:
+            while self._handles:
+                self._handles.popitem()[1].close()
 
 
 def sample_records(path: str, split: str, count: int, seed: int) -> list[bytes]:
