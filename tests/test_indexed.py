@@ -93,6 +93,17 @@ def test_reader_imports_no_tensorflow_and_pickles_for_worker_processes(by_class:
     assert pickle.loads(pickle.dumps(records))[1][1] == records[1][1]
 
 
+def test_sampler_walks_the_global_order_epoch_by_epoch(by_class: Path) -> None:
+    records = IndexedRecords(str(by_class), "train")
+    sampler = records.sampler(seed=4, num_workers=3, worker_index=1)
+    first = list(sampler)
+    sampler.set_epoch(1)
+    second = list(sampler)
+    assert len(sampler) == 14 and first == records.order(4, 0, num_workers=3, worker_index=1).tolist()
+    assert second == records.order(4, 1, num_workers=3, worker_index=1).tolist() and second != first
+    assert all(isinstance(i, int) for i in first)  # plain ints, as DataLoader passes to __getitem__
+
+
 def test_global_order_is_pinned_and_reshuffles_each_epoch() -> None:
     first = global_order(10, seed=0, epoch=0)
     assert first.tolist() == [0, 9, 1, 6, 3, 5, 4, 2, 8, 7]

@@ -9,6 +9,7 @@ from shardfeed.dataset import load as load
 from shardfeed.dataset import steps_per_epoch as steps_per_epoch
 from shardfeed.evaluate import evaluate as evaluate
 from shardfeed.images import ImageOptions as ImageOptions
+from shardfeed.indexed import GlobalOrderSampler as GlobalOrderSampler
 from shardfeed.indexed import IndexedRecords as IndexedRecords
 from shardfeed.indexed import global_order as global_order
 from shardfeed.info import info as info
@@ -40,6 +41,7 @@ __all__ = [
     "CsvSource",
     "FilenameSource",
     "FolderSource",
+    "GlobalOrderSampler",
     "ImageOptions",
     "IndexedRecords",
     "Manifest",

@@ -19,7 +19,7 @@ import os
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -172,8 +172,15 @@ class IndexedRecords:
         self, seed: int, epoch: int = 0, *, num_workers: int = 1, worker_index: int = 0, even: str = "drop"
     ) -> np.ndarray:
         """The record numbers this worker reads in `epoch`, in the global shuffled order."""
-        permutation = global_order(len(self), seed, epoch)
-        return permutation[worker_positions(len(self), num_workers, worker_index, even)]
+        return self.sampler(seed, num_workers=num_workers, worker_index=worker_index, even=even, epoch=epoch).order()
+
+    def sampler(
+        self, seed: int, *, num_workers: int = 1, worker_index: int = 0, even: str = "drop", epoch: int = 0
+    ) -> GlobalOrderSampler:
+        """A sampler for `torch.utils.data.DataLoader(records, sampler=...)` that walks the global
+        order, with `set_epoch(e)` as torch's DistributedSampler (num_workers = world size,
+        worker_index = rank)."""
+        return GlobalOrderSampler(len(self), seed, num_workers, worker_index, even, epoch)
 
     def _image_and_label(self, example: dict[str, Any]) -> tuple[np.ndarray, int]:
         label = example.get("image/class/label")
@@ -202,6 +209,39 @@ class IndexedRecords:
         with self._lock:
             while self._handles:
                 self._handles.popitem()[1].close()
+
+
+class GlobalOrderSampler:
+    """Record numbers of one epoch of the global order for one worker; `set_epoch` moves on.
+
+    Needs no torch: DataLoader takes any iterable with a length as its sampler. The order is
+    the one `load(shuffle="global", seed=seed)` reads, so TensorFlow and PyTorch runs agree.
+    """
+
+    def __init__(
+        self,
+        num_records: int,
+        seed: int,
+        num_workers: int = 1,
+        worker_index: int = 0,
+        even: str = "drop",
+        epoch: int = 0,
+    ) -> None:
+        self.num_records, self.seed, self.epoch = num_records, seed, epoch
+        self.positions = worker_positions(num_records, num_workers, worker_index, even)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def order(self) -> np.ndarray:
+        """This worker's record numbers for the current epoch."""
+        return global_order(self.num_records, self.seed, self.epoch)[self.positions]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.order().tolist())
 
 
 def sample_records(path: str, split: str, count: int, seed: int) -> list[bytes]:
