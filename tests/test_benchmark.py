@@ -46,3 +46,14 @@ def test_bench_json_with_compare_folder(photo_tree: Path, tmp_path: Path) -> Non
         check=True,
     ).stdout
     assert "shardfeed.load" in text and "img/s" in text
+
+
+def test_bench_measures_global_shuffle_over_epochs(photo_tree: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    convert(str(photo_tree), str(out), split="train=1", shards=2, workers=1, progress=False)
+    args = ["bench", str(out), "--batch-size", "4", "--image-size", "32", "--shuffle", "global", "--epochs", "2"]
+    done = subprocess.run(
+        [sys.executable, "-m", "shardfeed", *args, "--json"], capture_output=True, text=True, check=True
+    )
+    data = json.loads(done.stdout)
+    assert data["settings"]["shuffle"] == "global" and data["shardfeed"]["batches"] == 2 * 11 - 2

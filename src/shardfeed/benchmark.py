@@ -131,6 +131,7 @@ def bench(
             "image_size": list(size),
             "training": training,
             "epochs": epochs,
+            "shuffle": load_options.get("shuffle", "buffer"),
             "cores": os.cpu_count(),
         },
         "shardfeed": ours.as_dict(),

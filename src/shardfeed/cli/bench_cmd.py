@@ -21,6 +21,9 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--no-augment", dest="augment", action="store_false", default=None, help="no augmentation")
     p.add_argument(
+        "--shuffle", choices=["buffer", "global"], default="buffer", help="training shuffle to measure (see `load`)"
+    )
+    p.add_argument(
         "--compare-folder",
         metavar="SRC",
         help="also measure image_dataset_from_directory on SRC and the in-memory decode ceiling, and print ratios",
@@ -39,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         compare_folder=args.compare_folder,
         augment=args.augment,
+        shuffle=args.shuffle,
     )
     print(json.dumps(result, indent=2) if args.json else format_bench(result))
     return 0
