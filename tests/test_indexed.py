@@ -7,12 +7,23 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from shardfeed import IndexedRecords, convert, global_order, load, read_manifest, steps_per_epoch, tfrecord
 from shardfeed.indexed import worker_positions
+
+
+def _records_and_names(folder: Path) -> tuple[IndexedRecords, list[str]]:
+    records = IndexedRecords(str(folder), "train")
+    return records, [records.example(i)["image/filename"].decode() for i in range(len(records))]
+
+
+def _filenames(ds: Any) -> list[str]:
+    """The image/filename of every record of a load(..., with_filenames=True) dataset, in order."""
+    return [f.decode() for batch in ds for f in batch[2].numpy()]
 
 
 @pytest.fixture(scope="module")
@@ -116,17 +127,16 @@ def test_tf_pipeline_and_python_reader_share_the_global_order(by_class: Path) ->
     records = IndexedRecords(str(by_class), "train")
     expected = [records.example(int(i))["image/filename"].decode() for i in records.order(seed=5, epoch=1)]
     ds = load(str(by_class), shuffle="global", seed=5, epoch=1, batch_size=4, image_size=16, with_filenames=True)
-    seen = [f.decode() for batch in ds for f in batch[2].numpy()]
+    seen = _filenames(ds)
     assert seen == expected and int(ds.cardinality()) == 11
     resumed = load(
         str(by_class), shuffle="global", seed=5, epoch=1, start_step=3, batch_size=4, image_size=16, with_filenames=True
     )
-    assert [f.decode() for batch in resumed for f in batch[2].numpy()] == expected[12:]
+    assert _filenames(resumed) == expected[12:]
 
 
 def test_repeated_global_order_runs_on_into_the_next_epoch(by_class: Path) -> None:
-    records = IndexedRecords(str(by_class), "train")
-    names = [records.example(i)["image/filename"].decode() for i in range(len(records))]
+    records, names = _records_and_names(by_class)
     expected = [names[i] for i in records.order(seed=5, epoch=1)[36:]] + [
         names[i] for i in records.order(seed=5, epoch=2)
     ]
@@ -141,18 +151,17 @@ def test_repeated_global_order_runs_on_into_the_next_epoch(by_class: Path) -> No
         image_size=16,
         with_filenames=True,
     )
-    seen = [f.decode() for batch in ds.take(13) for f in batch[2].numpy()]
+    seen = _filenames(ds.take(13))
     assert seen == expected
 
 
 def test_each_iteration_reads_the_next_epoch(by_class: Path) -> None:
     """model.fit(ds, epochs=N) iterates ds anew each epoch: each pass must be a new order."""
-    records = IndexedRecords(str(by_class), "train")
-    names = [records.example(i)["image/filename"].decode() for i in range(len(records))]
+    records, names = _records_and_names(by_class)
     ds = load(
         str(by_class), shuffle="global", seed=5, epoch=1, start_step=3, batch_size=4, image_size=16, with_filenames=True
     )
-    passes = [[f.decode() for batch in ds for f in batch[2].numpy()] for _ in range(3)]
+    passes = [_filenames(ds) for _ in range(3)]
     assert passes[0] == [names[i] for i in records.order(seed=5, epoch=1)[12:]]
     assert passes[1] == [names[i] for i in records.order(seed=5, epoch=2)]
     assert passes[2] == [names[i] for i in records.order(seed=5, epoch=3)]
@@ -169,36 +178,24 @@ def test_global_shuffle_mixes_class_sorted_shards(by_class: Path) -> None:
 
 
 def test_even_splits_give_every_worker_the_same_count(by_class: Path) -> None:
-    records = IndexedRecords(str(by_class), "train")
-    names = [records.example(i)["image/filename"].decode() for i in range(len(records))]
+    records, names = _records_and_names(by_class)
     counts, seen = [], []
     for w in range(3):  # 4 class shards, 44 records, 3 workers: 14 each, 2 dropped
-        ds = load(  # training with even splits shuffles globally by default
-            str(by_class),
-            seed=2,
-            batch_size=7,
-            image_size=16,
-            num_workers=3,
-            worker_index=w,
-            even="drop",
-            with_filenames=True,
-        )
-        files = [f.decode() for b in ds for f in b[2].numpy()]
+        common: dict[str, Any] = {
+            "seed": 2,
+            "batch_size": 7,
+            "image_size": 16,
+            "num_workers": 3,
+            "worker_index": w,
+            "even": "drop",
+            "with_filenames": True,
+        }
+        files = _filenames(load(str(by_class), **common))  # training with even splits: global order by default
         counts.append(len(files))
         seen += files
         assert files == [names[i] for i in records.order(seed=2, epoch=0, num_workers=3, worker_index=w)]
-        buffered = load(
-            str(by_class),
-            seed=2,
-            batch_size=7,
-            image_size=16,
-            num_workers=3,
-            worker_index=w,
-            even="drop",
-            shuffle="buffer",
-            with_filenames=True,
-        )
-        in_buffer = [f.decode() for b in buffered for f in b[2].numpy()]
+        buffered = load(str(by_class), shuffle="buffer", **common)
+        in_buffer = _filenames(buffered)
         in_file_order = [names[i] for i in worker_positions(44, 3, w)[:14]]
         assert sorted(in_buffer) == sorted(in_file_order) and in_buffer != in_file_order
         assert steps_per_epoch(str(by_class), "train", 7, num_workers=3, worker_index=w, even="drop") == 2
