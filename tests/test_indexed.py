@@ -70,6 +70,39 @@ def test_crc_damage_is_reported_with_file_and_record(by_class: Path, tmp_path: P
         list(load(str(out), shuffle="global", seed=0, batch_size=4, image_size=16))
 
 
+def test_reader_is_a_grain_data_source_in_worker_processes(by_class: Path, tmp_path: Path) -> None:
+    """JAX users' loader, for real: Grain's MapDataset and its multi-process DataLoader."""
+    code = f"""
+import sys
+import grain
+import numpy as np
+from shardfeed.indexed import IndexedRecords
+
+class Crop(grain.transforms.Map):
+    def map(self, item):
+        return item[0][:16, :16], item[1]
+
+if __name__ == "__main__":
+    records = IndexedRecords({str(by_class)!r}, "train")
+    batch = grain.MapDataset.source(records).shuffle(seed=3).map(Crop().map).batch(8)[0]
+    sampler = grain.samplers.IndexSampler(
+        num_records=len(records), shard_options=grain.sharding.NoSharding(), shuffle=True, num_epochs=1, seed=0
+    )
+    loader = grain.DataLoader(
+        data_source=records, sampler=sampler, operations=[Crop(), grain.transforms.Batch(4)], worker_count=2
+    )
+    labels = np.concatenate([labels for _, labels in loader])
+    print(batch[0].shape, np.bincount(labels).tolist(), "tensorflow" in sys.modules)
+"""
+    script = tmp_path / "grain_check.py"
+    script.write_text(code)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    m = read_manifest(str(by_class))
+    per_class = [m.split("train").class_counts[name] for name in m.labels or []]  # every record exactly once
+    assert done.stdout.splitlines()[-1] == f"(8, 16, 16, 3) {per_class} False"
+
+
 def test_open_shard_files_are_bounded(by_class: Path) -> None:
     import os
 
