@@ -1,6 +1,6 @@
 """Global shuffle, exact resume and the TensorFlow-free reader, measured in one run.
 
-    .venv/bin/python bench/bench_shuffle.py [--images 3000] [--repeats 3] [--json out.json]
+    .venv/bin/python bench/bench_shuffle.py [--images 3000] [--repeats 3] [--json out.json] [--cold-cache]
 
 1. load(shuffle="global") vs load(shuffle="buffer"), training pipeline, 224 px (target >= 0.8x);
 2. time to the first batch when resuming mid-epoch (start_step=K) vs a fresh start, and vs the
@@ -33,12 +33,27 @@ def first_batch_seconds(make) -> float:  # type: ignore[no-untyped-def]
     return time.perf_counter() - start
 
 
+def drop_page_cache() -> None:
+    """Evicts clean cached file pages, so the next reads come from the disk (Linux, root)."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError as e:
+        raise SystemExit(f"--cold-cache needs root on Linux to write /proc/sys/vm/drop_caches: {e}") from e
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "shardfeed_bench"))
     parser.add_argument("--json")
+    parser.add_argument(
+        "--cold-cache",
+        action="store_true",
+        help="drop the page cache before each run (needs root: writes /proc/sys/vm/drop_caches), so shards "
+        "come from disk, not memory",
+    )
     args = parser.parse_args()
     from shardfeed import IndexedRecords, convert, load
     from shardfeed.benchmark import measure
@@ -48,11 +63,13 @@ def main() -> None:
     shutil.rmtree(data, ignore_errors=True)
     convert(src, data, split="train=1", shards=16, progress=False)
 
-    r: dict[str, object] = {"images": args.images, "cores": os.cpu_count()}
+    r: dict[str, object] = {"images": args.images, "cores": os.cpu_count(), "cold_cache": args.cold_cache}
     # Alternate the two pipelines so drift in this shared machine's speed hits both alike.
     runs: dict[str, list] = {"buffer": [], "global": []}
     for _ in range(args.repeats):
         for mode in runs:
+            if args.cold_cache:
+                drop_page_cache()
             runs[mode].append(measure(load(data, batch_size=BATCH, image_size=SIZE, seed=0, shuffle=mode)))
     buffer, glob = (max(t.images_per_second for t in runs[mode]) for mode in ("buffer", "global"))
     cpu_us = {mode: min(1e6 * t.cpu_cores_used / t.images_per_second for t in runs[mode]) for mode in runs}

@@ -103,21 +103,33 @@ if __name__ == "__main__":
     assert done.stdout.splitlines()[-1] == f"(8, 16, 16, 3) {per_class} False"
 
 
-def test_open_shard_files_are_bounded(by_class: Path) -> None:
+def test_no_shard_file_stays_open_and_remote_handles_are_bounded(by_class: Path, photo_tree: Path) -> None:
+    """A random order touches every shard: 1,024 kept handles would pass the usual open-files limit."""
     import os
 
     def open_fds() -> int:
         return len(os.listdir("/proc/self/fd"))
 
-    reference = IndexedRecords(str(by_class), "train", max_open_files=64)
-    bounded = IndexedRecords(str(by_class), "train", max_open_files=2)
     before = open_fds()
-    order = bounded.order(seed=1)
-    assert [bounded.record(int(i)) for i in order] == [reference.record(int(i)) for i in order]
-    assert open_fds() - before == 2 + 4  # two kept by the bounded reader, all four shards by the other
-    bounded.close()
-    reference.close()
+    local = IndexedRecords(str(by_class), "train")
+    order = local.order(seed=1)
+    blobs = [local.record(int(i)) for i in order]
     assert open_fds() == before
+
+    convert(
+        str(photo_tree),
+        "ram://shardfeed-indexed/out",
+        split="train=1",
+        by_class=True,
+        shards=1,
+        workers=1,
+        progress=False,
+    )
+    remote = IndexedRecords("ram://shardfeed-indexed/out", "train", max_open_files=2)
+    assert [remote.record(int(i)) for i in order] == blobs
+    assert len(remote._handles) == 2
+    remote.close()
+    assert not remote._handles
 
 
 def test_reader_imports_no_tensorflow_and_pickles_for_worker_processes(by_class: Path) -> None:

@@ -47,6 +47,20 @@ def read_bytes(path: str) -> bytes:
         return f.read()
 
 
+def read_range(path: str, offset: int, size: int) -> bytes:
+    """Up to `size` bytes at `offset` of a local file.
+
+    Opens a private descriptor and reads with pread, so threads can read in parallel (the disk
+    sees several requests at once) and no descriptor stays open (open+pread+close of a 29 KB
+    record: ~12 us here, less than seek+read on a kept buffered handle).
+    """
+    fd = os.open(_local(path), os.O_RDONLY)
+    try:
+        return os.pread(fd, size, offset)
+    finally:
+        os.close(fd)
+
+
 def write_bytes(path: str, data: bytes) -> None:
     """Writes `data` to `path` (replacing it)."""
     with open_binary(path, "wb") as f:

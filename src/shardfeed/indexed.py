@@ -79,9 +79,9 @@ class IndexedRecords:
         check_crc: verify each record's CRC32C (default; cheap with hardware CRC).
         transform: applied by `__getitem__` to each parsed example (default: (uint8 image HWC,
             0-based label, -1 when unlabeled)).
-        max_open_files: shard files kept open at once (least recently used closed first): a
-            random order touches every shard, and ImageNet's 1,024 shards per process (times
-            DataLoader workers) would pass the common 1,024 open-files limit.
+        max_open_files: for remote shards (gs://, s3://, ...), handles kept open at once (least
+            recently used closed first). Local shards are read with a private pread per record,
+            in parallel across threads, keeping no file open.
     """
 
     def __init__(
@@ -119,9 +119,10 @@ class IndexedRecords:
         self.check_crc = check_crc
         self.transform = transform or self._image_and_label
         self.max_open_files = max(1, max_open_files)
+        self._remote = any(fileio.is_remote(f) for f in self.files)
         self._handles: OrderedDict[int, Any] = OrderedDict()
         self._pid = os.getpid()
-        self._lock = threading.Lock()  # seek+read pairs on shared handles (tf.data calls from threads)
+        self._lock = threading.Lock()  # seek+read pairs on shared remote handles (tf.data threads)
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -147,10 +148,13 @@ class IndexedRecords:
             raise IndexError(f"record {index} out of range for {len(self)} records")
         shard = int(self.shard_ids[index])
         offset, size = int(self.offsets[index]), int(self.sizes[index])
-        with self._lock:
-            handle = self._handle(shard)
-            handle.seek(offset)
-            blob = handle.read(size)
+        if self._remote:
+            with self._lock:
+                handle = self._handle(shard)
+                handle.seek(offset)
+                blob = handle.read(size)
+        else:
+            blob = fileio.read_range(self.files[shard], offset, size)
         name = f"{os.path.basename(self.files[shard])} (record {index} of {self.split})"
         _, data = next(tfrecord.iter_records(io.BytesIO(blob), name=name, check_crc=self.check_crc), (0, None))
         if data is None or len(blob) != size:
