@@ -275,7 +275,7 @@ def _indexed_records(
         return tf.ensure_shape(blobs, [None]), tf.ensure_shape(keys, [None])
 
     # (epoch, chunk start) pairs, each read by one Python call of INDEXED_CHUNK records. A
-    # numpy_function map, not from_generator: the generator source cost ~45% more CPU per image
+    # numpy_function map, not from_generator: the generator source cost ~75% more CPU per image
     # here, even with the records already in memory (see docs/benchmarks.md).
     ds = (
         _epoch_numbers(epoch, repeat)

@@ -51,8 +51,8 @@ def read_range(path: str, offset: int, size: int) -> bytes:
     """Up to `size` bytes at `offset` of a local file.
 
     Opens a private descriptor and reads with pread, so threads can read in parallel (the disk
-    sees several requests at once) and no descriptor stays open (open+pread+close of a 29 KB
-    record: ~12 us here, less than seek+read on a kept buffered handle).
+    sees several requests at once) and no descriptor stays open. Reading records this way was
+    as fast as seek+read on kept handles here (36-38k records of 29 KB a second, one thread).
     """
     fd = os.open(_local(path), os.O_RDONLY)
     try:
