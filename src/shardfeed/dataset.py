@@ -155,9 +155,8 @@ def load(
             worker_index=worker_index,
             even=even or "drop",
         )
-        if training and shuffle == "buffer" and shuffle_buffer != 0:  # even splits, asked for a buffer
-            buffer = min(shuffle_buffer or DEFAULT_SHUFFLE_BUFFER, max(num_records, 1))
-            ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+        if training and shuffle == "buffer":  # even splits, asked for a buffer
+            ds = _buffer_shuffle(ds, shuffle_buffer, num_records, seed)
     else:
         if num_workers > 1 or worker_index:
             shards = shards.for_worker(num_workers, worker_index)
@@ -167,9 +166,8 @@ def load(
         )
         if cache:
             records = records.cache("" if cache is True else str(cache))
-        if training and shuffle_buffer != 0:
-            buffer = min(shuffle_buffer or DEFAULT_SHUFFLE_BUFFER, max(shards.num_records, 1))
-            records = records.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+        if training:
+            records = _buffer_shuffle(records, shuffle_buffer, shards.num_records, seed)
         if repeat:
             records = records.repeat()
         # one stateless seed pair per record, for reproducible augmentation
@@ -197,6 +195,14 @@ def load(
 
 SHUFFLES = ("buffer", "global")
 INDEXED_CHUNK = 64  # records per Python call when reading by index
+
+
+def _buffer_shuffle(ds: Any, shuffle_buffer: int | None, num_records: int, seed: int | None) -> Any:
+    """`ds` through a shuffle buffer (default size, capped at the records there are; 0: none)."""
+    if shuffle_buffer == 0:
+        return ds
+    buffer = min(shuffle_buffer or DEFAULT_SHUFFLE_BUFFER, max(num_records, 1))
+    return ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
 
 
 def _check_indexed(shuffle: str, epoch: int, start_step: int, even: str | None, seed: int | None) -> None:
