@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from shardfeed.benchmark import bench
+from shardfeed.dataset import SHUFFLES
 
 
 def register(sub: Any) -> None:
@@ -20,9 +21,7 @@ def register(sub: Any) -> None:
         "--eval", dest="training", action="store_false", default=None, help="evaluation preprocessing (no augmentation)"
     )
     p.add_argument("--no-augment", dest="augment", action="store_false", default=None, help="no augmentation")
-    p.add_argument(
-        "--shuffle", choices=["buffer", "global"], default="buffer", help="training shuffle to measure (see `load`)"
-    )
+    p.add_argument("--shuffle", choices=SHUFFLES, default="buffer", help="training shuffle to measure (see `load`)")
     p.add_argument(
         "--compare-folder",
         metavar="SRC",

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from shardfeed.dataset import SHUFFLES
 from shardfeed.info import format_info, info
 
 
@@ -25,7 +26,7 @@ def register(sub: Any) -> None:
     g.add_argument("--split", default="train")
     g.add_argument("--batch-size", type=int, default=64)
     g.add_argument("--batches", type=int, default=20, help="batches to inspect")
-    g.add_argument("--shuffle", choices=["buffer", "global"], default="buffer")
+    g.add_argument("--shuffle", choices=SHUFFLES, default="buffer")
     g.add_argument("--shuffle-buffer", type=int, help="records in the shuffle buffer (default 4096)")
     g.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=run)

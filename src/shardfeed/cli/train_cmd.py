@@ -7,6 +7,7 @@ import json
 import logging
 from typing import Any
 
+from shardfeed.dataset import SHUFFLES
 from shardfeed.models import MODELS
 from shardfeed.train import AUGMENT_PRESETS, train
 
@@ -26,7 +27,7 @@ def register(sub: Any) -> None:
     p.add_argument("--augment", choices=list(AUGMENT_PRESETS), default="inception")
     p.add_argument(
         "--shuffle",
-        choices=["buffer", "global"],
+        choices=SHUFFLES,
         default="buffer",
         help="'global': a seeded permutation of the whole split each epoch (needs uncompressed shards)",
     )
