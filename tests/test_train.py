@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardfeed import convert, evaluate, load, load_model, predict, read_manifest, train
+from shardfeed import convert, evaluate, load, load_model, predict, read_manifest, read_resume_point, train
 from shardfeed.cli.main import main
 from shardfeed.models import build_model, model_class_names
 from shardfeed.samples import write_digits_folders
@@ -154,3 +154,36 @@ def test_cli_trains_with_global_shuffle(digits_data: tuple[Path, Path], tmp_path
     assert main([*args, "--shuffle", "global", "--augment", "none", "--crop-fraction", "1"]) == 0
     assert json.loads((out / "run.json").read_text())["shuffle"] == "global"
     assert json.loads((out / "metrics.json").read_text())["val_accuracy"] > 0.3  # chance is 0.1
+
+
+def test_mid_epoch_snapshots_resume_at_the_saved_step(digits_data: tuple[Path, Path], tmp_path: Path) -> None:
+    """The plumbing of train(save_every=...); the exactness itself is tested with SIGKILL in test_resume."""
+    out = tmp_path / "m"
+    args = ["train", str(digits_data[0]), "--out", str(out), "--image-size", "24", "--augment", "none"]
+    assert main([*args, "--epochs", "1", "--shuffle", "global", "--save-every", "5"]) == 0
+    snapshots = out / "checkpoints"
+    point = read_resume_point(str(snapshots))
+    assert point is not None and (point.epoch, point.step) == (1, 0)  # 22 steps: 5, 10, 15, 20, end
+    # as if killed after step 10 of epoch 0: the next run must train steps 11..22 of epoch 0 only
+    (snapshots / "resume.json").write_text(json.dumps({**point.__dict__, "epoch": 0, "step": 10}))
+    metrics = train(
+        str(digits_data[0]),
+        str(out),
+        epochs=1,
+        image_size=24,
+        augment="none",
+        shuffle="global",
+        save_every=5,
+        resume=True,
+        verbose=0,
+    )
+    assert (metrics["initial_epoch"], metrics["initial_step"]) == (0, 10) and "val_accuracy" in metrics
+    after = read_resume_point(str(snapshots))
+    assert after is not None and (after.epoch, after.step, after.seed) == (1, 0, point.seed)
+    assert len(list(csv.DictReader((out / "log.csv").open()))) == 2  # epoch 0, then its resumed rest
+    with pytest.raises(ValueError, match="save_every=5 needs shuffle='global'"):
+        train(str(digits_data[0]), str(tmp_path / "b"), epochs=1, save_every=5, verbose=0)
+    with pytest.raises(FileNotFoundError, match=r"no checkpoints/resume\.json"):
+        train(
+            str(digits_data[0]), str(tmp_path / "c"), epochs=1, shuffle="global", save_every=5, resume=True, verbose=0
+        )

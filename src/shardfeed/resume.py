@@ -19,6 +19,7 @@ from typing import Any
 
 from shardfeed.dataset import load, steps_per_epoch
 from shardfeed.lazy import tensorflow
+from shardfeed.models import load_model
 
 STATE_NAME = "resume.json"
 
@@ -79,7 +80,7 @@ def fit_resumable(
             "order of the epoch it stopped in"
         )
     if point is not None:
-        net, epoch, step = keras.saving.load_model(point.model), point.epoch, point.step
+        net, epoch, step = load_model(point.model), point.epoch, point.step
     else:
         net, epoch, step = (model() if callable(model) and not isinstance(model, keras.Model) else model), 0, 0
     steps = steps_per_epoch(data, split, batch_size)

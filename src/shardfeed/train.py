@@ -4,6 +4,7 @@ Run folder layout:
     run.json                      settings, dataset, class names, preprocessing (read by evaluate/predict)
     checkpoints/last.keras        after every epoch (model + optimizer): what --resume continues from
     checkpoints/best.keras        best validation accuracy so far
+    checkpoints/resume.json       with save_every: the (epoch, step) to resume at, and its snapshot
     log.csv                       one row per epoch (Keras CSVLogger)
     tensorboard/                  TensorBoard logs
     model.keras                   the final model, class names inside
@@ -23,6 +24,7 @@ from shardfeed.augment import Augment
 from shardfeed.dataset import load, steps_per_epoch
 from shardfeed.lazy import tensorflow
 from shardfeed.models import MODELS, build_model, load_model
+from shardfeed.resume import STATE_NAME, fit_resumable, read_resume_point
 
 AUGMENT_PRESETS = {"inception": Augment(), "light": Augment(area_range=(0.64, 1.0), flip=False), "none": None}
 
@@ -100,6 +102,7 @@ def train(
     train_split: str = "train",
     validation_split: str | None = "validation",
     shuffle: str = "buffer",
+    save_every: int | None = None,
     verbose: int = 2,
 ) -> dict[str, Any]:
     """Trains a classifier on converted shards and writes a run folder (see the module docstring).
@@ -115,6 +118,8 @@ def train(
         validation_split: evaluated after each epoch (None to skip; skipped if the data has none).
         shuffle: 'buffer' or 'global' (a seeded permutation of the whole split each epoch; a
             resumed run continues the same sequence of epoch orders). See `load`.
+        save_every: with shuffle='global', also snapshot every this many steps, so that
+            `resume` continues mid-epoch at exactly the next batch (`shardfeed.fit_resumable`).
 
     Returns:
         The final metrics (also in metrics.json).
@@ -128,6 +133,7 @@ def train(
     m = manifest.read(data)
     if m.labels is None:
         raise ValueError(f"{data} holds unlabeled data (no classes to learn); convert a labelled source")
+    class_names: list[str] = m.labels
     if validation_split not in m.split_names:
         validation_split = None
     config = TrainConfig(
@@ -147,40 +153,49 @@ def train(
         m.labels,
         shuffle,
     )
-    os.makedirs(os.path.join(out, "checkpoints"), exist_ok=True)
-    last = os.path.join(out, "checkpoints", "last.keras")
-    initial_epoch = _completed_epochs(out) if resume else 0
-    if resume and not os.path.exists(last):
-        raise FileNotFoundError(f"nothing to resume in {out!r}: no checkpoints/last.keras")
+    if save_every is not None and (shuffle != "global" or save_every < 1):
+        raise ValueError(
+            f"save_every={save_every} needs shuffle='global' and at least 1 step: only a global order "
+            "can be resumed at an exact step"
+        )
+    snapshots = os.path.join(out, "checkpoints")
+    os.makedirs(snapshots, exist_ok=True)
+    last = os.path.join(snapshots, "last.keras")
+    initial_epoch = initial_step = 0
+    if resume and save_every:
+        point = read_resume_point(snapshots)
+        if point is None:
+            raise FileNotFoundError(
+                f"nothing to resume in {out!r}: no checkpoints/resume.json (written when training with save_every)"
+            )
+        initial_epoch, initial_step = point.epoch, point.step
+    elif resume:
+        if not os.path.exists(last):
+            raise FileNotFoundError(f"nothing to resume in {out!r}: no checkpoints/last.keras")
+        initial_epoch = _completed_epochs(out)
+    elif save_every and os.path.exists(os.path.join(snapshots, STATE_NAME)):
+        os.remove(os.path.join(snapshots, STATE_NAME))  # a fresh run: fit_resumable must not pick up an old one
     with open(os.path.join(out, "run.json"), "w") as f:
         f.write(config.to_json())
     tensorflow()  # a clear install hint if TensorFlow is missing
     keras.utils.set_random_seed(seed)
     keras.mixed_precision.set_global_policy("mixed_float16" if mixed_precision else "float32")
 
-    train_ds = load(
-        data,
-        split=train_split,
-        batch_size=batch_size,
-        image_size=image_size,
-        training=True,
-        augment=AUGMENT_PRESETS[augment] or False,
-        seed=seed,
-        repeat=True,
-        channels=channels,
-        crop_fraction=crop_fraction,
-        shuffle=shuffle,
-        epoch=initial_epoch if shuffle == "global" else 0,  # continue the sequence of epoch orders
-    )
+    options: dict[str, Any] = {
+        "image_size": image_size,
+        "training": True,
+        "augment": AUGMENT_PRESETS[augment] or False,
+        "channels": channels,
+        "crop_fraction": crop_fraction,
+    }
     steps = steps_per_epoch(data, train_split, batch_size)
     val_ds = None
     if validation_split:
         val_ds = config.eval_dataset(data, validation_split)  # exactly what evaluate/predict use
-    if resume:
-        net = load_model(last)
-    else:
-        net = build_model(model, m.labels, (image_size, image_size), channels=channels, weights=weights)
-        top_k = min(5, len(m.labels))
+
+    def build() -> Any:
+        net = build_model(model, class_names, (image_size, image_size), channels=channels, weights=weights)
+        top_k = min(5, len(class_names))
         net.compile(
             # cosine decay to zero over the whole run: the last epochs settle instead of
             # jittering (digits demo: validation accuracy swung 0.87-0.96 at a constant rate)
@@ -188,6 +203,8 @@ def train(
             loss=keras.losses.SparseCategoricalCrossentropy(),
             metrics=["accuracy", keras.metrics.SparseTopKCategoricalAccuracy(k=top_k, name=f"top{top_k}")],
         )
+        return net
+
     monitor = "val_accuracy" if val_ds is not None else "accuracy"
     callbacks = [
         keras.callbacks.ModelCheckpoint(last),
@@ -198,25 +215,54 @@ def train(
         keras.callbacks.TensorBoard(os.path.join(out, "tensorboard")),
     ]
     start = time.monotonic()
-    history = net.fit(
-        train_ds,
-        epochs=epochs,
-        initial_epoch=initial_epoch,
-        steps_per_epoch=steps,
-        validation_data=val_ds,
-        callbacks=callbacks,
-        verbose=verbose,
-    )
+    if save_every:
+        net = fit_resumable(
+            build,
+            data,
+            snapshots,
+            epochs=epochs,
+            batch_size=batch_size,
+            seed=seed,
+            split=train_split,
+            save_every=save_every,
+            load_options=options,
+            callbacks=callbacks,
+            validation_data=val_ds,
+            verbose=verbose,
+        )
+        history = getattr(net, "history", None)
+    else:
+        net = load_model(last) if resume else build()
+        train_ds = load(
+            data,
+            split=train_split,
+            batch_size=batch_size,
+            seed=seed,
+            repeat=True,
+            shuffle=shuffle,
+            epoch=initial_epoch if shuffle == "global" else 0,  # continue the sequence of epoch orders
+            **options,
+        )
+        history = net.fit(
+            train_ds,
+            epochs=epochs,
+            initial_epoch=initial_epoch,
+            steps_per_epoch=steps,
+            validation_data=val_ds,
+            callbacks=callbacks,
+            verbose=verbose,
+        )
     seconds = time.monotonic() - start
     net.save(os.path.join(out, "model.keras"))
-    final = {k: float(v[-1]) for k, v in history.history.items()} if history.history else {}
-    trained = max(epochs - initial_epoch, 0)
+    final = {k: float(v[-1]) for k, v in history.history.items()} if history and history.history else {}
+    trained = max((epochs - initial_epoch) * steps - initial_step, 0)  # steps
     metrics = {
         **final,
         "epochs": epochs,
         "initial_epoch": initial_epoch,
+        "initial_step": initial_step,
         "seconds": seconds,
-        "train_images_per_second": trained * steps * batch_size / seconds if seconds and trained else 0.0,
+        "train_images_per_second": trained * batch_size / seconds if seconds and trained else 0.0,
         "steps_per_epoch": steps,
     }
     with open(os.path.join(out, "metrics.json"), "w") as f:

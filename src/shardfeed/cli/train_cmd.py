@@ -31,6 +31,13 @@ def register(sub: Any) -> None:
         default="buffer",
         help="'global': a seeded permutation of the whole split each epoch (needs uncompressed shards)",
     )
+    p.add_argument(
+        "--save-every",
+        type=int,
+        metavar="STEPS",
+        help="with --shuffle global: also snapshot every STEPS steps; --resume then continues mid-epoch at "
+        "exactly the next batch",
+    )
     p.add_argument("--crop-fraction", type=float, default=0.875, help="evaluation centre crop")
     p.add_argument("--channels", type=int, choices=[1, 3], default=3)
     p.add_argument("--mixed-precision", action="store_true", help="float16 compute (GPUs with tensor cores)")
@@ -60,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         train_split=args.train_split,
         validation_split=args.validation_split,
         shuffle=args.shuffle,
+        save_every=args.save_every,
     )
     log.info("Trained; final metrics: %s\nRun folder: %s", json.dumps(metrics), args.out)
     return 0
