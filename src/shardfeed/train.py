@@ -150,7 +150,7 @@ def train(
         mixed_precision,
         train_split,
         validation_split,
-        m.labels,
+        class_names,
         shuffle,
     )
     if save_every is not None and (shuffle != "global" or save_every < 1):
@@ -161,20 +161,7 @@ def train(
     snapshots = os.path.join(out, "checkpoints")
     os.makedirs(snapshots, exist_ok=True)
     last = os.path.join(snapshots, "last.keras")
-    initial_epoch = initial_step = 0
-    if resume and save_every:
-        point = read_resume_point(snapshots)
-        if point is None:
-            raise FileNotFoundError(
-                f"nothing to resume in {out!r}: no checkpoints/resume.json (written when training with save_every)"
-            )
-        initial_epoch, initial_step = point.epoch, point.step
-    elif resume:
-        if not os.path.exists(last):
-            raise FileNotFoundError(f"nothing to resume in {out!r}: no checkpoints/last.keras")
-        initial_epoch = _completed_epochs(out)
-    elif save_every and os.path.exists(os.path.join(snapshots, STATE_NAME)):
-        os.remove(os.path.join(snapshots, STATE_NAME))  # a fresh run: fit_resumable must not pick up an old one
+    initial_epoch, initial_step = _starting_point(out, resume=resume, save_every=save_every)
     with open(os.path.join(out, "run.json"), "w") as f:
         f.write(config.to_json())
     tensorflow()  # a clear install hint if TensorFlow is missing
@@ -268,6 +255,30 @@ def train(
     with open(os.path.join(out, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
     return metrics
+
+
+def _starting_point(out: str, *, resume: bool, save_every: int | None) -> tuple[int, int]:
+    """The (epoch, step) training starts at: (0, 0) fresh; with `resume`, the last snapshot's
+    point (save_every runs) or the epoch after the last one logged.
+
+    Raises:
+        FileNotFoundError: `resume` without anything saved to resume from.
+    """
+    snapshots = os.path.join(out, "checkpoints")
+    if resume and save_every:
+        point = read_resume_point(snapshots)
+        if point is None:
+            raise FileNotFoundError(
+                f"nothing to resume in {out!r}: no checkpoints/resume.json (written when training with save_every)"
+            )
+        return point.epoch, point.step
+    if resume:
+        if not os.path.exists(os.path.join(snapshots, "last.keras")):
+            raise FileNotFoundError(f"nothing to resume in {out!r}: no checkpoints/last.keras")
+        return _completed_epochs(out), 0
+    if save_every and os.path.exists(os.path.join(snapshots, STATE_NAME)):
+        os.remove(os.path.join(snapshots, STATE_NAME))  # a fresh run: fit_resumable must not pick up an old one
+    return 0, 0
 
 
 def _completed_epochs(out: str) -> int:
