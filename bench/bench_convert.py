@@ -20,6 +20,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.corpus import build_corpus
+from bench.report import emit
 
 BARE_LOOP = """
 import os, sys, time, tensorflow as tf
@@ -131,11 +132,7 @@ def main() -> None:
             "parent_ratio": big_run["parent_rss_mb"] / small_run["parent_rss_mb"],
             "worker_ratio": big_run["worker_rss_mb"] / small_run["worker_rss_mb"],
         }
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
+    emit(results, args.json)
 
 
 if __name__ == "__main__":

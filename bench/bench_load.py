@@ -18,7 +18,6 @@ Each figure is the best of --repeats passes over the corpus (images/s after 2 wa
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.corpus import build_corpus
+from bench.report import emit
 
 SIZE = (224, 224)
 BATCH = 64
@@ -137,10 +137,7 @@ def main() -> None:
         "eval_resized256_vs_keras_folder": float(r["shardfeed_eval_resized256_img_s"]) / kf,  # type: ignore[arg-type]
         "train_vs_libjpeg_limit": t / float(r["libjpeg_limit_img_s"]),  # type: ignore[arg-type]
     }
-    text = json.dumps(r, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
+    emit(r, args.json)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.corpus import build_corpus
+from bench.report import emit
 
 BATCH, SIZE = 64, 224
 
@@ -114,10 +114,7 @@ def main() -> None:
         records[int(i)]
     decoded = len(order) / (time.perf_counter() - start)
     r["tf_free_reader"] = {"records_per_s_global_order_crc": raw, "decoded_images_per_s_one_process": decoded}
-    text = json.dumps(r, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
+    emit(r, args.json)
 
 
 if __name__ == "__main__":
