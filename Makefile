@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: install
-	$(PY) -m shardfeed.demo
+	$(PY) -m shardfeed.training.demo
 
 lint: install
 	$(VENV)/bin/ruff format --check src tests bench

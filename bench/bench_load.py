@@ -4,7 +4,7 @@
 
 Same corpus as bench_convert (real-photo JPEGs, 200-500 px), converted once as kept bytes and once
 with --resize 256. Every pipeline uses the same per-image decode/augment functions
-(shardfeed.decode.decode_one), so only the reading and batching differ:
+(shardfeed.read.decode.decode_one), so only the reading and batching differ:
   ceiling   the JPEG bytes already in memory, decoded + augmented by tf.data (map AUTOTUNE)
   recipe    the cats-vs-dogs reader: list_files + interleave + parse_single_example per record +
             decode_jpeg of the whole image, then the same random-resized crop + flip + resize,
@@ -37,7 +37,7 @@ BATCH = 64
 def recipe(shards: str):  # type: ignore[no-untyped-def]
     import tensorflow as tf
 
-    from shardfeed.augment import Augment, photometric, random_crop_window
+    from shardfeed.read.augment import Augment, photometric, random_crop_window
 
     spec = {
         "image/encoded": tf.io.FixedLenFeature([], tf.string),
@@ -73,8 +73,8 @@ def libjpeg_limit(files: list[str]) -> float:
 def parse_rate(shards: str) -> float:
     import tensorflow as tf
 
-    from shardfeed import reader
-    from shardfeed.decode import Schema, feature_spec
+    from shardfeed.read import shardset as reader
+    from shardfeed.read.decode import Schema, feature_spec
 
     spec = feature_spec(Schema())
     ds = reader.read_records(
@@ -101,7 +101,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from shardfeed import convert, load
-    from shardfeed.benchmark import decode_ceiling, image_files, keras_folder, measure
+    from shardfeed.tools.benchmark import decode_ceiling, image_files, keras_folder, measure
 
     src = build_corpus(os.path.join(args.workdir, f"corpus{args.images}"), args.images)
     keep, small = os.path.join(args.workdir, "load_keep"), os.path.join(args.workdir, "load_256")

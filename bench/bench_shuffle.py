@@ -56,7 +56,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     from shardfeed import IndexedRecords, convert, load
-    from shardfeed.benchmark import measure
+    from shardfeed.tools.benchmark import measure
 
     src = build_corpus(os.path.join(args.workdir, f"corpus{args.images}"), args.images)
     data = os.path.join(args.workdir, "shuffle_keep")

@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 from conftest import crops, jpeg_bytes, photos, shard_bytes
 
-from shardfeed import ConvertError, SourceError, convert, read_manifest, tfrecord
-from shardfeed.manifest import ManifestError
+from shardfeed import ConvertError, SourceError, convert, read_manifest
+from shardfeed.format import tfrecord
+from shardfeed.format.manifest import ManifestError
 
 SPEC = {
     "image/encoded": "string",
@@ -230,7 +231,7 @@ def test_by_class_writes_one_shard_set_per_class(photo_tree: Path, tmp_path: Pat
 
 
 def _read_files(path: Path) -> list[dict]:
-    from shardfeed.example_proto import parse_example
+    from shardfeed.format.example_proto import parse_example
 
     rows = [parse_example(r) for r in tfrecord.read_records(str(path))]
     return [{k: v[0] for k, v in r.items()} for r in rows]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from shardfeed import convert, load, read_manifest, steps_per_epoch
-from shardfeed.augment import Augment
+from shardfeed.read.augment import Augment
 
 
 @pytest.fixture(scope="session")

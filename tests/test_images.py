@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from shardfeed.images import (
+from shardfeed.write.images import (
     BadImageError,
     ImageOptions,
     prepare_array_image,

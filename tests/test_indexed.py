@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from shardfeed import IndexedRecords, convert, global_order, load, read_manifest, steps_per_epoch, tfrecord
-from shardfeed.indexed import worker_positions
+from shardfeed import IndexedRecords, convert, global_order, load, read_manifest, steps_per_epoch
+from shardfeed.format import tfrecord
+from shardfeed.read.indexed import worker_positions
 
 
 def _records_and_names(folder: Path) -> tuple[IndexedRecords, list[str]]:
@@ -76,7 +77,7 @@ def test_reader_is_a_grain_data_source_in_worker_processes(by_class: Path, tmp_p
 import sys
 import grain
 import numpy as np
-from shardfeed.indexed import IndexedRecords
+from shardfeed.read.indexed import IndexedRecords
 
 class Crop(grain.transforms.Map):
     def map(self, item):
@@ -135,7 +136,7 @@ def test_no_shard_file_stays_open_and_remote_handles_are_bounded(by_class: Path,
 def test_reader_imports_no_tensorflow_and_pickles_for_worker_processes(by_class: Path) -> None:
     code = (
         "import sys, pickle\n"
-        "from shardfeed.indexed import IndexedRecords\n"
+        "from shardfeed.read.indexed import IndexedRecords\n"
         f"r = IndexedRecords({str(by_class)!r}, 'train')\n"
         "image, label = r[5]\n"
         "r2 = pickle.loads(pickle.dumps(r))\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from shardfeed import convert, info
-from shardfeed.info import format_info
+from shardfeed.tools.dataset_info import format_info
 
 
 @pytest.fixture(scope="module")

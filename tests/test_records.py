@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shardfeed import tfrecord
-from shardfeed.example_proto import parse_example, serialize_example
+from shardfeed.format import tfrecord
+from shardfeed.format.example_proto import parse_example, serialize_example
 
 
 def test_example_bytes_parse_with_tensorflow() -> None:

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from shardfeed.sharding import (
+from shardfeed.write.sharding import (
     num_shards,
     parse_shard_counts,
     parse_size,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from shardfeed import convert
-from shardfeed.shuffle_report import batch_stats, ideal_stats
+from shardfeed.tools.shuffle_quality import batch_stats, ideal_stats
 
 
 def test_batch_stats_on_known_batches() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardfeed.sources import (
+from shardfeed.write.sources import (
     ArraySource,
     CsvSource,
     FilenameSource,

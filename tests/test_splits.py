@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shardfeed.sources import Item
-from shardfeed.splits import allocate, assign_splits, order_key, parse_split_spec, seeded_order
+from shardfeed.write.items import Item
+from shardfeed.write.splits import allocate, assign_splits, order_key, parse_split_spec, seeded_order
 
 
 def _items(per_class: dict[int, int]) -> list[Item]:

@@ -12,8 +12,8 @@ import pytest
 
 from shardfeed import convert, evaluate, load, load_model, predict, read_manifest, read_resume_point, train
 from shardfeed.cli.main import main
-from shardfeed.models import build_model, model_class_names
-from shardfeed.samples import write_digits_folders
+from shardfeed.training.models import build_model, model_class_names
+from shardfeed.training.samples import write_digits_folders
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def test_predict_writes_one_row_per_input_file(run_dir: Path, digits_data: tuple
     assert "PNG" in broken["error"] and broken["class"] == ""
     assert (tmp_path / "g.png").stat().st_size > 5000
     # labels the demo's held-out digits carry in their file names' order: most predictions are right
-    from shardfeed.samples import digits_arrays
+    from shardfeed.training.samples import digits_arrays
 
     truth = digits_arrays()[1]
     right = sum(int(r["class"]) == truth[int(r["file"].split(".")[0])] for r in good)

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from shardfeed import convert, tfrecord, verify
-from shardfeed.example_proto import parse_example, serialize_example
+from shardfeed import convert, verify
+from shardfeed.format import tfrecord
+from shardfeed.format.example_proto import parse_example, serialize_example
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from shardfeed.benchmark import bench
-from shardfeed.dataset import SHUFFLES
+from shardfeed.read.options import SHUFFLES, ReadConfig
+from shardfeed.tools.benchmark import bench
 
 
 def register(sub: Any) -> None:
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         compare_folder=args.compare_folder,
         augment=args.augment,
-        shuffle=args.shuffle,
+        read=ReadConfig(shuffle=args.shuffle),
     )
     print(json.dumps(result, indent=2) if args.json else format_bench(result))
     return 0

@@ -6,8 +6,11 @@ import argparse
 import logging
 from typing import Any
 
-from shardfeed.convert import convert
-from shardfeed.sources import resolve_source
+from shardfeed.cli.options import from_args
+from shardfeed.write.convert import convert
+from shardfeed.write.images import ARRAY_ENCODINGS, CHECKS, IMAGE_FORMATS, ImageOptions
+from shardfeed.write.options import ConvertOptions
+from shardfeed.write.sources import resolve_source
 
 log = logging.getLogger("shardfeed")
 
@@ -45,15 +48,16 @@ def register(sub: Any) -> None:
         "--no-stratify",
         dest="stratify",
         action="store_false",
+        default=None,
         help="split without keeping class proportions",
     )
-    g.add_argument("--seed", type=int, default=0, help="seeds split assignment and record order (default 0)")
+    g.add_argument("--seed", type=int, help="seeds split assignment and record order (default 0)")
     g.add_argument("--shards", help="shards per split: N, or train=16,validation=4")
     g.add_argument("--shard-size", help="target shard size, e.g. 128MB (default: mean shard <= 200 MB)")
     g.add_argument("--by-class", action="store_true", help="one shard set per class")
     g.add_argument("--name-template", help="shard names, default '{split}-{shard:05d}-of-{num_shards:05d}'")
     g.add_argument("--compression", choices=["gzip"], help="compress shards")
-    g.add_argument("--label-offset", type=int, default=0, help="add to class ids (1: 0 is background)")
+    g.add_argument("--label-offset", type=int, help="add to class ids (1: 0 is background)")
     g.add_argument("--dedupe", action="store_true", help="drop exact duplicate images (keep the first)")
     g = p.add_argument_group("images")
     g.add_argument("--resize", type=int, help="resize so the shorter side is this many pixels")
@@ -62,22 +66,19 @@ def register(sub: Any) -> None:
     g.add_argument(
         "--format",
         dest="image_format",
-        choices=["keep", "jpeg", "png"],
-        default="keep",
+        choices=IMAGE_FORMATS,
         help="keep source bytes (default) or re-encode all",
     )
-    g.add_argument("--quality", type=int, default=95, help="JPEG quality when re-encoding (default 95)")
+    g.add_argument("--quality", type=int, help=f"JPEG quality when re-encoding (default {ImageOptions.quality})")
     g.add_argument(
         "--check",
-        choices=["decode", "header"],
-        default="decode",
+        choices=CHECKS,
         help="decode every image to prove it reads (default) or check headers only (faster)",
     )
     g.add_argument(
         "--array-encoding",
-        choices=["png", "raw"],
-        default="png",
-        help="NumPy images: PNG or raw bytes",
+        choices=ARRAY_ENCODINGS,
+        help="NumPy images: PNG (default) or raw bytes",
     )
     g = p.add_argument_group("run")
     g.add_argument("--workers", type=int, help="encoding processes (default: all cores)")
@@ -124,26 +125,11 @@ def run(args: argparse.Namespace) -> int:
         label_pattern=args.label_pattern,
         **_source_options(args),
     )
+    options = from_args(ConvertOptions, args, image=from_args(ImageOptions, args))
     result = convert(
         source,
         args.output,
-        split=args.split,
-        stratify=args.stratify,
-        seed=args.seed,
-        shards=args.shards,
-        shard_size=args.shard_size,
-        by_class=args.by_class,
-        name_template=args.name_template,
-        compression=args.compression,
-        label_offset=args.label_offset,
-        dedupe=args.dedupe,
-        resize=args.resize,
-        max_size=args.max_size,
-        center_crop=args.center_crop,
-        image_format=args.image_format,
-        quality=args.quality,
-        check=args.check,
-        array_encoding=args.array_encoding,
+        options,
         strict=args.strict,
         workers=args.workers,
         overwrite=args.overwrite,

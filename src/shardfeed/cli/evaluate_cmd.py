@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from shardfeed.evaluate import evaluate
+from shardfeed.training.evaluation import evaluate
 
 
 def register(sub: Any) -> None:

@@ -6,8 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from shardfeed.dataset import SHUFFLES
-from shardfeed.info import format_info, info
+from shardfeed.read.options import SHUFFLES, ReadConfig
+from shardfeed.tools.dataset_info import format_info, info
 
 
 def register(sub: Any) -> None:
@@ -35,13 +35,11 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     path = args.path[0] if len(args.path) == 1 else args.path
     if args.shuffle_report:
-        from shardfeed.shuffle_report import format_report, shuffle_report
+        from shardfeed.tools.shuffle_quality import format_report, shuffle_report
 
-        options: dict[str, Any] = {"shuffle": args.shuffle}
-        if args.shuffle_buffer is not None:
-            options["shuffle_buffer"] = args.shuffle_buffer
+        read = ReadConfig(shuffle=args.shuffle, shuffle_buffer=args.shuffle_buffer)
         report = shuffle_report(
-            str(path), split=args.split, batch_size=args.batch_size, batches=args.batches, seed=args.seed, **options
+            str(path), split=args.split, batch_size=args.batch_size, batches=args.batches, seed=args.seed, read=read
         )
         print(json.dumps(report, indent=2) if args.json else format_report(report))
         return 0

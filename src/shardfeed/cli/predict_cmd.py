@@ -6,7 +6,7 @@ import argparse
 import logging
 from typing import Any
 
-from shardfeed.predict import predict
+from shardfeed.training.prediction import predict
 
 log = logging.getLogger("shardfeed")
 

@@ -6,7 +6,7 @@ import argparse
 import logging
 from typing import Any
 
-from shardfeed.show import show
+from shardfeed.tools.preview import show
 
 log = logging.getLogger("shardfeed")
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from shardfeed.verify import verify
+from shardfeed.tools.verification import verify
 
 
 def register(sub: Any) -> None:

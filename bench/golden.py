@@ -1,0 +1,115 @@
+"""Golden outputs: SHA-256 of every file a set of conversions writes, and of the batches `load` yields.
+
+A refactor that promises "no change of behaviour" is checked by running this on the code before
+and after and comparing the two JSON files:
+
+    .venv/bin/python bench/golden.py --out /tmp/golden > before.json   # at the old commit
+    .venv/bin/python bench/golden.py --out /tmp/golden > after.json    # at the new one
+    diff before.json after.json                                         # nothing: same bytes
+
+Conversions run through the CLI (whose flags are stable); reads through `shardfeed.load` with the
+settings users type every day, plus global order, even splits and evaluation preprocessing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from corpus import build_corpus  # noqa: E402
+
+CONVERSIONS = {
+    "keep": [],
+    "resize": ["--resize", "48", "--center-crop", "40", "--format", "jpeg", "--quality", "90"],
+    "by_class": ["--by-class", "--shards", "2", "--seed", "3"],
+    "gzip": ["--compression", "gzip", "--label-offset", "1", "--shards", "train=3,validation=1"],
+    "dedupe": ["--dedupe", "--split", "train=0.7,validation=0.2,test=0.1", "--no-stratify"],
+}
+
+
+def digest_folder(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file below `folder`, by relative path."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def convert(source: Path, out: Path, flags: list[str]) -> dict[str, str]:
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [sys.executable, "-m", "shardfeed", "convert", str(source), str(out), "-q", "--workers", "2", *flags]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return digest_folder(out)
+
+
+def load_digests(path: str) -> dict[str, str]:
+    """Hashes of the first batches of several load settings."""
+    import shardfeed
+
+    cases: dict[str, dict[str, Any]] = {
+        "train_seeded": {"seed": 0},
+        "eval": {"split": "validation"},
+        "float_gray": {"split": "validation", "dtype": "float32", "channels": 1, "crop_fraction": 1.0},
+        "global": {"seed": 1, "shuffle": "global"},
+        "global_resumed": {"seed": 1, "shuffle": "global", "epoch": 2, "start_step": 1},
+        "even_pad": {"seed": 2, "even": "pad", "num_workers": 3, "worker_index": 1},
+        "filenames": {"split": "validation", "with_filenames": True},
+    }
+    out = {}
+    for name, options in cases.items():
+        ds = _load(shardfeed, path, options)
+        h = hashlib.sha256()
+        for batch in ds.take(3):
+            for part in batch if isinstance(batch, tuple) else (batch,):
+                array = np.asarray(part)
+                h.update(b"\0".join(array.tolist()) if array.dtype == object else array.tobytes())
+        out[name] = h.hexdigest()
+    return out
+
+
+def _load(shardfeed: Any, path: str, options: dict[str, Any]) -> Any:
+    """`load` through whichever signature this version has (flat keywords, or config objects)."""
+    daily = {"split", "seed", "batch_size", "image_size", "training"}
+    kwargs = {"batch_size": 16, "image_size": 64, **{k: v for k, v in options.items() if k in daily}}
+    rest = {k: v for k, v in options.items() if k not in daily}
+    if "read" not in inspect.signature(shardfeed.load).parameters:
+        return shardfeed.load(path, **kwargs, **rest)
+    decode_fields = {"dtype", "channels", "crop_fraction"}
+    decode = shardfeed.DecodeConfig(**{k: v for k, v in rest.items() if k in decode_fields})
+    read = shardfeed.ReadConfig(**{k: v for k, v in rest.items() if k not in decode_fields})
+    return shardfeed.load(path, **kwargs, read=read, decode=decode)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="/tmp/shardfeed-golden", help="work folder")
+    args = parser.parse_args()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    work = Path(args.out)
+    photos = Path(build_corpus(str(work / "photos"), 240, classes=4))
+    # an exact copy and a PNG, so dedupe and re-encoding have something to do
+    first = sorted((photos / "class00").iterdir())[0]
+    shutil.copy(first, photos / "class01" / "copy_of_first.jpg")
+    Image.open(first).save(photos / "class02" / "as_png.png")
+    result: dict[str, Any] = {}
+    for name, flags in CONVERSIONS.items():
+        result[name] = convert(photos, work / name, flags)
+    result["load"] = load_digests(str(work / "keep"))
+    print(json.dumps(result, indent=1, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

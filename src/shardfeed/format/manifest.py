@@ -1,0 +1,131 @@
+"""manifest.json and labels.txt: what a finished conversion holds, read by every reader.
+
+manifest.json (versioned; written last, so a folder without it is unfinished):
+    format, version, created_by
+    source       {kind, path, fingerprint, num_inputs}
+    settings     the write settings (what decides the bytes; not worker count)
+    labels       class names, index = id before label_offset; null for unlabeled data
+    label_offset added to ids in image/class/label
+    features     record keys -> type
+    splits       {name: {num_records, num_bytes, class_counts, shards: [{file, index_file,
+                 num_records, num_bytes, sha256}]}}
+    conversions  {reason: count} of images re-encoded because TF could not use them as they were
+    num_skipped, num_duplicates, report (file name of the conversion report)
+labels.txt: one `id:name` line per class, ids including label_offset.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from shardfeed.errors import ManifestError
+from shardfeed.format import fileio
+
+MANIFEST_NAME = "manifest.json"
+LABELS_NAME = "labels.txt"
+REPORT_NAME = "report.json"
+FORMAT_NAME = "shardfeed"
+MANIFEST_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    file: str
+    index_file: str
+    num_records: int
+    num_bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class SplitInfo:
+    name: str
+    num_records: int
+    num_bytes: int
+    class_counts: dict[str, int]
+    shards: list[ShardInfo]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A parsed manifest.json; `path` is the folder it describes."""
+
+    path: str
+    data: dict[str, Any]
+
+    @property
+    def labels(self) -> list[str] | None:
+        return self.data["labels"]
+
+    @property
+    def label_offset(self) -> int:
+        return int(self.data.get("label_offset", 0))
+
+    @property
+    def compression(self) -> str | None:
+        return self.data["settings"].get("compression")
+
+    @property
+    def split_names(self) -> list[str]:
+        return list(self.data["splits"])
+
+    def split(self, name: str) -> SplitInfo:
+        """One split's shards and counts.
+
+        Raises:
+            ManifestError: the split does not exist (the message lists those that do).
+        """
+        if name not in self.data["splits"]:
+            raise ManifestError(f"split {name!r} not in {self.path}; it has {self.split_names}")
+        raw = self.data["splits"][name]
+        shards = [ShardInfo(**shard) for shard in raw["shards"]]
+        return SplitInfo(name, raw["num_records"], raw["num_bytes"], dict(raw["class_counts"]), shards)
+
+    def shard_paths(self, split: str) -> list[str]:
+        return [fileio.join(self.path, shard.file) for shard in self.split(split).shards]
+
+
+def dumps(data: dict[str, Any]) -> str:
+    """Canonical JSON text (sorted keys, fixed indent) so equal manifests are equal bytes."""
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def write(output_dir: str, data: dict[str, Any]) -> None:
+    fileio.write_text_atomic(fileio.join(output_dir, MANIFEST_NAME), dumps(data))
+
+
+def write_labels(output_dir: str, labels: list[str] | None, label_offset: int) -> None:
+    """labels.txt, `id:name` per line (nothing for unlabeled data)."""
+    if labels is None:
+        return
+    text = "".join(f"{i + label_offset}:{name}\n" for i, name in enumerate(labels))
+    fileio.write_text_atomic(fileio.join(output_dir, LABELS_NAME), text)
+
+
+def read(path: str) -> Manifest:
+    """Reads the manifest of a converted folder (or of the manifest file itself).
+
+    Raises:
+        ManifestError: missing, unfinished, not ours, or written by an unknown format version.
+    """
+    folder = path[: -len(MANIFEST_NAME) - 1] if path.endswith(MANIFEST_NAME) else path
+    file = fileio.join(folder, MANIFEST_NAME)
+    if not fileio.exists(file):
+        hint = ""
+        if fileio.exists(fileio.join(folder, ".shardfeed")):
+            hint = " (a conversion into it was started but not finished; run convert again to resume)"
+        raise ManifestError(f"no {MANIFEST_NAME} in {folder!r}{hint}")
+    try:
+        data = json.loads(fileio.read_bytes(file))
+    except json.JSONDecodeError as e:
+        raise ManifestError(f"{file} is not valid JSON: {e}") from e
+    if data.get("format") != FORMAT_NAME:
+        raise ManifestError(f"{file} is not a shardfeed manifest (format={data.get('format')!r})")
+    if data.get("version") != MANIFEST_VERSION:
+        raise ManifestError(
+            f"{file} has manifest version {data.get('version')!r}; this shardfeed reads version "
+            f"{MANIFEST_VERSION}. Upgrade shardfeed, or convert the data again."
+        )
+    return Manifest(folder, data)

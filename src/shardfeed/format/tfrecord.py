@@ -1,0 +1,103 @@
+"""TFRecord framing (write, read, index) with CRC32C, without importing TensorFlow.
+
+On-disk format, as TensorFlow's `tf.io.TFRecordWriter` writes it, one record after another:
+    uint64 length (little-endian) | uint32 masked_crc32c(length) | data | uint32 masked_crc32c(data)
+Compressed files (GZIP) are the same stream inside one gzip member.
+
+The index format is NVIDIA DALI's: one text line `<offset> <size>` per record, where offset is
+the byte position of the record's length field in the uncompressed stream and size is the whole
+framed record (data plus 16 bytes of framing).
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from collections.abc import Iterator
+from typing import BinaryIO
+
+import google_crc32c
+
+from shardfeed.errors import CorruptRecordError
+
+_MASK_DELTA = 0xA282EAD8
+_HEADER = struct.Struct("<QI")
+_FOOTER = struct.Struct("<I")
+FRAMING_BYTES = _HEADER.size + _FOOTER.size
+
+
+def masked_crc(data: bytes) -> int:
+    """TensorFlow's masked CRC32C of `data`."""
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def frame(data: bytes) -> bytes:
+    """One record with its framing, ready to append to a TFRecord file."""
+    length = struct.pack("<Q", len(data))
+    return length + struct.pack("<I", masked_crc(length)) + data + struct.pack("<I", masked_crc(data))
+
+
+def iter_records(stream: BinaryIO, *, name: str = "<stream>", check_crc: bool = True) -> Iterator[tuple[int, bytes]]:
+    """Yields (offset, data) for each record of an uncompressed TFRecord stream.
+
+    Raises:
+        CorruptRecordError: naming `name`, the record index and the byte offset.
+    """
+    offset = 0
+    index = 0
+    while True:
+        header = stream.read(_HEADER.size)
+        if not header:
+            return
+        if len(header) < _HEADER.size:
+            raise CorruptRecordError(
+                f"{name}: record {index} at byte {offset}: file ends inside a record header (truncated shard)"
+            )
+        length, length_crc = _HEADER.unpack(header)
+        if check_crc and masked_crc(header[:8]) != length_crc:
+            raise CorruptRecordError(
+                f"{name}: record {index} at byte {offset}: length checksum mismatch (corrupt shard)"
+            )
+        data = stream.read(length)
+        footer = stream.read(_FOOTER.size)
+        if len(data) < length or len(footer) < _FOOTER.size:
+            raise CorruptRecordError(
+                f"{name}: record {index} at byte {offset}: file ends inside the record (truncated shard)"
+            )
+        if check_crc and masked_crc(data) != _FOOTER.unpack(footer)[0]:
+            raise CorruptRecordError(f"{name}: record {index} at byte {offset}: data checksum mismatch (corrupt shard)")
+        yield offset, data
+        offset += length + FRAMING_BYTES
+        index += 1
+
+
+def read_records(path: str, *, compression: str | None = None) -> Iterator[bytes]:
+    """Yields the records of a TFRecord file, checking every CRC."""
+    from shardfeed.format import fileio
+
+    with fileio.open_binary(path, "rb") as raw:
+        stream: BinaryIO = gzip.GzipFile(fileobj=raw) if compression == "gzip" else raw  # type: ignore[assignment]
+        for _, data in iter_records(stream, name=path):
+            yield data
+
+
+def format_index(sizes: list[int]) -> str:
+    """The DALI index text for records whose data sizes are `sizes`."""
+    lines = []
+    offset = 0
+    for size in sizes:
+        framed = size + FRAMING_BYTES
+        lines.append(f"{offset} {framed}\n")
+        offset += framed
+    return "".join(lines)
+
+
+def parse_index(text: str) -> list[tuple[int, int]]:
+    """(offset, framed size) pairs from DALI index text."""
+    pairs = []
+    for line in text.splitlines():
+        if line.strip():
+            offset, size = line.split()
+            pairs.append((int(offset), int(size)))
+    return pairs

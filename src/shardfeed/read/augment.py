@@ -1,0 +1,113 @@
+"""On-read augmentation options and the per-image transforms they switch on.
+
+Every random choice uses stateless ops seeded per image, so a seeded pipeline gives the same
+augmented batches on every run, whatever the parallelism.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from shardfeed.lazy import tensorflow
+
+
+@dataclass(frozen=True)
+class Augment:
+    """Training-time augmentation.
+
+    Attributes:
+        crop: Inception-style random-resized crop (area 8-100%, aspect 3/4-4/3), decoded with
+            `decode_and_crop_jpeg` so only the crop is decoded. False: eval-style centre crop.
+        area_range: the crop's share of the image area.
+        aspect_ratio_range: the crop's width/height range.
+        flip: random horizontal flip.
+        rotate: maximum random rotation, in degrees (0: none).
+        noise: standard deviation of added Gaussian noise, in 0..255 pixel units (0: none).
+        color_jitter: strength of random brightness/contrast/saturation changes, 0..1 (0: none).
+    """
+
+    crop: bool = True
+    area_range: tuple[float, float] = (0.08, 1.0)
+    aspect_ratio_range: tuple[float, float] = (3 / 4, 4 / 3)
+    flip: bool = True
+    rotate: float = 0.0
+    noise: float = 0.0
+    color_jitter: float = 0.0
+
+    def __post_init__(self) -> None:
+        low, high = self.area_range
+        if not 0 < low <= high <= 1:
+            raise ValueError(f"area_range must satisfy 0 < low <= high <= 1, got {self.area_range}")
+        if not 0 < self.aspect_ratio_range[0] <= self.aspect_ratio_range[1]:
+            raise ValueError(f"aspect_ratio_range must be increasing and positive, got {self.aspect_ratio_range}")
+        if not 0 <= self.rotate <= 180:
+            raise ValueError(f"rotate is a maximum angle in degrees, 0..180, got {self.rotate}")
+        if self.noise < 0 or not 0 <= self.color_jitter <= 1:
+            raise ValueError(f"noise must be >= 0 and color_jitter in 0..1, got {self.noise}, {self.color_jitter}")
+
+
+def resolve_augment(augment: bool | Augment | None, training: bool) -> Augment | None:
+    """`load`'s augment argument as the augmentation to apply: an `Augment` as given; True, or
+    None when training, the default `Augment()`; otherwise none."""
+    if isinstance(augment, Augment):
+        return augment
+    if augment is None:
+        return Augment() if training else None
+    return Augment() if augment else None
+
+
+def random_crop_window(shape: Any, seed: Any, options: Augment) -> Any:
+    """[offset_y, offset_x, height, width] of a random-resized crop of an image of `shape`."""
+    tf = tensorflow()
+    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        shape,
+        bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
+        seed=seed,
+        min_object_covered=0.1,
+        aspect_ratio_range=options.aspect_ratio_range,
+        area_range=options.area_range,
+        max_attempts=10,
+        use_image_if_no_bounding_boxes=True,
+    )
+    return tf.stack([begin[0], begin[1], size[0], size[1]])
+
+
+def photometric(image: Any, seed: Any, options: Augment) -> Any:
+    """Flip, rotation, colour jitter and noise on a float32 image in 0..255."""
+    tf = tensorflow()
+    seeds = tf.random.experimental.stateless_split(seed, 6)
+    if options.flip:
+        image = tf.image.stateless_random_flip_left_right(image, seeds[0])
+    if options.rotate:
+        image = _rotate(image, seeds[1], options.rotate)
+    if options.color_jitter:
+        s = options.color_jitter
+        image = tf.image.stateless_random_brightness(image, 255.0 * 0.4 * s, seeds[2])
+        image = tf.image.stateless_random_contrast(image, 1 - 0.4 * s, 1 + 0.4 * s, seeds[3])
+        if image.shape[-1] == 3:
+            image = tf.image.stateless_random_saturation(image, 1 - 0.4 * s, 1 + 0.4 * s, seeds[4])
+    if options.noise:
+        image = image + tf.random.stateless_normal(tf.shape(image), seeds[5], stddev=options.noise)
+    return tf.clip_by_value(image, 0.0, 255.0)
+
+
+def _rotate(image: Any, seed: Any, max_degrees: float) -> Any:
+    """Rotates about the centre by a random angle in [-max, max], filling with edge pixels."""
+    tf = tensorflow()
+    angle = tf.random.stateless_uniform([], seed, -max_degrees, max_degrees) * (math.pi / 180.0)
+    height = tf.cast(tf.shape(image)[0], tf.float32)
+    width = tf.cast(tf.shape(image)[1], tf.float32)
+    cos, sin = tf.cos(angle), tf.sin(angle)
+    x_offset = ((width - 1) - (cos * (width - 1) - sin * (height - 1))) / 2.0
+    y_offset = ((height - 1) - (sin * (width - 1) + cos * (height - 1))) / 2.0
+    transform = tf.stack([cos, -sin, x_offset, sin, cos, y_offset, 0.0, 0.0])[tf.newaxis]
+    return tf.raw_ops.ImageProjectiveTransformV3(
+        images=image[tf.newaxis],
+        transforms=transform,
+        output_shape=tf.shape(image)[:2],
+        fill_value=0.0,
+        interpolation="BILINEAR",
+        fill_mode="NEAREST",
+    )[0]

@@ -1,0 +1,124 @@
+"""The by-index pipeline: records read through the index files in a pure (seed, epoch) order.
+
+Used for the global shuffle (a seeded permutation of the whole split each epoch) and for even
+splits (the same record count on every worker). Each element is read by a `tf.numpy_function`
+call that fetches INDEXED_CHUNK records at once through `IndexedRecords`:
+
+    (epoch, chunk start) -> INDEXED_CHUNK serialized records in this epoch's order, this worker's share
+    (record, seed)       -> seed (seed, epoch * N + position): a resumed run augments identically
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+from shardfeed.lazy import tensorflow
+from shardfeed.read.indexed import IndexedRecords
+from shardfeed.read.options import ReadConfig
+from shardfeed.read.order import buffer_shuffle, global_order, worker_positions
+
+INDEXED_CHUNK = 64  # records per Python call when reading by index
+
+
+def indexed_records(
+    path: str, split: str, read: ReadConfig, *, training: bool, seed: int | None, batch_size: int, repeat: bool
+) -> tuple[Any, int]:
+    """(serialized record, seed pair) elements read by index, and how many the first pass yields.
+
+    Training reads the global order of each epoch (or, with shuffle='buffer' and even splits,
+    this worker's records in file order through a shuffle buffer); evaluation reads file order.
+    The augmentation seed of each record is (seed, epoch * N + position): also a pure function,
+    so a resumed run augments exactly as the interrupted one would have.
+    """
+    ds, num_records = _read_by_index(
+        IndexedRecords(path, split),
+        seed if seed is not None else int.from_bytes(os.urandom(4), "little"),
+        read,
+        skip=read.start_step * batch_size,
+        shuffled=read.order == "global" and training,
+        repeat=repeat,
+    )
+    if training and read.order == "buffer":  # even splits, asked for a buffer
+        ds = buffer_shuffle(ds, read.buffer_size(num_records), seed)
+    return ds, num_records
+
+
+def _read_by_index(
+    records: IndexedRecords, base_seed: int, read: ReadConfig, *, skip: int, shuffled: bool, repeat: bool
+) -> tuple[Any, int]:
+    """The by-index dataset over `records` for this worker, from (read.epoch, skip records) on."""
+    tf = tensorflow()
+    n, epoch = len(records), read.epoch
+    positions = worker_positions(n, read.num_workers, read.worker_index, read.even or "drop")
+    if skip > len(positions):
+        raise ValueError(f"start_step skips {skip} records but this worker has {len(positions)} per epoch")
+
+    orders = _EpochOrders(records, base_seed, shuffled)
+
+    def read_chunk(epoch_number: np.ndarray, begin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        chosen = positions[int(begin) : int(begin) + INDEXED_CHUNK]
+        order = orders.get(int(epoch_number))
+        blobs = np.array([records.record(int(order[p])) for p in chosen], dtype=object)
+        return blobs, int(epoch_number) * n + chosen
+
+    def chunks(epoch_number: Any) -> Any:
+        first = tf.where(epoch_number == epoch, tf.constant(skip, tf.int64), tf.constant(0, tf.int64))
+        begins = tf.data.Dataset.range(first, len(positions), INDEXED_CHUNK)
+        return begins.map(lambda begin: (epoch_number, begin))
+
+    def read_chunks(epoch_number: Any, begin: Any) -> tuple[Any, Any]:
+        blobs, keys = tf.numpy_function(read_chunk, [epoch_number, begin], (tf.string, tf.int64), stateful=False)
+        return tf.ensure_shape(blobs, [None]), tf.ensure_shape(keys, [None])
+
+    # (epoch, chunk start) pairs, each read by one Python call of INDEXED_CHUNK records. A
+    # numpy_function map, not from_generator: the generator source cost ~75% more CPU per image
+    # here, even with the records already in memory (see docs/benchmarks.md).
+    ds = (
+        _epoch_numbers(epoch, repeat)
+        .flat_map(chunks)
+        .map(read_chunks, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .unbatch()
+    )
+    ds = ds.map(lambda record, key: (record, tf.stack([tf.constant(base_seed, tf.int64), key])))
+    return ds, len(positions) - skip
+
+
+def _epoch_numbers(epoch: int, repeat: bool) -> Any:
+    """The epochs one iteration of the dataset reads: `epoch`, `epoch + 1`, ... (with `repeat`,
+    all of them in one iteration; without, one per iteration, so that `model.fit(ds, epochs=N)`,
+    which iterates the dataset anew each epoch, gets a new order each epoch, as with buffer
+    shuffling's reshuffle_each_iteration)."""
+    tf = tensorflow()
+    iterations = itertools.count(epoch)
+    lock = threading.Lock()
+
+    def next_epoch() -> np.int64:
+        with lock:
+            return np.int64(next(iterations))
+
+    first = tf.data.Dataset.range(1).map(lambda _: tf.numpy_function(next_epoch, [], tf.int64, stateful=True))
+    first = first.map(lambda e: tf.ensure_shape(e, []))
+    return first.flat_map(lambda e: tf.data.Dataset.counter(e)) if repeat else first
+
+
+class _EpochOrders:
+    """The read order of recent epochs, computed once per epoch (an argsort of all records)."""
+
+    def __init__(self, records: IndexedRecords, seed: int, shuffled: bool) -> None:
+        self.records, self.seed, self.shuffled = records, seed, shuffled
+        self._cache: dict[int, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def get(self, epoch: int) -> np.ndarray:
+        with self._lock:
+            if epoch not in self._cache:
+                if len(self._cache) >= 2:  # parallel reads straddle at most one epoch boundary
+                    del self._cache[min(self._cache)]
+                n = len(self.records)
+                self._cache[epoch] = global_order(n, self.seed, epoch) if self.shuffled else np.arange(n)
+            return self._cache[epoch]

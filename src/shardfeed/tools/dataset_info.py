@@ -1,0 +1,169 @@
+"""info: what a converted folder (or other TFRecords) holds, with class counts and image stats."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from shardfeed.format import manifest, schema, tfrecord
+from shardfeed.format.example_proto import parse_example
+from shardfeed.read import shardset as reader
+from shardfeed.read.indexed import sample_records
+
+HISTOGRAM_WIDTH = 40
+
+
+def info(
+    path: str | Sequence[str],
+    *,
+    sample: int = 1000,
+    seed: int = 0,
+    image_key: str | None = None,
+    label_key: str | None = None,
+) -> dict[str, Any]:
+    """A JSON-ready description of a dataset.
+
+    For a converted folder: splits, shards, records, bytes, class counts, image size/format
+    stats from up to `sample` records per split (picked at random through the index files, so
+    nothing else is read), and the settings it was written with. For other TFRecords: files,
+    record counts, the feature names and types of the first record, and label counts if
+    `label_key` is given.
+    """
+    if reader.is_converted_folder(path):
+        return _ours(str(path), sample, seed)
+    return _foreign(path, image_key, label_key)
+
+
+def _ours(path: str, sample: int, seed: int) -> dict[str, Any]:
+    m = manifest.read(path)
+    splits = {}
+    for name in m.split_names:
+        split = m.split(name)
+        splits[name] = {
+            "records": split.num_records,
+            "bytes": split.num_bytes,
+            "shards": len(split.shards),
+            "class_counts": split.class_counts,
+            "images": _image_stats(m, name, sample, seed),
+        }
+    data = m.data
+    return {
+        "path": path,
+        "kind": "shardfeed",
+        "labels": m.labels,
+        "label_offset": m.label_offset,
+        "num_classes": len(m.labels) if m.labels is not None else 0,
+        "splits": splits,
+        "records": sum(s["records"] for s in splits.values()),
+        "bytes": sum(s["bytes"] for s in splits.values()),
+        "settings": data["settings"],
+        "source": data["source"],
+        "conversions": data["conversions"],
+        "skipped": data["num_skipped"],
+        "duplicate_groups": data["num_duplicates"],
+        "created_by": data["created_by"],
+    }
+
+
+def _image_stats(m: manifest.Manifest, split: str, sample: int, seed: int) -> dict[str, Any]:
+    """Height/width/format/channel stats over a random sample of records, read by index offset."""
+    heights, widths, formats, channels = [], [], Counter[str](), Counter[int]()
+    for record in sample_records(m.path, split, sample, seed):
+        f = parse_example(record)
+        heights.append(int(f.get(schema.HEIGHT, [0])[0]))
+        widths.append(int(f.get(schema.WIDTH, [0])[0]))
+        formats[f.get(schema.FORMAT, [b"?"])[0].decode()] += 1
+        channels[int(f.get(schema.CHANNELS, [0])[0])] += 1
+    if not heights:
+        return {"sampled": 0}
+
+    def stats(values: list[int]) -> dict[str, float]:
+        return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+    return {
+        "sampled": len(heights),
+        "height": stats(heights),
+        "width": stats(widths),
+        "formats": dict(formats),
+        "channels": {str(k): v for k, v in sorted(channels.items())},
+    }
+
+
+def _foreign(path: str | Sequence[str], image_key: str | None, label_key: str | None) -> dict[str, Any]:
+    shards = reader.from_files(path)
+    first = next((f for f, n in zip(shards.files, shards.counts, strict=True) if n), None)
+    features: dict[str, str] = {}
+    if first is not None:
+        record = parse_example(next(iter(tfrecord.read_records(first, compression=shards.compression))))
+        features = {k: _kind(v) for k, v in sorted(record.items())}
+    labels: Counter[int] = Counter()
+    if label_key:
+        if label_key not in features:
+            raise ValueError(f"feature {label_key!r} not in the records; they have {sorted(features)}")
+        for file in shards.files:
+            for blob in tfrecord.read_records(file, compression=shards.compression):
+                labels.update(parse_example(blob).get(label_key, []))
+    return {
+        "path": path if isinstance(path, str) else list(path),
+        "kind": "tfrecord",
+        "files": [{"file": f, "records": n} for f, n in zip(shards.files, shards.counts, strict=True)],
+        "records": shards.num_records,
+        "features": features,
+        "image_key": image_key,
+        "class_counts": {str(k): v for k, v in sorted(labels.items())} if label_key else None,
+    }
+
+
+def _kind(values: list[Any]) -> str:
+    if not values:
+        return "empty"
+    kind = {bytes: "bytes", int: "int64", float: "float"}.get(type(values[0]), "?")
+    return kind if len(values) == 1 else f"{kind}[{len(values)}]"
+
+
+def format_info(data: dict[str, Any]) -> str:
+    """The text `shardfeed info` prints: counts, a class histogram per split, settings."""
+    lines = [f"{data['path']}"]
+    if data["kind"] != "shardfeed":
+        lines.append(f"  {len(data['files'])} TFRecord files, {data['records']} records")
+        lines += [f"  feature {k}: {t}" for k, t in data["features"].items()]
+        if data.get("class_counts"):
+            lines += _histogram(data["class_counts"])
+        return "\n".join(lines)
+    lines.append(
+        f"  {data['records']} records, {data['bytes'] / 1e6:.1f} MB, {data['num_classes']} classes "
+        f"(written by {data['created_by']})"
+    )
+    for name, split in data["splits"].items():
+        lines.append(
+            f"  split {name}: {split['records']} records in {split['shards']} shards, {split['bytes'] / 1e6:.1f} MB"
+        )
+        images = split["images"]
+        if images.get("sampled"):
+            h, w = images["height"], images["width"]
+            lines.append(
+                f"    images (sample of {images['sampled']}): height {h['min']}-{h['max']} (median "
+                f"{h['median']}), width {w['min']}-{w['max']} (median {w['median']}), formats "
+                f"{images['formats']}, channels {images['channels']}"
+            )
+        lines += ["  " + line for line in _histogram(split["class_counts"])]
+    settings = data["settings"]
+    lines.append("  settings: " + ", ".join(f"{k}={v}" for k, v in settings.items() if k != "image"))
+    lines.append("  image settings: " + ", ".join(f"{k}={v}" for k, v in settings["image"].items()))
+    if data["conversions"]:
+        lines.append(f"  converted on write: {data['conversions']}")
+    lines.append(f"  skipped inputs: {data['skipped']}, duplicate groups: {data['duplicate_groups']}")
+    return "\n".join(lines)
+
+
+def _histogram(counts: dict[str, int]) -> list[str]:
+    if not counts:
+        return []
+    top = max(counts.values())
+    width = max(len(k) for k in counts)
+    return [
+        f"  {name:<{width}} {count:>8} {'#' * max(1, round(HISTOGRAM_WIDTH * count / top))}"
+        for name, count in counts.items()
+    ]

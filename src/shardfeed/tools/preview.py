@@ -1,0 +1,133 @@
+"""show: a grid of sample images with their class names, as a PNG and/or TensorBoard images.
+
+Without `augmented`, records are picked at random (seeded) through the index files and shown as
+stored; with it, the first batch of the real training pipeline is shown, exactly as the model
+would see it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardfeed.format import manifest, schema
+from shardfeed.format.example_proto import parse_example
+from shardfeed.read.indexed import decode_image, sample_records, to_rgb
+from shardfeed.read.options import ReadConfig
+
+
+@dataclass
+class Tile:
+    """One image of the grid and where it came from."""
+
+    key: str  # image/filename of the record ('' for augmented batches)
+    caption: str  # class name (or file name for unlabeled data)
+    image: np.ndarray  # uint8 [H, W, 3]
+
+
+def sample_tiles(
+    path: str, *, split: str = "train", count: int = 16, seed: int = 0, augmented: bool = False, image_size: int = 160
+) -> list[Tile]:
+    """The tiles `show` draws."""
+    m = manifest.read(path)
+    if augmented:
+        return _augmented_tiles(m, split, count, seed, image_size)
+    tiles = []
+    for record in sample_records(path, split, count, seed):
+        f = parse_example(record)
+        example = {k: v[0] if len(v) == 1 else v for k, v in f.items()}
+        tiles.append(Tile(f[schema.FILENAME][0].decode(), _caption(f, m), to_rgb(decode_image(example))))
+    return tiles
+
+
+def _caption(features: dict[str, list[Any]], m: manifest.Manifest) -> str:
+    if m.labels is None:
+        return str(features[schema.FILENAME][0].decode()).rsplit("/", 1)[-1]
+    return m.labels[int(features[schema.LABEL][0]) - m.label_offset]
+
+
+def _augmented_tiles(m: manifest.Manifest, split: str, count: int, seed: int, image_size: int) -> list[Tile]:
+    from shardfeed.read.dataset import load
+
+    read = ReadConfig(drop_remainder=False)
+    batch = next(
+        iter(load(m.path, split=split, batch_size=count, image_size=image_size, training=True, seed=seed, read=read))
+    )
+    images, labels = batch if isinstance(batch, tuple) else (batch, None)
+    out = []
+    for i in range(int(images.shape[0])):
+        caption = m.labels[int(labels[i])] if labels is not None and m.labels is not None else ""
+        image = images[i].numpy()
+        out.append(Tile("", caption, to_rgb(image)))
+    return out
+
+
+def show(
+    path: str,
+    output: str | None = "samples.png",
+    *,
+    split: str = "train",
+    rows: int = 4,
+    cols: int = 4,
+    seed: int = 0,
+    augmented: bool = False,
+    image_size: int = 160,
+    tensorboard: str | None = None,
+) -> list[Tile]:
+    """Draws `rows` x `cols` sample images with their class names.
+
+    Args:
+        path: a converted folder.
+        output: the PNG to write (None: none).
+        augmented: show the training pipeline's output instead of the stored images.
+        tensorboard: a log folder to also write the images to as TensorBoard image summaries.
+
+    Returns:
+        The tiles drawn, in grid order (row by row).
+    """
+    if rows < 1 or cols < 1:
+        raise ValueError(f"rows and cols must be >= 1, got {rows}x{cols}")
+    tiles = sample_tiles(path, split=split, count=rows * cols, seed=seed, augmented=augmented, image_size=image_size)
+    if output:
+        draw_grid(tiles, rows, cols, output, f"{path} [{split}]" + (" augmented" if augmented else ""))
+    if tensorboard:
+        _to_tensorboard(tiles, tensorboard, split, image_size)
+    return tiles
+
+
+def draw_grid(tiles: list[Tile], rows: int, cols: int, output: str, title: str) -> None:
+    """Draws tiles in a rows x cols grid with their captions to a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(rows, cols, figsize=(2.2 * cols, 2.4 * rows), squeeze=False)
+    for ax, tile in zip(axes.flat, tiles + [None] * (rows * cols - len(tiles)), strict=True):
+        ax.axis("off")
+        if tile is not None:
+            ax.imshow(tile.image, interpolation="nearest")
+            ax.set_title(tile.caption, fontsize=9)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(output, dpi=100)
+    plt.close(fig)
+
+
+def _to_tensorboard(tiles: list[Tile], logdir: str, split: str, size: int) -> None:
+    from shardfeed.lazy import tensorflow
+
+    tf = tensorflow()
+    images = tf.stack([tf.image.resize(t.image, (size, size)) / 255.0 for t in tiles])
+    writer = tf.summary.create_file_writer(logdir)
+    with writer.as_default():
+        tf.summary.image(
+            f"shardfeed/{split}",
+            images,
+            step=0,
+            max_outputs=len(tiles),
+            description=", ".join(t.caption for t in tiles),
+        )
+    writer.flush()

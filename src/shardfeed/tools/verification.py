@@ -1,0 +1,263 @@
+"""verify: read every record of every shard and check it against the manifest.
+
+Checks, per shard (in parallel, without TensorFlow): the file exists, its size and SHA-256 match
+the manifest, every record's framing and CRCs, every record parses, every image decodes and has
+its recorded size, its SHA-256 matches image/key/sha256, labels are in range and match their
+class text, the record count matches, and the DALI index matches the records. Per split: class
+counts match. In the folder: stray temporary files and unfinished-conversion leftovers.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, BinaryIO, cast
+
+from shardfeed.format import fileio, manifest, schema, tfrecord
+from shardfeed.format.example_proto import parse_example
+from shardfeed.write.images import check_stored_image
+from shardfeed.write.shards import INCOMPLETE
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong, located as precisely as possible."""
+
+    message: str
+    shard: str | None = None
+    record: int | None = None
+
+    def __str__(self) -> str:
+        where = self.shard or "dataset"
+        if self.record is not None:
+            where += f" record {self.record}"
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class VerifyReport:
+    path: str
+    problems: list[Problem] = field(default_factory=list)
+    shards: int = 0
+    records: int = 0
+    images_decoded: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+    def summary(self) -> str:
+        head = f"{self.path}: {self.shards} shards, {self.records} records, {self.images_decoded} images decoded"
+        if self.ok:
+            return f"{head}: OK ({self.seconds:.1f}s)"
+        lines = [f"{head}: {len(self.problems)} problems"] + [f"  {p}" for p in self.problems[:200]]
+        if len(self.problems) > 200:
+            lines.append(f"  ... and {len(self.problems) - 200} more (see --json)")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class _ShardTask:
+    folder: str
+    split: str
+    file: str
+    index_file: str
+    num_records: int
+    num_bytes: int
+    sha256: str
+    compression: str | None
+    labels: list[str] | None
+    label_offset: int
+    decode: bool
+
+
+@dataclass
+class _ShardOutcome:
+    problems: list[Problem] = field(default_factory=list)
+    records: int = 0
+    decoded: int = 0
+    class_counts: Counter[str] = field(default_factory=Counter)
+
+
+def verify(path: str, *, workers: int | None = None, decode: bool = True, progress: bool = True) -> VerifyReport:
+    """Checks a converted folder completely; see the module docstring for what is checked.
+
+    Args:
+        path: the converted folder.
+        workers: processes checking shards in parallel (default: all cores).
+        decode: decode every image (default); False checks framing, parsing and hashes only.
+        progress: a progress bar on stderr.
+    """
+    start = time.monotonic()
+    m = manifest.read(path)
+    report = VerifyReport(path)
+    report.problems.extend(_stray_files(path))
+    tasks = [
+        _ShardTask(
+            path,
+            split,
+            s.file,
+            s.index_file,
+            s.num_records,
+            s.num_bytes,
+            s.sha256,
+            m.compression,
+            m.labels,
+            m.label_offset,
+            decode,
+        )
+        for split in m.split_names
+        for s in m.split(split).shards
+    ]
+    counts: dict[str, Counter[str]] = {split: Counter() for split in m.split_names}
+    from tqdm import tqdm
+
+    workers = workers or os.cpu_count() or 1
+    with tqdm(total=sum(t.num_records for t in tasks), unit="rec", desc="verify", disable=not progress) as bar:
+        if workers > 1 and len(tasks) > 1:
+            with ProcessPoolExecutor(min(workers, len(tasks))) as pool:
+                outcomes = pool.map(verify_shard, tasks)
+                for task, outcome in zip(tasks, outcomes, strict=True):
+                    _collect(report, counts, task, outcome, bar)
+        else:
+            for task in tasks:
+                _collect(report, counts, task, verify_shard(task), bar)
+    for split in m.split_names:
+        expected = Counter(m.split(split).class_counts)
+        if m.labels is not None and counts[split] != expected:
+            report.problems.append(
+                Problem(
+                    f"split {split!r}: class counts {dict(counts[split])} differ from the manifest's {dict(expected)}"
+                )
+            )
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def _collect(
+    report: VerifyReport, counts: dict[str, Counter[str]], task: _ShardTask, outcome: _ShardOutcome, bar: Any
+) -> None:
+    report.shards += 1
+    report.records += outcome.records
+    report.images_decoded += outcome.decoded
+    report.problems.extend(outcome.problems)
+    counts[task.split].update(outcome.class_counts)
+    bar.update(task.num_records)
+
+
+def _stray_files(folder: str) -> list[Problem]:
+    problems = []
+    for name in fileio.listdir(folder):
+        if name.endswith(INCOMPLETE):
+            problems.append(Problem(f"stray temporary file {name!r} (left by an interrupted write; delete it)"))
+    if fileio.exists(fileio.join(folder, ".shardfeed")):
+        problems.append(Problem("leftover work folder '.shardfeed' from an interrupted conversion"))
+    return problems
+
+
+def verify_shard(task: _ShardTask) -> _ShardOutcome:
+    """Checks one shard completely (runs in a worker process)."""
+    out = _ShardOutcome()
+    path = fileio.join(task.folder, task.file)
+    if not fileio.exists(path):
+        out.problems.append(Problem("shard file is missing", task.file))
+        return out
+    offsets: list[tuple[int, int]] = []
+    with fileio.open_binary(path, "rb") as raw:
+        tee = _HashingReader(raw)  # streamed: memory stays at one record, whatever the shard size
+        stream: Any = gzip.GzipFile(fileobj=cast(BinaryIO, tee), mode="rb") if task.compression == "gzip" else tee
+        try:
+            for index, (offset, record) in enumerate(tfrecord.iter_records(stream, name=task.file)):
+                offsets.append((offset, len(record) + tfrecord.FRAMING_BYTES))
+                _check_record(task, index, record, out)
+        except (tfrecord.CorruptRecordError, EOFError, OSError) as e:
+            out.problems.append(Problem(str(e).split(": ", 1)[-1], task.file, len(offsets)))
+        tee.drain()
+    if tee.size != task.num_bytes:
+        out.problems.insert(0, Problem(f"file has {tee.size} bytes, the manifest says {task.num_bytes}", task.file))
+    elif tee.sha256.hexdigest() != task.sha256:
+        out.problems.insert(0, Problem("file SHA-256 differs from the manifest's", task.file))
+    out.records = len(offsets)
+    if len(offsets) != task.num_records:
+        out.problems.append(Problem(f"{len(offsets)} records read, the manifest says {task.num_records}", task.file))
+    index_path = fileio.join(task.folder, task.index_file)
+    if not fileio.exists(index_path):
+        out.problems.append(Problem(f"index file {task.index_file} is missing", task.file))
+    elif tfrecord.parse_index(fileio.read_bytes(index_path).decode()) != offsets:
+        out.problems.append(Problem(f"index file {task.index_file} does not match the records", task.file))
+    return out
+
+
+class _HashingReader:
+    """A read-only stream that hashes and counts the bytes read through it."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw, self.sha256, self.size = raw, hashlib.sha256(), 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.raw.read(n)
+        self.sha256.update(data)
+        self.size += len(data)
+        return bytes(data)
+
+    def drain(self) -> None:
+        """Reads the rest (bytes after a damaged record still count towards size and hash)."""
+        while self.read(1 << 20):
+            pass
+
+
+def _check_record(task: _ShardTask, index: int, record: bytes, out: _ShardOutcome) -> None:
+    try:
+        features = parse_example(record)
+    except ValueError as e:
+        out.problems.append(Problem(str(e), task.file, index))
+        return
+
+    def one(key: str) -> Any:
+        values = features.get(key)
+        return values[0] if values else None
+
+    image = one(schema.ENCODED)
+    if image is None:
+        out.problems.append(Problem(f"record has no {schema.ENCODED}", task.file, index))
+        return
+    if one(schema.SHA256) not in (None, hashlib.sha256(image).hexdigest().encode()):
+        out.problems.append(Problem(f"image bytes do not match {schema.SHA256}", task.file, index))
+    if task.labels is not None:
+        label, text = one(schema.LABEL), one(schema.TEXT)
+        if label is None or not 0 <= label - task.label_offset < len(task.labels):
+            out.problems.append(
+                Problem(
+                    f"label {label} is outside 0..{len(task.labels) - 1} (+offset {task.label_offset})",
+                    task.file,
+                    index,
+                )
+            )
+        else:
+            name = task.labels[label - task.label_offset]
+            if text is not None and text.decode() != name:
+                out.problems.append(
+                    Problem(
+                        f"label {label} is {name!r} in the label map but the record says {text.decode()!r}",
+                        task.file,
+                        index,
+                    )
+                )
+            out.class_counts[name] += 1
+    if task.decode:
+        fmt = (one(schema.FORMAT) or b"JPEG").decode()
+        problem = check_stored_image(
+            image, fmt, one(schema.HEIGHT) or 0, one(schema.WIDTH) or 0, one(schema.CHANNELS) or 3
+        )
+        out.decoded += 1
+        if problem:
+            out.problems.append(Problem(problem, task.file, index))

@@ -1,0 +1,112 @@
+"""evaluate: loss, accuracy, top-k, per-class accuracy and a confusion matrix for a trained run."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from shardfeed.format import manifest
+from shardfeed.training.models import load_model, model_class_names
+from shardfeed.training.run_config import read_config
+
+
+def evaluate(
+    run_dir: str,
+    data: str | None = None,
+    *,
+    split: str = "validation",
+    top_k: int = 5,
+    batch_size: int | None = None,
+    model_file: str = "model.keras",
+    output_dir: str | None = None,
+) -> dict[str, Any]:
+    """Evaluates a run's model on a split, with the run's evaluation preprocessing.
+
+    Writes metrics.json and confusion_matrix.png to `output_dir` (default RUN_DIR/eval-<split>).
+    """
+    config = read_config(run_dir)
+    data = data or config.data
+    net = load_model(os.path.join(run_dir, model_file))
+    names = model_class_names(net)
+    m = manifest.read(data)
+    if m.labels != names:
+        raise ValueError(
+            f"the model's classes {names[:5]}... differ from the data's {(m.labels or [])[:5]}...; "
+            "evaluate on data converted with the same classes"
+        )
+    ds = config.eval_dataset(data, split, batch_size)
+    probs, labels = [], []
+    for images, y in ds:
+        probs.append(net.predict_on_batch(images))
+        labels.append(y.numpy())
+    p, y = np.concatenate(probs), np.concatenate(labels)
+    result = metrics_from_probabilities(p, y, names, top_k)
+    out = output_dir or os.path.join(run_dir, f"eval-{split}")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "metrics.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    plot_confusion(
+        np.array(result["confusion_matrix"]),
+        names,
+        os.path.join(out, "confusion_matrix.png"),
+        f"{split}: accuracy {result['accuracy']:.3f}",
+    )
+    result["output_dir"] = out
+    return result
+
+
+def metrics_from_probabilities(p: np.ndarray, y: np.ndarray, names: list[str], top_k: int) -> dict[str, Any]:
+    """Loss (mean cross-entropy), accuracy, top-k, per-class accuracy and the confusion matrix."""
+    k = min(top_k, len(names))
+    predicted = p.argmax(axis=1)
+    top = np.argsort(-p, axis=1)[:, :k]
+    confusion = np.zeros((len(names), len(names)), dtype=np.int64)
+    np.add.at(confusion, (y, predicted), 1)
+    per_class = {
+        name: float(confusion[i, i] / confusion[i].sum()) if confusion[i].sum() else None
+        for i, name in enumerate(names)
+    }
+    eps = 1e-7
+    return {
+        "examples": len(y),
+        "loss": float(-np.mean(np.log(np.clip(p[np.arange(len(y)), y], eps, 1.0)))),
+        "accuracy": float((predicted == y).mean()),
+        f"top{k}_accuracy": float((top == y[:, None]).any(axis=1).mean()),
+        "per_class_accuracy": per_class,
+        "confusion_matrix": confusion.tolist(),
+        "class_names": names,
+    }
+
+
+def plot_confusion(confusion: np.ndarray, names: list[str], path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    size = max(4.0, 0.45 * len(names) + 2)
+    fig, ax = plt.subplots(figsize=(size, size))
+    ax.imshow(confusion, cmap="Blues")
+    ax.set_xticks(range(len(names)), names, rotation=90, fontsize=8)
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    if len(names) <= 30:
+        for (i, j), v in np.ndenumerate(confusion):
+            if v:
+                ax.text(
+                    j,
+                    i,
+                    str(v),
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if v > confusion.max() / 2 else "black",
+                )
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,110 @@
+"""predict: class names and top-k probabilities for a folder of images (or unlabeled shards).
+
+A folder of images is first converted (to a temporary folder, unlabeled) with the same checks as
+`convert`, so odd images (CMYK, EXIF-rotated, PNG named .jpg...) are handled the same way and
+unusable files get a row with the reason instead of stopping the run. Images then get exactly the
+evaluation preprocessing the run was trained with.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from shardfeed.format import manifest
+from shardfeed.read.options import ReadConfig
+from shardfeed.read.shardset import is_converted_folder
+from shardfeed.training.models import load_model, model_class_names
+from shardfeed.training.run_config import read_config
+from shardfeed.write.convert import convert
+from shardfeed.write.sources import UnlabeledSource
+
+
+def predict(
+    run_dir: str,
+    source: str,
+    output_csv: str = "predictions.csv",
+    *,
+    top_k: int = 3,
+    split: str | None = None,
+    grid: str | None = None,
+    grid_size: int = 16,
+    batch_size: int | None = None,
+    model_file: str = "model.keras",
+    workers: int | None = None,
+) -> list[dict[str, Any]]:
+    """Predicts every image of `source` and writes one CSV row per input file.
+
+    Columns: file, class, probability, then class_2/probability_2 ... up to top_k, and error
+    (why a file could not be read; its other columns are empty).
+
+    Args:
+        run_dir: a training run folder.
+        source: a folder of images, or a converted folder (its `split`, default its only/first one).
+        grid: also draw the first `grid_size` images with their predicted classes to this PNG.
+    """
+    config = read_config(run_dir)
+    net = load_model(os.path.join(run_dir, model_file))
+    names = model_class_names(net)
+    with tempfile.TemporaryDirectory(prefix="shardfeed-predict-") as tmp:
+        data = source
+        if not is_converted_folder(source):
+            data = os.path.join(tmp, "shards")
+            convert(UnlabeledSource(source), data, workers=workers, progress=False)
+        m = manifest.read(data)
+        split = split or ("test" if "test" in m.split_names else m.split_names[0])
+        ds = config.eval_dataset(data, split, batch_size, ReadConfig(with_filenames=True))
+        rows: list[dict[str, Any]] = []
+        shown: list[tuple[np.ndarray, str]] = []
+        for batch in ds:
+            images, files = batch[0], batch[-1]
+            probs = net.predict_on_batch(images)
+            for i, p in enumerate(probs):
+                rows.append(_row(files[i].numpy().decode(), p, names, top_k))
+                if grid and len(shown) < grid_size:
+                    shown.append((images[i].numpy(), f"{rows[-1]['class']} ({rows[-1]['probability']:.2f})"))
+        rows += [{"file": s["file"], "error": s["reason"]} for s in _skipped(data)]
+    rows.sort(key=lambda r: r["file"])
+    _write_csv(output_csv, rows, top_k)
+    if grid:
+        from shardfeed.read.indexed import to_rgb
+        from shardfeed.tools.preview import Tile, draw_grid
+
+        tiles = [Tile("", caption, to_rgb(img)) for img, caption in shown]
+        cols = min(4, max(1, len(tiles)))
+        draw_grid(tiles, max(1, -(-len(tiles) // cols)), cols, grid, f"predictions of {os.path.basename(run_dir)}")
+    return rows
+
+
+def _row(file: str, p: np.ndarray, names: list[str], top_k: int) -> dict[str, Any]:
+    order = np.argsort(-p)[: min(top_k, len(names))]
+    row: dict[str, Any] = {"file": file, "class": names[order[0]], "probability": float(p[order[0]])}
+    for rank, index in enumerate(order[1:], start=2):
+        row[f"class_{rank}"] = names[index]
+        row[f"probability_{rank}"] = float(p[index])
+    return row
+
+
+def _skipped(data: str) -> list[dict[str, str]]:
+    path = os.path.join(data, manifest.REPORT_NAME)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return list(json.load(f)["skipped"])
+
+
+def _write_csv(path: str, rows: list[dict[str, Any]], top_k: int) -> None:
+    columns = ["file", "class", "probability"]
+    for rank in range(2, top_k + 1):
+        columns += [f"class_{rank}", f"probability_{rank}"]
+    columns.append("error")
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, columns, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (f"{v:.6f}" if isinstance(v, float) else v) for k, v in row.items()})

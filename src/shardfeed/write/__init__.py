@@ -1,0 +1,1 @@
+"""The write side: sources -> splits -> shard plan -> encoded records -> shards -> manifest."""

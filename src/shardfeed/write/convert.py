@@ -1,0 +1,246 @@
+"""Convert a source into sharded TFRecords: discover, plan, encode in parallel, write, merge.
+
+    source     -> discovered items and skipped files (sources.py)
+    plan       -> items to splits and shards, seeded order (planning.py)
+    records    -> encoded by a process pool (local_runner.py) or Apache Beam (beam_runner.py)
+    shards     -> committed one by one with their partial manifests (shards.py); resumable
+    manifest   -> merged last, with the report (merge.py); the folder is complete once it exists
+
+Output folder layout:
+    <split>-00000-of-00008 ...   shards (names from the template)
+    index/<shard>.idx            DALI-style record index of each shard
+    manifest.json                written last; its presence means the conversion is complete
+    labels.txt, report.json      label map; every skipped/converted/duplicate input with a reason
+    .shardfeed/                  work folder of an unfinished conversion (state + partial manifests)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any
+
+from shardfeed.errors import ConvertError, SourceError
+from shardfeed.format import fileio, manifest
+from shardfeed.format.manifest import Manifest
+from shardfeed.write import dedupe, folder_state, local_runner, merge, shards
+from shardfeed.write.encode import EncodingSpec, SkippedItem
+from shardfeed.write.items import Discovery
+from shardfeed.write.options import ConvertOptions
+from shardfeed.write.planning import ShardPlan, plan_shards
+from shardfeed.write.pool import WorkerPool
+from shardfeed.write.shards import WriteTarget
+from shardfeed.write.sources import Source, resolve_source
+
+RUNNERS = ("local", "beam")
+
+
+@dataclass
+class ConversionResult:
+    """The outcome of `convert`."""
+
+    output_dir: str
+    manifest: Manifest
+    num_inputs: int
+    num_written: int
+    num_skipped: int
+    num_converted: int
+    num_duplicates: int
+    shards_written: int
+    shards_resumed: int
+    already_complete: bool = False
+    seconds: float = 0.0
+
+    @classmethod
+    def of(
+        cls,
+        m: Manifest,
+        *,
+        shards_written: int,
+        shards_resumed: int,
+        start: float,
+        already_complete: bool = False,
+    ) -> ConversionResult:
+        """The result of a conversion whose manifest is `m`, started at `start` (time.monotonic)."""
+        data = m.data
+        return cls(
+            m.path,
+            m,
+            data["source"]["num_inputs"],
+            sum(m.split(s).num_records for s in m.split_names),
+            data["num_skipped"],
+            sum(data["conversions"].values()),
+            data["num_duplicates"],
+            shards_written,
+            shards_resumed,
+            already_complete=already_complete,
+            seconds=time.monotonic() - start,
+        )
+
+    def summary(self) -> str:
+        """A few human-readable lines about the conversion."""
+        if self.already_complete:
+            return f"{self.output_dir}: already converted with these settings; nothing to do."
+        lines = [f"Wrote {self.num_written} of {self.num_inputs} images to {self.output_dir} in {self.seconds:.1f}s"]
+        for name in self.manifest.split_names:
+            info = self.manifest.split(name)
+            lines.append(
+                f"  {name}: {info.num_records} records in {len(info.shards)} shards, {info.num_bytes / 1e6:.1f} MB"
+            )
+        if self.shards_resumed:
+            lines.append(f"  resumed: {self.shards_resumed} shards were already complete")
+        extra = f"{self.num_skipped} skipped, {self.num_converted} converted, {self.num_duplicates} duplicate groups"
+        lines.append(f"  {extra} (details: {fileio.join(self.output_dir, manifest.REPORT_NAME)})")
+        return "\n".join(lines)
+
+
+def convert(
+    source: str | Source,
+    output_dir: str,
+    options: ConvertOptions | None = None,
+    *,
+    strict: bool = False,
+    workers: int | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    runner: str = "local",
+    beam_options: str | list[str] | None = None,
+) -> ConversionResult:
+    """Converts an image dataset into sharded TFRecords with a manifest.
+
+    Args:
+        source: a class-per-folder tree, a CSV/TSV list, an .npz/.npy file, or a source object
+            (`FolderSource`, `FilenameSource`, `CsvSource`, `ArraySource`, `UnlabeledSource`).
+        output_dir: the folder to write (local path or any TensorFlow filesystem URL).
+        options: what decides the bytes written: splits, shards, seed, image transforms, ...
+            (`ConvertOptions`; default: its defaults).
+        strict: fail on the first input that cannot be used instead of reporting it.
+        workers: processes encoding images (default: all cores; 1 runs in this process).
+        overwrite: replace a conversion written with other settings or inputs.
+        progress: show a progress bar on stderr.
+        runner: 'local' (a process pool here) or 'beam' (an Apache Beam pipeline: same plan, same
+            encoder and shard writer, byte-identical output; needs `shardfeed[beam]`).
+        beam_options: Beam pipeline flags, e.g. "--runner=DataflowRunner --project=p --region=r
+            --temp_location=gs://b/tmp" (default: Beam's local DirectRunner).
+
+    Returns:
+        A ConversionResult; its `manifest` describes what was written.
+
+    Raises:
+        SourceError, ConvertError, ValueError: with a message that names the problem.
+    """
+    workers = (os.cpu_count() or 1) if workers is None else workers
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    if runner not in RUNNERS:
+        raise ValueError(f"runner must be one of {list(RUNNERS)}, got {runner!r}")
+    if runner == "beam":
+        from shardfeed.lazy import apache_beam
+
+        apache_beam()  # fail now, with the install hint, not after planning
+        workers = 1  # the pipeline does the parallel work
+    run = _Run(strict, workers, overwrite, progress, runner, beam_options)
+    return _Conversion(resolve_source(source), output_dir, options or ConvertOptions(), run).run()
+
+
+@dataclass(frozen=True)
+class _Run:
+    """How a conversion runs (never what it writes)."""
+
+    strict: bool
+    workers: int
+    overwrite: bool
+    progress: bool
+    runner: str
+    beam_options: str | list[str] | None
+
+
+class _Conversion:
+    """One run of `convert`: the stages above, over one output folder."""
+
+    def __init__(self, source: Source, output_dir: str, options: ConvertOptions, run: _Run) -> None:
+        self.source, self.output_dir, self.options, self.run_settings = source, output_dir, options, run
+        self.work_dir = folder_state.work_dir(output_dir)
+
+    def run(self) -> ConversionResult:
+        start = time.monotonic()
+        with WorkerPool(self.run_settings.workers) as pool:
+            discovery = self.source.discover()
+            if not discovery.items:
+                raise SourceError(
+                    f"no images found in {discovery.root!r} ({len(discovery.skipped)} files could not be used)"
+                )
+            self._fail_if_strict(discovery.skipped)
+            state = folder_state.conversion_state(discovery, self.options)
+            existing = folder_state.check_output(self.output_dir, state, overwrite=self.run_settings.overwrite)
+            if existing is not None:
+                return ConversionResult.of(
+                    existing, shards_written=0, shards_resumed=0, already_complete=True, start=start
+                )
+            dropped = dedupe.find_duplicates(discovery, pool, self.run_settings.workers) if self.options.dedupe else []
+            plans = plan_shards(discovery, self.options, dropped_keys={k for k, _ in dropped})
+            folder_state.start(self.output_dir, state)
+            results, resumed = self._write_all(plans, discovery, pool)
+            self._finish(state, discovery, results, dropped)
+        return ConversionResult.of(
+            manifest.read(self.output_dir), shards_written=len(results) - resumed, shards_resumed=resumed, start=start
+        )
+
+    def _finish(
+        self,
+        state: dict[str, Any],
+        discovery: Discovery,
+        results: list[shards.ShardResult],
+        dropped: list[tuple[str, str]],
+    ) -> None:
+        """Merges the partial manifests: report, labels, then the manifest (last), and cleans up."""
+        duplicates = merge.duplicate_groups(self.work_dir, results)
+        data = merge.merge_manifest(state, duplicates, discovery, self.options, results, dropped)
+        merge.write_report(self.output_dir, duplicates, discovery, results, dropped)
+        manifest.write_labels(self.output_dir, discovery.class_names, self.options.label_offset)
+        manifest.write(self.output_dir, data)
+        fileio.rmtree(self.work_dir)
+
+    def _fail_if_strict(self, skipped: list[tuple[str, str]]) -> None:
+        if self.run_settings.strict and skipped:
+            key, reason = skipped[0]
+            raise ConvertError(
+                f"{key}: {reason} (strict=True, --strict: every input must be usable; {len(skipped)} are not)"
+            )
+
+    def _write_all(
+        self, plans: list[ShardPlan], discovery: Discovery, pool: Executor | None
+    ) -> tuple[list[shards.ShardResult], int]:
+        """Writes every shard not already committed; returns all shard results in plan order."""
+        target = WriteTarget(
+            self.output_dir, self.work_dir, EncodingSpec.of(discovery, self.options), self.options.compression
+        )
+        done = {p.file: target.committed(p.file) for p in plans}
+        for name in fileio.listdir(self.output_dir):
+            if name.endswith(shards.INCOMPLETE):
+                fileio.remove(fileio.join(self.output_dir, name))
+        pending = [p for p in plans if done[p.file] is None]
+        if self.run_settings.runner == "beam":
+            from shardfeed.write import beam_runner
+
+            written = beam_runner.write_shards(pending, target, self.run_settings.beam_options)
+            self._fail_if_strict([s for r in written.values() for s in r.skipped])
+        else:
+            written = local_runner.write_shards(
+                pending,
+                target,
+                pool,
+                workers=self.run_settings.workers,
+                total=sum(len(p.items) for p in plans),
+                progress=self.run_settings.progress,
+                check=self._check_chunk,
+            )
+        done.update(written)
+        results = [done[p.file] for p in plans]
+        return [r for r in results if r is not None], len(plans) - len(pending)
+
+    def _check_chunk(self, chunk: list[Any]) -> None:
+        if self.run_settings.strict:
+            self._fail_if_strict([(r.key, r.reason) for r in chunk if isinstance(r, SkippedItem)])

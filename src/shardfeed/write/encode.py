@@ -1,0 +1,122 @@
+"""Encode one example: an input item -> serialized `tf.train.Example` bytes, or a skip reason.
+
+The feature keys are the ImageNet ones (`format/schema.py`). `EncodingSpec` is the one picklable
+description of how items become records, shared by the local process pool, the Beam runner and
+the shard-size estimate, so the three cannot disagree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from shardfeed.format import fileio, schema
+from shardfeed.format.example_proto import FeatureValue, serialize_example
+from shardfeed.write import images
+from shardfeed.write.array_source import load_array
+from shardfeed.write.items import Discovery, Item, locate
+from shardfeed.write.options import ConvertOptions
+
+
+@dataclass(frozen=True)
+class EncodingSpec:
+    """How the items of one source become records.
+
+    Attributes:
+        base: where item keys are relative to (`Discovery.base`).
+        class_names: the label names (index = class id), None for unlabeled data.
+        image: image checks and write-time transforms.
+        label_offset: added to class ids in image/class/label.
+    """
+
+    base: str
+    class_names: list[str] | None
+    image: images.ImageOptions
+    label_offset: int = 0
+
+    @classmethod
+    def of(cls, discovery: Discovery, options: ConvertOptions) -> EncodingSpec:
+        """The spec of a conversion: the source's base and classes with the options' image settings."""
+        return cls(discovery.base, discovery.class_names, options.image, options.label_offset)
+
+
+@dataclass(frozen=True)
+class EncodedRecord:
+    """A record ready to be framed into a shard, with what the manifest and report need."""
+
+    key: str
+    data: bytes
+    label: int
+    source_sha256: str
+    conversion: str | None
+    warning: str | None
+
+
+@dataclass(frozen=True)
+class SkippedItem:
+    """An input that could not be used, with the reason for the report."""
+
+    key: str
+    reason: str
+
+
+def read_source_bytes(item: Item, location: str) -> bytes:
+    """The raw bytes of an item (for arrays, the pixel bytes with the shape)."""
+    if item.array_key is not None:
+        array = load_array(location, item.array_key[0])[item.array_key[1]]
+        return f"{array.shape}".encode() + array.tobytes()
+    return fileio.read_bytes(location)
+
+
+def encode_item(item: Item, spec: EncodingSpec) -> EncodedRecord | SkippedItem:
+    """Reads, checks and (if asked) transforms one input, and serializes its record.
+
+    Never raises for bad input: unreadable or broken images come back as SkippedItem.
+    """
+    raw_data: bytes | None = None
+    location = locate(spec.base, item)
+    try:
+        if item.array_key is not None:
+            array = load_array(location, item.array_key[0])[item.array_key[1]]
+            source_sha = hashlib.sha256(f"{array.shape}".encode() + array.tobytes()).hexdigest()
+            prepared = images.prepare_array_image(array, spec.image)
+        else:
+            try:
+                raw_data = fileio.read_bytes(location)
+            except OSError as e:
+                return SkippedItem(item.key, f"unreadable file: {e.strerror or e}")
+            source_sha = hashlib.sha256(raw_data).hexdigest()
+            prepared = images.prepare_file_image(raw_data, item.key, spec.image)
+    except images.BadImageError as e:
+        return SkippedItem(item.key, str(e))
+    features: dict[str, FeatureValue] = {
+        schema.ENCODED: prepared.data,
+        schema.FORMAT: prepared.format,
+        schema.HEIGHT: prepared.height,
+        schema.WIDTH: prepared.width,
+        schema.CHANNELS: prepared.channels,
+        schema.COLORSPACE: "Grayscale" if prepared.channels == 1 else "RGB",
+        schema.FILENAME: item.key,
+        schema.SHA256: source_sha if prepared.data is raw_data else hashlib.sha256(prepared.data).hexdigest(),
+    }
+    if item.label >= 0 and spec.class_names is not None:
+        features[schema.LABEL] = item.label + spec.label_offset
+        features[schema.TEXT] = spec.class_names[item.label]
+    data = serialize_example(features)
+    return EncodedRecord(item.key, data, item.label, source_sha, prepared.conversion, prepared.warning)
+
+
+def encode_items(items: list[Item], spec: EncodingSpec) -> list[EncodedRecord | SkippedItem]:
+    """`encode_item` over a chunk (the unit of work sent to a worker process)."""
+    return [encode_item(item, spec) for item in items]
+
+
+def hash_items(items: list[Item], base: str) -> list[str | None]:
+    """SHA-256 of each item's source bytes (None if unreadable), for duplicate removal."""
+    out: list[str | None] = []
+    for item in items:
+        try:
+            out.append(hashlib.sha256(read_source_bytes(item, locate(base, item))).hexdigest())
+        except OSError:
+            out.append(None)
+    return out

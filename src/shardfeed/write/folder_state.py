@@ -1,0 +1,115 @@
+"""What an output folder already holds, and what a conversion may do with it.
+
+    empty or missing      -> write
+    other files           -> refused (unless overwrite: write beside them)
+    an unfinished run     -> resumed when source and settings match; else refused, or wiped with overwrite
+    a finished conversion -> nothing to do when they match; else refused, or wiped with overwrite
+
+The state compared is the source (kind, path, fingerprint, input count) and the settings, kept in
+`.shardfeed/state.json` while a conversion runs and in the manifest once it is done.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from shardfeed.errors import ConvertError
+from shardfeed.format import fileio, manifest
+from shardfeed.write import shards
+from shardfeed.write.items import Discovery
+from shardfeed.write.options import ConvertOptions
+
+WORK_DIR = ".shardfeed"
+STATE_NAME = "state.json"
+
+
+def work_dir(output_dir: str) -> str:
+    """The work folder of an unfinished conversion (state and partial manifests)."""
+    return fileio.join(output_dir, WORK_DIR)
+
+
+def conversion_state(discovery: Discovery, options: ConvertOptions) -> dict[str, Any]:
+    """What identifies a conversion: its inputs and its settings."""
+    return {
+        "source": {
+            "kind": discovery.kind,
+            "path": discovery.root,
+            "fingerprint": discovery.fingerprint(),
+            "num_inputs": len(discovery.items) + len(discovery.skipped),
+        },
+        "settings": options.settings(),
+    }
+
+
+def check_output(output_dir: str, state: dict[str, Any], *, overwrite: bool) -> manifest.Manifest | None:
+    """Returns the manifest when this exact conversion is already complete; else prepares
+    the folder: resume a matching unfinished run, refuse a different one (or wipe it)."""
+    state_file = fileio.join(work_dir(output_dir), STATE_NAME)
+    if fileio.exists(fileio.join(output_dir, manifest.MANIFEST_NAME)):
+        old = manifest.read(output_dir)
+        previous = {"source": old.data["source"], "settings": old.data["settings"]}
+        if previous == state:
+            fileio.rmtree(work_dir(output_dir))
+            return old
+        _refuse_or_clean(output_dir, previous, state, "a finished conversion", overwrite)
+    elif fileio.exists(state_file):
+        previous = json.loads(fileio.read_bytes(state_file))
+        if previous != state:
+            _refuse_or_clean(output_dir, previous, state, "an unfinished conversion", overwrite)
+    elif fileio.isdir(output_dir) and fileio.listdir(output_dir) and not overwrite:
+        raise ConvertError(
+            f"{output_dir!r} is not empty and holds no shardfeed conversion; choose an empty "
+            "folder, or pass overwrite=True (--overwrite) to write into it anyway"
+        )
+    return None
+
+
+def start(output_dir: str, state: dict[str, Any]) -> None:
+    """Creates the folders a conversion writes into and records its state (for resuming)."""
+    fileio.makedirs(fileio.join(output_dir, shards.INDEX_DIR))
+    fileio.makedirs(fileio.join(work_dir(output_dir), "parts"))
+    fileio.write_text_atomic(fileio.join(work_dir(output_dir), STATE_NAME), manifest.dumps(state))
+
+
+def _refuse_or_clean(
+    output_dir: str, previous: dict[str, Any], state: dict[str, Any], what: str, overwrite: bool
+) -> None:
+    if not overwrite:
+        raise ConvertError(
+            f"{output_dir!r} holds {what} with other settings or inputs "
+            f"({describe_difference(previous, state)}); pass overwrite=True (--overwrite) to replace it, "
+            "or choose another output folder"
+        )
+    remove_conversion(output_dir)
+
+
+def describe_difference(previous: dict[str, Any], state: dict[str, Any]) -> str:
+    """What differs between two conversion states, one 'key: old -> new' per setting."""
+    diffs = []
+    if previous.get("source", {}).get("fingerprint") != state["source"]["fingerprint"]:
+        diffs.append("the input files differ")
+    old, new = previous.get("settings", {}), state["settings"]
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            diffs.append(f"{key}: {old.get(key)!r} -> {new.get(key)!r}")
+    return "; ".join(diffs) or "different state"
+
+
+def remove_conversion(output_dir: str) -> None:
+    """Deletes what a shardfeed conversion wrote into `output_dir`, and nothing else."""
+    names = set()
+    manifest_file = fileio.join(output_dir, manifest.MANIFEST_NAME)
+    if fileio.exists(manifest_file):
+        old = json.loads(fileio.read_bytes(manifest_file))
+        names = {s["file"] for split in old.get("splits", {}).values() for s in split["shards"]}
+    parts_dir = fileio.join(work_dir(output_dir), "parts")
+    if fileio.isdir(parts_dir):
+        names |= {n[: -len(".json")] for n in fileio.listdir(parts_dir) if n.endswith(".json")}
+    for name in fileio.listdir(output_dir):
+        if name in names or name.endswith(shards.INCOMPLETE):
+            fileio.remove(fileio.join(output_dir, name))
+    for name in (manifest.MANIFEST_NAME, manifest.LABELS_NAME, manifest.REPORT_NAME):
+        fileio.remove(fileio.join(output_dir, name))
+    fileio.rmtree(fileio.join(output_dir, shards.INDEX_DIR))
+    fileio.rmtree(work_dir(output_dir))

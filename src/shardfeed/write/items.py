@@ -1,0 +1,70 @@
+"""What a source finds: `Item`s (one per input image) and a `Discovery` (items, classes, skips)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+
+from shardfeed.format import fileio
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One input image (slotted and path-free: a 1.3M-image source keeps 1.3M of these).
+
+    Attributes:
+        key: stable, unique id: the path relative to the source's base folder, '/'-separated
+            (for arrays 'file.npz:key[index]'). Stored as image/filename; seeds the ordering.
+        label: class id, or -1 for unlabeled data.
+        split: the split a pre-split layout put it in, else None.
+        size: bytes on disk (for arrays, raw pixel bytes), used to plan shard counts.
+        array_key: for array items, the array name inside the file and the row index.
+    """
+
+    key: str
+    label: int
+    split: str | None
+    size: int
+    array_key: tuple[str, int] | None = None
+
+
+@dataclass
+class Discovery:
+    """What a source found."""
+
+    kind: str
+    root: str
+    items: list[Item]
+    base: str  # what item keys are relative to: a folder, or the array file
+    class_names: list[str] | None
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    presplit: bool = False
+
+    def fingerprint(self) -> str:
+        """A hash of every item's key, size, label and split: equal inputs, equal fingerprint."""
+        digest = hashlib.sha256()
+        for item in self.items:
+            digest.update(f"{item.key}\0{item.size}\0{item.label}\0{item.split}\n".encode())
+        for path, reason in self.skipped:
+            digest.update(f"skip\0{path}\0{reason}\n".encode())
+        return digest.hexdigest()
+
+
+def locate(base: str, item: Item) -> str:
+    """Where an item's bytes are: its file below `base`, or for array items the array file."""
+    return base if item.array_key is not None else fileio.join(base, item.key)
+
+
+def sorted_labels(names: set[str]) -> list[str]:
+    """Class names in id order: numeric when all are integers, else lexicographic."""
+    if names and all(re.fullmatch(r"-?\d+", n) for n in names):
+        return sorted(names, key=int)
+    return sorted(names)
+
+
+def stat_size(path: str) -> int:
+    try:
+        return fileio.size(path)
+    except OSError:
+        return 0

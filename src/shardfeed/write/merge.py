@@ -1,0 +1,122 @@
+"""Merging: the manifest from the shards' partial manifests, duplicate groups, and report.json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from shardfeed.format import fileio, manifest, schema
+from shardfeed.version import __version__
+from shardfeed.write import shards
+from shardfeed.write.items import Discovery
+from shardfeed.write.options import ConvertOptions
+
+
+def merge_manifest(
+    state: dict[str, Any],
+    duplicates: list[dict[str, Any]],
+    discovery: Discovery,
+    options: ConvertOptions,
+    results: list[shards.ShardResult],
+    dropped: list[tuple[str, str]],
+) -> dict[str, Any]:
+    """The manifest from the partial manifests of all shards."""
+    split_data: dict[str, dict[str, Any]] = {}
+    for result in results:
+        entry = split_data.setdefault(
+            result.split, {"num_records": 0, "num_bytes": 0, "class_counts": {}, "shards": []}
+        )
+        entry["num_records"] += result.num_records
+        entry["num_bytes"] += result.num_bytes
+        for name, count in result.class_counts.items():
+            entry["class_counts"][name] = entry["class_counts"].get(name, 0) + count
+        entry["shards"].append(
+            {
+                "file": result.file,
+                "index_file": result.index_file,
+                "num_records": result.num_records,
+                "num_bytes": result.num_bytes,
+                "sha256": result.sha256,
+            }
+        )
+    conversions: dict[str, int] = {}
+    for result in results:
+        for _, reason in result.converted:
+            for part in reason.split(", "):
+                conversions[part] = conversions.get(part, 0) + 1
+    return {
+        "format": manifest.FORMAT_NAME,
+        "version": manifest.MANIFEST_VERSION,
+        "created_by": f"shardfeed {__version__}",
+        **state,
+        "labels": discovery.class_names,
+        "label_offset": options.label_offset,
+        "features": schema.feature_types(discovery.class_names is not None),
+        "splits": split_data,
+        "conversions": conversions,
+        "num_skipped": len(discovery.skipped) + sum(len(r.skipped) for r in results),
+        "num_duplicates": len(duplicates),
+        "num_dropped_duplicates": len(dropped),
+        "report": manifest.REPORT_NAME,
+    }
+
+
+def duplicate_groups(work_dir: str, results: list[shards.ShardResult]) -> list[dict[str, Any]]:
+    """Groups of records with identical source bytes; `leak` when a group spans splits.
+
+    Streams the partial manifests twice: first 8-byte digest prefixes into one compact array to
+    find candidate duplicates, then the keys of just those records.
+    """
+    prefixes = [
+        np.array([int(digest[:16], 16) for _, digest in _read_part(work_dir, r).records], dtype=np.uint64)
+        for r in results
+    ]
+    flat = np.concatenate(prefixes) if prefixes else np.zeros(0, np.uint64)
+    values, counts = np.unique(flat, return_counts=True)
+    repeated = set(values[counts > 1].tolist())
+    if not repeated:
+        return []
+    by_hash: dict[str, list[tuple[str, str]]] = {}
+    for result in results:
+        for key, digest in _read_part(work_dir, result).records:
+            if int(digest[:16], 16) in repeated:
+                by_hash.setdefault(digest, []).append((key, result.split))
+    groups = []
+    for digest in sorted(by_hash):
+        members = sorted(by_hash[digest])
+        if len(members) > 1:
+            group_splits = sorted({s for _, s in members})
+            groups.append(
+                {
+                    "sha256": digest,
+                    "files": [k for k, _ in members],
+                    "splits": group_splits,
+                    "leak": len(group_splits) > 1,
+                }
+            )
+    return groups
+
+
+def _read_part(work_dir: str, result: shards.ShardResult) -> shards.ShardResult:
+    return shards.ShardResult.from_json(fileio.read_bytes(shards.part_path(work_dir, result.file)).decode())
+
+
+def write_report(
+    output_dir: str,
+    duplicates: list[dict[str, Any]],
+    discovery: Discovery,
+    results: list[shards.ShardResult],
+    dropped: list[tuple[str, str]],
+) -> None:
+    """report.json: every input that is not in a shard as it was, with the reason."""
+    skipped = sorted(discovery.skipped + [s for r in results for s in r.skipped])
+    report = {
+        "source": discovery.root,
+        "skipped": [{"file": k, "reason": why} for k, why in skipped],
+        "converted": [{"file": k, "reason": why} for k, why in sorted(c for r in results for c in r.converted)],
+        "warnings": [{"file": k, "warning": w} for k, w in sorted(x for r in results for x in r.warnings)],
+        "duplicates": duplicates,
+        "dropped_duplicates": [{"file": k, "duplicate_of": kept} for k, kept in sorted(dropped)],
+    }
+    fileio.write_text_atomic(fileio.join(output_dir, manifest.REPORT_NAME), manifest.dumps(report))

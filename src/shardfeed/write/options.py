@@ -1,0 +1,98 @@
+"""What decides the bytes a conversion writes: `ConvertOptions`, parsed and checked once.
+
+The options go into the manifest (`settings()`) and are compared when a conversion is run again,
+so a finished folder is never silently rewritten with other settings. How the process runs
+(workers, progress bar, runner) is not an option here: it never changes the bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from shardfeed.write import sharding, splits
+from shardfeed.write.images import ImageOptions
+
+COMPRESSIONS = (None, "gzip")
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    """Everything that decides the bytes written (and so goes into the manifest).
+
+    Text forms are parsed on construction, so `split`, `shards` and `shard_size` hold the parsed
+    values afterwards (a dict of fractions, an int or a dict of counts, a byte count).
+
+    Attributes:
+        split: 'train=0.8,validation=0.2' style fractions or a mapping (default that; 'test=1'
+            for unlabeled data; must stay None for a source that is already split).
+        stratify: split each class in the same proportions (default True).
+        seed: seeds the split assignment and the record order (default 0).
+        shards: shards per split: an int for every split, or 'train=16,validation=4' / a mapping.
+        shard_size: target bytes per shard ('128MB' or an int); default: mean shard <= 200 MB.
+        by_class: write one shard set per class instead of mixing classes.
+        name_template: shard file names; default '{split}-{shard:05d}-of-{num_shards:05d}'.
+        compression: None or 'gzip'.
+        label_offset: added to class ids (1 for readers that reserve 0 for background).
+        dedupe: drop exact duplicate images (the later key in sorted order is dropped).
+        image: image checks and write-time transforms (`ImageOptions`).
+    """
+
+    split: str | Mapping[str, float] | None = None
+    stratify: bool = True
+    seed: int = 0
+    shards: int | str | Mapping[str, int] | None = None
+    shard_size: int | str | None = None
+    by_class: bool = False
+    name_template: str | None = None
+    compression: str | None = None
+    label_offset: int = 0
+    dedupe: bool = False
+    image: ImageOptions = field(default_factory=ImageOptions)
+
+    def __post_init__(self) -> None:
+        if self.shards is not None and self.shard_size is not None:
+            raise ValueError("pass shards or shard_size, not both")
+        if self.split is not None:
+            object.__setattr__(self, "split", splits.parse_split_spec(self.split))
+        shards = dict(self.shards) if isinstance(self.shards, Mapping) else self.shards
+        object.__setattr__(self, "shards", sharding.parse_shard_counts(shards))
+        if self.shard_size is not None:
+            object.__setattr__(self, "shard_size", sharding.parse_size(self.shard_size))
+        if self.compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {list(COMPRESSIONS)}, got {self.compression!r}")
+        if not isinstance(self.label_offset, int) or self.label_offset < 0:
+            raise ValueError(f"label_offset must be a non-negative integer, got {self.label_offset!r}")
+        if not isinstance(self.image, ImageOptions):
+            raise ValueError(f"image must be an ImageOptions, got {type(self.image).__name__}")
+        sharding.validate_template(self.template, by_class=self.by_class)
+
+    @property
+    def template(self) -> str:
+        """The shard name template in force."""
+        if self.name_template:
+            return self.name_template
+        return sharding.DEFAULT_BY_CLASS_TEMPLATE if self.by_class else sharding.DEFAULT_TEMPLATE
+
+    def split_fractions(self, labelled: bool) -> dict[str, float]:
+        """The split fractions in force: as given, else train/validation (labelled) or all test."""
+        if isinstance(self.split, dict):
+            return self.split
+        return splits.parse_split_spec(splits.DEFAULT_SPLIT if labelled else "test=1")
+
+    def settings(self) -> dict[str, Any]:
+        """The JSON form stored in the manifest and compared on re-runs."""
+        return {
+            "split": self.split,
+            "stratify": self.stratify,
+            "seed": self.seed,
+            "shards": self.shards,
+            "shard_size": self.shard_size,
+            "by_class": self.by_class,
+            "name_template": self.template,
+            "compression": self.compression,
+            "label_offset": self.label_offset,
+            "dedupe": self.dedupe,
+            "image": asdict(self.image),
+        }

@@ -1,0 +1,60 @@
+"""The local worker pool: processes that encode chunks of items, results streamed back in order.
+
+Forked while this process is small (before the item list is built), so worker memory does not
+grow with the dataset; at most two tasks per worker in flight, so neither does the parent's.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from typing import Any
+
+CHUNK_SIZE = 32  # items per worker task: big enough to amortise IPC, small enough to balance
+
+
+class WorkerPool:
+    """A process pool for `workers` > 1 (None for in-process work), shut down on exit."""
+
+    def __init__(self, workers: int) -> None:
+        self.pool: ProcessPoolExecutor | None = None
+        if workers > 1:
+            # fork is fast and safe while TensorFlow (and its threads) is not loaded here.
+            method = "fork" if sys.platform == "linux" and "tensorflow" not in sys.modules else "spawn"
+            self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method))
+            # Start the workers now, while this process is small: forked later, each would carry
+            # a copy of the item list, and worker memory would grow with the dataset.
+            list(self.pool.map(_warm_up, range(workers)))
+
+    def __enter__(self) -> Executor | None:
+        return self.pool
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _warm_up(_: int) -> None:
+    """A no-op task that makes the pool start its processes."""
+
+
+def map_ordered(
+    executor: Executor | None, fn: Callable[..., Any], tasks: Iterable[tuple[Any, tuple[Any, ...]]], workers: int
+) -> Iterator[tuple[Any, Any]]:
+    """(tag, fn(*args)) for each (tag, args), in order, with at most 2 tasks per worker in flight
+    (bounded memory whatever the dataset size)."""
+    if executor is None:
+        yield from ((tag, fn(*args)) for tag, args in tasks)
+        return
+    window: deque[tuple[Any, Future[Any]]] = deque()
+    for tag, args in tasks:
+        window.append((tag, executor.submit(fn, *args)))
+        if len(window) >= 2 * workers:
+            head, future = window.popleft()
+            yield head, future.result()
+    while window:
+        head, future = window.popleft()
+        yield head, future.result()

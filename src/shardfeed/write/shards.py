@@ -1,0 +1,176 @@
+"""Write one shard: framed records under a temporary name, renamed when complete.
+
+A shard is committed in three renames: the shard file, its DALI index (in `index/`), then its
+partial manifest (in the work folder). Only a shard whose partial manifest exists counts as done,
+so a crash at any point leaves nothing that looks complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from shardfeed.format import fileio, tfrecord
+from shardfeed.write.encode import EncodedRecord, EncodingSpec, SkippedItem
+
+INDEX_DIR = "index"
+INCOMPLETE = ".incomplete"
+
+
+@dataclass
+class ShardResult:
+    """What one written shard holds: the partial manifest merged into manifest.json."""
+
+    split: str
+    file: str
+    index_file: str
+    num_records: int = 0
+    num_bytes: int = 0
+    sha256: str = ""
+    class_counts: dict[str, int] = field(default_factory=dict)
+    records: list[tuple[str, str]] = field(default_factory=list)  # (key, source sha256)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    converted: list[tuple[str, str]] = field(default_factory=list)
+    warnings: list[tuple[str, str]] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    def without_records(self) -> ShardResult:
+        """This result without its per-record list, which stays on disk in the partial manifest
+        (so the converter's memory does not grow with the number of images)."""
+        return dataclasses.replace(self, records=[])
+
+    @classmethod
+    def from_json(cls, text: str) -> ShardResult:
+        data: dict[str, Any] = json.loads(text)
+        for key in ("records", "skipped", "converted", "warnings"):
+            data[key] = [tuple(pair) for pair in data[key]]
+        return cls(**data)
+
+
+class _HashingWriter:
+    """A binary sink that hashes and counts what passes through it."""
+
+    def __init__(self, sink: Any) -> None:
+        self.sink = sink
+        self.digest = hashlib.sha256()
+        self.count = 0
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        self.count += len(data)
+        self.sink.write(data)  # tf.io.gfile's GFile.write returns None, not a count
+        return len(data)
+
+    def flush(self) -> None:
+        self.sink.flush()
+
+    def close(self) -> None:
+        self.sink.close()
+
+
+def index_path(output_dir: str, shard_file: str) -> str:
+    """Where a shard's DALI index lives (a sub-folder, so 'train-*' globs match only shards)."""
+    return fileio.join(output_dir, INDEX_DIR, shard_file + ".idx")
+
+
+def write_shard(
+    output_dir: str,
+    work_dir: str,
+    split: str,
+    file_name: str,
+    results: Iterable[EncodedRecord | SkippedItem],
+    *,
+    class_names: list[str] | None,
+    compression: str | None = None,
+) -> ShardResult:
+    """Writes the records of `results` (in order) as one shard and commits it.
+
+    Skipped items are recorded in the shard's partial manifest, so every input is accounted for.
+    """
+    path = fileio.join(output_dir, file_name)
+    tmp = path + INCOMPLETE
+    result = ShardResult(split, file_name, fileio.join(INDEX_DIR, file_name + ".idx"))
+    sizes: list[int] = []
+    sink = _HashingWriter(fileio.open_binary(tmp, "wb"))
+    try:
+        stream: Any = gzip.GzipFile(filename="", mode="wb", fileobj=sink, mtime=0) if compression == "gzip" else sink
+        for item in results:
+            if isinstance(item, SkippedItem):
+                result.skipped.append((item.key, item.reason))
+                continue
+            stream.write(tfrecord.frame(item.data))
+            sizes.append(len(item.data))
+            result.records.append((item.key, item.source_sha256))
+            if class_names is not None and item.label >= 0:
+                name = class_names[item.label]
+                result.class_counts[name] = result.class_counts.get(name, 0) + 1
+            if item.conversion:
+                result.converted.append((item.key, item.conversion))
+            if item.warning:
+                result.warnings.append((item.key, item.warning))
+        if stream is not sink:
+            stream.close()
+        sink.close()
+    except BaseException:
+        sink.close()
+        fileio.remove(tmp)
+        raise
+    result.num_records = len(sizes)
+    result.num_bytes = sink.count
+    result.sha256 = sink.digest.hexdigest()
+    fileio.rename(tmp, path)
+    fileio.write_text_atomic(index_path(output_dir, file_name), tfrecord.format_index(sizes))
+    fileio.write_text_atomic(part_path(work_dir, file_name), result.to_json())
+    return result
+
+
+@dataclass(frozen=True)
+class WriteTarget:
+    """Where and how a conversion's shards are written; one picklable value that the local runner
+    and the Beam workers share, so both write byte-identical shards."""
+
+    output_dir: str
+    work_dir: str
+    spec: EncodingSpec
+    compression: str | None = None
+
+    def write(self, split: str, file_name: str, results: Iterable[EncodedRecord | SkippedItem]) -> ShardResult:
+        """`write_shard` of `results` as `file_name`, committed."""
+        return write_shard(
+            self.output_dir,
+            self.work_dir,
+            split,
+            file_name,
+            results,
+            class_names=self.spec.class_names,
+            compression=self.compression,
+        )
+
+    def committed(self, file_name: str) -> ShardResult | None:
+        """The shard's partial manifest (`without_records`), or None if it is not committed."""
+        result = read_part(self.work_dir, file_name, self.output_dir)
+        return None if result is None else result.without_records()
+
+
+def part_path(work_dir: str, file_name: str) -> str:
+    """Where the partial manifest of a shard is kept until the final merge."""
+    return fileio.join(work_dir, "parts", file_name + ".json")
+
+
+def read_part(work_dir: str, file_name: str, output_dir: str) -> ShardResult | None:
+    """The partial manifest of a committed shard, or None if the shard must be (re)written."""
+    path = part_path(work_dir, file_name)
+    if not fileio.exists(path):
+        return None
+    result = ShardResult.from_json(fileio.read_bytes(path).decode())
+    shard = fileio.join(output_dir, file_name)
+    if not fileio.exists(shard) or fileio.size(shard) != result.num_bytes:
+        return None
+    return result

@@ -1,0 +1,99 @@
+"""Split planning: seeded, stratified assignment of items to splits, and seeded ordering.
+
+Pure functions over keys and labels; no I/O. Order is decided by a seeded hash of each item's
+stable key, never by file-system or worker order, so it is reproducible anywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
+
+from shardfeed.write.items import Item
+
+T = TypeVar("T", bound=Item)
+DEFAULT_SPLIT = "train=0.8,validation=0.2"
+_SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+def parse_split_spec(spec: str | Mapping[str, float]) -> dict[str, float]:
+    """Fractions per split from 'train=0.8,validation=0.2' (or percentages, or a mapping).
+
+    Raises:
+        ValueError: malformed entry, bad name, non-positive fraction, or a total other than 1/100.
+    """
+    if isinstance(spec, str):
+        pairs: dict[str, float] = {}
+        for part in filter(None, (p.strip() for p in spec.split(","))):
+            name, sep, value = part.partition("=")
+            if not sep:
+                raise ValueError(f"split entry {part!r} must look like name=fraction, e.g. 'train=0.8,validation=0.2'")
+            try:
+                pairs[name.strip()] = float(value)
+            except ValueError:
+                raise ValueError(f"split fraction {value!r} for {name!r} is not a number") from None
+    else:
+        pairs = {str(k): float(v) for k, v in spec.items()}
+    if not pairs:
+        raise ValueError("split spec is empty; e.g. 'train=0.8,validation=0.2'")
+    for name, fraction in pairs.items():
+        if not _SPLIT_NAME.match(name):
+            raise ValueError(f"split name {name!r} may only use letters, digits and '_'")
+        if fraction <= 0:
+            raise ValueError(f"split {name!r} has fraction {fraction}; every fraction must be > 0")
+    total = sum(pairs.values())
+    if math.isclose(total, 100.0, abs_tol=1e-6):
+        pairs = {k: v / 100.0 for k, v in pairs.items()}
+    elif not math.isclose(total, 1.0, abs_tol=1e-6):
+        raise ValueError(f"split fractions add up to {total:g}; they must add up to 1 (or 100)")
+    return pairs
+
+
+def order_key(seed: int, key: str) -> bytes:
+    """The seeded sort key of an item: a hash of (seed, key)."""
+    return hashlib.blake2b(f"{seed}\0{key}".encode(), digest_size=8).digest()
+
+
+def seeded_order(items: Sequence[T], seed: int) -> list[T]:
+    """Items in a pseudo-random order that depends only on the seed and the keys."""
+    # Ties (a 64-bit collision) keep the input order, which callers give sorted by key.
+    return sorted(items, key=lambda item: order_key(seed, item.key))
+
+
+def allocate(count: int, fractions: Sequence[float]) -> list[int]:
+    """Splits `count` into parts proportional to `fractions` (largest remainder, ties to the first)."""
+    exact = [count * f for f in fractions]
+    parts = [math.floor(x) for x in exact]
+    by_remainder = sorted(range(len(fractions)), key=lambda i: (-(exact[i] - parts[i]), i))
+    for i in by_remainder[: count - sum(parts)]:
+        parts[i] += 1
+    return parts
+
+
+def assign_splits(
+    items: Sequence[T], fractions: Mapping[str, float], *, seed: int, stratify: bool = True
+) -> dict[str, list[T]]:
+    """Assigns items to splits; with `stratify`, each class is split in the same proportions."""
+    groups: dict[int, list[T]] = {}
+    for item in items:
+        groups.setdefault(item.label if stratify else 0, []).append(item)
+    names = list(fractions)
+    out: dict[str, list[T]] = {name: [] for name in names}
+    for label in sorted(groups):
+        members = seeded_order(groups[label], seed)
+        start = 0
+        for name, count in zip(names, allocate(len(members), list(fractions.values())), strict=True):
+            out[name].extend(members[start : start + count])
+            start += count
+    return out
+
+
+def group_presplit(items: Sequence[T]) -> dict[str, list[T]]:
+    """Items grouped by the split their layout already gave them, splits in sorted order."""
+    out: dict[str, list[T]] = {}
+    for item in items:
+        out.setdefault(item.split or "train", []).append(item)
+    return {name: out[name] for name in sorted(out)}
