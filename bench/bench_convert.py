@@ -63,11 +63,12 @@ print(time.perf_counter() - start)
 
 SHARDFEED = """
 import json, resource, shutil, sys, time
-from shardfeed import convert
+from shardfeed import ConvertOptions, ImageOptions, convert
 src, out, opts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+image = ImageOptions(**{k: opts.pop(k) for k in ("resize", "center_crop", "image_format", "check") if k in opts})
 shutil.rmtree(out, ignore_errors=True)
 start = time.perf_counter()
-convert(src, out, progress=False, **opts)
+convert(src, out, ConvertOptions(**opts, image=image), progress=False)
 elapsed = time.perf_counter() - start
 self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 child_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss

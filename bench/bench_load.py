@@ -73,16 +73,17 @@ def libjpeg_limit(files: list[str]) -> float:
 def parse_rate(shards: str) -> float:
     import tensorflow as tf
 
-    from shardfeed.read import shardset as reader
-    from shardfeed.read.decode import Schema, feature_spec
+    from shardfeed.format.schema import LABEL, Schema
+    from shardfeed.read import shardset
+    from shardfeed.read.decode import feature_spec
 
     spec = feature_spec(Schema())
-    ds = reader.read_records(
-        reader.from_manifest(shards, "train"), shuffle_files=True, seed=None, deterministic=False, skip_corrupt=False
+    ds = shardset.checked_records(
+        shardset.from_manifest(shards, "train"), shuffle_files=True, seed=None, deterministic=False, skip_corrupt=False
     )
     ds = (
         ds.batch(256)
-        .map(lambda s: tf.io.parse_example(s, spec)["image/class/label"], num_parallel_calls=tf.data.AUTOTUNE)
+        .map(lambda s: tf.io.parse_example(s, spec)[LABEL], num_parallel_calls=tf.data.AUTOTUNE)
         .prefetch(tf.data.AUTOTUNE)
     )
     n, start = 0, time.perf_counter()
@@ -100,14 +101,14 @@ def main() -> None:
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
 
-    from shardfeed import convert, load
+    from shardfeed import ConvertOptions, ImageOptions, convert, load
     from shardfeed.tools.benchmark import decode_ceiling, image_files, keras_folder, measure
 
     src = build_corpus(os.path.join(args.workdir, f"corpus{args.images}"), args.images)
     keep, small = os.path.join(args.workdir, "load_keep"), os.path.join(args.workdir, "load_256")
-    for out, opts in ((keep, {}), (small, {"resize": 256})):
+    for out, image in ((keep, ImageOptions()), (small, ImageOptions(resize=256))):
         shutil.rmtree(out, ignore_errors=True)
-        convert(src, out, split="train=1", shards=16, progress=False, **opts)
+        convert(src, out, ConvertOptions(split="train=1", shards=16, image=image), progress=False)
 
     def best(fn) -> float:  # type: ignore[no-untyped-def]
         return max(fn() for _ in range(args.repeats))

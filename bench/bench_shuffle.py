@@ -55,13 +55,13 @@ def main() -> None:
         "come from disk, not memory",
     )
     args = parser.parse_args()
-    from shardfeed import IndexedRecords, convert, load
+    from shardfeed import ConvertOptions, IndexedRecords, ReadConfig, convert, load
     from shardfeed.tools.benchmark import measure
 
     src = build_corpus(os.path.join(args.workdir, f"corpus{args.images}"), args.images)
     data = os.path.join(args.workdir, "shuffle_keep")
     shutil.rmtree(data, ignore_errors=True)
-    convert(src, data, split="train=1", shards=16, progress=False)
+    convert(src, data, ConvertOptions(split="train=1", shards=16), progress=False)
 
     r: dict[str, object] = {"images": args.images, "cores": os.cpu_count(), "cold_cache": args.cold_cache}
     # Alternate the two pipelines so drift in this shared machine's speed hits both alike.
@@ -70,7 +70,9 @@ def main() -> None:
         for mode in runs:
             if args.cold_cache:
                 drop_page_cache()
-            runs[mode].append(measure(load(data, batch_size=BATCH, image_size=SIZE, seed=0, shuffle=mode)))
+            runs[mode].append(
+                measure(load(data, batch_size=BATCH, image_size=SIZE, seed=0, read=ReadConfig(shuffle=mode)))
+            )
     buffer, glob = (max(t.images_per_second for t in runs[mode]) for mode in ("buffer", "global"))
     cpu_us = {mode: min(1e6 * t.cpu_cores_used / t.images_per_second for t in runs[mode]) for mode in runs}
     r["global_shuffle"] = {
@@ -83,12 +85,16 @@ def main() -> None:
 
     k = (args.images // BATCH) // 2
     fresh = min(
-        first_batch_seconds(lambda: load(data, batch_size=BATCH, image_size=SIZE, seed=0, shuffle="global"))
+        first_batch_seconds(
+            lambda: load(data, batch_size=BATCH, image_size=SIZE, seed=0, read=ReadConfig(shuffle="global"))
+        )
         for _ in range(args.repeats)
     )
     resumed = min(
         first_batch_seconds(
-            lambda: load(data, batch_size=BATCH, image_size=SIZE, seed=0, shuffle="global", start_step=k)
+            lambda: load(
+                data, batch_size=BATCH, image_size=SIZE, seed=0, read=ReadConfig(shuffle="global", start_step=k)
+            )
         )
         for _ in range(args.repeats)
     )

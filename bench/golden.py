@@ -28,7 +28,7 @@ import numpy as np
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import build_corpus  # noqa: E402
+from corpus import build_corpus
 
 CONVERSIONS = {
     "keep": [],

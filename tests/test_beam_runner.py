@@ -8,18 +8,19 @@ from pathlib import Path
 
 from conftest import shard_bytes
 
-from shardfeed import convert
+from shardfeed import ConvertOptions, convert
 
 
 def test_beam_output_is_byte_identical_to_local(odd_tree: Path, tmp_path: Path) -> None:
-    kwargs = dict(split="train=0.6,validation=0.4", shards=2, seed=3, progress=False)
-    local = convert(str(odd_tree), str(tmp_path / "local"), workers=2, **kwargs)
+    options = ConvertOptions(split="train=0.6,validation=0.4", shards=2, seed=3)
+    local = convert(str(odd_tree), str(tmp_path / "local"), options, workers=2, progress=False)
     beam = convert(
         str(odd_tree),
         str(tmp_path / "beam"),
+        options,
         runner="beam",
         beam_options="--direct_num_workers=2 --direct_running_mode=multi_threading",
-        **kwargs,
+        progress=False,
     )
     assert beam.manifest.data == local.manifest.data
     assert shard_bytes(tmp_path / "beam") == shard_bytes(tmp_path / "local")

@@ -7,12 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from shardfeed import convert
+from shardfeed import ConvertOptions, convert
 
 
 def test_bench_json_with_compare_folder(photo_tree: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    convert(str(photo_tree), str(out), split="train=1", shards=2, workers=1, progress=False)
+    convert(str(photo_tree), str(out), ConvertOptions(split="train=1", shards=2), workers=1, progress=False)
     done = subprocess.run(
         [
             sys.executable,
@@ -50,7 +50,7 @@ def test_bench_json_with_compare_folder(photo_tree: Path, tmp_path: Path) -> Non
 
 def test_bench_measures_global_shuffle_over_epochs(photo_tree: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    convert(str(photo_tree), str(out), split="train=1", shards=2, workers=1, progress=False)
+    convert(str(photo_tree), str(out), ConvertOptions(split="train=1", shards=2), workers=1, progress=False)
     args = ["bench", str(out), "--batch-size", "4", "--image-size", "32", "--shuffle", "global", "--epochs", "2"]
     done = subprocess.run(
         [sys.executable, "-m", "shardfeed", *args, "--json"], capture_output=True, text=True, check=True

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from conftest import crops, jpeg_bytes, photos, shard_bytes
 
-from shardfeed import ConvertError, SourceError, convert, read_manifest
+from shardfeed import ConvertError, ConvertOptions, ImageOptions, SourceError, convert, read_manifest
 from shardfeed.format import tfrecord
 from shardfeed.format.manifest import ManifestError
 
@@ -54,7 +54,7 @@ def test_round_trip_preserves_every_file_and_label(photo_tree: Path, tmp_path: P
     import tensorflow as tf
 
     out = tmp_path / "out"
-    result = convert(str(photo_tree), str(out), shards=2, workers=1, progress=False)
+    result = convert(str(photo_tree), str(out), ConvertOptions(shards=2), workers=1, progress=False)
     m = result.manifest
     assert m.split_names == ["train", "validation"] and m.labels == [
         "astronaut",
@@ -90,18 +90,18 @@ def test_round_trip_preserves_every_file_and_label(photo_tree: Path, tmp_path: P
 
 
 def test_records_are_shuffled_across_classes(photo_tree: Path, tmp_path: Path) -> None:
-    convert(str(photo_tree), str(tmp_path / "o"), split="train=1", workers=1, progress=False)
+    convert(str(photo_tree), str(tmp_path / "o"), ConvertOptions(split="train=1"), workers=1, progress=False)
     labels = [int(r["image/class/label"]) for r in read_split(tmp_path / "o", "train")]
     runs = sum(1 for a, b in itertools.pairwise(labels) if a != b)
     assert runs > 20  # 44 records of 4 classes: sorted order would give 3 changes
 
 
 def test_same_inputs_same_bytes_for_any_worker_count(photo_tree: Path, tmp_path: Path) -> None:
-    a = convert(str(photo_tree), str(tmp_path / "a"), shards=3, seed=7, workers=1, progress=False)
-    b = convert(str(photo_tree), str(tmp_path / "b"), shards=3, seed=7, workers=2, progress=False)
+    a = convert(str(photo_tree), str(tmp_path / "a"), ConvertOptions(shards=3, seed=7), workers=1, progress=False)
+    b = convert(str(photo_tree), str(tmp_path / "b"), ConvertOptions(shards=3, seed=7), workers=2, progress=False)
     assert a.manifest.data == b.manifest.data
     assert shard_bytes(tmp_path / "a") == shard_bytes(tmp_path / "b")
-    convert(str(photo_tree), str(tmp_path / "c"), shards=3, seed=8, workers=2, progress=False)
+    convert(str(photo_tree), str(tmp_path / "c"), ConvertOptions(shards=3, seed=8), workers=2, progress=False)
     assert shard_bytes(tmp_path / "a") != shard_bytes(tmp_path / "c")
 
 
@@ -111,10 +111,14 @@ def test_rerun_is_a_no_op_and_other_settings_are_refused(photo_tree: Path, tmp_p
     before = shard_bytes(out)
     again = convert(str(photo_tree), str(out), workers=2, progress=False)
     assert again.already_complete and "nothing to do" in again.summary()
-    with pytest.raises(ConvertError, match=r"other settings or inputs \(seed: 0 -> 5\); pass --overwrite"):
-        convert(str(photo_tree), str(out), seed=5, workers=1, progress=False)
+    with pytest.raises(
+        ConvertError, match=r"other settings or inputs \(seed: 0 -> 5\); pass overwrite=True \(--overwrite\)"
+    ):
+        convert(str(photo_tree), str(out), ConvertOptions(seed=5), workers=1, progress=False)
     assert shard_bytes(out) == before
-    redone = convert(str(photo_tree), str(out), seed=5, shards=2, workers=1, overwrite=True, progress=False)
+    redone = convert(
+        str(photo_tree), str(out), ConvertOptions(seed=5, shards=2), workers=1, overwrite=True, progress=False
+    )
     assert not redone.already_complete and redone.manifest.data["settings"]["seed"] == 5
     names = sorted(p.name for p in out.iterdir())
     assert names == [
@@ -174,7 +178,7 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path: Path) -> Non
 
 def test_every_input_is_in_a_shard_or_the_report(odd_tree: Path, tmp_path: Path) -> None:
     out = tmp_path / "o"
-    result = convert(str(odd_tree), str(out), split="train=1", workers=2, progress=False)
+    result = convert(str(odd_tree), str(out), ConvertOptions(split="train=1"), workers=2, progress=False)
     report = json.loads((out / "report.json").read_text())
     written = {r["image/filename"].decode() for r in read_split(out, "train")}
     skipped = {s["file"]: s["reason"] for s in report["skipped"]}
@@ -213,7 +217,7 @@ def test_duplicates_reported_leakage_flagged_and_dedupe_drops(photo_tree: Path, 
     report = json.loads((out / "report.json").read_text())
     assert len(report["duplicates"]) == 10
     assert any(d["leak"] for d in report["duplicates"])  # some pair lands in train and validation
-    deduped = convert(str(src), str(tmp_path / "d"), dedupe=True, workers=2, progress=False)
+    deduped = convert(str(src), str(tmp_path / "d"), ConvertOptions(dedupe=True), workers=2, progress=False)
     d_report = json.loads((tmp_path / "d" / "report.json").read_text())
     assert sorted(x["file"] for x in d_report["dropped_duplicates"]) == [f"coffee/copy_{i:03d}.jpg" for i in range(10)]
     assert d_report["duplicates"] == [] and deduped.num_written == 45
@@ -221,7 +225,7 @@ def test_duplicates_reported_leakage_flagged_and_dedupe_drops(photo_tree: Path, 
 
 def test_by_class_writes_one_shard_set_per_class(photo_tree: Path, tmp_path: Path) -> None:
     out = tmp_path / "o"
-    convert(str(photo_tree), str(out), by_class=True, shards=2, workers=1, progress=False)
+    convert(str(photo_tree), str(out), ConvertOptions(by_class=True, shards=2), workers=1, progress=False)
     m = read_manifest(str(out))
     files = [s.file for s in m.split("train").shards]
     assert files[:2] == ["train-astronaut-00000-of-00002", "train-astronaut-00001-of-00002"] and len(files) == 8
@@ -242,10 +246,12 @@ def test_gzip_label_offset_and_template(photo_tree: Path, tmp_path: Path) -> Non
     convert(
         str(photo_tree),
         str(out),
-        compression="gzip",
-        label_offset=1,
-        split="train=1",
-        name_template="{split}-{shard:05d}-of-{num_shards:05d}.tfrecord.gz",
+        ConvertOptions(
+            compression="gzip",
+            label_offset=1,
+            split="train=1",
+            name_template="{split}-{shard:05d}-of-{num_shards:05d}.tfrecord.gz",
+        ),
         workers=1,
         progress=False,
     )
@@ -260,11 +266,7 @@ def test_resize_crop_reencode(photo_tree: Path, tmp_path: Path) -> None:
     convert(
         str(photo_tree),
         str(out),
-        resize=64,
-        center_crop=56,
-        image_format="jpeg",
-        quality=80,
-        split="train=1",
+        ConvertOptions(split="train=1", image=ImageOptions(resize=64, center_crop=56, image_format="jpeg", quality=80)),
         workers=2,
         progress=False,
     )
@@ -277,8 +279,7 @@ def test_shard_size_splits_into_several_shards(photo_tree: Path, tmp_path: Path)
     result = convert(
         str(photo_tree),
         str(tmp_path / "o"),
-        shard_size="200KB",
-        split="train=1",
+        ConvertOptions(shard_size="200KB", split="train=1"),
         workers=1,
         progress=False,
     )
@@ -301,7 +302,13 @@ def test_numpy_arrays_round_trip_exactly(digits: tuple[np.ndarray, np.ndarray], 
     )
     for encoding in ("png", "raw"):
         out = tmp_path / encoding
-        convert(str(tmp_path / "d.npz"), str(out), array_encoding=encoding, workers=1, progress=False)
+        convert(
+            str(tmp_path / "d.npz"),
+            str(out),
+            ConvertOptions(image=ImageOptions(array_encoding=encoding)),
+            workers=1,
+            progress=False,
+        )
         rows = read_split(out, "test")
         assert len(rows) == 20
         for r in rows:
@@ -347,7 +354,7 @@ def test_presplit_source_rejects_a_split_option(tmp_path: Path, photo_tree: Path
         convert(
             str(tmp_path / "s"),
             str(tmp_path / "o"),
-            split="train=0.5,val=0.5",
+            ConvertOptions(split="train=0.5,val=0.5"),
             workers=1,
             progress=False,
         )
@@ -372,7 +379,8 @@ def test_presplit_source_rejects_a_split_option(tmp_path: Path, photo_tree: Path
 )
 def test_option_errors(photo_tree: Path, tmp_path: Path, kwargs: dict, error: type, message: str) -> None:
     with pytest.raises(error, match=message):
-        convert(str(photo_tree), str(tmp_path / "o"), progress=False, **kwargs)
+        run = {k: kwargs.pop(k) for k in ("workers",) if k in kwargs}
+        convert(str(photo_tree), str(tmp_path / "o"), ConvertOptions(**kwargs), progress=False, **run)
 
 
 def test_empty_source_is_an_error(tmp_path: Path) -> None:

@@ -10,21 +10,36 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardfeed import convert, load, read_manifest, steps_per_epoch
+from shardfeed import (
+    ConvertOptions,
+    DecodeConfig,
+    ImageOptions,
+    ReadConfig,
+    convert,
+    load,
+    read_manifest,
+    steps_per_epoch,
+)
 from shardfeed.read.augment import Augment
 
 
 @pytest.fixture(scope="session")
 def photo_shards(photo_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("photo_shards") / "out"
-    convert(str(photo_tree), str(out), split="train=0.75,validation=0.25", shards=4, workers=1, progress=False)
+    convert(
+        str(photo_tree),
+        str(out),
+        ConvertOptions(split="train=0.75,validation=0.25", shards=4),
+        workers=1,
+        progress=False,
+    )
     return out
 
 
 @pytest.fixture(scope="session")
 def digit_shards(digits_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("digit_shards") / "out"
-    convert(str(digits_tree), str(out), shards=3, workers=1, progress=False)
+    convert(str(digits_tree), str(out), ConvertOptions(shards=3), workers=1, progress=False)
     return out
 
 
@@ -47,9 +62,8 @@ def test_one_epoch_sees_every_record_exactly_once(photo_shards: Path) -> None:
             training=True,
             augment=False,
             batch_size=5,
-            drop_remainder=False,
             image_size=64,
-            shuffle_buffer=7,
+            read=ReadConfig(drop_remainder=False, shuffle_buffer=7),
         )
     )
     assert len(reference) == len(shuffled) == m.split("train").num_records == 32
@@ -66,8 +80,18 @@ def test_shapes_dtypes_and_cardinality(photo_shards: Path) -> None:
     assert int(ds.cardinality()) == steps_per_epoch(str(photo_shards), "train", 8) == 4
     images, labels = next(iter(ds))
     assert labels.dtype.name == "int64" and images.numpy().max() > 0
-    val = load(str(photo_shards), split="validation", batch_size=8, image_size=32, dtype="float32", channels=1)
-    assert int(val.cardinality()) == steps_per_epoch(str(photo_shards), "validation", 8, drop_remainder=False) == 2
+    val = load(
+        str(photo_shards),
+        split="validation",
+        batch_size=8,
+        image_size=32,
+        decode=DecodeConfig(dtype="float32", channels=1),
+    )
+    assert (
+        int(val.cardinality())
+        == steps_per_epoch(str(photo_shards), "validation", 8, read=ReadConfig(drop_remainder=False))
+        == 2
+    )
     x, _ = next(iter(val))
     assert x.shape[1:] == (32, 32, 1) and x.dtype.name == "float32" and float(x.numpy().max()) <= 255.0
 
@@ -80,9 +104,7 @@ def test_eval_preprocessing_is_a_centre_crop_of_the_original(photo_tree: Path, p
         split="validation",
         batch_size=1,
         image_size=64,
-        crop_fraction=1.0,
-        dct_method="INTEGER_ACCURATE",
-        map=None,
+        decode=DecodeConfig(crop_fraction=1.0, dct_method="INTEGER_ACCURATE", map_fn=None),
     )
     image, label = next(iter(ds))
     m = read_manifest(str(photo_shards))
@@ -121,20 +143,21 @@ def test_workers_read_disjoint_whole_shards_covering_everything(photo_shards: Pa
                 training=False,
                 batch_size=4,
                 image_size=16,
-                num_workers=2,
-                worker_index=index,
+                read=ReadConfig(num_workers=2, worker_index=index),
             )
         )
         assert (
             len(labels)
-            == steps_per_epoch(str(photo_shards), "train", 4, drop_remainder=False, num_workers=2, worker_index=index)
+            == steps_per_epoch(
+                str(photo_shards), "train", 4, read=ReadConfig(drop_remainder=False, num_workers=2, worker_index=index)
+            )
             * 4
             - (4 - len(labels) % 4) % 4
         )
         total.update(labels.tolist())
     assert sum(total.values()) == 32
     with pytest.raises(ValueError, match="4 shards cannot be split across 5 workers"):
-        load(str(photo_shards), split="train", num_workers=5, worker_index=0)
+        load(str(photo_shards), split="train", read=ReadConfig(num_workers=5, worker_index=0))
 
 
 def test_distribute_datasets_from_function(photo_shards: Path) -> None:
@@ -214,24 +237,21 @@ def test_foreign_tfrecords_three_recipes(photo_tree: Path, digits, tmp_path: Pat
     )
     cats = load(
         str(tmp_path / "cat_dog*.tfrec"),
-        image_key="image",
-        label_key="class",
         training=False,
         batch_size=4,
         image_size=32,
+        read=ReadConfig(image_key="image", label_key="class"),
     )
     x, y = _all(cats)
     assert len(x) == 16 and set(y.tolist()) == {0, 1} and int(cats.cardinality()) == 4
     assert (tmp_path / ".shardfeed-counts.json").exists()
     mnist = load(
         str(tmp_path / "mnist.tfrecords"),
-        image_key="img_string",
-        label_key="label",
         training=False,
         batch_size=5,
         image_size=8,
-        crop_fraction=1.0,
-        channels=1,
+        read=ReadConfig(image_key="img_string", label_key="label"),
+        decode=DecodeConfig(crop_fraction=1.0, channels=1),
     )
     mx, my = _all(mnist)
     assert mx.shape == (20, 8, 8, 1) and my.tolist() == labels[:20].tolist()
@@ -239,7 +259,7 @@ def test_foreign_tfrecords_three_recipes(photo_tree: Path, digits, tmp_path: Pat
     with pytest.raises(
         ValueError, match=r"feature 'label' not in the records of .*; they have \['class', 'image'\]; pass label_key"
     ):
-        load(str(tmp_path / "cat_dog*.tfrec"), image_key="image", label_key="label")
+        load(str(tmp_path / "cat_dog*.tfrec"), read=ReadConfig(image_key="image", label_key="label"))
     with pytest.raises(ValueError, match="no TFRecord files match"):
         load(str(tmp_path / "nothing*.tfrec"))
 
@@ -272,17 +292,26 @@ def test_corrupt_shard_error_names_the_file_and_can_be_skipped(photo_shards: Pat
         match=r"shard .*train-00001-of-00004 is corrupt or truncated: read \d+ of its 8 records",
     ):
         _all(load(str(out), split="train", training=False, batch_size=4, image_size=16))
-    x, _ = _all(load(str(out), split="train", training=False, batch_size=4, image_size=16, skip_corrupt=True))
+    x, _ = _all(
+        load(str(out), split="train", training=False, batch_size=4, image_size=16, read=ReadConfig(skip_corrupt=True))
+    )
     assert 24 <= len(x) < 32
 
 
 def test_cache_filter_and_map_hooks(photo_shards: Path, tmp_path: Path) -> None:
     import tensorflow as tf
 
-    cached = load(str(photo_shards), split="train", training=False, batch_size=4, image_size=16, cache=True)
+    cached = load(
+        str(photo_shards), split="train", training=False, batch_size=4, image_size=16, read=ReadConfig(cache=True)
+    )
     assert len(_all(cached)[0]) == 32 and len(_all(cached)[0]) == 32
     on_disk = load(
-        str(photo_shards), split="train", training=False, batch_size=4, image_size=16, cache=str(tmp_path / "cache")
+        str(photo_shards),
+        split="train",
+        training=False,
+        batch_size=4,
+        image_size=16,
+        read=ReadConfig(cache=str(tmp_path / "cache")),
     )
     assert len(_all(on_disk)[0]) == 32 and list(tmp_path.glob("cache*"))
     only_zero = load(
@@ -291,7 +320,7 @@ def test_cache_filter_and_map_hooks(photo_shards: Path, tmp_path: Path) -> None:
         training=False,
         batch_size=4,
         image_size=16,
-        filter=lambda f: tf.equal(f["image/class/label"], 0),
+        read=ReadConfig(filter_fn=lambda f: tf.equal(f["image/class/label"], 0)),
     )
     assert set(_all(only_zero)[1].tolist()) == {0}
     doubled = load(
@@ -300,8 +329,7 @@ def test_cache_filter_and_map_hooks(photo_shards: Path, tmp_path: Path) -> None:
         training=False,
         batch_size=4,
         image_size=16,
-        dtype="float32",
-        map=lambda x, y: (x * 0.0, y + 100),
+        decode=DecodeConfig(dtype="float32", map_fn=lambda x, y: (x * 0.0, y + 100)),
     )
     x, y = _all(doubled)
     assert float(x.max()) == 0.0 and y.min() >= 100
@@ -323,13 +351,16 @@ def test_png_raw_and_gray_records_take_the_same_path(digits, tmp_path: Path) -> 
         convert(
             str(tmp_path / "d.npz"),
             str(tmp_path / encoding),
-            array_encoding=encoding,
-            split="train=1",
+            ConvertOptions(split="train=1", image=ImageOptions(array_encoding=encoding)),
             workers=1,
             progress=False,
         )
-    png, ly = _all(load(str(tmp_path / "png"), training=False, batch_size=8, image_size=8, crop_fraction=1.0))
-    raw, lr = _all(load(str(tmp_path / "raw"), training=False, batch_size=8, image_size=8, crop_fraction=1.0))
+    png, ly = _all(
+        load(str(tmp_path / "png"), training=False, batch_size=8, image_size=8, decode=DecodeConfig(crop_fraction=1.0))
+    )
+    raw, lr = _all(
+        load(str(tmp_path / "raw"), training=False, batch_size=8, image_size=8, decode=DecodeConfig(crop_fraction=1.0))
+    )
     assert png.shape == (24, 8, 8, 3) and np.array_equal(png, raw) and np.array_equal(ly, lr)
     assert np.array_equal(
         png[0, ..., 0], images[int(np.argmax([np.array_equal(png[0, ..., 0], im) for im in images[:24]]))]
@@ -348,5 +379,6 @@ def test_png_raw_and_gray_records_take_the_same_path(digits, tmp_path: Path) -> 
     ],
 )
 def test_option_errors(photo_shards: Path, kwargs: dict, message: str) -> None:
+    decode = {k: kwargs.pop(k) for k in ("dtype", "channels", "crop_fraction") if k in kwargs}
     with pytest.raises(ValueError, match=message):
-        load(str(photo_shards), **kwargs)
+        load(str(photo_shards), decode=DecodeConfig(**decode), **kwargs)

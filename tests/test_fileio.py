@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import shard_bytes
 
-from shardfeed import convert, info, load, read_manifest, verify
+from shardfeed import ConvertOptions, convert, load, read_manifest
+from shardfeed.tools import info, verify
 
 
 @pytest.fixture()
@@ -30,12 +31,12 @@ def _upload(tf, local: Path, remote: str) -> None:  # type: ignore[no-untyped-de
 
 def test_convert_into_ram_then_load_verify_info(tf, photo_tree: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     out = "ram://shardfeed-test/out"
-    result = convert(str(photo_tree), out, shards=2, workers=2, progress=False)
+    result = convert(str(photo_tree), out, ConvertOptions(shards=2), workers=2, progress=False)
     assert result.num_written == 44
     names = set(tf.io.gfile.listdir(out))
     assert {"manifest.json", "labels.txt", "report.json", "train-00000-of-00002"} <= names
     assert not any(n.startswith(".shardfeed") for n in names)
-    local = convert(str(photo_tree), str(tmp_path / "local"), shards=2, workers=1, progress=False)
+    local = convert(str(photo_tree), str(tmp_path / "local"), ConvertOptions(shards=2), workers=1, progress=False)
     assert read_manifest(out).data == local.manifest.data
     with tf.io.gfile.GFile(f"{out}/train-00001-of-00002", "rb") as f:
         assert f.read() == (tmp_path / "local" / "train-00001-of-00002").read_bytes()
@@ -43,13 +44,15 @@ def test_convert_into_ram_then_load_verify_info(tf, photo_tree: Path, tmp_path: 
     assert images == 36
     assert verify(out, workers=1, progress=False).ok
     assert info(out)["records"] == 44
-    assert convert(str(photo_tree), out, shards=2, workers=1, progress=False).already_complete
+    assert convert(str(photo_tree), out, ConvertOptions(shards=2), workers=1, progress=False).already_complete
 
 
 def test_source_on_ram_gives_the_same_shards(tf, photo_tree: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     _upload(tf, photo_tree, "ram://shardfeed-src/photos")
-    a = convert("ram://shardfeed-src/photos", str(tmp_path / "from_ram"), shards=2, workers=1, progress=False)
-    b = convert(str(photo_tree), str(tmp_path / "from_disk"), shards=2, workers=1, progress=False)
+    a = convert(
+        "ram://shardfeed-src/photos", str(tmp_path / "from_ram"), ConvertOptions(shards=2), workers=1, progress=False
+    )
+    b = convert(str(photo_tree), str(tmp_path / "from_disk"), ConvertOptions(shards=2), workers=1, progress=False)
     differ = {"manifest.json", "report.json"}  # they name the source folder
     from_ram = {k: v for k, v in shard_bytes(tmp_path / "from_ram").items() if k not in differ}
     assert from_ram == {k: v for k, v in shard_bytes(tmp_path / "from_disk").items() if k not in differ}
@@ -59,7 +62,13 @@ def test_source_on_ram_gives_the_same_shards(tf, photo_tree: Path, tmp_path: Pat
 
 
 def test_foreign_tfrecords_on_ram(tf, photo_tree: Path) -> None:  # type: ignore[no-untyped-def]
-    convert(str(photo_tree), "ram://shardfeed-foreign/out", split="train=1", shards=3, workers=1, progress=False)
+    convert(
+        str(photo_tree),
+        "ram://shardfeed-foreign/out",
+        ConvertOptions(split="train=1", shards=3),
+        workers=1,
+        progress=False,
+    )
     ds = load("ram://shardfeed-foreign/out/train-*", training=False, batch_size=4, image_size=16)
     assert sum(int(b[0].shape[0]) for b in ds) == 44
     assert tf.io.gfile.exists("ram://shardfeed-foreign/out/.shardfeed-counts.json")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import subprocess
 import sys
@@ -12,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from shardfeed import IndexedRecords, convert, global_order, load, read_manifest, steps_per_epoch
+from shardfeed import ConvertOptions, IndexedRecords, ReadConfig, convert, load, read_manifest, steps_per_epoch
 from shardfeed.format import tfrecord
-from shardfeed.read.indexed import worker_positions
+from shardfeed.read.order import global_order, worker_positions
 
 
 def _records_and_names(folder: Path) -> tuple[IndexedRecords, list[str]]:
@@ -31,7 +32,9 @@ def _filenames(ds: Any) -> list[str]:
 def by_class(photo_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Class-sorted shards (one shard set per class): the worst case for buffer shuffling."""
     out = tmp_path_factory.mktemp("byclass") / "out"
-    convert(str(photo_tree), str(out), split="train=1", by_class=True, shards=1, workers=1, progress=False)
+    convert(
+        str(photo_tree), str(out), ConvertOptions(split="train=1", by_class=True, shards=1), workers=1, progress=False
+    )
     return out
 
 
@@ -68,7 +71,7 @@ def test_crc_damage_is_reported_with_file_and_record(by_class: Path, tmp_path: P
     import tensorflow as tf
 
     with pytest.raises(tf.errors.OpError, match=r"train-chelsea-00000-of-00001 \(record 13 of train\)"):
-        list(load(str(out), shuffle="global", seed=0, batch_size=4, image_size=16))
+        list(load(str(out), seed=0, batch_size=4, image_size=16, read=ReadConfig(shuffle="global")))
 
 
 def test_reader_is_a_grain_data_source_in_worker_processes(by_class: Path, tmp_path: Path) -> None:
@@ -120,9 +123,7 @@ def test_no_shard_file_stays_open_and_remote_handles_are_bounded(by_class: Path,
     convert(
         str(photo_tree),
         "ram://shardfeed-indexed/out",
-        split="train=1",
-        by_class=True,
-        shards=1,
+        ConvertOptions(split="train=1", by_class=True, shards=1),
         workers=1,
         progress=False,
     )
@@ -172,11 +173,21 @@ def test_global_order_is_pinned_and_reshuffles_each_epoch() -> None:
 def test_tf_pipeline_and_python_reader_share_the_global_order(by_class: Path) -> None:
     records = IndexedRecords(str(by_class), "train")
     expected = [records.example(int(i))["image/filename"].decode() for i in records.order(seed=5, epoch=1)]
-    ds = load(str(by_class), shuffle="global", seed=5, epoch=1, batch_size=4, image_size=16, with_filenames=True)
+    ds = load(
+        str(by_class),
+        seed=5,
+        batch_size=4,
+        image_size=16,
+        read=ReadConfig(shuffle="global", epoch=1, with_filenames=True),
+    )
     seen = _filenames(ds)
     assert seen == expected and int(ds.cardinality()) == 11
     resumed = load(
-        str(by_class), shuffle="global", seed=5, epoch=1, start_step=3, batch_size=4, image_size=16, with_filenames=True
+        str(by_class),
+        seed=5,
+        batch_size=4,
+        image_size=16,
+        read=ReadConfig(shuffle="global", epoch=1, start_step=3, with_filenames=True),
     )
     assert _filenames(resumed) == expected[12:]
 
@@ -188,14 +199,11 @@ def test_repeated_global_order_runs_on_into_the_next_epoch(by_class: Path) -> No
     ]
     ds = load(
         str(by_class),
-        shuffle="global",
         seed=5,
-        epoch=1,
-        start_step=9,
         repeat=True,
         batch_size=4,
         image_size=16,
-        with_filenames=True,
+        read=ReadConfig(shuffle="global", epoch=1, start_step=9, with_filenames=True),
     )
     seen = _filenames(ds.take(13))
     assert seen == expected
@@ -205,7 +213,11 @@ def test_each_iteration_reads_the_next_epoch(by_class: Path) -> None:
     """model.fit(ds, epochs=N) iterates ds anew each epoch: each pass must be a new order."""
     records, names = _records_and_names(by_class)
     ds = load(
-        str(by_class), shuffle="global", seed=5, epoch=1, start_step=3, batch_size=4, image_size=16, with_filenames=True
+        str(by_class),
+        seed=5,
+        batch_size=4,
+        image_size=16,
+        read=ReadConfig(shuffle="global", epoch=1, start_step=3, with_filenames=True),
     )
     passes = [_filenames(ds) for _ in range(3)]
     assert passes[0] == [names[i] for i in records.order(seed=5, epoch=1)[12:]]
@@ -214,12 +226,12 @@ def test_each_iteration_reads_the_next_epoch(by_class: Path) -> None:
 
 
 def test_global_shuffle_mixes_class_sorted_shards(by_class: Path) -> None:
-    def classes_per_batch(**kwargs: object) -> float:
-        ds = load(str(by_class), batch_size=8, image_size=16, seed=1, **kwargs)
+    def classes_per_batch(read: ReadConfig) -> float:
+        ds = load(str(by_class), batch_size=8, image_size=16, seed=1, read=read)
         return float(np.mean([len(set(y.numpy().tolist())) for _, y in ds]))
 
-    local = classes_per_batch(shuffle_buffer=4)
-    globally = classes_per_batch(shuffle="global")
+    local = classes_per_batch(ReadConfig(shuffle_buffer=4))
+    globally = classes_per_batch(ReadConfig(shuffle="global"))
     assert globally > local + 0.8  # 4 classes: local shuffling of per-class shards keeps batches narrow
 
 
@@ -227,30 +239,31 @@ def test_even_splits_give_every_worker_the_same_count(by_class: Path) -> None:
     records, names = _records_and_names(by_class)
     counts, seen = [], []
     for w in range(3):  # 4 class shards, 44 records, 3 workers: 14 each, 2 dropped
-        common: dict[str, Any] = {
-            "seed": 2,
-            "batch_size": 7,
-            "image_size": 16,
-            "num_workers": 3,
-            "worker_index": w,
-            "even": "drop",
-            "with_filenames": True,
-        }
-        files = _filenames(load(str(by_class), **common))  # training with even splits: global order by default
+        common: dict[str, Any] = {"seed": 2, "batch_size": 7, "image_size": 16}
+        read = ReadConfig(num_workers=3, worker_index=w, even="drop", with_filenames=True)
+        files = _filenames(load(str(by_class), read=read, **common))  # training, even splits: global order
         counts.append(len(files))
         seen += files
         assert files == [names[i] for i in records.order(seed=2, epoch=0, num_workers=3, worker_index=w)]
-        buffered = load(str(by_class), shuffle="buffer", **common)
+        buffered = load(str(by_class), read=dataclasses.replace(read, shuffle="buffer"), **common)
         in_buffer = _filenames(buffered)
         in_file_order = [names[i] for i in worker_positions(44, 3, w)[:14]]
         assert sorted(in_buffer) == sorted(in_file_order) and in_buffer != in_file_order
-        assert steps_per_epoch(str(by_class), "train", 7, num_workers=3, worker_index=w, even="drop") == 2
+        assert (
+            steps_per_epoch(str(by_class), "train", 7, read=ReadConfig(num_workers=3, worker_index=w, even="drop")) == 2
+        )
     assert counts == [14, 14, 14] and len(set(seen)) == 42
     many = [len(worker_positions(44, 6, w, "pad")) for w in range(6)]  # more workers than shards
     assert many == [8] * 6 and set(np.concatenate([worker_positions(44, 6, w, "pad") for w in range(6)])) == set(
         range(44)
     )
-    ds = load(str(by_class), training=False, batch_size=4, image_size=16, num_workers=6, worker_index=5, even="pad")
+    ds = load(
+        str(by_class),
+        training=False,
+        batch_size=4,
+        image_size=16,
+        read=ReadConfig(num_workers=6, worker_index=5, even="pad"),
+    )
     assert sum(int(b[0].shape[0]) for b in ds) == 8
 
 
@@ -267,13 +280,20 @@ def test_even_splits_give_every_worker_the_same_count(by_class: Path) -> None:
     ],
 )
 def test_option_errors(by_class: Path, kwargs: dict, message: str) -> None:
+    seed = kwargs.pop("seed", None)
     with pytest.raises(ValueError, match=message):
-        load(str(by_class), **kwargs)
+        load(str(by_class), seed=seed, read=ReadConfig(**kwargs))
 
 
 def test_gzip_shards_cannot_be_read_at_random(photo_tree: Path, tmp_path: Path) -> None:
-    convert(str(photo_tree), str(tmp_path / "gz"), compression="gzip", split="train=1", workers=1, progress=False)
+    convert(
+        str(photo_tree),
+        str(tmp_path / "gz"),
+        ConvertOptions(compression="gzip", split="train=1"),
+        workers=1,
+        progress=False,
+    )
     with pytest.raises(ValueError, match="gzip-compressed shards, which cannot be read at random positions"):
         IndexedRecords(str(tmp_path / "gz"), "train")
     with pytest.raises(ValueError, match="gzip-compressed shards"):
-        load(str(tmp_path / "gz"), shuffle="global", seed=0)
+        load(str(tmp_path / "gz"), seed=0, read=ReadConfig(shuffle="global"))

@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from shardfeed import convert, info
+from shardfeed import ConvertOptions, convert
+from shardfeed.tools import info
 from shardfeed.tools.dataset_info import format_info
 
 
 @pytest.fixture(scope="module")
 def converted(odd_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("info") / "out"
-    convert(str(odd_tree), str(out), split="train=1", shards=2, workers=1, progress=False)
+    convert(str(odd_tree), str(out), ConvertOptions(split="train=1", shards=2), workers=1, progress=False)
     return out
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from shardfeed import convert
+from shardfeed import ConvertOptions, convert
 
 WORKER = """
 import json, os, sys
@@ -22,7 +22,7 @@ path, out = sys.argv[1], sys.argv[2]
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 dist = strategy.distribute_datasets_from_function(
     lambda ctx: shardfeed.load(path, split="train", batch_size=4, image_size=16, training=False,
-                               input_context=ctx, with_filenames=True))
+                               input_context=ctx, read=shardfeed.ReadConfig(with_filenames=True)))
 seen = []
 for batch in dist:
     for files in strategy.experimental_local_results(batch[2]):
@@ -45,7 +45,7 @@ def _free_ports(n: int) -> list[int]:
 @pytest.mark.slow
 def test_two_workers_read_every_record_exactly_once(photo_tree: Path, tmp_path: Path) -> None:
     data = tmp_path / "data"
-    convert(str(photo_tree), str(data), split="train=1", shards=5, workers=1, progress=False)
+    convert(str(photo_tree), str(data), ConvertOptions(split="train=1", shards=5), workers=1, progress=False)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
     procs = []
     for index in range(2):

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from shardfeed import IndexedRecords, convert, read_resume_point
+from shardfeed import ConvertOptions, IndexedRecords, convert
+from shardfeed.training import read_resume_point
 
 TRAIN = """
 import sys, time
-import keras, shardfeed
+import keras, shardfeed, shardfeed.training
 data, run_dir, log = sys.argv[1], sys.argv[2], sys.argv[3]
 
 @keras.saving.register_keras_serializable(package="test")
@@ -36,15 +37,15 @@ def build():
     model.compile("adam", "sparse_categorical_crossentropy", run_eagerly=True)
     return model
 
-shardfeed.fit_resumable(build, data, run_dir, epochs=2, batch_size=4, seed=7, save_every=2,
-                        load_options={"image_size": 16, "with_filenames": True}, verbose=0)
+shardfeed.training.fit_resumable(build, data, run_dir, epochs=2, batch_size=4, seed=7, save_every=2,
+                                 image_size=16, read=shardfeed.ReadConfig(with_filenames=True), verbose=0)
 """
 
 
 @pytest.mark.slow
 def test_sigkill_mid_epoch_then_resume_sees_each_record_once(photo_tree: Path, tmp_path: Path) -> None:
     data = tmp_path / "data"
-    convert(str(photo_tree), str(data), split="train=1", shards=3, workers=1, progress=False)
+    convert(str(photo_tree), str(data), ConvertOptions(split="train=1", shards=3), workers=1, progress=False)
     run_dir, log = tmp_path / "run", tmp_path / "steps.log"
     cmd = [sys.executable, "-c", TRAIN, str(data), str(run_dir), str(log)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")

@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from shardfeed import convert, show
+from shardfeed import ConvertOptions, convert
+from shardfeed.tools import show
 
 
 @pytest.fixture(scope="module")
 def converted(photo_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("show") / "out"
-    convert(str(photo_tree), str(out), shards=2, workers=1, progress=False)
+    convert(str(photo_tree), str(out), ConvertOptions(shards=2), workers=1, progress=False)
     return out
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shardfeed import convert
+from shardfeed import ConvertOptions, convert
 from shardfeed.tools.shuffle_quality import batch_stats, ideal_stats
 
 
@@ -23,7 +23,9 @@ def test_batch_stats_on_known_batches() -> None:
 @pytest.mark.slow
 def test_report_flags_local_shuffle_of_sorted_shards(digits_tree: Path, tmp_path: Path) -> None:
     out = tmp_path / "sorted"
-    convert(str(digits_tree), str(out), split="train=1", by_class=True, shards=1, workers=1, progress=False)
+    convert(
+        str(digits_tree), str(out), ConvertOptions(split="train=1", by_class=True, shards=1), workers=1, progress=False
+    )
     base = [
         sys.executable,
         "-m",

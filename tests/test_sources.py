@@ -95,7 +95,8 @@ def test_csv_errors_name_the_column_and_fix(tmp_path: Path) -> None:
     (tmp_path / "train.csv").write_text("path,label\na.jpg,x\n")
     with pytest.raises(
         SourceError,
-        match=r"column 'class' not in CSV header \['path', 'label'\] \(line 1 of train.csv\); pass --label-column",
+        match=r"column 'class' not in CSV header \['path', 'label'\] \(line 1 of train.csv\); "
+        r"pass label_column= \(--label-column\)",
     ):
         CsvSource(str(tmp_path / "train.csv"), label_column="class").discover()
     (tmp_path / "empty.csv").write_text("")

@@ -10,9 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardfeed import convert, evaluate, load, load_model, predict, read_manifest, read_resume_point, train
+from shardfeed import ConvertOptions, DecodeConfig, convert, load, read_manifest
 from shardfeed.cli.main import main
+from shardfeed.training import evaluate, load_model, predict, read_resume_point, train
 from shardfeed.training.models import build_model, model_class_names
+from shardfeed.training.run_config import TrainOptions
 from shardfeed.training.samples import write_digits_folders
 
 
@@ -20,7 +22,7 @@ from shardfeed.training.samples import write_digits_folders
 def digits_data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("digits_run")
     labeled, unlabeled = write_digits_folders(str(root / "images"), size=24, holdout=30)
-    convert(labeled, str(root / "shards"), shards=2, workers=1, progress=False)
+    convert(labeled, str(root / "shards"), ConvertOptions(shards=2), workers=1, progress=False)
     return root / "shards", Path(unlabeled)
 
 
@@ -30,11 +32,7 @@ def run_dir(digits_data: tuple[Path, Path], tmp_path_factory: pytest.TempPathFac
     train(
         str(digits_data[0]),
         str(out),
-        epochs=3,
-        batch_size=64,
-        image_size=24,
-        augment="none",
-        crop_fraction=1.0,
+        TrainOptions(epochs=3, batch_size=64, image_size=24, augment="none", crop_fraction=1.0),
         verbose=0,
     )
     return out
@@ -56,11 +54,7 @@ def test_resume_continues_from_the_saved_epoch(run_dir: Path, digits_data: tuple
     metrics = train(
         str(digits_data[0]),
         str(copy),
-        epochs=4,
-        batch_size=64,
-        image_size=24,
-        augment="none",
-        crop_fraction=1.0,
+        TrainOptions(epochs=4, batch_size=64, image_size=24, augment="none", crop_fraction=1.0),
         resume=True,
         verbose=0,
     )
@@ -68,13 +62,15 @@ def test_resume_continues_from_the_saved_epoch(run_dir: Path, digits_data: tuple
     epochs = [row["epoch"] for row in csv.DictReader((copy / "log.csv").open())]
     assert epochs == ["0", "1", "2", "3"]
     with pytest.raises(FileNotFoundError, match="nothing to resume"):
-        train(str(digits_data[0]), str(tmp_path / "fresh"), epochs=1, resume=True, verbose=0)
+        train(str(digits_data[0]), str(tmp_path / "fresh"), TrainOptions(epochs=1), resume=True, verbose=0)
 
 
 def test_evaluate_agrees_with_keras(run_dir: Path, digits_data: tuple[Path, Path]) -> None:
     result = evaluate(str(run_dir), str(digits_data[0]), split="validation", top_k=3)
     net = load_model(str(run_dir / "model.keras"))
-    val = load(str(digits_data[0]), split="validation", batch_size=64, image_size=24, crop_fraction=1.0)
+    val = load(
+        str(digits_data[0]), split="validation", batch_size=64, image_size=24, decode=DecodeConfig(crop_fraction=1.0)
+    )
     loss, accuracy = net.evaluate(val, verbose=0)[:2]
     assert result["accuracy"] == pytest.approx(accuracy, abs=1e-6)
     assert result["loss"] == pytest.approx(loss, rel=1e-4)
@@ -111,7 +107,9 @@ def test_predict_on_unlabeled_shards_matches_folder(
 ) -> None:
     from shardfeed import UnlabeledSource
 
-    convert(UnlabeledSource(str(digits_data[1])), str(tmp_path / "u"), shards=3, workers=1, progress=False)
+    convert(
+        UnlabeledSource(str(digits_data[1])), str(tmp_path / "u"), ConvertOptions(shards=3), workers=1, progress=False
+    )
     from_shards = predict(str(run_dir), str(tmp_path / "u"), str(tmp_path / "a.csv"))
     from_folder = predict(str(run_dir), str(digits_data[1]), str(tmp_path / "b.csv"))
     assert [(r["file"], r["class"]) for r in from_shards] == [(r["file"], r["class"]) for r in from_folder]
@@ -126,9 +124,9 @@ def test_application_models_build_and_run(name: str) -> None:
 
 def test_train_errors(digits_data: tuple[Path, Path], tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"model must be one of \['small_cnn', 'mobilenet_v2', 'resnet50'\]"):
-        train(str(digits_data[0]), str(tmp_path / "r"), model="vgg", verbose=0)
+        train(str(digits_data[0]), str(tmp_path / "r"), TrainOptions(model="vgg"), verbose=0)
     with pytest.raises(ValueError, match="augment must be one of"):
-        train(str(digits_data[0]), str(tmp_path / "r"), augment="heavy", verbose=0)
+        train(str(digits_data[0]), str(tmp_path / "r"), TrainOptions(augment="heavy"), verbose=0)
     with pytest.raises(FileNotFoundError, match="is not a shardfeed training run"):
         evaluate(str(tmp_path))
 
@@ -169,11 +167,7 @@ def test_mid_epoch_snapshots_resume_at_the_saved_step(digits_data: tuple[Path, P
     metrics = train(
         str(digits_data[0]),
         str(out),
-        epochs=1,
-        image_size=24,
-        augment="none",
-        shuffle="global",
-        save_every=5,
+        TrainOptions(epochs=1, image_size=24, augment="none", shuffle="global", save_every=5),
         resume=True,
         verbose=0,
     )
@@ -182,8 +176,12 @@ def test_mid_epoch_snapshots_resume_at_the_saved_step(digits_data: tuple[Path, P
     assert after is not None and (after.epoch, after.step, after.seed) == (1, 0, point.seed)
     assert len(list(csv.DictReader((out / "log.csv").open()))) == 2  # epoch 0, then its resumed rest
     with pytest.raises(ValueError, match="save_every=5 needs shuffle='global'"):
-        train(str(digits_data[0]), str(tmp_path / "b"), epochs=1, save_every=5, verbose=0)
+        train(str(digits_data[0]), str(tmp_path / "b"), TrainOptions(epochs=1, save_every=5), verbose=0)
     with pytest.raises(FileNotFoundError, match=r"no checkpoints/resume\.json"):
         train(
-            str(digits_data[0]), str(tmp_path / "c"), epochs=1, shuffle="global", save_every=5, resume=True, verbose=0
+            str(digits_data[0]),
+            str(tmp_path / "c"),
+            TrainOptions(epochs=1, shuffle="global", save_every=5),
+            resume=True,
+            verbose=0,
         )

@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from shardfeed import convert, verify
+from shardfeed import ConvertOptions, convert
 from shardfeed.format import tfrecord
 from shardfeed.format.example_proto import parse_example, serialize_example
+from shardfeed.tools import verify
 
 
 @pytest.fixture(scope="module")
 def clean(photo_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("verify") / "out"
-    convert(str(photo_tree), str(out), shards=2, workers=1, progress=False)
+    convert(str(photo_tree), str(out), ConvertOptions(shards=2), workers=1, progress=False)
     return out
 
 
@@ -87,7 +88,7 @@ def test_truncated_missing_and_miscounted_shards(clean: Path, tmp_path: Path) ->
 
 def test_gzip_shards_are_verified_as_a_stream(photo_tree: Path, tmp_path: Path) -> None:
     out = tmp_path / "gz"
-    convert(str(photo_tree), str(out), compression="gzip", shards=1, workers=1, progress=False)
+    convert(str(photo_tree), str(out), ConvertOptions(compression="gzip", shards=1), workers=1, progress=False)
     report = verify(str(out), workers=1, progress=False)
     assert report.ok and report.images_decoded == 44, report.summary()
     shard = out / "train-00000-of-00001"  # no suffix: the manifest records the compression

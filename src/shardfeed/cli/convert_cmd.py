@@ -23,7 +23,15 @@ def register(sub: Any) -> None:
     )
     p.add_argument("source", help="class-per-folder tree, CSV/TSV list, or .npz/.npy arrays")
     p.add_argument("output", help="output folder (local path or a TensorFlow filesystem URL)")
-    g = p.add_argument_group("input")
+    _input_flags(p.add_argument_group("input"))
+    _split_flags(p.add_argument_group("splits and shards"))
+    _image_flags(p.add_argument_group("images"))
+    _run_flags(p.add_argument_group("run"))
+    p.set_defaults(run=run)
+
+
+def _input_flags(g: Any) -> None:
+    """How the source is read (the source object's options)."""
     g.add_argument(
         "--labels-from",
         choices=["folders", "filenames", "none"],
@@ -42,7 +50,10 @@ def register(sub: Any) -> None:
     g.add_argument("--images-key", help="NumPy .npz: name of the images array")
     g.add_argument("--labels-key", help="NumPy .npz: name of the labels array")
     g.add_argument("--class-names", help="NumPy: comma-separated class names for labels 0..K-1")
-    g = p.add_argument_group("splits and shards")
+
+
+def _split_flags(g: Any) -> None:
+    """ConvertOptions: splits, order and shards."""
     g.add_argument("--split", help="fractions, e.g. train=0.8,validation=0.2 (default; test=1 when unlabeled)")
     g.add_argument(
         "--no-stratify",
@@ -59,7 +70,10 @@ def register(sub: Any) -> None:
     g.add_argument("--compression", choices=["gzip"], help="compress shards")
     g.add_argument("--label-offset", type=int, help="add to class ids (1: 0 is background)")
     g.add_argument("--dedupe", action="store_true", help="drop exact duplicate images (keep the first)")
-    g = p.add_argument_group("images")
+
+
+def _image_flags(g: Any) -> None:
+    """ImageOptions: checks and write-time transforms."""
     g.add_argument("--resize", type=int, help="resize so the shorter side is this many pixels")
     g.add_argument("--max-size", type=int, help="shrink so the longer side is at most this")
     g.add_argument("--center-crop", type=int, help="centre square crop of this size (after resize)")
@@ -80,7 +94,10 @@ def register(sub: Any) -> None:
         choices=ARRAY_ENCODINGS,
         help="NumPy images: PNG (default) or raw bytes",
     )
-    g = p.add_argument_group("run")
+
+
+def _run_flags(g: Any) -> None:
+    """How the conversion runs (never what it writes)."""
     g.add_argument("--workers", type=int, help="encoding processes (default: all cores)")
     g.add_argument("--strict", action="store_true", help="fail on the first unusable input")
     g.add_argument("--overwrite", action="store_true", help="replace a conversion with other settings")
@@ -96,7 +113,6 @@ def register(sub: Any) -> None:
         help='Beam pipeline flags, e.g. "--runner=DataflowRunner --project=P '
         '--region=R --temp_location=gs://B/tmp" (default: local DirectRunner)',
     )
-    p.set_defaults(run=run)
 
 
 def _source_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -57,7 +57,7 @@ class IndexedRecords:
         if self.manifest.compression == "gzip":
             raise ValueError(
                 f"{path} has gzip-compressed shards, which cannot be read at random positions; "
-                "convert again without --compression"
+                "convert again without compression (--compression)"
             )
         info = self.manifest.split(split)
         self.split = split

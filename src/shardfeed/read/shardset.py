@@ -53,7 +53,8 @@ class ShardSet:
         if len(self.files) < num_workers:
             raise ValueError(
                 f"{len(self.files)} shards cannot be split across {num_workers} workers (each worker reads whole "
-                f"shards); convert again with --shards {num_workers} or a multiple of it"
+                f"shards); convert again with shards={num_workers} (--shards {num_workers}) or a multiple of it, "
+                "or read with ReadConfig(even=...)"
             )
         picked = range(worker_index, len(self.files), num_workers)
         return ShardSet(

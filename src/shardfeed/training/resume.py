@@ -11,6 +11,7 @@ restart continues at exactly the next batch: no record twice, none skipped.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable
@@ -58,6 +59,7 @@ def fit_resumable(
     image_size: int | tuple[int, int] = 224,
     augment: bool | Augment | None = None,
     decode: DecodeConfig | None = None,
+    read: ReadConfig | None = None,
     callbacks: list[Any] | None = None,
     **fit_options: Any,
 ) -> Any:
@@ -68,6 +70,8 @@ def fit_resumable(
         run_dir: where the resume point and model snapshots live.
         save_every: steps between snapshots (and at each epoch end).
         image_size, augment, decode: as for `load`.
+        read: more read settings (workers, with_filenames, ...); the order is always the global
+            one, whole batches only, starting where the run stands.
         fit_options: more `model.fit` arguments (validation_data, verbose, ...).
 
     Returns:
@@ -77,20 +81,13 @@ def fit_resumable(
     import keras
 
     os.makedirs(run_dir, exist_ok=True)
-    point = read_resume_point(run_dir)
-    if point is not None and point.seed != seed:
-        raise ValueError(
-            f"{run_dir} was trained with seed {point.seed}; resuming with seed {seed} would change the "
-            "order of the epoch it stopped in"
-        )
-    if point is not None:
-        net, epoch, step = load_model(point.model), point.epoch, point.step
-    else:
-        net, epoch, step = (model() if callable(model) and not isinstance(model, keras.Model) else model), 0, 0
+    net, epoch, step = _starting_model(keras, model, run_dir, seed)
     steps = steps_per_epoch(data, split, batch_size, training=True)
 
     def stream(epoch: int, step: int, repeat: bool) -> Any:
-        read = ReadConfig(shuffle="global", drop_remainder=True, epoch=epoch, start_step=step)
+        at = dataclasses.replace(
+            read or ReadConfig(), shuffle="global", drop_remainder=True, epoch=epoch, start_step=step
+        )
         return load(
             data,
             split=split,
@@ -100,7 +97,7 @@ def fit_resumable(
             augment=augment,
             seed=seed,
             repeat=repeat,
-            read=read,
+            read=at,
             decode=decode,
         )
 
@@ -127,6 +124,19 @@ def fit_resumable(
             **fit_options,
         )
     return net
+
+
+def _starting_model(keras: Any, model: Any, run_dir: str, seed: int) -> tuple[Any, int, int]:
+    """(model, epoch, step) to continue from: the last snapshot, or `model` (built if a function)."""
+    point = read_resume_point(run_dir)
+    if point is None:
+        return (model() if callable(model) and not isinstance(model, keras.Model) else model), 0, 0
+    if point.seed != seed:
+        raise ValueError(
+            f"{run_dir} was trained with seed {point.seed}; resuming with seed {seed} would change the "
+            "order of the epoch it stopped in"
+        )
+    return load_model(point.model), point.epoch, point.step
 
 
 def _snapshot_callback(keras: Any, run_dir: str, steps: int, save_every: int, seed: int) -> Any:

@@ -70,8 +70,39 @@ def train(
     callbacks = _callbacks(keras, out, monitor="val_accuracy" if val_ds is not None else "accuracy", resume=resume)
     fit: dict[str, Any] = {"validation_data": val_ds, "callbacks": callbacks, "verbose": verbose}
     start = time.monotonic()
+    net = _fit(build, data, out, options, fit, resume=resume, initial_epoch=initial_epoch, steps=steps)
+    seconds = time.monotonic() - start
+    net.save(os.path.join(out, "model.keras"))
+    trained = max((options.epochs - initial_epoch) * steps - initial_step, 0)  # steps
+    metrics = {
+        **_final_metrics(net),
+        "epochs": options.epochs,
+        "initial_epoch": initial_epoch,
+        "initial_step": initial_step,
+        "seconds": seconds,
+        "train_images_per_second": trained * options.batch_size / seconds if seconds and trained else 0.0,
+        "steps_per_epoch": steps,
+    }
+    with open(os.path.join(out, "metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=2)
+    return metrics
+
+
+def _fit(
+    build: Any,
+    data: str,
+    out: str,
+    options: TrainOptions,
+    fit: dict[str, Any],
+    *,
+    resume: bool,
+    initial_epoch: int,
+    steps: int,
+) -> Any:
+    """Fits a new (or, with `resume`, the last checkpointed) model; with save_every, through
+    `fit_resumable`, which snapshots mid-epoch and resumes at the exact step."""
     if options.save_every:
-        net = fit_resumable(
+        return fit_resumable(
             build,
             data,
             os.path.join(out, "checkpoints"),
@@ -94,21 +125,7 @@ def train(
             steps_per_epoch=steps,
             **fit,
         )
-    seconds = time.monotonic() - start
-    net.save(os.path.join(out, "model.keras"))
-    trained = max((options.epochs - initial_epoch) * steps - initial_step, 0)  # steps
-    metrics = {
-        **_final_metrics(net),
-        "epochs": options.epochs,
-        "initial_epoch": initial_epoch,
-        "initial_step": initial_step,
-        "seconds": seconds,
-        "train_images_per_second": trained * options.batch_size / seconds if seconds and trained else 0.0,
-        "steps_per_epoch": steps,
-    }
-    with open(os.path.join(out, "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2)
-    return metrics
+    return net
 
 
 def _run_config(data: str, options: TrainOptions) -> TrainConfig:

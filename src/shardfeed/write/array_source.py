@@ -80,7 +80,7 @@ class ArraySource:
         name = os.path.basename(self.path)
         if self.path.endswith(".npy"):
             if not self.labels_path:
-                raise SourceError(f"{name} holds images only; pass the labels .npy too (--labels-file)")
+                raise SourceError(f"{name} holds images only; pass the labels .npy too (labels_path=, --labels-file)")
             images = load_array(self.path, "")
             labels = _np_load(self.labels_path)
             _check_image_array(images, name)
@@ -98,7 +98,8 @@ class ArraySource:
             for key in (images_key, labels_key):
                 if key not in keys:
                     raise SourceError(
-                        f"array {key!r} not in {name}, which holds {keys}; pass --images-key/--labels-key"
+                        f"array {key!r} not in {name}, which holds {keys}; "
+                        "pass images_key=/labels_key= (--images-key/--labels-key)"
                     )
             images = archive[images_key]
             _check_image_array(images, f"{name}:{images_key}")

@@ -129,14 +129,14 @@ class CsvSource:
         if header is None:
             raise SourceError(f"CSV file {self.csv_path!r} is empty; expected a header line")
         header = [h.strip() for h in header]
-        path_i = self._column(header, self.path_column, "--path-column", name)
-        label_i = self._column(header, self.label_column, "--label-column", name)
+        path_i = self._column(header, self.path_column, "path_column", name)
+        label_i = self._column(header, self.label_column, "label_column", name)
         split_name = self.split_column or "split"
         split_i: int | None = None
         if split_name in header:
             split_i = header.index(split_name)
         elif self.split_column is not None:
-            self._column(header, self.split_column, "--split-column", name)
+            self._column(header, self.split_column, "split_column", name)
         base = os.path.dirname(self.csv_path)
         seen: set[str] = set()
         rows_ok: list[tuple[str, str, str | None]] = []
@@ -178,9 +178,12 @@ class CsvSource:
         return Discovery(self.kind, self.csv_path, items, base, class_names, skipped, presplit)
 
     @staticmethod
-    def _column(header: list[str], column: str, flag: str, name: str) -> int:
+    def _column(header: list[str], column: str, option: str, name: str) -> int:
         if column not in header:
-            raise SourceError(f"column {column!r} not in CSV header {header} (line 1 of {name}); pass {flag}")
+            flag = "--" + option.replace("_", "-")
+            raise SourceError(
+                f"column {column!r} not in CSV header {header} (line 1 of {name}); pass {option}= ({flag})"
+            )
         return header.index(column)
 
 

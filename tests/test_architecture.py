@@ -1,0 +1,121 @@
+"""The package's shape, checked: stages import only downwards, modules and functions stay small,
+no module reaches into another's private names, and the record's feature keys live in one module."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+
+import shardfeed
+
+SRC = Path(shardfeed.__file__).parent
+# The data flow, lowest first: a module may import its own stage and the stages below it.
+STAGES = {"format": 1, "write": 2, "read": 3, "tools": 4, "training": 5, "cli": 6}
+BASE = {"errors", "lazy", "version"}  # shared by every stage
+
+
+def modules() -> list[Path]:
+    return sorted(SRC.rglob("*.py"))
+
+
+def stage(module: str) -> int:
+    """The rank of a dotted module name below `shardfeed` (0 for the shared base modules)."""
+    parts = module.split(".")
+    if len(parts) < 2 or parts[1] in BASE:
+        return 0
+    return STAGES.get(parts[1], 99)
+
+
+def dotted(path: Path) -> str:
+    return ".".join(("shardfeed", *path.relative_to(SRC).with_suffix("").parts))
+
+
+def imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(module imported, names imported) for every shardfeed import in `path`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("shardfeed"):
+            found.append((node.module, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            found += [(a.name, []) for a in node.names if a.name.startswith("shardfeed")]
+    return found
+
+
+def test_stages_import_only_downwards() -> None:
+    upward = []
+    for path in modules():
+        name = dotted(path)
+        if name in ("shardfeed.__init__", "shardfeed.__main__") or (name.endswith("__init__") and stage(name) == 0):
+            continue
+        for module, names in imports(path):
+            targets = [module] if module != "shardfeed" else [f"shardfeed.{n}" for n in names]
+            upward += [f"{name} -> {t}" for t in targets if stage(t) > stage(name)]
+    assert upward == []
+
+
+def test_no_private_names_imported_across_modules() -> None:
+    private = [
+        f"{dotted(path)}: from {module} import {n}"
+        for path in modules()
+        for module, names in imports(path)
+        for n in names
+        if n.startswith("_") and n != "__version__"
+    ]
+    assert private == []
+
+
+def test_modules_and_functions_stay_small() -> None:
+    long_modules = [f"{p.name}: {n}" for p in modules() if (n := len(p.read_text().splitlines())) > 400]
+    long_functions = []
+    for path in modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > 80:
+                    long_functions.append(f"{dotted(path)}.{node.name}: {length} lines")
+    assert long_modules == [] and long_functions == []
+
+
+def test_load_keeps_a_short_signature() -> None:
+    assert len(inspect.signature(shardfeed.load).parameters) <= 12
+
+
+def test_feature_keys_are_spelled_in_the_schema_module_only() -> None:
+    """String constants that are feature keys ('image/...') appear only in format/schema.py."""
+    spelled = []
+    for path in modules():
+        if path == SRC / "format" / "schema.py":
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        spelled += [
+            f"{dotted(path)}:{node.lineno} {node.value!r}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.startswith("image/")
+            and id(node) not in docstrings
+        ]
+    assert spelled == []
+
+
+@pytest.mark.parametrize("package", ["shardfeed", "shardfeed.tools", "shardfeed.training"])
+def test_public_packages_declare_what_they_export(package: str) -> None:
+    module = __import__(package, fromlist=["__all__"])
+    assert module.__all__ and all(hasattr(module, name) for name in module.__all__)
+
+
+def test_every_error_shares_one_base() -> None:
+    for error in (shardfeed.SourceError, shardfeed.ManifestError, shardfeed.ConvertError, shardfeed.CorruptRecordError):
+        assert issubclass(error, shardfeed.ShardfeedError)
+    assert issubclass(shardfeed.SourceError, ValueError) and issubclass(shardfeed.ConvertError, RuntimeError)

@@ -1,0 +1,94 @@
+"""The option objects: defaults in one place, validation on construction, parsed values stored once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shardfeed import ConvertOptions, DecodeConfig, ImageOptions, ReadConfig, convert, load, steps_per_epoch
+from shardfeed.training.run_config import TrainOptions
+
+
+def test_convert_options_store_parsed_values() -> None:
+    options = ConvertOptions(split="train=80,validation=20", shards="train=4,validation=1", shard_size=None)
+    assert options.split == {"train": 0.8, "validation": 0.2}
+    assert options.shards == {"train": 4, "validation": 1}
+    assert ConvertOptions(shard_size="128MB").shard_size == 128 * 10**6
+    assert ConvertOptions(shards="8").shards == 8
+    assert options.settings()["split"] == options.split and options.settings()["image"] == ImageOptions().__dict__
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"split": "train=0.5"}, "must add up to 1"),
+        ({"shards": "train=x"}, "must look like split=count"),
+        ({"shard_size": "big"}, "is not a size like"),
+        ({"image": {"resize": 10}}, "image must be an ImageOptions"),
+    ],
+)
+def test_convert_options_errors(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ConvertOptions(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"shuffle_buffer": -1}, "shuffle_buffer must be a non-negative integer"),
+        ({"num_workers": 2, "worker_index": 2}, r"worker_index must be in 0\.\.1 for 2 workers, got 2"),
+        ({"compression": "zlib"}, r"compression must be one of \[None, 'gzip'\]"),
+        ({"epoch": -1, "shuffle": "global"}, "epoch and start_step must be >= 0"),
+    ],
+)
+def test_read_config_errors(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ReadConfig(**kwargs)
+
+
+def test_read_config_resolves_its_defaults() -> None:
+    assert ReadConfig().order == "buffer" and ReadConfig(even="drop").order == "global"
+    assert ReadConfig(even="pad", shuffle="buffer").by_index and not ReadConfig().by_index
+    assert ReadConfig().keeps_order(training=True, seed=None) is False
+    assert ReadConfig().keeps_order(training=True, seed=1) and ReadConfig().keeps_order(training=False, seed=None)
+    assert ReadConfig().drops_remainder(training=True) and not ReadConfig().drops_remainder(training=False)
+    assert ReadConfig().buffer_size(100) == 100 and ReadConfig(shuffle_buffer=0).buffer_size(100) == 0
+
+
+def test_decode_config_errors() -> None:
+    with pytest.raises(ValueError, match=r"dct_method must be one of"):
+        DecodeConfig(dct_method="FAST")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"augment": "strong"}, r"augment must be one of \['inception', 'light', 'none'\]"),
+        ({"model": "vgg"}, "model must be one of"),
+        ({"save_every": 5}, "save_every=5 needs shuffle='global'"),
+        ({"channels": 2}, "channels must be 1 or 3"),
+    ],
+)
+def test_train_options_errors(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TrainOptions(**kwargs)
+
+
+def test_train_options_share_load_defaults() -> None:
+    assert TrainOptions().crop_fraction == DecodeConfig().crop_fraction
+
+
+def test_steps_per_epoch_counts_what_load_yields(photo_tree: Path, tmp_path: Path) -> None:
+    """Same arguments, same count: evaluation keeps the last partial batch in both."""
+    out = tmp_path / "out"
+    convert(str(photo_tree), str(out), ConvertOptions(shards=2), workers=1, progress=False)
+    for split, read in (
+        ("validation", None),
+        ("train", None),
+        ("train", ReadConfig(drop_remainder=False)),
+        ("train", ReadConfig(num_workers=2, worker_index=1)),
+        ("train", ReadConfig(num_workers=3, worker_index=2, even="pad")),
+    ):
+        ds = load(str(out), split=split, batch_size=5, image_size=16, seed=0, read=read)
+        assert steps_per_epoch(str(out), split, 5, read=read) == sum(1 for _ in ds), (split, read)
