@@ -2,7 +2,7 @@
 
 `IndexedRecords` opens one split and reads any record by its global number (records numbered
 shard after shard in manifest order) with CRC checks; its `order`/`sampler` walk the seeded
-global order of `order.py`, the one `load(shuffle="global")` reads, so PyTorch, JAX/Grain and
+global order of `order.py`, the one `load` reads with shuffle="global", so PyTorch, JAX/Grain and
 tf.data users see the same records in the same order.
 
     records = shardfeed.IndexedRecords("data/flowers", split="train")

@@ -1,9 +1,9 @@
 """Reading order without TensorFlow: the seeded global permutation, even worker splits, samplers.
 
-`global_order` is shared by `IndexedRecords` (PyTorch, JAX/Grain) and `load(shuffle="global")`,
-so every framework sees the same order for a (seed, epoch); `worker_positions` cuts an epoch
-into even per-worker parts; `buffer_shuffle` is the tf.data shuffle buffer both `load`
-pipelines use.
+`global_order` is shared by `IndexedRecords` (PyTorch, JAX/Grain) and `load` with
+`ReadConfig(shuffle="global")`, so every framework sees the same order for a (seed, epoch);
+`worker_positions` cuts an epoch into even per-worker parts; `buffer_shuffle` is the tf.data
+shuffle buffer both `load` pipelines use.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ class GlobalOrderSampler:
     """Record numbers of one epoch of the global order for one worker; `set_epoch` moves on.
 
     Needs no torch: DataLoader takes any iterable with a length as its sampler. The order is
-    the one `load(shuffle="global", seed=seed)` reads, so TensorFlow and PyTorch runs agree.
+    the one `load(seed=seed, read=ReadConfig(shuffle="global"))` reads, so TensorFlow and
+    PyTorch runs agree.
     """
 
     def __init__(
