@@ -163,7 +163,7 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path: Path) -> Non
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (out / "manifest.json").exists(), "conversion finished before it could be killed"
-    with pytest.raises(ManifestError, match="started but not finished; run convert again to resume"):
+    with pytest.raises(ManifestError, match=r"holds an unfinished conversion .* re-run the same `shardfeed convert`"):
         read_manifest(str(out))
     resumed = subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert "resumed:" in resumed.stderr

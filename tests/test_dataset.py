@@ -133,6 +133,26 @@ def test_seeded_pipelines_give_identical_batches(photo_shards: Path) -> None:
     assert not np.array_equal(a, c)
 
 
+def test_translate_shifts_each_image_by_whole_pixels_within_the_bound(photo_shards: Path) -> None:
+    common = dict(split="validation", batch_size=4, image_size=32, training=False, seed=3)
+    plain, _ = _all(load(str(photo_shards), **common, augment=Augment(crop=False, flip=False)))
+    moved, _ = _all(load(str(photo_shards), **common, augment=Augment(crop=False, flip=False, translate=0.125)))
+    shifts = []
+    for a, b in zip(plain.astype(int), moved.astype(int), strict=True):
+        # the inner 20x20 of the shifted image equals the plain image's at some (dy, dx) within 4 px
+        matches = [
+            (dy, dx)
+            for dy in range(-4, 5)
+            for dx in range(-4, 5)
+            if np.abs(b[6:26, 6:26] - a[6 - dy : 26 - dy, 6 - dx : 26 - dx]).max() <= 1
+        ]
+        assert matches, "an augmented image is not a whole-pixel shift of the original"
+        shifts.append(matches[0])
+    assert len(set(shifts)) > 1 and any(s != (0, 0) for s in shifts)
+    with pytest.raises(ValueError, match="translate"):
+        Augment(translate=0.5)
+
+
 def test_workers_read_disjoint_whole_shards_covering_everything(photo_shards: Path) -> None:
     total = Counter()
     for index in range(2):

@@ -41,7 +41,11 @@ def test_info_json_holds_counts_stats_and_settings(converted: Path) -> None:
 
 def test_info_text_has_a_histogram(converted: Path) -> None:
     text = format_info(info(str(converted)))
-    assert "split train: 15 records in 2 shards" in text and "#" in text and "image settings" in text
+    assert "#" in text and "image settings" in text
+    rows = [line.split() for line in text.splitlines()]
+    assert ["split", "records", "shards", "MB"] in rows and ["train", "15", "2", "0.6"] in rows
+    assert "{" not in text.split("settings:")[0]  # tables and words, not Python dicts
+    assert "1 shards" not in text and "records" in text
 
 
 def test_info_on_other_tfrecords(converted: Path) -> None:

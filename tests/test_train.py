@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -42,6 +43,7 @@ def test_training_learns_and_writes_the_run_folder(run_dir: Path) -> None:
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["val_accuracy"] > 0.5  # chance is 0.1
     assert metrics["epochs"] == 3 and metrics["steps_per_epoch"] == 22
+    assert metrics["augment"] == "none" and 0.5 < metrics["train_accuracy_inference"] <= 1.0
     for name in ("model.keras", "checkpoints/last.keras", "checkpoints/best.keras", "log.csv", "run.json"):
         assert (run_dir / name).exists(), name
     assert list((run_dir / "tensorboard").rglob("events.out.tfevents.*"))
@@ -146,11 +148,17 @@ def test_local_weights_are_loaded(tmp_path: Path) -> None:
     assert all(np.array_equal(a, b) for a, b in zip(loaded.get_weights(), backbone.get_weights(), strict=True))
 
 
-def test_cli_trains_with_global_shuffle(digits_data: tuple[Path, Path], tmp_path: Path) -> None:
+def test_cli_trains_with_global_shuffle(
+    digits_data: tuple[Path, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     out = tmp_path / "g"
     args = ["train", str(digits_data[0]), "--out", str(out), "--epochs", "2", "--image-size", "24"]
-    assert main([*args, "--shuffle", "global", "--augment", "none", "--crop-fraction", "1"]) == 0
-    assert json.loads((out / "run.json").read_text())["shuffle"] == "global"
+    with caplog.at_level(logging.INFO, logger="shardfeed"):
+        assert main([*args, "--shuffle", "global", "--crop-fraction", "1"]) == 0
+    run = json.loads((out / "run.json").read_text())
+    assert run["shuffle"] == "global" and run["augment"] == "light"  # auto: 24-px digits
+    assert "augment: light, chosen for small images (median shorter side 24 px" in caplog.text
+    assert "(inference mode)" in caplog.text and "while fitting" in caplog.text
     assert json.loads((out / "metrics.json").read_text())["val_accuracy"] > 0.3  # chance is 0.1
 
 

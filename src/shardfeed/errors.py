@@ -7,6 +7,8 @@ conversion that cannot go ahead), so existing `except ValueError` code still wor
 
 from __future__ import annotations
 
+import re
+
 
 class ShardfeedError(Exception):
     """Base of every shardfeed error."""
@@ -26,3 +28,25 @@ class ConvertError(ShardfeedError, RuntimeError):
 
 class CorruptRecordError(ShardfeedError, ValueError):
     """A record's framing or checksum is wrong: the shard is damaged or truncated."""
+
+
+_NOISE = ("Detected at node", "File ", "Graph execution error", "<stack traces", "[[")
+
+
+def tensorflow_message(error: BaseException) -> str:
+    """The useful part of a TensorFlow op error, without the graph and stack noise.
+
+    A check that fails inside a pipeline (a corrupt shard: our `tf.debugging.Assert`) reaches the
+    caller as "Graph execution error: ... assertion failed: [<our message>] [[node ...]]"; a
+    Python error raised inside one as "...SomeError: <message>". Either way the message is ours.
+    """
+    text = getattr(error, "message", None) or str(error)
+    assertion = re.search(r"assertion failed: \[(.*?)\]\s*(?:\n|$)", text, re.S)
+    if assertion:
+        return assertion.group(1)
+    lines = [line.strip() for line in text.splitlines()]
+    kept = [line for line in lines if line and not line.startswith(_NOISE)]
+    raised = [line for line in kept if "Error: " in line]
+    if raised:
+        return raised[-1].split("Error: ", 1)[1]
+    return kept[0] if kept else text

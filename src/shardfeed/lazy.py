@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -17,12 +21,36 @@ def _import(module: str, hint: str) -> Any:
         raise MissingDependencyError(f"{module} is required for this feature: {hint}") from e
 
 
+QUIET_ENV = "SHARDFEED_QUIET_TF"  # set (by the CLI) to import TensorFlow without its start-up lines
+
+
 def tensorflow() -> Any:
-    """The `tensorflow` module."""
-    return _import(
-        "tensorflow",
-        "pip install 'shardfeed[cpu]' (CPU) or 'shardfeed[gpu]' (NVIDIA GPU, CUDA build)",
-    )
+    """The `tensorflow` module.
+
+    With SHARDFEED_QUIET_TF=1 the first import runs with stderr closed at the file-descriptor
+    level: TensorFlow's C++ start-up lines (oneDNN, CPU features, absl's pre-init notice) are
+    written before TF_CPP_MIN_LOG_LEVEL is read, so nothing else silences them.
+    """
+    hint = "pip install 'shardfeed[cpu]' (CPU) or 'shardfeed[gpu]' (NVIDIA GPU, CUDA build)"
+    if "tensorflow" in sys.modules or os.environ.get(QUIET_ENV) != "1":
+        return _import("tensorflow", hint)
+    with _stderr_closed():
+        return _import("tensorflow", hint)
+
+
+@contextlib.contextmanager
+def _stderr_closed() -> Iterator[None]:
+    """File descriptor 2 pointed at /dev/null for the block (C and Python writers alike)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def apache_beam() -> Any:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 from shardfeed.cli import (
@@ -17,6 +19,8 @@ from shardfeed.cli import (
     train_cmd,
     verify_cmd,
 )
+from shardfeed.errors import tensorflow_message
+from shardfeed.lazy import QUIET_ENV
 from shardfeed.version import __version__
 
 SUBCOMMANDS = (convert_cmd, info_cmd, verify_cmd, show_cmd, bench_cmd, train_cmd, evaluate_cmd, predict_cmd)
@@ -45,11 +49,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(message)s",
         stream=sys.stderr,
     )
+    if not args.verbose:
+        quiet_tensorflow()
     try:
-        return int(args.run(args) or 0)
+        code = int(args.run(args) or 0)
+        sys.stdout.flush()  # inside the try: a closed pipe fails here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        # `shardfeed info ... | head`: the reader has gone; stop quietly, as cat and grep do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (ValueError, RuntimeError, OSError, ImportError) as e:
         log.error("error: %s", e)
         return 1
     except KeyboardInterrupt:
         log.error("interrupted; run the same command again to resume")
         return 130
+    except Exception as e:
+        if type(e).__module__.startswith("tensorflow"):  # an op failed inside a pipeline: its own message
+            log.error("error: %s", tensorflow_message(e))
+            return 1
+        raise
+
+
+def quiet_tensorflow() -> None:
+    """TensorFlow's start-up and op log lines, Keras' advisory warnings: off unless --verbose.
+
+    Set before TensorFlow is imported (the commands import it lazily), so the C++ logger reads it.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault(QUIET_ENV, "1")
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message=r".*`shuffle=True` was passed.*")
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"keras\..*")

@@ -15,7 +15,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("show", help="draw sample images with their class names")
     p.add_argument("path", help="converted folder")
     p.add_argument("-o", "--output", default="samples.png", help="PNG to write (default samples.png)")
-    p.add_argument("--split", default="train")
+    p.add_argument("--split", help="default: train, else the held-out split, else the only one")
     p.add_argument("--rows", type=int, default=4)
     p.add_argument("--cols", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)

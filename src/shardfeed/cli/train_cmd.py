@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
+import sys
+from dataclasses import replace
 from typing import Any
 
 from shardfeed.cli.options import from_args
 from shardfeed.read.options import SHUFFLES
 from shardfeed.training.models import MODELS
-from shardfeed.training.run_config import AUGMENT_PRESETS, TrainOptions
+from shardfeed.training.run_config import AUGMENT_PRESETS, AUTO, TrainOptions
 from shardfeed.training.trainer import train
 
 log = logging.getLogger("shardfeed")
@@ -26,7 +27,12 @@ def register(sub: Any) -> None:
     p.add_argument("--image-size", type=int, help=f"square input size in pixels (default {TrainOptions.image_size})")
     p.add_argument("--learning-rate", type=float, help=f"default {TrainOptions.learning_rate}")
     p.add_argument("--seed", type=int, help=f"default {TrainOptions.seed}")
-    p.add_argument("--augment", choices=list(AUGMENT_PRESETS), help=f"default {TrainOptions.augment}")
+    p.add_argument(
+        "--augment",
+        choices=[AUTO, *AUGMENT_PRESETS],
+        help="inception: random-resized crop + flip (photos); light: small shifts (small images); "
+        f"default {TrainOptions.augment}: picked from the data's image sizes and count",
+    )
     p.add_argument(
         "--shuffle",
         choices=SHUFFLES,
@@ -46,12 +52,38 @@ def register(sub: Any) -> None:
     p.add_argument("--weights", help="local weights file to start from")
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
     p.add_argument("--train-split", help=f"default {TrainOptions.train_split}")
-    p.add_argument("--validation-split", help=f"default {TrainOptions.validation_split}")
+    p.add_argument(
+        "--validation-split",
+        help="a split name, 'none' to skip validation; default auto: validation, else val/valid/test/eval/dev",
+    )
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     options = from_args(TrainOptions, args)
-    metrics = train(args.path, args.out, options, weights=args.weights, resume=args.resume)
-    log.info("Trained; final metrics: %s\nRun folder: %s", json.dumps(metrics), args.out)
+    if args.validation_split == "none":
+        options = replace(options, validation_split=None)
+    verbose = 1 if sys.stdout.isatty() else 2  # a progress bar per epoch on a terminal, a line per epoch in logs
+    metrics = train(args.path, args.out, options, weights=args.weights, resume=args.resume, verbose=verbose)
+    log.info("%s\nRun folder: %s (metrics.json has every figure)", summary(metrics), args.out)
     return 0
+
+
+def summary(metrics: dict[str, Any]) -> str:
+    """The end-of-training lines: validation (inference mode) first, then the training figures."""
+    lines = [
+        f"Trained {metrics['epochs'] - metrics['initial_epoch']} epochs in {metrics['seconds']:.0f} s "
+        f"({metrics['train_images_per_second']:,.0f} images/s), augment {metrics['augment']}."
+    ]
+    if "val_accuracy" in metrics:
+        lines.append(
+            f"  validation: accuracy {metrics['val_accuracy']:.4f}, loss {metrics['val_loss']:.4f} (inference mode)"
+        )
+    else:
+        lines.append("  validation: none (no validation split)")
+    if "accuracy" in metrics:
+        lines.append(
+            f"  training images: accuracy {metrics['train_accuracy_inference']:.4f} in inference mode, "
+            f"{metrics['accuracy']:.4f} while fitting (augmented, dropout, batch statistics)"
+        )
+    return "\n".join(lines)

@@ -23,6 +23,8 @@ from typing import Any
 from shardfeed.errors import ManifestError
 from shardfeed.format import fileio
 
+# Names a held-out split goes by, in order of preference (.npz sources give train/test).
+HELD_OUT_SPLITS = ("validation", "val", "valid", "test", "eval", "dev")
 MANIFEST_NAME = "manifest.json"
 LABELS_NAME = "labels.txt"
 REPORT_NAME = "report.json"
@@ -83,6 +85,14 @@ class Manifest:
         shards = [ShardInfo(**shard) for shard in raw["shards"]]
         return SplitInfo(name, raw["num_records"], raw["num_bytes"], dict(raw["class_counts"]), shards)
 
+    def main_split(self) -> str:
+        """The split to show by default: train, else the held-out one, else the first."""
+        return self.held_out_split(("train",)) or self.split_names[0]
+
+    def held_out_split(self, order: tuple[str, ...] = HELD_OUT_SPLITS) -> str | None:
+        """The first of `order` that exists (the split to validate or evaluate on), or None."""
+        return next((name for name in order if name in self.data["splits"]), None)
+
     def shard_paths(self, split: str) -> list[str]:
         return [fileio.join(self.path, shard.file) for shard in self.split(split).shards]
 
@@ -104,6 +114,51 @@ def write_labels(output_dir: str, labels: list[str] | None, label_offset: int) -
     fileio.write_text_atomic(fileio.join(output_dir, LABELS_NAME), text)
 
 
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
+WORK_DIR = ".shardfeed"  # a conversion's work folder inside its output, until it finishes
+
+
+def not_converted(folder: str) -> ManifestError:
+    """The error for a folder without a manifest, saying what it is and what to run.
+
+    One rule for every reader (info, verify, show, load, train, bench): a folder of images is
+    told how to convert, an unfinished conversion how to finish, anything else what is missing.
+    """
+    if fileio.exists(fileio.join(folder, WORK_DIR)):
+        return ManifestError(
+            f"{folder!r} holds an unfinished conversion (no {MANIFEST_NAME} yet): re-run the same "
+            "`shardfeed convert` command to finish it"
+        )
+    if not fileio.exists(folder):
+        return ManifestError(f"{folder!r} does not exist; pass a folder written by `shardfeed convert`")
+    if holds_images(folder):
+        return ManifestError(
+            f"{folder!r} is a folder of images, not a converted folder (no {MANIFEST_NAME}): convert it first, "
+            f"e.g. `shardfeed convert {folder} OUT`, then use OUT"
+        )
+    return ManifestError(
+        f"no {MANIFEST_NAME} in {folder!r}: it is not a converted folder; run `shardfeed convert SOURCE {folder}` first"
+    )
+
+
+def holds_images(folder: str, limit: int = 200) -> bool:
+    """Whether image files sit in `folder` or its immediate subfolders (the first `limit` names)."""
+    if not fileio.isdir(folder):
+        return False
+    names = sorted(fileio.listdir(folder))[:limit]
+    for name in names:
+        if _has_image([name]):
+            return True
+        sub = fileio.join(folder, name)
+        if not name.startswith(".") and fileio.isdir(sub) and _has_image(sorted(fileio.listdir(sub))[:limit]):
+            return True
+    return False
+
+
+def _has_image(names: list[str]) -> bool:
+    return any(n.lower().endswith(IMAGE_SUFFIXES) for n in names)
+
+
 def read(path: str) -> Manifest:
     """Reads the manifest of a converted folder (or of the manifest file itself).
 
@@ -113,10 +168,7 @@ def read(path: str) -> Manifest:
     folder = path[: -len(MANIFEST_NAME) - 1] if path.endswith(MANIFEST_NAME) else path
     file = fileio.join(folder, MANIFEST_NAME)
     if not fileio.exists(file):
-        hint = ""
-        if fileio.exists(fileio.join(folder, ".shardfeed")):
-            hint = " (a conversion into it was started but not finished; run convert again to resume)"
-        raise ManifestError(f"no {MANIFEST_NAME} in {folder!r}{hint}")
+        raise not_converted(folder)
     try:
         data = json.loads(fileio.read_bytes(file))
     except json.JSONDecodeError as e:

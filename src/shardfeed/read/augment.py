@@ -24,6 +24,9 @@ class Augment:
         aspect_ratio_range: the crop's width/height range.
         flip: random horizontal flip.
         rotate: maximum random rotation, in degrees (0: none).
+        translate: maximum random shift, as a fraction of the output size (0: none), e.g. 0.1 moves
+            a 32-px image by up to 3 px each way: the usual augmentation for small, centred images
+            (digits, icons, CIFAR), where a random-resized crop would cut the object away.
         noise: standard deviation of added Gaussian noise, in 0..255 pixel units (0: none).
         color_jitter: strength of random brightness/contrast/saturation changes, 0..1 (0: none).
     """
@@ -33,6 +36,7 @@ class Augment:
     aspect_ratio_range: tuple[float, float] = (3 / 4, 4 / 3)
     flip: bool = True
     rotate: float = 0.0
+    translate: float = 0.0
     noise: float = 0.0
     color_jitter: float = 0.0
 
@@ -44,6 +48,8 @@ class Augment:
             raise ValueError(f"aspect_ratio_range must be increasing and positive, got {self.aspect_ratio_range}")
         if not 0 <= self.rotate <= 180:
             raise ValueError(f"rotate is a maximum angle in degrees, 0..180, got {self.rotate}")
+        if not 0 <= self.translate < 0.5:
+            raise ValueError(f"translate is a fraction of the image size, 0 <= translate < 0.5, got {self.translate}")
         if self.noise < 0 or not 0 <= self.color_jitter <= 1:
             raise ValueError(f"noise must be >= 0 and color_jitter in 0..1, got {self.noise}, {self.color_jitter}")
 
@@ -75,13 +81,13 @@ def random_crop_window(shape: Any, seed: Any, options: Augment) -> Any:
 
 
 def photometric(image: Any, seed: Any, options: Augment) -> Any:
-    """Flip, rotation, colour jitter and noise on a float32 image in 0..255."""
+    """Flip, rotation/shift, colour jitter and noise on a float32 image in 0..255."""
     tf = tensorflow()
     seeds = tf.random.experimental.stateless_split(seed, 6)
     if options.flip:
         image = tf.image.stateless_random_flip_left_right(image, seeds[0])
-    if options.rotate:
-        image = _rotate(image, seeds[1], options.rotate)
+    if options.rotate or options.translate:
+        image = _rotate_and_shift(image, seeds[1], options.rotate, options.translate)
     if options.color_jitter:
         s = options.color_jitter
         image = tf.image.stateless_random_brightness(image, 255.0 * 0.4 * s, seeds[2])
@@ -93,15 +99,20 @@ def photometric(image: Any, seed: Any, options: Augment) -> Any:
     return tf.clip_by_value(image, 0.0, 255.0)
 
 
-def _rotate(image: Any, seed: Any, max_degrees: float) -> Any:
-    """Rotates about the centre by a random angle in [-max, max], filling with edge pixels."""
+def _rotate_and_shift(image: Any, seed: Any, max_degrees: float, max_shift: float) -> Any:
+    """Rotates about the centre by a random angle in [-max_degrees, max_degrees] and shifts by up to
+    `max_shift` of the size each way, in one resampling, filling with edge pixels."""
     tf = tensorflow()
     angle = tf.random.stateless_uniform([], seed, -max_degrees, max_degrees) * (math.pi / 180.0)
     height = tf.cast(tf.shape(image)[0], tf.float32)
     width = tf.cast(tf.shape(image)[1], tf.float32)
+    shift = tf.random.stateless_uniform(
+        [2], tf.random.experimental.stateless_fold_in(seed, 1), -max_shift, max_shift
+    ) * tf.stack([width, height])
+    shift = tf.round(shift) if not max_degrees else shift  # whole pixels: a pure shift stays sharp
     cos, sin = tf.cos(angle), tf.sin(angle)
-    x_offset = ((width - 1) - (cos * (width - 1) - sin * (height - 1))) / 2.0
-    y_offset = ((height - 1) - (sin * (width - 1) + cos * (height - 1))) / 2.0
+    x_offset = ((width - 1) - (cos * (width - 1) - sin * (height - 1))) / 2.0 - shift[0]
+    y_offset = ((height - 1) - (sin * (width - 1) + cos * (height - 1))) / 2.0 - shift[1]
     transform = tf.stack([cos, -sin, x_offset, sin, cos, y_offset, 0.0, 0.0])[tf.newaxis]
     return tf.raw_ops.ImageProjectiveTransformV3(
         images=image[tf.newaxis],

@@ -114,12 +114,16 @@ def from_files(path: str | Sequence[str], *, compression: str | None = None) -> 
         if fileio.is_remote(pattern):
             files.extend(sorted(tensorflow().io.gfile.glob(pattern)))
         elif os.path.isdir(pattern):
+            if fileio.exists(fileio.join(pattern, manifest.WORK_DIR)) or manifest.holds_images(pattern):
+                raise manifest.not_converted(pattern)
             files.extend(os.path.join(pattern, n) for n in sorted(os.listdir(pattern)) if not n.startswith("."))
         else:
             files.extend(sorted(globlib.glob(pattern)) or ([pattern] if os.path.isfile(pattern) else []))
     files = [f for f in files if not f.endswith((".idx", ".json", ".txt", ".incomplete"))]
     if not files:
         raise ValueError(f"no TFRecord files match {path!r}")
+    if all(f.lower().endswith(manifest.IMAGE_SUFFIXES) for f in files):
+        raise ValueError(f"{path!r} names image files, not TFRecords: convert them first (`shardfeed convert`)")
     if compression is None and all(f.endswith(".gz") for f in files):
         compression = "gzip"
     return ShardSet(files, [_count(f, compression) for f in files], compression)

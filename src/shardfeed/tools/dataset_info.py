@@ -11,6 +11,7 @@ from shardfeed.format import manifest, schema, tfrecord
 from shardfeed.format.example_proto import parse_example
 from shardfeed.read import shardset as reader
 from shardfeed.read.indexed import sample_records
+from shardfeed.write.convert import non_jpeg_note
 
 HISTOGRAM_WIDTH = 40
 
@@ -63,6 +64,8 @@ def _ours(path: str, sample: int, seed: int) -> dict[str, Any]:
         "conversions": data["conversions"],
         "skipped": data["num_skipped"],
         "duplicate_groups": data["num_duplicates"],
+        "dropped_duplicates": data.get("num_dropped_duplicates", 0),
+        "image_formats": data.get("image_formats"),
         "created_by": data["created_by"],
     }
 
@@ -124,38 +127,67 @@ def _kind(values: list[Any]) -> str:
 
 
 def format_info(data: dict[str, Any]) -> str:
-    """The text `shardfeed info` prints: counts, a class histogram per split, settings."""
+    """The text `shardfeed info` prints: counts, a table of splits, a class histogram per split,
+    settings and what was left out (`--json` gives the same data for machines)."""
     lines = [f"{data['path']}"]
     if data["kind"] != "shardfeed":
-        lines.append(f"  {len(data['files'])} TFRecord files, {data['records']} records")
+        lines.append(f"  {_plural(len(data['files']), 'TFRecord file')}, {_plural(data['records'], 'record')}")
         lines += [f"  feature {k}: {t}" for k, t in data["features"].items()]
         if data.get("class_counts"):
             lines += _histogram(data["class_counts"])
         return "\n".join(lines)
     lines.append(
-        f"  {data['records']} records, {data['bytes'] / 1e6:.1f} MB, {data['num_classes']} classes "
-        f"(written by {data['created_by']})"
+        f"  {_plural(data['records'], 'record')}, {data['bytes'] / 1e6:,.1f} MB, "
+        f"{_plural(data['num_classes'], 'class', 'classes')} (written by {data['created_by']})"
     )
+    width = max(len("split"), *(len(name) for name in data["splits"]))
+    lines.append(f"  {'split':<{width}}  {'records':>10}  {'shards':>6}  {'MB':>9}")
     for name, split in data["splits"].items():
         lines.append(
-            f"  split {name}: {split['records']} records in {split['shards']} shards, {split['bytes'] / 1e6:.1f} MB"
+            f"  {name:<{width}}  {split['records']:>10,}  {split['shards']:>6,}  {split['bytes'] / 1e6:>9,.1f}"
         )
-        images = split["images"]
-        if images.get("sampled"):
-            h, w = images["height"], images["width"]
-            lines.append(
-                f"    images (sample of {images['sampled']}): height {h['min']}-{h['max']} (median "
-                f"{h['median']}), width {w['min']}-{w['max']} (median {w['median']}), formats "
-                f"{images['formats']}, channels {images['channels']}"
-            )
-        lines += ["  " + line for line in _histogram(split["class_counts"])]
+    for name, split in data["splits"].items():
+        lines += _split_details(name, split)
     settings = data["settings"]
-    lines.append("  settings: " + ", ".join(f"{k}={v}" for k, v in settings.items() if k != "image"))
-    lines.append("  image settings: " + ", ".join(f"{k}={v}" for k, v in settings["image"].items()))
+    lines.append("  settings: " + ", ".join(f"{k}={_setting(v)}" for k, v in settings.items() if k != "image"))
+    lines.append("  image settings: " + ", ".join(f"{k}={_setting(v)}" for k, v in settings["image"].items()))
     if data["conversions"]:
-        lines.append(f"  converted on write: {data['conversions']}")
-    lines.append(f"  skipped inputs: {data['skipped']}, duplicate groups: {data['duplicate_groups']}")
+        lines.append("  converted on write: " + ", ".join(f"{k} {v:,}" for k, v in data["conversions"].items()))
+    lines.append(
+        f"  skipped inputs: {data['skipped']:,}; duplicate groups: {data['duplicate_groups']:,}; "
+        f"duplicates dropped: {data.get('dropped_duplicates', 0):,}"
+    )
+    note = non_jpeg_note(data.get("image_formats") or {})
+    if note:
+        lines.append(f"  note: {note}")
     return "\n".join(lines)
+
+
+def _split_details(name: str, split: dict[str, Any]) -> list[str]:
+    """A split's sampled image sizes and formats, and its class histogram."""
+    lines = []
+    images = split["images"]
+    if images.get("sampled"):
+        h, w = images["height"], images["width"]
+        formats = ", ".join(f"{k} {v:,}" for k, v in images["formats"].items())
+        lines.append(
+            f"  {name} (sample of {images['sampled']:,}): height {h['min']}-{h['max']} px (median {h['median']:g}), "
+            f"width {w['min']}-{w['max']} px (median {w['median']:g}); {formats}"
+        )
+    if split["class_counts"]:
+        lines += ["  " + line for line in _histogram(split["class_counts"])]
+    return lines
+
+
+def _setting(value: Any) -> str:
+    """A setting as typed on the command line: {'train': 0.8, ...} as train=0.8,..."""
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+def _plural(count: int, word: str, plural: str | None = None) -> str:
+    return f"{count:,} {word if count == 1 else (plural or word + 's')}"
 
 
 def _histogram(counts: dict[str, int]) -> list[str]:

@@ -28,10 +28,17 @@ class Tile:
 
 
 def sample_tiles(
-    path: str, *, split: str = "train", count: int = 16, seed: int = 0, augmented: bool = False, image_size: int = 160
+    path: str,
+    *,
+    split: str | None = None,
+    count: int = 16,
+    seed: int = 0,
+    augmented: bool = False,
+    image_size: int = 160,
 ) -> list[Tile]:
-    """The tiles `show` draws."""
+    """The tiles `show` draws (from `split`, default the data's main split: `Manifest.main_split`)."""
     m = manifest.read(path)
+    split = split or m.main_split()
     if augmented:
         return _augmented_tiles(m, split, count, seed, image_size)
     tiles = []
@@ -68,7 +75,7 @@ def show(
     path: str,
     output: str | None = "samples.png",
     *,
-    split: str = "train",
+    split: str | None = None,
     rows: int = 4,
     cols: int = 4,
     seed: int = 0,
@@ -81,6 +88,7 @@ def show(
     Args:
         path: a converted folder.
         output: the PNG to write (None: none).
+        split: default train, else the held-out split, else the only one.
         augmented: show the training pipeline's output instead of the stored images.
         tensorboard: a log folder to also write the images to as TensorBoard image summaries.
 
@@ -89,6 +97,7 @@ def show(
     """
     if rows < 1 or cols < 1:
         raise ValueError(f"rows and cols must be >= 1, got {rows}x{cols}")
+    split = split or manifest.read(path).main_split()
     tiles = sample_tiles(path, split=split, count=rows * cols, seed=seed, augmented=augmented, image_size=image_size)
     if output:
         draw_grid(tiles, rows, cols, output, f"{path} [{split}]" + (" augmented" if augmented else ""))

@@ -159,7 +159,7 @@ def _stray_files(folder: str) -> list[Problem]:
     for name in fileio.listdir(folder):
         if name.endswith(INCOMPLETE):
             problems.append(Problem(f"stray temporary file {name!r} (left by an interrupted write; delete it)"))
-    if fileio.exists(fileio.join(folder, ".shardfeed")):
+    if fileio.exists(fileio.join(folder, manifest.WORK_DIR)):
         problems.append(Problem("leftover work folder '.shardfeed' from an interrupted conversion"))
     return problems
 

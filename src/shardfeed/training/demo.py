@@ -15,6 +15,7 @@ import time
 
 from shardfeed.tools.preview import show
 from shardfeed.tools.verification import verify
+from shardfeed.training.baseline import svc_accuracy
 from shardfeed.training.evaluation import evaluate
 from shardfeed.training.prediction import predict
 from shardfeed.training.run_config import TrainOptions
@@ -24,11 +25,11 @@ from shardfeed.write.convert import convert
 from shardfeed.write.options import ConvertOptions
 
 log = logging.getLogger("shardfeed.training.demo")
-TARGET_ACCURACY = 0.95
+TARGET_ACCURACY = 0.99  # above scikit-learn's SVC() on the same split (0.988)
 
 
-def run(workdir: str = "demo_out", *, epochs: int = 15) -> int:
-    """Runs the demo in `workdir` (replaced); returns the exit code (1 if accuracy < 0.95)."""
+def run(workdir: str = "demo_out", *, epochs: int = 20) -> int:
+    """Runs the demo in `workdir` (replaced); returns the exit code (1 if accuracy < TARGET_ACCURACY)."""
     start = time.monotonic()
     shutil.rmtree(workdir, ignore_errors=True)
     labeled, unlabeled = write_digits_folders(os.path.join(workdir, "images"))
@@ -45,16 +46,22 @@ def run(workdir: str = "demo_out", *, epochs: int = 15) -> int:
     show(shards, os.path.join(workdir, "samples.png"), rows=3, cols=6)
     log.info("4/7 train (small CNN, %d epochs)", epochs)
     run_dir = os.path.join(workdir, "run")
+    # augment: left to 'auto', which picks small shifts for 32-px images; 1e-2 (not the default
+    # 1e-3) because this BatchNorm CNN converges in 20 short epochs with it (docs/training.md)
     options = TrainOptions(
-        model="small_cnn", epochs=epochs, batch_size=64, image_size=32, augment="light", crop_fraction=1.0, seed=0
+        model="small_cnn", epochs=epochs, batch_size=64, image_size=32, learning_rate=1e-2, crop_fraction=1.0, seed=0
     )
     train(shards, run_dir, options, verbose=2)
     result = evaluate(run_dir, shards, split="validation")
+    baseline = svc_accuracy(shards)
     log.info(
-        "5/7 evaluate: validation accuracy %.4f, loss %.4f (%d images)",
+        "5/7 evaluate: validation accuracy %.4f, loss %.4f (%d images)\n"
+        "    CNN %.4f vs scikit-learn SVC() %.4f on the same split (8x8 gray thumbnails, default settings)",
         result["accuracy"],
         result["loss"],
         result["examples"],
+        result["accuracy"],
+        baseline,
     )
     rows = predict(
         run_dir, unlabeled, os.path.join(workdir, "predictions.csv"), grid=os.path.join(workdir, "predictions.png")
@@ -67,13 +74,14 @@ def run(workdir: str = "demo_out", *, epochs: int = 15) -> int:
         "  run/                    model.keras, checkpoints/, log.csv, tensorboard/, metrics.json\n"
         "  run/eval-validation/    metrics.json, confusion_matrix.png\n"
         "  predictions.csv/.png    predictions for the unlabeled folder\n"
-        "Validation accuracy: %.4f (target >= %.2f)",
+        "Validation accuracy: %.4f (target >= %.2f and above the SVC baseline %.4f)",
         time.monotonic() - start,
         workdir,
         result["accuracy"],
         TARGET_ACCURACY,
+        baseline,
     )
-    ok = report.ok and result["accuracy"] >= TARGET_ACCURACY
+    ok = report.ok and result["accuracy"] >= max(TARGET_ACCURACY, baseline)
     return 0 if ok else 1
 
 

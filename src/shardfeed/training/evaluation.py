@@ -7,17 +7,18 @@ import os
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from shardfeed.format import manifest
 from shardfeed.training.models import load_model, model_class_names
-from shardfeed.training.run_config import read_config
+from shardfeed.training.run_config import model_path, read_config
 
 
 def evaluate(
     run_dir: str,
     data: str | None = None,
     *,
-    split: str = "validation",
+    split: str | None = None,
     top_k: int = 5,
     batch_size: int | None = None,
     model_file: str = "model.keras",
@@ -26,10 +27,12 @@ def evaluate(
     """Evaluates a run's model on a split, with the run's evaluation preprocessing.
 
     Writes metrics.json and confusion_matrix.png to `output_dir` (default RUN_DIR/eval-<split>).
+    `split` defaults to the data's held-out split (validation, else val/valid/test/eval/dev); top-k
+    accuracy is reported only for k below the number of classes (above, it is always 1.0).
     """
     config = read_config(run_dir)
     data = data or config.data
-    net = load_model(os.path.join(run_dir, model_file))
+    net = load_model(model_path(run_dir, model_file))
     names = model_class_names(net)
     m = manifest.read(data)
     if m.labels != names:
@@ -37,11 +40,14 @@ def evaluate(
             f"the model's classes {names[:5]}... differ from the data's {(m.labels or [])[:5]}...; "
             "evaluate on data converted with the same classes"
         )
+    split = split or _held_out(m)
     ds = config.eval_dataset(data, split, batch_size)
     probs, labels = [], []
-    for images, y in ds:
-        probs.append(net.predict_on_batch(images))
-        labels.append(y.numpy())
+    with tqdm(total=m.split(split).num_records, unit="img", desc=f"evaluate {split}", disable=None) as bar:
+        for images, y in ds:
+            probs.append(net.predict_on_batch(images))
+            labels.append(y.numpy())
+            bar.update(len(labels[-1]))
     p, y = np.concatenate(probs), np.concatenate(labels)
     result = metrics_from_probabilities(p, y, names, top_k)
     out = output_dir or os.path.join(run_dir, f"eval-{split}")
@@ -58,11 +64,17 @@ def evaluate(
     return result
 
 
+def _held_out(m: manifest.Manifest) -> str:
+    split = m.held_out_split()
+    if split is None:
+        raise ValueError(f"{m.path} has no held-out split (it has {m.split_names}); pass split= (--split)")
+    return split
+
+
 def metrics_from_probabilities(p: np.ndarray, y: np.ndarray, names: list[str], top_k: int) -> dict[str, Any]:
-    """Loss (mean cross-entropy), accuracy, top-k, per-class accuracy and the confusion matrix."""
-    k = min(top_k, len(names))
+    """Loss (mean cross-entropy), accuracy, top-k (for k < classes), per-class accuracy and the
+    confusion matrix."""
     predicted = p.argmax(axis=1)
-    top = np.argsort(-p, axis=1)[:, :k]
     confusion = np.zeros((len(names), len(names)), dtype=np.int64)
     np.add.at(confusion, (y, predicted), 1)
     per_class = {
@@ -70,11 +82,16 @@ def metrics_from_probabilities(p: np.ndarray, y: np.ndarray, names: list[str], t
         for i, name in enumerate(names)
     }
     eps = 1e-7
-    return {
+    result: dict[str, Any] = {
         "examples": len(y),
         "loss": float(-np.mean(np.log(np.clip(p[np.arange(len(y)), y], eps, 1.0)))),
         "accuracy": float((predicted == y).mean()),
-        f"top{k}_accuracy": float((top == y[:, None]).any(axis=1).mean()),
+    }
+    if 1 < top_k < len(names):
+        top = np.argsort(-p, axis=1)[:, :top_k]
+        result[f"top{top_k}_accuracy"] = float((top == y[:, None]).any(axis=1).mean())
+    return {
+        **result,
         "per_class_accuracy": per_class,
         "confusion_matrix": confusion.tolist(),
         "class_names": names,

@@ -15,12 +15,13 @@ import tempfile
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from shardfeed.format import manifest
 from shardfeed.read.options import ReadConfig
 from shardfeed.read.shardset import is_converted_folder
 from shardfeed.training.models import load_model, model_class_names
-from shardfeed.training.run_config import read_config
+from shardfeed.training.run_config import model_path, read_config
 from shardfeed.write.convert import convert
 from shardfeed.write.sources import UnlabeledSource
 
@@ -40,7 +41,8 @@ def predict(
 ) -> list[dict[str, Any]]:
     """Predicts every image of `source` and writes one CSV row per input file.
 
-    Columns: file, class, probability, then class_2/probability_2 ... up to top_k, and error
+    Columns: file, class, probability, then class_2/probability_2 ... up to top_k (at most the
+    number of classes), and error
     (why a file could not be read; its other columns are empty).
 
     Args:
@@ -49,7 +51,7 @@ def predict(
         grid: also draw the first `grid_size` images with their predicted classes to this PNG.
     """
     config = read_config(run_dir)
-    net = load_model(os.path.join(run_dir, model_file))
+    net = load_model(model_path(run_dir, model_file))
     names = model_class_names(net)
     with tempfile.TemporaryDirectory(prefix="shardfeed-predict-") as tmp:
         data = source
@@ -61,16 +63,19 @@ def predict(
         ds = config.eval_dataset(data, split, batch_size, ReadConfig(with_filenames=True))
         rows: list[dict[str, Any]] = []
         shown: list[tuple[np.ndarray, str]] = []
+        bar = tqdm(total=m.split(split).num_records, unit="img", desc="predict", disable=None)
         for batch in ds:
             images, files = batch[0], batch[-1]
             probs = net.predict_on_batch(images)
+            bar.update(len(probs))
             for i, p in enumerate(probs):
                 rows.append(_row(files[i].numpy().decode(), p, names, top_k))
                 if grid and len(shown) < grid_size:
                     shown.append((images[i].numpy(), f"{rows[-1]['class']} ({rows[-1]['probability']:.2f})"))
+        bar.close()
         rows += [{"file": s["file"], "error": s["reason"]} for s in _skipped(data)]
     rows.sort(key=lambda r: r["file"])
-    _write_csv(output_csv, rows, top_k)
+    _write_csv(output_csv, rows, min(top_k, len(names)))
     if grid:
         from shardfeed.read.indexed import to_rgb
         from shardfeed.tools.preview import Tile, draw_grid

@@ -14,17 +14,27 @@ Run folder layout:
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 import time
+from dataclasses import replace
 from typing import Any
 
+from shardfeed.errors import tensorflow_message
 from shardfeed.format import manifest
 from shardfeed.lazy import tensorflow
 from shardfeed.read.dataset import load, steps_per_epoch
 from shardfeed.read.options import ReadConfig
+from shardfeed.training.augment_choice import choose_augment
 from shardfeed.training.models import build_model, load_model
 from shardfeed.training.resume import STATE_NAME, fit_resumable, read_resume_point
-from shardfeed.training.run_config import TrainConfig, TrainOptions
+from shardfeed.training.run_config import AUTO, TrainConfig, TrainOptions, write_status
+
+log = logging.getLogger("shardfeed")
+TOP_K = 5
+INFERENCE_SAMPLE = 1024  # training images re-scored in inference mode at the end
+DISAGREEMENT = 0.15  # training-mode vs inference-mode accuracy gap worth a warning
 
 
 def train(
@@ -50,18 +60,40 @@ def train(
     Returns:
         The final metrics (also in metrics.json).
     """
-    import keras
-
-    options = options or TrainOptions()
+    options = _resolved(data, options or TrainOptions())  # checks the data before TensorFlow loads
     config = _run_config(data, options)
+    steps = _check_training_set(data, options)
     os.makedirs(os.path.join(out, "checkpoints"), exist_ok=True)
     initial_epoch, initial_step = _starting_point(out, resume=resume, save_every=options.save_every)
     with open(os.path.join(out, "run.json"), "w") as f:
         f.write(config.to_json())
+    write_status(out, "running")
+    try:
+        metrics = _train(data, out, options, config, weights, resume, verbose, (initial_epoch, initial_step, steps))
+    except BaseException as e:
+        write_status(out, "interrupted" if isinstance(e, KeyboardInterrupt) else "failed", tensorflow_message(e))
+        raise
+    write_status(out, "finished")
+    return metrics
+
+
+def _train(
+    data: str,
+    out: str,
+    options: TrainOptions,
+    config: TrainConfig,
+    weights: str | None,
+    resume: bool,
+    verbose: int,
+    position: tuple[int, int, int],
+) -> dict[str, Any]:
+    """The fit itself, from (initial epoch, initial step, steps per epoch); writes the model and metrics."""
     tensorflow()  # a clear install hint if TensorFlow is missing
+    import keras
+
+    initial_epoch, initial_step, steps = position
     keras.utils.set_random_seed(options.seed)
     keras.mixed_precision.set_global_policy("mixed_float16" if options.mixed_precision else "float32")
-    steps = steps_per_epoch(data, options.train_split, options.batch_size, training=True)
     val_ds = config.eval_dataset(data, config.validation_split) if config.validation_split else None
 
     def build() -> Any:
@@ -76,6 +108,9 @@ def train(
     trained = max((options.epochs - initial_epoch) * steps - initial_step, 0)  # steps
     metrics = {
         **_final_metrics(net),
+        **_inference_check(net, config, data, options),
+        "augment": options.augment,
+        "validation_split": config.validation_split,
         "epochs": options.epochs,
         "initial_epoch": initial_epoch,
         "initial_step": initial_step,
@@ -86,6 +121,54 @@ def train(
     with open(os.path.join(out, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
     return metrics
+
+
+def _resolved(data: str, options: TrainOptions) -> TrainOptions:
+    """`options` with augment='auto' replaced by the preset the data calls for (and why, logged)."""
+    if options.augment != AUTO:
+        return options
+    choice = choose_augment(data, options.train_split, seed=options.seed)
+    log.info("augment: %s, chosen for %s (--augment to override)", choice.preset, choice.reason)
+    return replace(options, augment=choice.preset)
+
+
+def _inference_check(net: Any, config: TrainConfig, data: str, options: TrainOptions) -> dict[str, Any]:
+    """Re-scores up to INFERENCE_SAMPLE training images in inference mode, and warns when that,
+    the training-mode accuracy Keras printed, and the validation accuracy disagree.
+
+    With BatchNorm the training-mode figure can be far above the model's (0.89 while fitting,
+    0.20 in inference mode, seen on a short run); validation figures are always inference-mode.
+    """
+    batches = math.ceil(INFERENCE_SAMPLE / options.batch_size)
+    scores = net.evaluate(config.eval_dataset(data, options.train_split).take(batches), verbose=0, return_dict=True)
+    inference = float(scores["accuracy"])
+    final = _final_metrics(net)
+    for message in _disagreements(final.get("accuracy"), inference, final.get("val_accuracy")):
+        log.warning("warning: %s (docs/training.md, 'Honest numbers')", message)
+    return {"train_accuracy_inference": inference}
+
+
+def _disagreements(fitted: float | None, inference: float, validation: float | None) -> list[str]:
+    """What the three accuracies say when they are more than DISAGREEMENT apart."""
+    messages = []
+    if fitted is not None and fitted - inference > DISAGREEMENT:
+        messages.append(
+            f"training accuracy was {fitted:.3f} while fitting but the model scores {inference:.3f} on training "
+            "images in inference mode: BatchNorm's moving statistics have not caught up with the weights (too few "
+            "steps, or a learning rate too high); trust the validation figures, train longer"
+        )
+    elif fitted is not None and inference - fitted > DISAGREEMENT:
+        messages.append(
+            f"training accuracy was {fitted:.3f} while fitting (augmented images, dropout) and {inference:.3f} in "
+            "inference mode: the augmentation is much harder than the task; if validation is low too, try a "
+            "milder --augment"
+        )
+    if validation is not None and inference - validation > DISAGREEMENT:
+        messages.append(
+            f"the model scores {inference:.3f} on training images but {validation:.3f} on validation: it overfits "
+            "(more data or augmentation, fewer epochs) or the splits differ"
+        )
+    return messages
 
 
 def _fit(
@@ -129,12 +212,62 @@ def _fit(
 
 
 def _run_config(data: str, options: TrainOptions) -> TrainConfig:
-    """The run's record: options, the data's class names, and the validation split if it exists."""
+    """The run's record: options, the data's class names, and the validation split resolved."""
     m = manifest.read(data)
     if m.labels is None:
         raise ValueError(f"{data} holds unlabeled data (no classes to learn); convert a labelled source")
-    validation = options.validation_split if options.validation_split in m.split_names else None
-    return TrainConfig.of(data, options, m.labels, validation)
+    m.split(options.train_split)  # exists, or a message listing those that do
+    return TrainConfig.of(data, options, m.labels, _validation_split(m, options))
+
+
+def _validation_split(m: manifest.Manifest, options: TrainOptions) -> str | None:
+    """The split validated on: as named; with AUTO, the held-out split the data has (validation,
+    val, test, ...), said when it is not 'validation' and when there is none.
+
+    Raises:
+        ManifestError: a named split that does not exist.
+    """
+    if options.validation_split is None:
+        return None
+    if options.validation_split != AUTO:
+        m.split(options.validation_split)
+        return options.validation_split
+    names = tuple(n for n in manifest.HELD_OUT_SPLITS if n != options.train_split)
+    split = m.held_out_split(names)
+    if split is None:
+        log.warning(
+            "warning: %s has no held-out split (it has %s): training without validation; the accuracy at the "
+            "end is measured on training images",
+            m.path,
+            m.split_names,
+        )
+    elif split != "validation":
+        log.info("validating on the %r split", split)
+    return split
+
+
+def _check_training_set(data: str, options: TrainOptions) -> int:
+    """Steps per epoch; warns when the dropped incomplete batch is a large share of each epoch.
+
+    Raises:
+        ValueError: the split holds less than one batch.
+    """
+    count = manifest.read(data).split(options.train_split).num_records
+    if count < options.batch_size:
+        raise ValueError(
+            f"the {options.train_split!r} split has {count} images, fewer than one batch of {options.batch_size}: "
+            f"pass batch_size={count} (--batch-size {count}) or less"
+        )
+    dropped = count % options.batch_size
+    if dropped / count > 0.1:
+        log.warning(
+            "warning: each epoch leaves out %d of the %d training images (the incomplete last batch, a different "
+            "one each epoch); a --batch-size that divides %d more evenly uses them all",
+            dropped,
+            count,
+            count,
+        )
+    return steps_per_epoch(data, options.train_split, options.batch_size, training=True)
 
 
 def _train_dataset(data: str, options: TrainOptions, initial_epoch: int) -> Any:
@@ -157,13 +290,15 @@ def _train_dataset(data: str, options: TrainOptions, initial_epoch: int) -> Any:
 def _compiled(keras: Any, config: TrainConfig, options: TrainOptions, weights: str | None, epochs_steps: int) -> Any:
     """A new model for the run, compiled with its optimizer, loss and metrics."""
     net = build_model(options.model, config.class_names, config.image_size, channels=options.channels, weights=weights)
-    top_k = min(5, len(config.class_names))
+    metrics: list[Any] = ["accuracy"]
+    if len(config.class_names) > TOP_K:  # with fewer classes top-5 is always 1.0: noise
+        metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(k=TOP_K, name=f"top{TOP_K}"))
     net.compile(
         # cosine decay to zero over the whole run: the last epochs settle instead of
         # jittering (digits demo: validation accuracy swung 0.87-0.96 at a constant rate)
         optimizer=keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(options.learning_rate, epochs_steps)),
         loss=keras.losses.SparseCategoricalCrossentropy(),
-        metrics=["accuracy", keras.metrics.SparseTopKCategoricalAccuracy(k=top_k, name=f"top{top_k}")],
+        metrics=metrics,
     )
     return net
 

@@ -25,14 +25,15 @@ from typing import Any
 from shardfeed.errors import ConvertError, SourceError
 from shardfeed.format import fileio, manifest
 from shardfeed.format.manifest import Manifest
-from shardfeed.write import dedupe, folder_state, local_runner, merge, shards
+from shardfeed.write import dedupe, folder_lock, folder_state, local_runner, merge, shards
 from shardfeed.write.encode import EncodingSpec, SkippedItem
+from shardfeed.write.images import UPSCALED
 from shardfeed.write.items import Discovery
 from shardfeed.write.options import ConvertOptions
 from shardfeed.write.planning import ShardPlan, plan_shards
 from shardfeed.write.pool import WorkerPool
 from shardfeed.write.shards import WriteTarget
-from shardfeed.write.sources import Source, resolve_source
+from shardfeed.write.sources import Source, empty_source_hint, resolve_source
 
 RUNNERS = ("local", "beam")
 
@@ -91,9 +92,36 @@ class ConversionResult:
             )
         if self.shards_resumed:
             lines.append(f"  resumed: {self.shards_resumed} shards were already complete")
-        extra = f"{self.num_skipped} skipped, {self.num_converted} converted, {self.num_duplicates} duplicate groups"
+        data = self.manifest.data
+        dropped = data.get("num_dropped_duplicates", 0)
+        extra = (
+            f"{self.num_skipped} skipped, {self.num_converted} converted, {self.num_duplicates} duplicate groups"
+            + (f" ({dropped} duplicates dropped)" if dropped else "")
+        )
         lines.append(f"  {extra} (details: {fileio.join(self.output_dir, manifest.REPORT_NAME)})")
+        upscaled = data["conversions"].get(UPSCALED, 0)
+        if upscaled:
+            lines.append(
+                f"  warning: {upscaled:,} images were smaller than the centre crop and were upscaled (listed in "
+                "report.json); use a smaller --center-crop or --resize to at least the crop size"
+            )
+        note = non_jpeg_note(data.get("image_formats", {}))
+        if note:
+            lines.append(f"  {note}")
         return "\n".join(lines)
+
+
+def non_jpeg_note(formats: dict[str, int]) -> str | None:
+    """A line for records not stored as JPEG, which JPEG-only readers (Model Garden's parser with
+    its default decode_jpeg_only=True) cannot decode; None when all are JPEG."""
+    others = {name: n for name, n in formats.items() if name != "JPEG"}
+    if not others:
+        return None
+    listed = ", ".join(f"{n:,} {name}" for name, n in sorted(others.items()))
+    return (
+        f"{sum(others.values()):,} records are not JPEG ({listed}): readers that decode only JPEG cannot read "
+        "them; convert with --format jpeg for those"
+    )
 
 
 def convert(
@@ -145,6 +173,23 @@ def convert(
     return _Conversion(resolve_source(source), output_dir, options or ConvertOptions(), run).run()
 
 
+def _refuse_output_inside_source(source: Source, output_dir: str) -> None:
+    """An output folder inside a source folder would be read back as images by the next run.
+
+    Raises:
+        SourceError: `output_dir` is `source`'s folder or inside it.
+    """
+    root = getattr(source, "root", None)
+    if not isinstance(root, str) or fileio.is_remote(root) or fileio.is_remote(output_dir):
+        return
+    real_root, out = os.path.realpath(root), os.path.realpath(output_dir)
+    if os.path.commonpath([real_root, out]) == real_root:
+        raise SourceError(
+            f"the output folder {output_dir!r} is inside the source folder {root!r}: its shards would be "
+            "read as images by the next conversion; write to a folder outside the source"
+        )
+
+
 @dataclass(frozen=True)
 class _Run:
     """How a conversion runs (never what it writes)."""
@@ -166,15 +211,22 @@ class _Conversion:
 
     def run(self) -> ConversionResult:
         start = time.monotonic()
-        with WorkerPool(self.run_settings.workers) as pool:
+        _refuse_output_inside_source(self.source, self.output_dir)
+        with folder_lock.hold(self.output_dir), WorkerPool(self.run_settings.workers) as pool:
             discovery = self.source.discover()
             if not discovery.items:
                 raise SourceError(
                     f"no images found in {discovery.root!r} ({len(discovery.skipped)} files could not be used)"
+                    + empty_source_hint(discovery)
                 )
             self._fail_if_strict(discovery.skipped)
             state = folder_state.conversion_state(discovery, self.options)
-            existing = folder_state.check_output(self.output_dir, state, overwrite=self.run_settings.overwrite)
+            existing = folder_state.check_output(
+                self.output_dir,
+                state,
+                overwrite=self.run_settings.overwrite,
+                labelled=discovery.class_names is not None,
+            )
             if existing is not None:
                 return ConversionResult.of(
                     existing, shards_written=0, shards_resumed=0, already_complete=True, start=start

@@ -50,6 +50,7 @@ class EncodedRecord:
     source_sha256: str
     conversion: str | None
     warning: str | None
+    image_format: str = ""  # 'JPEG', 'PNG', 'RAW', ... as stored
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def encode_item(item: Item, spec: EncodingSpec) -> EncodedRecord | SkippedItem:
         features[schema.LABEL] = item.label + spec.label_offset
         features[schema.TEXT] = spec.class_names[item.label]
     data = serialize_example(features)
-    return EncodedRecord(item.key, data, item.label, source_sha, prepared.conversion, prepared.warning)
+    return EncodedRecord(item.key, data, item.label, source_sha, prepared.conversion, prepared.warning, prepared.format)
 
 
 def encode_items(items: list[Item], spec: EncodingSpec) -> list[EncodedRecord | SkippedItem]:

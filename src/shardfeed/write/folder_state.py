@@ -16,11 +16,12 @@ from typing import Any
 
 from shardfeed.errors import ConvertError
 from shardfeed.format import fileio, manifest
-from shardfeed.write import shards
+from shardfeed.write import shards, splits
+from shardfeed.write.folder_lock import LOCK_NAME
 from shardfeed.write.items import Discovery
 from shardfeed.write.options import ConvertOptions
 
-WORK_DIR = ".shardfeed"
+WORK_DIR = manifest.WORK_DIR
 STATE_NAME = "state.json"
 
 
@@ -42,27 +43,44 @@ def conversion_state(discovery: Discovery, options: ConvertOptions) -> dict[str,
     }
 
 
-def check_output(output_dir: str, state: dict[str, Any], *, overwrite: bool) -> manifest.Manifest | None:
+def check_output(
+    output_dir: str, state: dict[str, Any], *, overwrite: bool, labelled: bool = True
+) -> manifest.Manifest | None:
     """Returns the manifest when this exact conversion is already complete; else prepares
     the folder: resume a matching unfinished run, refuse a different one (or wipe it)."""
     state_file = fileio.join(work_dir(output_dir), STATE_NAME)
     if fileio.exists(fileio.join(output_dir, manifest.MANIFEST_NAME)):
         old = manifest.read(output_dir)
         previous = {"source": old.data["source"], "settings": old.data["settings"]}
-        if previous == state:
+        if same_conversion(previous, state, labelled=labelled):
             fileio.rmtree(work_dir(output_dir))
             return old
-        _refuse_or_clean(output_dir, previous, state, "a finished conversion", overwrite)
+        _refuse_or_clean(output_dir, previous, state, "a finished conversion", overwrite, labelled)
     elif fileio.exists(state_file):
         previous = json.loads(fileio.read_bytes(state_file))
-        if previous != state:
-            _refuse_or_clean(output_dir, previous, state, "an unfinished conversion", overwrite)
-    elif fileio.isdir(output_dir) and fileio.listdir(output_dir) and not overwrite:
+        if not same_conversion(previous, state, labelled=labelled):
+            _refuse_or_clean(output_dir, previous, state, "an unfinished conversion", overwrite, labelled)
+    elif fileio.isdir(output_dir) and set(fileio.listdir(output_dir)) - {LOCK_NAME} and not overwrite:
         raise ConvertError(
             f"{output_dir!r} is not empty and holds no shardfeed conversion; choose an empty "
             "folder, or pass overwrite=True (--overwrite) to write into it anyway"
         )
     return None
+
+
+def same_conversion(previous: dict[str, Any], state: dict[str, Any], *, labelled: bool = True) -> bool:
+    """Whether two states of the same source describe the same conversion, comparing settings as
+    resolved (the default split spelled out is the default split)."""
+    return _resolved(previous, labelled) == _resolved(state, labelled)
+
+
+def _resolved(state: dict[str, Any], labelled: bool) -> dict[str, Any]:
+    """`state` with an implicit split (None) replaced by the fractions it stands for; a pre-split
+    source has None on both sides, so comparing resolved values is still exact."""
+    settings = dict(state.get("settings", {}))
+    if settings.get("split") is None:
+        settings["split"] = splits.parse_split_spec(splits.DEFAULT_SPLIT if labelled else "test=1")
+    return {**state, "settings": settings}
 
 
 def start(output_dir: str, state: dict[str, Any]) -> None:
@@ -73,27 +91,40 @@ def start(output_dir: str, state: dict[str, Any]) -> None:
 
 
 def _refuse_or_clean(
-    output_dir: str, previous: dict[str, Any], state: dict[str, Any], what: str, overwrite: bool
+    output_dir: str, previous: dict[str, Any], state: dict[str, Any], what: str, overwrite: bool, labelled: bool
 ) -> None:
     if not overwrite:
+        difference = describe_difference(previous, state, labelled=labelled)
         raise ConvertError(
-            f"{output_dir!r} holds {what} with other settings or inputs "
-            f"({describe_difference(previous, state)}); pass overwrite=True (--overwrite) to replace it, "
-            "or choose another output folder"
+            f"{output_dir!r} holds {what} with other settings or inputs ({difference}); pass overwrite=True "
+            "(--overwrite) to replace it, or choose another output folder"
         )
     remove_conversion(output_dir)
 
 
-def describe_difference(previous: dict[str, Any], state: dict[str, Any]) -> str:
-    """What differs between two conversion states, one 'key: old -> new' per setting."""
+def describe_difference(previous: dict[str, Any], state: dict[str, Any], *, labelled: bool = True) -> str:
+    """What differs between two conversion states: 'key: old -> new' for each resolved setting
+    that changed (nested settings by their dotted key), and whether the inputs differ."""
     diffs = []
     if previous.get("source", {}).get("fingerprint") != state["source"]["fingerprint"]:
         diffs.append("the input files differ")
-    old, new = previous.get("settings", {}), state["settings"]
+    old = _flat(_resolved(previous, labelled)["settings"])
+    new = _flat(_resolved(state, labelled)["settings"])
     for key in sorted(set(old) | set(new)):
         if old.get(key) != new.get(key):
             diffs.append(f"{key}: {old.get(key)!r} -> {new.get(key)!r}")
     return "; ".join(diffs) or "different state"
+
+
+def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested setting groups (e.g. image.resize) as dotted keys, so a change names only itself."""
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict) and key == "image":
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def remove_conversion(output_dir: str) -> None:

@@ -249,6 +249,8 @@ def _transcode(data: bytes, fmt: str, claims_jpeg: bool, options: ImageOptions) 
         raise BadImageError(f"corrupt {fmt.upper()}: {e}") from e
     reasons = _conversion_reasons(im, data, fmt, claims_jpeg)
     im = _normalise_mode(ImageOps.exif_transpose(im))
+    if _upscales(im.size, options):
+        reasons.append(UPSCALED)
     im = _apply_transforms(im, options)
     if options.image_format != "keep":
         out_format = options.image_format
@@ -299,6 +301,20 @@ def _normalise_mode(im: Image.Image) -> Image.Image:
         flat = Image.alpha_composite(background, rgba)
         return flat.convert("L" if im.mode in ("LA", "La") else "RGB")
     return im.convert("RGB")
+
+
+UPSCALED = "upscaled: smaller than the centre crop"
+
+
+def _upscales(size: tuple[int, int], options: ImageOptions) -> bool:
+    """Whether the centre crop is larger than the (resized) image, so that it gets upscaled."""
+    if not options.center_crop:
+        return False
+    width, height = size
+    scale = options.resize / min(width, height) if options.resize else 1.0
+    if not options.resize and options.max_size and max(width, height) > options.max_size:
+        scale = options.max_size / max(width, height)
+    return min(width, height) * scale < options.center_crop
 
 
 def _target_size(size: tuple[int, int], options: ImageOptions) -> tuple[int, int] | None:

@@ -41,7 +41,10 @@ def merge_manifest(
             }
         )
     conversions: dict[str, int] = {}
+    formats: dict[str, int] = {}
     for result in results:
+        for name, count in result.formats.items():
+            formats[name] = formats.get(name, 0) + count
         for _, reason in result.converted:
             for part in reason.split(", "):
                 conversions[part] = conversions.get(part, 0) + 1
@@ -55,6 +58,7 @@ def merge_manifest(
         "features": schema.feature_types(discovery.class_names is not None),
         "splits": split_data,
         "conversions": conversions,
+        "image_formats": dict(sorted(formats.items())),
         "num_skipped": len(discovery.skipped) + sum(len(r.skipped) for r in results),
         "num_duplicates": len(duplicates),
         "num_dropped_duplicates": len(dropped),

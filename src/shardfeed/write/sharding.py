@@ -85,13 +85,13 @@ def parse_shard_counts(spec: int | str | dict[str, int] | None) -> int | dict[st
         return spec
     if isinstance(spec, dict):
         counts = dict(spec)
-    elif spec.strip().isdigit():
+    elif re.fullmatch(r"-?\d+", spec.strip()):
         return parse_shard_counts(int(spec))
     else:
         counts = {}
         for part in filter(None, (p.strip() for p in spec.split(","))):
             name, sep, value = part.partition("=")
-            if not sep or not value.strip().isdigit():
+            if not sep or not re.fullmatch(r"-?\d+", value.strip()):
                 raise ValueError(f"shards entry {part!r} must look like split=count, e.g. 'train=16,validation=4'")
             counts[name.strip()] = int(value)
     for name, count in counts.items():

@@ -33,6 +33,7 @@ class ShardResult:
     num_bytes: int = 0
     sha256: str = ""
     class_counts: dict[str, int] = field(default_factory=dict)
+    formats: dict[str, int] = field(default_factory=dict)  # stored image format -> records
     records: list[tuple[str, str]] = field(default_factory=list)  # (key, source sha256)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     converted: list[tuple[str, str]] = field(default_factory=list)
@@ -111,6 +112,7 @@ def write_shard(
             if class_names is not None and item.label >= 0:
                 name = class_names[item.label]
                 result.class_counts[name] = result.class_counts.get(name, 0) + 1
+            result.formats[item.image_format] = result.formats.get(item.image_format, 0) + 1
             if item.conversion:
                 result.converted.append((item.key, item.conversion))
             if item.warning:

@@ -57,6 +57,21 @@ class FolderSource:
         return Discovery(self.kind, self.root, items, self.root, class_names, skipped, presplit)
 
 
+def empty_source_hint(discovery: Discovery) -> str:
+    """What to try when a source yielded no images: a flat folder of `cat.1.jpg`-style names
+    read as a class tree suggests --labels-from filenames."""
+    flat = [key for key, reason in discovery.skipped if reason.startswith("not inside a class folder")]
+    named = [key for key in flat if re.search(DEFAULT_FILENAME_PATTERN, key.rsplit("/", 1)[-1])]
+    if discovery.kind == "folder" and named and len(named) >= len(discovery.skipped) / 2:
+        return (
+            f"; the files sit directly in the folder and their names look like labels ({named[0]}): pass "
+            "--labels-from filenames (FilenameSource) to take the label from the name"
+        )
+    if discovery.skipped:
+        return f"; e.g. {discovery.skipped[0][0]}: {discovery.skipped[0][1]}"
+    return ""
+
+
 class FilenameSource:
     """Flat or nested folder whose file names carry the label (`cat.123.jpg` -> 'cat')."""
 
@@ -101,7 +116,11 @@ class FilenameSource:
 
 
 class CsvSource:
-    """A CSV/TSV list `path,label[,split]` with paths relative to the CSV file."""
+    """A CSV/TSV list `path,label[,split]` with paths relative to the CSV file.
+
+    The delimiter is ',' (tab for .tsv); a header that only splits into the path column on ';',
+    tab or '|' (a spreadsheet export in a ';' locale) is read with that one.
+    """
 
     kind = "csv"
 
@@ -118,12 +137,19 @@ class CsvSource:
         self.label_column = label_column
         self.split_column = split_column
 
+    def _delimiter(self, text: str) -> str:
+        default = "\t" if self.csv_path.lower().endswith(".tsv") else ","
+        header = text.split("\n", 1)[0]
+        for delimiter in (default, ";", "\t", "|"):
+            if self.path_column in (cell.strip() for cell in header.split(delimiter)):
+                return delimiter
+        return default
+
     def discover(self) -> Discovery:
         if not fileio.exists(self.csv_path):
             raise SourceError(f"CSV file {self.csv_path!r} does not exist")
         text = fileio.read_bytes(self.csv_path).decode("utf-8-sig")
-        delimiter = "\t" if self.csv_path.lower().endswith(".tsv") else ","
-        rows = csv.reader(io.StringIO(text), delimiter=delimiter)
+        rows = csv.reader(io.StringIO(text), delimiter=self._delimiter(text))
         header = next(rows, None)
         name = os.path.basename(self.csv_path)
         if header is None:
