@@ -121,6 +121,8 @@ def from_files(path: str | Sequence[str], *, compression: str | None = None) -> 
             files.extend(sorted(globlib.glob(pattern)) or ([pattern] if os.path.isfile(pattern) else []))
     files = [f for f in files if not f.endswith((".idx", ".json", ".txt", ".incomplete"))]
     if not files:
+        if isinstance(path, str) and os.path.isdir(path):
+            raise manifest.not_converted(path)
         raise ValueError(f"no TFRecord files match {path!r}")
     if all(f.lower().endswith(manifest.IMAGE_SUFFIXES) for f in files):
         raise ValueError(f"{path!r} names image files, not TFRecords: convert them first (`shardfeed convert`)")
