@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -56,3 +58,15 @@ def _stderr_closed() -> Iterator[None]:
 def apache_beam() -> Any:
     """The `apache_beam` module."""
     return _import("apache_beam", "pip install 'shardfeed[beam]'")
+
+
+def quiet_tensorflow() -> None:
+    """TensorFlow's start-up and op log lines, Keras' advisory warnings: off unless --verbose.
+
+    Set before TensorFlow is imported (the commands import it lazily), so the C++ logger reads it.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault(QUIET_ENV, "1")
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message=r".*`shuffle=True` was passed.*")
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"keras\..*")

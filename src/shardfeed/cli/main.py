@@ -6,7 +6,6 @@ import argparse
 import logging
 import os
 import sys
-import warnings
 from collections.abc import Sequence
 
 from shardfeed.cli import (
@@ -20,7 +19,7 @@ from shardfeed.cli import (
     verify_cmd,
 )
 from shardfeed.errors import tensorflow_message
-from shardfeed.lazy import QUIET_ENV
+from shardfeed.lazy import quiet_tensorflow
 from shardfeed.version import __version__
 
 SUBCOMMANDS = (convert_cmd, info_cmd, verify_cmd, show_cmd, bench_cmd, train_cmd, evaluate_cmd, predict_cmd)
@@ -70,15 +69,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.error("error: %s", tensorflow_message(e))
             return 1
         raise
-
-
-def quiet_tensorflow() -> None:
-    """TensorFlow's start-up and op log lines, Keras' advisory warnings: off unless --verbose.
-
-    Set before TensorFlow is imported (the commands import it lazily), so the C++ logger reads it.
-    """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    os.environ.setdefault(QUIET_ENV, "1")
-    logging.getLogger("tensorflow").setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", message=r".*`shuffle=True` was passed.*")
-    warnings.filterwarnings("ignore", category=UserWarning, module=r"keras\..*")

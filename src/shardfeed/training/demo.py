@@ -13,6 +13,7 @@ import shutil
 import sys
 import time
 
+from shardfeed.lazy import quiet_tensorflow
 from shardfeed.tools.preview import show
 from shardfeed.tools.verification import verify
 from shardfeed.training.baseline import svc_accuracy
@@ -87,6 +88,7 @@ def run(workdir: str = "demo_out", *, epochs: int = 20) -> int:
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    quiet_tensorflow()
     return run()
 
 
