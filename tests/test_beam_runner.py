@@ -24,6 +24,7 @@ def test_beam_output_is_byte_identical_to_local(odd_tree: Path, tmp_path: Path) 
     )
     assert beam.manifest.data == local.manifest.data
     assert shard_bytes(tmp_path / "beam") == shard_bytes(tmp_path / "local")
+    assert "dataset_info.json" in shard_bytes(tmp_path / "beam")  # the TFDS metadata too
     assert (tmp_path / "beam" / "report.json").read_bytes() == (tmp_path / "local" / "report.json").read_bytes()
     assert not (tmp_path / "beam" / ".shardfeed").exists()
 

@@ -122,6 +122,9 @@ def test_rerun_is_a_no_op_and_other_settings_are_refused(photo_tree: Path, tmp_p
     assert not redone.already_complete and redone.manifest.data["settings"]["seed"] == 5
     names = sorted(p.name for p in out.iterdir())
     assert names == [
+        "dataset_info.json",
+        "features.json",
+        "image.class.label.labels.txt",
         "index",
         "labels.txt",
         "manifest.json",

@@ -53,7 +53,7 @@ def test_source_on_ram_gives_the_same_shards(tf, photo_tree: Path, tmp_path: Pat
         "ram://shardfeed-src/photos", str(tmp_path / "from_ram"), ConvertOptions(shards=2), workers=1, progress=False
     )
     b = convert(str(photo_tree), str(tmp_path / "from_disk"), ConvertOptions(shards=2), workers=1, progress=False)
-    differ = {"manifest.json", "report.json"}  # they name the source folder
+    differ = {"manifest.json", "report.json", "dataset_info.json"}  # they name the source folder
     from_ram = {k: v for k, v in shard_bytes(tmp_path / "from_ram").items() if k not in differ}
     assert from_ram == {k: v for k, v in shard_bytes(tmp_path / "from_disk").items() if k not in differ}
     for m in (a.manifest.data, b.manifest.data):

@@ -13,6 +13,8 @@ readers work on our shards unchanged:
     image/key/sha256   bytes   hex SHA-256 of image/encoded
     image/class/label  int64   class id + label_offset (labelled data only)
     image/class/text   bytes   class name (labelled data only)
+    image/class/synset bytes   class name again, under the key the Inception/ImageNet builder
+                               uses for the WordNet id (its readers require it)
 
 `Schema` says which features a reader takes the image and label from: ours by default, or those
 found in other people's TFRecords (`foreign_schema`).
@@ -34,6 +36,7 @@ FILENAME = "image/filename"
 SHA256 = "image/key/sha256"
 LABEL = "image/class/label"
 TEXT = "image/class/text"
+SYNSET = "image/class/synset"
 
 IMAGE_TYPES = {
     ENCODED: "bytes",
@@ -45,7 +48,7 @@ IMAGE_TYPES = {
     FILENAME: "bytes",
     SHA256: "bytes",
 }
-LABEL_TYPES = {LABEL: "int64", TEXT: "bytes"}
+LABEL_TYPES = {LABEL: "int64", TEXT: "bytes", SYNSET: "bytes"}
 FEATURE_KEYS = (*IMAGE_TYPES, *LABEL_TYPES)
 
 # What other recipes call the dimensions (the Keras/Estimator MNIST examples, TF-slim's 'depth').

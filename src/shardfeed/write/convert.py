@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.errors import ConvertError, SourceError
-from shardfeed.format import fileio, manifest
+from shardfeed.format import fileio, manifest, tfds_metadata
 from shardfeed.format.manifest import Manifest
 from shardfeed.write import dedupe, folder_lock, folder_state, local_runner, merge, shards
 from shardfeed.write.encode import EncodingSpec, SkippedItem
@@ -108,6 +108,9 @@ class ConversionResult:
         note = non_jpeg_note(data.get("image_formats", {}))
         if note:
             lines.append(f"  {note}")
+        no_tfds = tfds_metadata.reason_not_written(data)
+        if no_tfds:
+            lines.append(f"  no TFDS metadata (dataset_info.json): {no_tfds}")
         return "\n".join(lines)
 
 
@@ -252,6 +255,7 @@ class _Conversion:
         data = merge.merge_manifest(state, duplicates, discovery, self.options, results, dropped)
         merge.write_report(self.output_dir, duplicates, discovery, results, dropped)
         manifest.write_labels(self.output_dir, discovery.class_names, self.options.label_offset)
+        tfds_metadata.write(self.output_dir, data)
         manifest.write(self.output_dir, data)
         fileio.rmtree(self.work_dir)
 

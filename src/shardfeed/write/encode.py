@@ -103,6 +103,7 @@ def encode_item(item: Item, spec: EncodingSpec) -> EncodedRecord | SkippedItem:
     if item.label >= 0 and spec.class_names is not None:
         features[schema.LABEL] = item.label + spec.label_offset
         features[schema.TEXT] = spec.class_names[item.label]
+        features[schema.SYNSET] = spec.class_names[item.label]
     data = serialize_example(features)
     return EncodedRecord(item.key, data, item.label, source_sha, prepared.conversion, prepared.warning, prepared.format)
 

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from shardfeed.errors import ConvertError
-from shardfeed.format import fileio, manifest
+from shardfeed.format import fileio, manifest, tfds_metadata
 from shardfeed.write import shards, splits
 from shardfeed.write.folder_lock import LOCK_NAME
 from shardfeed.write.items import Discovery
@@ -140,7 +140,7 @@ def remove_conversion(output_dir: str) -> None:
     for name in fileio.listdir(output_dir):
         if name in names or name.endswith(shards.INCOMPLETE):
             fileio.remove(fileio.join(output_dir, name))
-    for name in (manifest.MANIFEST_NAME, manifest.LABELS_NAME, manifest.REPORT_NAME):
+    for name in (manifest.MANIFEST_NAME, manifest.LABELS_NAME, manifest.REPORT_NAME, *tfds_metadata.FILES):
         fileio.remove(fileio.join(output_dir, name))
     fileio.rmtree(fileio.join(output_dir, shards.INDEX_DIR))
     fileio.rmtree(work_dir(output_dir))

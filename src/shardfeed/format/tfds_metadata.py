@@ -1,0 +1,117 @@
+"""TensorFlow Datasets metadata beside the shards, so `tfds.builder_from_directory(OUT)` reads them.
+
+TFDS opens a folder of TFRecords through three files (what `tfds.folder_dataset.write_metadata`
+writes; see https://www.tensorflow.org/datasets/external_tfrecord):
+
+    dataset_info.json                 file format, shard name template, shard lengths and bytes per split
+    features.json                     a FeaturesDict: image/encoded as an Image, the label as a
+                                      ClassLabel, the other keys as Text / int64 Scalars
+    image.class.label.labels.txt      the ClassLabel's names, one per line
+
+They are written here from the manifest, as canonical JSON, without importing TFDS (the
+conversion path stays TensorFlow-free), so a conversion, its Beam twin and a resumed one write
+the same bytes. Folders TFDS cannot read as they are (gzip shards, raw-pixel records, shard
+names outside its `{SPLIT}-{SHARD_X_OF_Y}` scheme) get none, and `reason_not_written` says why.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from shardfeed.format import fileio, schema
+
+INFO_NAME = "dataset_info.json"
+FEATURES_NAME = "features.json"
+LABELS_NAME = schema.LABEL.replace("/", ".") + ".labels.txt"
+FILES = (INFO_NAME, FEATURES_NAME, LABELS_NAME)
+DEFAULT_TEMPLATE = "{split}-{shard:05d}-of-{num_shards:05d}"
+TFDS_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}"
+_FEATURES = "tensorflow_datasets.core.features."
+
+
+def reason_not_written(data: dict[str, Any]) -> str | None:
+    """Why a manifest's folder gets no TFDS metadata, or None when it does."""
+    settings = data["settings"]
+    if settings.get("compression"):
+        return "TFDS does not read gzip-compressed TFRecords"
+    if settings.get("name_template", DEFAULT_TEMPLATE) != DEFAULT_TEMPLATE:
+        return f"shard names {settings['name_template']!r} are not TFDS's {TFDS_TEMPLATE}"
+    if "RAW" in data.get("image_formats", {}):
+        return "raw-pixel records are not an image TFDS can decode (convert with --array-encoding png)"
+    return None
+
+
+def write(output_dir: str, data: dict[str, Any]) -> bool:
+    """Writes the three files for the folder `data` (a manifest) describes; False when skipped."""
+    if reason_not_written(data) is not None:
+        return False
+    name = _dataset_name(data)
+    fileio.write_text_atomic(fileio.join(output_dir, INFO_NAME), _dumps(dataset_info(data, name)))
+    fileio.write_text_atomic(fileio.join(output_dir, FEATURES_NAME), _dumps(features(data)))
+    if data["labels"] is not None:
+        fileio.write_text_atomic(fileio.join(output_dir, LABELS_NAME), "\n".join(class_names(data)) + "\n")
+    return True
+
+
+def dataset_info(data: dict[str, Any], name: str) -> dict[str, Any]:
+    """dataset_info.json: the DatasetInfo proto as JSON (int64 fields as strings, as protobuf does)."""
+    splits = [
+        {
+            "filepathTemplate": TFDS_TEMPLATE,
+            "name": split,
+            "numBytes": str(info["num_bytes"]),
+            "shardLengths": [str(shard["num_records"]) for shard in info["shards"]],
+        }
+        for split, info in data["splits"].items()
+    ]
+    source = data["source"]
+    description = f"Converted by {data['created_by']} from a {source['kind']} source ({source['num_inputs']} inputs)."
+    return {"description": description, "fileFormat": "tfrecord", "name": name, "splits": splits, "version": "1.0.0"}
+
+
+def features(data: dict[str, Any]) -> dict[str, Any]:
+    """features.json: our record keys as TFDS feature connectors."""
+    formats = data.get("image_formats", {})
+    encoding = "jpeg" if formats.get("JPEG", 0) >= sum(formats.values()) / 2 else "png"
+    connectors: dict[str, Any] = {}
+    for key, kind in data["features"].items():
+        if key == schema.ENCODED:
+            image = {"dtype": "uint8", "encodingFormat": encoding, "shape": {"dimensions": ["-1", "-1", "3"]}}
+            connectors[key] = {"image": image, "pythonClassName": _FEATURES + "image_feature.Image"}
+        elif key == schema.LABEL:
+            connectors[key] = {
+                "classLabel": {"numClasses": str(len(class_names(data)))},
+                "pythonClassName": _FEATURES + "class_label_feature.ClassLabel",
+            }
+        elif kind == "bytes":
+            connectors[key] = {"pythonClassName": _FEATURES + "text_feature.Text", "text": {}}
+        else:
+            tensor: dict[str, Any] = {
+                "dtype": "int64" if kind == "int64" else "float32",
+                "encoding": "none",
+                "shape": {},
+            }
+            connectors[key] = {"pythonClassName": _FEATURES + "scalar.Scalar", "tensor": tensor}
+    return {
+        "featuresDict": {"features": connectors},
+        "pythonClassName": _FEATURES + "features_dict.FeaturesDict",
+    }
+
+
+def class_names(data: dict[str, Any]) -> list[str]:
+    """The ClassLabel names: ours at their stored ids (placeholders below a label offset)."""
+    offset = int(data.get("label_offset", 0))
+    return [f"unused_{i}" for i in range(offset)] + list(data["labels"] or [])
+
+
+def _dataset_name(data: dict[str, Any]) -> str:
+    """A TFDS-valid dataset name (snake_case) from the source folder's name."""
+    base = re.split(r"[\\/]", str(data["source"]["path"]).rstrip("/\\"))[-1]
+    name = re.sub(r"[^a-z0-9]+", "_", re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", base).lower()).strip("_")
+    return name if name and name[0].isalpha() else f"shardfeed_{name or 'dataset'}"
+
+
+def _dumps(value: dict[str, Any]) -> str:
+    return json.dumps(value, indent=2, sort_keys=True) + "\n"
