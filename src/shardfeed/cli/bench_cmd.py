@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from shardfeed.read.options import SHUFFLES, ReadConfig
@@ -27,24 +28,50 @@ def register(sub: Any) -> None:
         metavar="SRC",
         help="also measure image_dataset_from_directory on SRC and the in-memory decode ceiling, and print ratios",
     )
+    p.add_argument(
+        "--model",
+        metavar="RUN_DIR_OR_MODEL",
+        help="also time this model's training step on one in-memory batch and say whether input is the bottleneck",
+    )
+    p.add_argument("--service", help="read through a tf.data service dispatcher, grpc://HOST:PORT (shardfeed serve)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    net = _model(args.model) if args.model else None
+    image_size = tuple(net.input_shape[1:3]) if net is not None else args.image_size
+    read = ReadConfig(shuffle=args.shuffle)
     result = bench(
         args.path,
         split=args.split,
         batch_size=args.batch_size,
-        image_size=args.image_size,
+        image_size=image_size,
         training=args.training,
         epochs=args.epochs,
         compare_folder=args.compare_folder,
         augment=args.augment,
-        read=ReadConfig(shuffle=args.shuffle),
+        read=read,
+        service=args.service,
     )
+    if net is not None:
+        from shardfeed.read.dataset import load
+        from shardfeed.tools.bottleneck import model_rate, verdict
+
+        ds = load(args.path, split=args.split, batch_size=args.batch_size, image_size=image_size, training=True)
+        rate = model_rate(net, next(iter(ds)))
+        result["model"] = {"images_per_second": rate, "source": args.model}
+        result["verdict"] = verdict(result["shardfeed"]["images_per_second"], rate)
     print(json.dumps(result, indent=2) if args.json else format_bench(result))
     return 0
+
+
+def _model(run_or_file: str) -> Any:
+    """The model of a run folder (its model.keras) or a .keras file."""
+    from shardfeed.training.models import load_model
+    from shardfeed.training.run_config import model_path
+
+    return load_model(model_path(run_or_file) if os.path.isdir(run_or_file) else run_or_file)
 
 
 def format_bench(result: dict[str, Any]) -> str:
@@ -60,4 +87,7 @@ def format_bench(result: dict[str, Any]) -> str:
             lines.append(line(name, result[key]))
     for key, ratio in result.get("ratios", {}).items():
         lines.append(f"ratio {key}: {ratio:.2f}x")
+    if "verdict" in result:
+        lines.append(f"model training step (one batch in memory) {result['model']['images_per_second']:8.0f} img/s")
+        lines.append(result["verdict"])
     return "\n".join(lines)

@@ -14,6 +14,7 @@ from shardfeed.cli import (
     evaluate_cmd,
     info_cmd,
     predict_cmd,
+    serve_cmd,
     show_cmd,
     train_cmd,
     verify_cmd,
@@ -22,7 +23,7 @@ from shardfeed.errors import tensorflow_message
 from shardfeed.lazy import quiet_tensorflow
 from shardfeed.version import __version__
 
-SUBCOMMANDS = (convert_cmd, info_cmd, verify_cmd, show_cmd, bench_cmd, train_cmd, evaluate_cmd, predict_cmd)
+SUBCOMMANDS = (convert_cmd, info_cmd, verify_cmd, show_cmd, bench_cmd, train_cmd, evaluate_cmd, predict_cmd, serve_cmd)
 log = logging.getLogger("shardfeed")
 
 

@@ -51,6 +51,9 @@ def register(sub: Any) -> None:
     p.add_argument("--mixed-precision", action="store_true", help="float16 compute (GPUs with tensor cores)")
     p.add_argument("--weights", help="local weights file to start from")
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
+    p.add_argument(
+        "--service", help="read through a tf.data service dispatcher, grpc://HOST:PORT (see `shardfeed serve`)"
+    )
     p.add_argument("--train-split", help=f"default {TrainOptions.train_split}")
     p.add_argument(
         "--validation-split",
@@ -81,6 +84,8 @@ def summary(metrics: dict[str, Any]) -> str:
         )
     else:
         lines.append("  validation: none (no validation split)")
+    if metrics.get("input_verdict"):
+        lines.append(f"  input: {metrics['input_verdict']}")
     if "accuracy" in metrics:
         lines.append(
             f"  training images: accuracy {metrics['train_accuracy_inference']:.4f} in inference mode, "

@@ -22,6 +22,7 @@ from typing import Any
 from shardfeed.format.schema import FILENAME, Schema
 from shardfeed.lazy import tensorflow
 from shardfeed.read import index_pipeline, options, shard_pipeline, shardset
+from shardfeed.read import service as service_lib
 from shardfeed.read.augment import Augment, resolve_augment
 from shardfeed.read.decode import Preprocess, batch_decoder, feature_spec
 from shardfeed.read.options import DecodeConfig, ReadConfig
@@ -41,6 +42,7 @@ def load(
     read: ReadConfig | None = None,
     decode: DecodeConfig | None = None,
     input_context: Any = None,
+    service: str | None = None,
 ) -> Any:
     """A dataset of (images, labels) batches (images only for unlabeled data).
 
@@ -57,6 +59,9 @@ def load(
         read: which records, in what order (`ReadConfig`: shuffle, workers, resume point, ...).
         decode: how records become pixels (`DecodeConfig`: channels, dtype, crop, ...).
         input_context: a `tf.distribute.InputContext`; assigns this input pipeline its share.
+        service: a tf.data service dispatcher, "grpc://HOST:PORT" (`shardfeed serve`): the
+            pipeline runs on its workers, in `read.service_mode` (read/service.py). The order is
+            then not reproducible, and the dataset's cardinality is unknown.
 
     Raises:
         ValueError: bad option, missing split (lists the splits), unknown feature (lists those
@@ -68,6 +73,8 @@ def load(
     training = _is_training(split, training)
     if (read.epoch or read.start_step) and seed is None:
         raise ValueError("epoch and start_step need a seed: the order must be the one the interrupted run saw")
+    if service is not None:
+        service_lib.check_options(service, read, decode)
     shards, schema = _open(path, split, read)
     if input_context is not None:
         read = dataclasses.replace(
@@ -89,7 +96,11 @@ def load(
             shards, read, training=training, seed=seed, deterministic=deterministic, repeat=repeat
         )
     preprocess = Preprocess(size, resolve_augment(augment, training), decode)
-    return _batched(ds, num_records, schema, preprocess, read, batch_size, training, deterministic, repeat)
+    known_length = not repeat and service is None
+    ds = _batched(ds, num_records, schema, preprocess, read, batch_size, training, deterministic, known_length)
+    if service is not None:
+        ds = service_lib.distribute(ds, service, read.service_mode)
+    return ds.prefetch(tensorflow().data.AUTOTUNE)
 
 
 def _batched(
@@ -101,9 +112,10 @@ def _batched(
     batch_size: int,
     training: bool,
     deterministic: bool,
-    repeat: bool,
+    known_length: bool,
 ) -> Any:
-    """The shared tail: (record, seed) elements -> decoded, prefetched batches."""
+    """The shared tail: (record, seed) elements -> decoded batches (of a known count when
+    `known_length`: one pass, not repeated, not split across service workers)."""
     tf = tensorflow()
     filter_fn, map_fn = read.filter_fn, preprocess.config.map_fn
     if filter_fn is not None:
@@ -115,13 +127,12 @@ def _batched(
     if map_fn is not None:
         ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     # A resumed pass (start_step) is shorter than the full epochs that later passes read.
-    if not repeat and filter_fn is None and not read.skip_corrupt and not read.start_step:
+    if known_length and filter_fn is None and not read.skip_corrupt and not read.start_step:
         ds = ds.apply(tf.data.experimental.assert_cardinality(_batch_count(num_records, batch_size, drop_remainder)))
     opts = tf.data.Options()
     opts.deterministic = deterministic
     opts.experimental_optimization.map_parallelization = True
-    ds = ds.with_options(opts)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return ds.with_options(opts)
 
 
 def steps_per_epoch(

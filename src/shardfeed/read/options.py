@@ -20,6 +20,7 @@ DEFAULT_SHUFFLE_BUFFER = 4096  # serialized records: ~4096 x 110 KB = 450 MB at 
 DTYPES = ("uint8", "float32")
 DCT_METHODS = ("INTEGER_FAST", "INTEGER_ACCURATE", "")
 COMPRESSIONS = (None, "gzip")
+SERVICE_MODES = ("distributed_epoch", "parallel_epochs", "file", "data", "file_or_data", "hint")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,9 @@ class ReadConfig:
         filter_fn: predicate on one record's parsed features (a dict of tensors); False drops it.
         image_key, label_key: feature names in other people's TFRecords (label_key='' for none).
         compression: 'gzip' for compressed foreign files (ours say so in their manifest).
+        service_mode: with `load(service=...)`, the tf.data service processing mode:
+            'distributed_epoch' (default: each record once per epoch across the workers),
+            'parallel_epochs', 'file', 'data', 'file_or_data', 'hint' (see read/service.py).
 
     Reading by index (shuffle='global' or `even`) needs uncompressed shards of a converted folder
     and rejects `cache`, `skip_corrupt` and (with the global order) `shuffle_buffer`.
@@ -68,6 +72,7 @@ class ReadConfig:
     image_key: str | None = None
     label_key: str | None = None
     compression: str | None = None
+    service_mode: str = "distributed_epoch"
 
     def __post_init__(self) -> None:
         if self.shuffle is not None and self.shuffle not in SHUFFLES:
@@ -88,6 +93,8 @@ class ReadConfig:
                 f"worker_index must be in 0..{self.num_workers - 1} for {self.num_workers} workers, "
                 f"got {self.worker_index}"
             )
+        if self.service_mode not in SERVICE_MODES:
+            raise ValueError(f"service_mode must be one of {list(SERVICE_MODES)}, got {self.service_mode!r}")
         if self.compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {list(COMPRESSIONS)}, got {self.compression!r}")
         self._check_by_index()

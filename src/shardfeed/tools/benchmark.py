@@ -114,10 +114,11 @@ def bench(
     compare_folder: str | None = None,
     augment: bool | None = None,
     read: ReadConfig | None = None,
+    service: str | None = None,
 ) -> dict[str, Any]:
     """Measures `load` on converted shards; with `compare_folder`, the baselines too, and ratios.
 
-    `augment` and `read` are passed to `load` (see there).
+    `augment`, `read` and `service` are passed to `load` (see there).
 
     Returns:
         {'shardfeed': Throughput dict, 'settings': ..., and with compare_folder
@@ -128,7 +129,16 @@ def bench(
     read = read or ReadConfig()
     size = options.image_size(image_size)
     training = (split == "train") if training is None else training
-    ds = load(path, split=split, batch_size=batch_size, image_size=size, training=training, augment=augment, read=read)
+    ds = load(
+        path,
+        split=split,
+        batch_size=batch_size,
+        image_size=size,
+        training=training,
+        augment=augment,
+        read=read,
+        service=service,
+    )
     ours = measure(ds.repeat(epochs))
     result: dict[str, Any] = {
         "settings": {
@@ -140,6 +150,7 @@ def bench(
             "epochs": epochs,
             "shuffle": read.order,
             "cores": os.cpu_count(),
+            "service": service,
         },
         "shardfeed": ours.as_dict(),
     }

@@ -47,6 +47,8 @@ class TrainOptions:
             resumed run continues the same sequence of epoch orders). See `ReadConfig`.
         save_every: with shuffle='global', also snapshot every this many steps, so that a resumed
             run continues mid-epoch at exactly the next batch (`fit_resumable`).
+        service: read the training data through a tf.data service dispatcher, "grpc://HOST:PORT"
+            (`shardfeed serve`): decoding and augmentation run on its workers.
     """
 
     model: str = "small_cnn"
@@ -63,6 +65,7 @@ class TrainOptions:
     validation_split: str | None = AUTO
     shuffle: str = "buffer"
     save_every: int | None = None
+    service: str | None = None
 
     def __post_init__(self) -> None:
         if self.augment not in (AUTO, *AUGMENT_PRESETS):
@@ -125,6 +128,7 @@ class TrainConfig:
         """The record of a run on `data` with `options` (validation split as resolved)."""
         fields = asdict(options)
         del fields["save_every"]  # how the run was checkpointed, not what it trained
+        del fields["service"]  # where the input pipeline ran, likewise
         fields.update(
             data=os.path.abspath(data),
             image_size=(options.image_size, options.image_size),

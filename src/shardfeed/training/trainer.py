@@ -27,6 +27,7 @@ from shardfeed.lazy import tensorflow
 from shardfeed.read.dataset import load, steps_per_epoch
 from shardfeed.read.options import ReadConfig
 from shardfeed.training.augment_choice import choose_augment
+from shardfeed.training.input_probe import PROBE_BATCHES, input_probe
 from shardfeed.training.models import build_model, load_model
 from shardfeed.training.resume import STATE_NAME, fit_resumable, read_resume_point
 from shardfeed.training.run_config import AUTO, TrainConfig, TrainOptions, write_status
@@ -100,10 +101,12 @@ def _train(
         return _compiled(keras, config, options, weights, epochs_steps=options.epochs * steps)
 
     callbacks = _callbacks(keras, out, monitor="val_accuracy" if val_ds is not None else "accuracy", resume=resume)
+    probe = input_probe(lambda: _train_dataset(data, options, initial_epoch), min(steps, PROBE_BATCHES))
+    callbacks.append(probe)
     fit: dict[str, Any] = {"validation_data": val_ds, "callbacks": callbacks, "verbose": verbose}
     start = time.monotonic()
     net = _fit(build, data, out, options, fit, resume=resume, initial_epoch=initial_epoch, steps=steps)
-    seconds = time.monotonic() - start
+    seconds = time.monotonic() - start - probe.seconds
     net.save(os.path.join(out, "model.keras"))
     trained = max((options.epochs - initial_epoch) * steps - initial_step, 0)  # steps
     metrics = {
@@ -117,6 +120,7 @@ def _train(
         "seconds": seconds,
         "train_images_per_second": trained * options.batch_size / seconds if seconds and trained else 0.0,
         "steps_per_epoch": steps,
+        "input_verdict": probe.verdict,
     }
     with open(os.path.join(out, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
@@ -284,6 +288,7 @@ def _train_dataset(data: str, options: TrainOptions, initial_epoch: int) -> Any:
         repeat=True,
         read=read,
         decode=options.decode,
+        service=options.service,
     )
 
 

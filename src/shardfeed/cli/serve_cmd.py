@@ -1,0 +1,42 @@
+"""`shardfeed serve dispatcher|worker`: run a tf.data service server until Ctrl-C / SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+log = logging.getLogger("shardfeed")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="run a tf.data service dispatcher or worker (decode on other machines)",
+        description="TensorFlow's tf.data service servers. They have NO authentication and listen on all "
+        "interfaces: run them on a private network or behind a firewall.",
+    )
+    roles = p.add_subparsers(dest="role", required=True, metavar="ROLE")
+    d = roles.add_parser("dispatcher", help="the coordinator trainers and workers connect to")
+    d.add_argument("--port", type=int, default=5050, help="default 5050 (0: any free port)")
+    d.add_argument("--work-dir", help="journal its state here, so that a restarted dispatcher resumes")
+    w = roles.add_parser("worker", help="runs input pipelines for the dispatcher's jobs")
+    w.add_argument("--dispatcher", required=True, help="HOST:PORT of the dispatcher")
+    w.add_argument("--port", type=int, default=0, help="default: any free port")
+    w.add_argument("--worker-address", help="HOST:PORT trainers use to reach this worker (default localhost:PORT)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from shardfeed.tools.data_service import SECURITY_NOTE, address, serve_forever, start_dispatcher, start_worker
+
+    if args.role == "dispatcher":
+        server = start_dispatcher(args.port, work_dir=args.work_dir)
+        what = "dispatcher"
+    else:
+        server = start_worker(args.dispatcher, args.port, worker_address=args.worker_address)
+        what = f"worker (for {args.dispatcher})"
+    log.info("serving tf.data %s at %s (Ctrl-C to stop)\nwarning: %s", what, address(server), SECURITY_NOTE)
+    serve_forever(server)
+    log.info("stopped")
+    return 0
