@@ -57,3 +57,23 @@ def test_bench_measures_global_shuffle_over_epochs(photo_tree: Path, tmp_path: P
     )
     data = json.loads(done.stdout)
     assert data["settings"]["shuffle"] == "global" and data["shardfeed"]["batches"] == 2 * 11 - 2
+
+
+def test_bench_with_a_model_says_which_side_limits_training(digits_tree: Path, tmp_path: Path) -> None:
+    from shardfeed.training.models import build_model
+
+    out = tmp_path / "out"
+    convert(str(digits_tree), str(out), ConvertOptions(shards=2), workers=1, progress=False)
+    model_file = tmp_path / "m.keras"
+    build_model("small_cnn", [str(i) for i in range(10)], (24, 24)).save(model_file)
+    done = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "bench", str(out), "--model", str(model_file), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["settings"]["image_size"] == [24, 24]  # taken from the model's input
+    assert result["model"]["images_per_second"] > 0
+    assert result["verdict"].split(":")[0] in ("input-bound", "model-bound", "balanced")

@@ -159,6 +159,7 @@ def test_cli_trains_with_global_shuffle(
     assert run["shuffle"] == "global" and run["augment"] == "light"  # auto: 24-px digits
     assert "augment: light, chosen for small images (median shorter side 24 px" in caplog.text
     assert "(inference mode)" in caplog.text and "while fitting" in caplog.text
+    assert "after the first epoch: " in caplog.text and "images/s" in caplog.text  # input vs model verdict
     assert json.loads((out / "metrics.json").read_text())["val_accuracy"] > 0.3  # chance is 0.1
 
 

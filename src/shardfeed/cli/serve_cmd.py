@@ -20,6 +20,7 @@ def register(sub: Any) -> None:
     d = roles.add_parser("dispatcher", help="the coordinator trainers and workers connect to")
     d.add_argument("--port", type=int, default=5050, help="default 5050 (0: any free port)")
     d.add_argument("--work-dir", help="journal its state here, so that a restarted dispatcher resumes")
+    d.add_argument("--worker-timeout", type=float, metavar="SECONDS", help="a worker silent this long counts as gone")
     w = roles.add_parser("worker", help="runs input pipelines for the dispatcher's jobs")
     w.add_argument("--dispatcher", required=True, help="HOST:PORT of the dispatcher")
     w.add_argument("--port", type=int, default=0, help="default: any free port")
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from shardfeed.tools.data_service import SECURITY_NOTE, address, serve_forever, start_dispatcher, start_worker
 
     if args.role == "dispatcher":
-        server = start_dispatcher(args.port, work_dir=args.work_dir)
+        server = start_dispatcher(args.port, work_dir=args.work_dir, worker_timeout=args.worker_timeout)
         what = "dispatcher"
     else:
         server = start_worker(args.dispatcher, args.port, worker_address=args.worker_address)

@@ -27,11 +27,17 @@ SECURITY_NOTE = (
 )
 
 
-def start_dispatcher(port: int = 0, *, work_dir: str | None = None) -> Any:
+def start_dispatcher(port: int = 0, *, work_dir: str | None = None, worker_timeout: float | None = None) -> Any:
     """A started DispatchServer; with `work_dir`, fault tolerant (its journal lets a restarted
-    dispatcher resume the jobs it was running)."""
+    dispatcher resume the jobs it was running); `worker_timeout`: seconds without a heartbeat
+    before a worker counts as gone (TF's default otherwise)."""
     service = tensorflow().data.experimental.service
-    config = service.DispatcherConfig(port=port, work_dir=work_dir, fault_tolerant_mode=work_dir is not None)
+    config = service.DispatcherConfig(
+        port=port,
+        work_dir=work_dir,
+        fault_tolerant_mode=work_dir is not None,
+        worker_timeout_ms=int(worker_timeout * 1000) if worker_timeout else None,
+    )
     return service.DispatchServer(config)
 
 

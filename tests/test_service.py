@@ -1,0 +1,156 @@
+"""The tf.data service through our CLI: a dispatcher and two workers as real processes on loopback
+ports (TF's servers listen on every interface and offer no bind address, so the tests only ever
+connect through localhost and pick free ports)."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shardfeed import ConvertOptions, ReadConfig, convert, load, read_manifest
+
+tf = pytest.importorskip("tensorflow")
+
+
+def start(*args: str) -> tuple[subprocess.Popen[str], str]:
+    """`shardfeed serve ...` in its own process; returns it and the address it prints."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardfeed", "serve", *args], stderr=subprocess.PIPE, text=True, bufsize=1
+    )
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stderr], [], [], 1.0)
+        if ready:
+            line = proc.stderr.readline()
+            if line.startswith("serving tf.data"):
+                return proc, line.split(" at ")[1].split()[0]
+        if proc.poll() is not None:
+            raise AssertionError(f"serve exited with {proc.returncode}: {proc.stderr.read()}")
+    proc.kill()
+    raise AssertionError("serve did not start within 120 s")
+
+
+@pytest.fixture(scope="module")
+def data(digits_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("service") / "out"
+    convert(str(digits_tree), str(out), ConvertOptions(shards=6), workers=1, progress=False)
+    return out
+
+
+@pytest.fixture
+def cluster() -> Iterator[tuple[str, list[subprocess.Popen[str]]]]:
+    dispatcher, address = start("dispatcher", "--port", "0")
+    workers = [start("worker", "--dispatcher", address.split("://")[1])[0] for _ in range(2)]
+    procs = [dispatcher, *workers]
+    yield address, procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _names(ds: object) -> list[str]:
+    return [name.decode() for batch in ds for name in batch[-1].numpy()]  # type: ignore[attr-defined]
+
+
+def test_an_epoch_delivers_every_record_once_and_the_next_is_reshuffled(
+    data: Path, cluster: tuple[str, list[subprocess.Popen[str]]]
+) -> None:
+    address, _ = cluster
+    expected = read_manifest(str(data)).split("validation").num_records
+    read = ReadConfig(with_filenames=True)
+    ds = load(str(data), split="validation", batch_size=8, image_size=16, training=False, read=read, service=address)
+    first = _names(ds)
+    assert len(first) == expected and len(set(first)) == expected
+    train = load(str(data), split="train", batch_size=8, image_size=16, read=read, service=address)
+    one, two = _names(train), _names(train)
+    assert Counter(one) == Counter(two) and one != two  # same records (remainders dropped per worker), new order
+
+
+def test_a_killed_worker_that_comes_back_lets_the_epoch_finish(data: Path, tmp_path: Path) -> None:
+    """TF's semantics, measured: after a worker dies (SIGKILL) the trainer waits for it; once a
+    worker is back at the same address the epoch finishes, without the records the dead one held
+    (at most once). A worker that never comes back leaves the trainer waiting: run workers under a
+    supervisor that restarts them (docs/scaling.md)."""
+    dispatcher, address = start("dispatcher", "--port", "0")
+    host_port = address.split("://")[1]
+    ports = [str(_free_port()), str(_free_port())]
+    workers = [start("worker", "--dispatcher", host_port, "--port", port)[0] for port in ports]
+    procs = [dispatcher, *workers]
+    try:
+        reader = subprocess.Popen(
+            [sys.executable, "-c", READER, str(data), address],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert reader.stdout is not None
+        assert reader.stdout.readline().strip() == "started"
+        workers[0].send_signal(signal.SIGKILL)  # one worker dies mid-epoch
+        workers[0].wait()
+        procs.append(start("worker", "--dispatcher", host_port, "--port", ports[0])[0])  # and is restarted
+        out, err = reader.communicate(timeout=240)
+        assert reader.returncode == 0, err[-2000:]
+        names = out.split()[2:]
+        total = read_manifest(str(data)).split("train").num_records
+        assert 8 <= len(names) <= total and len(set(names)) == len(names)  # at most once
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+READER = """import sys, time
+from shardfeed import load, ReadConfig
+ds = load(sys.argv[1], split='train', batch_size=4, image_size=16, training=False,
+          read=ReadConfig(with_filenames=True), service=sys.argv[2])
+names = []
+for batch in ds:
+    names += [n.decode() for n in batch[-1].numpy()]
+    if len(names) == 8:
+        print('started', flush=True)
+    time.sleep(0.02)
+print('done', len(names), *names, flush=True)
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_servers_stop_on_signals_and_leave_no_process(sig: int) -> None:
+    dispatcher, address = start("dispatcher", "--port", "0")
+    worker, _ = start("worker", "--dispatcher", address.split("://")[1])
+    for proc in (worker, dispatcher):
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) == 0
+        assert proc.stderr is not None and "stopped" in proc.stderr.read()
+    for proc in (worker, dispatcher):
+        with pytest.raises(ProcessLookupError):
+            os.kill(proc.pid, 0)
+
+
+def test_options_the_service_cannot_run_are_refused(data: Path) -> None:
+    service = "grpc://localhost:1"
+    with pytest.raises(ValueError, match=r"shuffle='global' .* use shuffle='buffer'"):
+        load(str(data), read=ReadConfig(shuffle="global"), seed=0, service=service)
+    with pytest.raises(ValueError, match=r"filter_fn= is a Python callable"):
+        load(str(data), read=ReadConfig(filter_fn=lambda f: True), service=service)
+    with pytest.raises(ValueError, match="service_mode must be one of"):
+        ReadConfig(service_mode="everywhere")
