@@ -69,7 +69,10 @@ def test_an_epoch_delivers_every_record_once_and_the_next_is_reshuffled(
     address, _ = cluster
     expected = read_manifest(str(data)).split("validation").num_records
     read = ReadConfig(with_filenames=True)
-    ds = load(str(data), split="validation", batch_size=8, image_size=16, training=False, read=read, service=address)
+    uncompressed = ReadConfig(with_filenames=True, service_compress=False)
+    ds = load(
+        str(data), split="validation", batch_size=8, image_size=16, training=False, read=uncompressed, service=address
+    )
     first = _names(ds)
     assert len(first) == expected and len(set(first)) == expected
     train = load(str(data), split="train", batch_size=8, image_size=16, read=read, service=address)

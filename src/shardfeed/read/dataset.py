@@ -99,7 +99,7 @@ def load(
     known_length = not repeat and service is None
     ds = _batched(ds, num_records, schema, preprocess, read, batch_size, training, deterministic, known_length)
     if service is not None:
-        ds = service_lib.distribute(ds, service, read.service_mode)
+        ds = service_lib.distribute(ds, service, read.service_mode, compress=read.service_compress)
     return ds.prefetch(tensorflow().data.AUTOTUNE)
 
 

@@ -51,6 +51,9 @@ class ReadConfig:
         service_mode: with `load(service=...)`, the tf.data service processing mode:
             'distributed_epoch' (default: each record once per epoch across the workers),
             'parallel_epochs', 'file', 'data', 'file_or_data', 'hint' (see read/service.py).
+        service_compress: snappy-compress batches between workers and trainer (TF's default);
+            False on fast networks saves that CPU on both ends (1.2x the images/s measured on
+            loopback at 224 px, where a batch of 64 is 9.6 MB either way).
 
     Reading by index (shuffle='global' or `even`) needs uncompressed shards of a converted folder
     and rejects `cache`, `skip_corrupt` and (with the global order) `shuffle_buffer`.
@@ -73,6 +76,7 @@ class ReadConfig:
     label_key: str | None = None
     compression: str | None = None
     service_mode: str = "distributed_epoch"
+    service_compress: bool = True
 
     def __post_init__(self) -> None:
         if self.shuffle is not None and self.shuffle not in SHUFFLES:

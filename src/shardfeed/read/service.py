@@ -48,8 +48,9 @@ def check_options(service: str, read: ReadConfig, decode: DecodeConfig) -> None:
         raise ValueError("cache= would cache on each worker separately; drop cache= when reading through a service")
 
 
-def distribute(ds: Any, service: str, mode: str) -> Any:
-    """`ds` run by the service at `service` in processing mode `mode` (see the module docstring)."""
+def distribute(ds: Any, service: str, mode: str, *, compress: bool = True) -> Any:
+    """`ds` run by the service at `service` in processing mode `mode` (see the module docstring);
+    batches travel snappy-compressed unless `compress` is False."""
     tf = tensorflow()
     address = service if "://" in service else f"grpc://{service}"
     policy = tf.data.experimental.service.ShardingPolicy
@@ -61,4 +62,8 @@ def distribute(ds: Any, service: str, mode: str) -> Any:
         "file_or_data": policy.FILE_OR_DATA,
         "hint": policy.HINT,
     }
-    return ds.apply(tf.data.experimental.service.distribute(processing_mode=policies[mode], service=address))
+    return ds.apply(
+        tf.data.experimental.service.distribute(
+            processing_mode=policies[mode], service=address, compression="AUTO" if compress else None
+        )
+    )
