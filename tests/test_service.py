@@ -157,3 +157,32 @@ def test_options_the_service_cannot_run_are_refused(data: Path) -> None:
         load(str(data), read=ReadConfig(filter_fn=lambda f: True), service=service)
     with pytest.raises(ValueError, match="service_mode must be one of"):
         ReadConfig(service_mode="everywhere")
+
+
+def test_a_restarted_dispatcher_resumes_from_its_journal(data: Path, tmp_path: Path) -> None:
+    port = str(_free_port())
+    journal = str(tmp_path / "journal")
+    dispatcher, address = start("dispatcher", "--port", port, "--work-dir", journal)
+    worker, _ = start("worker", "--dispatcher", f"localhost:{port}")
+    procs = [dispatcher, worker]
+    try:
+        reader = subprocess.Popen(
+            [sys.executable, "-c", READER, str(data), address],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert reader.stdout is not None
+        assert reader.stdout.readline().strip() == "started"
+        dispatcher.send_signal(signal.SIGKILL)
+        dispatcher.wait()
+        procs.append(start("dispatcher", "--port", port, "--work-dir", journal)[0])
+        out, err = reader.communicate(timeout=240)
+        assert reader.returncode == 0, err[-2000:]
+        names = out.split()[2:]
+        assert len(names) == len(set(names)) == read_manifest(str(data)).split("train").num_records
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
