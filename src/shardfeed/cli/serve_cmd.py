@@ -29,15 +29,16 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shardfeed.tools.data_service import SECURITY_NOTE, address, serve_forever, start_dispatcher, start_worker
+    from shardfeed.tools import data_service as ds
 
-    if args.role == "dispatcher":
-        server = start_dispatcher(args.port, work_dir=args.work_dir, worker_timeout=args.worker_timeout)
-        what = "dispatcher"
-    else:
-        server = start_worker(args.dispatcher, args.port, worker_address=args.worker_address)
-        what = f"worker (for {args.dispatcher})"
-    log.info("serving tf.data %s at %s (Ctrl-C to stop)\nwarning: %s", what, address(server), SECURITY_NOTE)
-    serve_forever(server)
+    with ds.stop_on_signals() as stop:
+        if args.role == "dispatcher":
+            server = ds.start_dispatcher(args.port, work_dir=args.work_dir, worker_timeout=args.worker_timeout)
+            what = "dispatcher"
+        else:
+            server = ds.start_worker(args.dispatcher, args.port, worker_address=args.worker_address)
+            what = f"worker (for {args.dispatcher})"
+        log.info("serving tf.data %s at %s (Ctrl-C to stop)\nwarning: %s", what, ds.address(server), ds.SECURITY_NOTE)
+        ds.serve_until(server, stop)
     log.info("stopped")
     return 0

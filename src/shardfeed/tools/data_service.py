@@ -14,9 +14,11 @@ that admit only the trainers.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from shardfeed.lazy import tensorflow
@@ -58,17 +60,24 @@ def address(server: Any) -> str:
     return str(target)
 
 
-def serve_forever(server: Any) -> None:
-    """Blocks until SIGINT or SIGTERM, then stops the server (its port is released on return)."""
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[threading.Event]:
+    """An event set by SIGINT or SIGTERM while the block runs (installed first, so that a signal
+    arriving while a server starts still stops it cleanly)."""
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while not stop.wait(0.2):
-            pass
+        yield stop
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        stopper = getattr(server, "_stop", None)
-        if stopper is not None:
-            stopper()
-        sys.stderr.flush()
+
+
+def serve_until(server: Any, stop: threading.Event) -> None:
+    """Blocks until `stop` is set, then stops the server (its port is released on return)."""
+    while not stop.wait(0.2):
+        pass
+    stopper = getattr(server, "_stop", None)
+    if stopper is not None:
+        stopper()
+    sys.stderr.flush()
