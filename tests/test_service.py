@@ -186,3 +186,17 @@ def test_a_restarted_dispatcher_resumes_from_its_journal(data: Path, tmp_path: P
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_train_reads_through_the_service(data: Path, tmp_path: Path, cluster: tuple[str, list]) -> None:
+    address, _ = cluster
+    out = tmp_path / "run"
+    args = ["train", str(data), "--out", str(out), "--epochs", "2", "--image-size", "16", "--batch-size", "16"]
+    done = subprocess.run(
+        [sys.executable, "-m", "shardfeed", *args, "--service", address],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "validation: accuracy" in done.stderr and (out / "model.keras").exists()
