@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from shardfeed.cli.options import from_args
+from shardfeed.format import fileio
 from shardfeed.write.convert import convert
 from shardfeed.write.images import ARRAY_ENCODINGS, CHECKS, IMAGE_FORMATS, ImageOptions
 from shardfeed.write.options import ConvertOptions
@@ -102,6 +103,7 @@ def _run_flags(g: Any) -> None:
     g.add_argument("--strict", action="store_true", help="fail on the first unusable input")
     g.add_argument("--overwrite", action="store_true", help="replace a conversion with other settings")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    g.add_argument("--no-report", action="store_true", help="do not write OUT/report.html (`shardfeed report`)")
     g.add_argument(
         "--runner",
         choices=["local", "beam"],
@@ -154,4 +156,8 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     log.info(result.summary())
+    if not args.no_report and not fileio.is_remote(args.output):
+        from shardfeed.cli.report_cmd import write_dataset_report
+
+        log.info("  report: %s", write_dataset_report(args.output))
     return 0

@@ -14,6 +14,7 @@ from shardfeed.cli import (
     evaluate_cmd,
     info_cmd,
     predict_cmd,
+    report_cmd,
     serve_cmd,
     show_cmd,
     train_cmd,
@@ -23,7 +24,18 @@ from shardfeed.errors import tensorflow_message
 from shardfeed.lazy import quiet_tensorflow
 from shardfeed.version import __version__
 
-SUBCOMMANDS = (convert_cmd, info_cmd, verify_cmd, show_cmd, bench_cmd, train_cmd, evaluate_cmd, predict_cmd, serve_cmd)
+SUBCOMMANDS = (
+    convert_cmd,
+    info_cmd,
+    verify_cmd,
+    show_cmd,
+    bench_cmd,
+    train_cmd,
+    evaluate_cmd,
+    predict_cmd,
+    report_cmd,
+    serve_cmd,
+)
 log = logging.getLogger("shardfeed")
 
 

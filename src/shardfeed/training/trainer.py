@@ -9,6 +9,8 @@ Run folder layout:
     tensorboard/                  TensorBoard logs
     model.keras                   the final model, class names inside
     metrics.json                  final metrics, epochs, time, throughput
+    curves.png                    loss and accuracy per epoch (train and validation)
+    status.json                   running / finished / failed (with the error)
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from shardfeed.training.input_probe import PROBE_BATCHES, input_probe
 from shardfeed.training.models import build_model, load_model
 from shardfeed.training.resume import STATE_NAME, fit_resumable, read_resume_point
 from shardfeed.training.run_config import AUTO, TrainConfig, TrainOptions, write_status
+from shardfeed.training.run_report import plot_curves
 
 log = logging.getLogger("shardfeed")
 TOP_K = 5
@@ -124,6 +127,7 @@ def _train(
     }
     with open(os.path.join(out, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
+    plot_curves(out, os.path.join(out, "curves.png"))
     return metrics
 
 

@@ -1,0 +1,188 @@
+"""`shardfeed report OUT`: one self-contained HTML page about a converted folder.
+
+Splits and per-class counts (with the imbalance stated), sample thumbnails per class with their
+file names, image-size and stored-size distributions, every skipped / re-encoded / duplicate /
+leaking input with its reason (and a thumbnail where the source file still decodes), and the
+settings. Work is bounded whatever the dataset's size: thumbnails and size statistics come from a
+random sample read through the index files, and problem lists are cut at `MAX_ROWS` (report.json
+keeps them all).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from typing import Any
+
+from shardfeed.format import fileio, manifest, schema
+from shardfeed.format.example_proto import parse_example
+from shardfeed.read.indexed import decode_image, sample_records, to_rgb
+from shardfeed.tools import html_page as h
+
+SAMPLE = 600  # records read for thumbnails and size statistics
+PER_CLASS = 4  # thumbnails per class
+MAX_CLASSES_SHOWN = 40  # classes with thumbnails (the largest); counts cover all
+MAX_ROWS = 300  # rows per problem table
+MAX_PROBLEM_THUMBNAILS = 60
+
+
+def dataset_report(path: str, output: str | None = None, *, seed: int = 0, extra: str = "") -> str:
+    """Writes the report (default PATH/report.html) and returns its path; `extra` is more HTML
+    (e.g. the shuffle-quality section, which needs TensorFlow) appended before the settings."""
+    m = manifest.read(path)
+    report = json.loads(fileio.read_bytes(fileio.join(path, manifest.REPORT_NAME)))
+    sample = _sample(m, seed)
+    sections = [
+        _overview(m),
+        _class_counts(m),
+        _samples(m, sample),
+        _sizes(sample),
+        _problems(report, m.data["source"]["path"]),
+        extra,
+        h.section("Settings", h.table(["setting", "value"], _settings_rows(m.data["settings"]))),
+    ]
+    output = output or os.path.join(path, "report.html")
+    with open(output, "w", encoding="utf-8") as f:
+        f.write(h.page(f"shardfeed report: {path}", [s for s in sections if s]))
+    return output
+
+
+def _sample(m: manifest.Manifest, seed: int) -> list[dict[str, Any]]:
+    """Parsed examples picked at random across splits, in proportion to their size."""
+    total = sum(m.split(s).num_records for s in m.split_names) or 1
+    out = []
+    for name in m.split_names:
+        count = max(1, round(SAMPLE * m.split(name).num_records / total))
+        for record in sample_records(m.path, name, count, seed):
+            example = {k: v[0] if len(v) == 1 else v for k, v in parse_example(record).items()}
+            example["split"] = name
+            out.append(example)
+    return out
+
+
+def _overview(m: manifest.Manifest) -> str:
+    rows = []
+    for name in m.split_names:
+        info = m.split(name)
+        rows.append([h.esc(name), f"{info.num_records:,}", f"{len(info.shards):,}", f"{info.num_bytes / 1e6:,.1f}"])
+    data = m.data
+    labels = m.labels
+    facts = (
+        f"{sum(m.split(n).num_records for n in m.split_names):,} records, "
+        f"{len(labels) if labels else 'no'} classes, written by {data['created_by']} from "
+        f"{data['source']['kind']} source {data['source']['path']} ({data['source']['num_inputs']:,} inputs)."
+    )
+    return h.section("Splits", f"<p>{h.esc(facts)}</p>", h.table(["split", "records", "shards", "MB"], rows, (1, 2, 3)))
+
+
+def _class_counts(m: manifest.Manifest) -> str:
+    if not m.labels:
+        return h.section("Classes", '<p class="note">unlabeled data</p>')
+    parts = []
+    for name in m.split_names:
+        counts = m.split(name).class_counts
+        ordered = sorted(counts.items(), key=lambda kv: -kv[1])
+        if not ordered:
+            continue
+        (most, high), (least, low) = ordered[0], ordered[-1]
+        ratio = high / max(low, 1)
+        verdict = "balanced" if ratio < 1.5 else ("imbalanced" if ratio < 10 else "strongly imbalanced")
+        imbalance = f"{name}: most common {most} ({high:,}), least common {least} ({low:,}): {ratio:.1f}x, {verdict}"
+        shown = ordered[:200]
+        more = f'<p class="note">{len(ordered) - 200:,} more classes in manifest.json</p>' if len(ordered) > 200 else ""
+        parts.append(
+            f'<p class="imbalance">{h.esc(imbalance)}</p>'
+            + h.bar_chart([k for k, _ in shown], [v for _, v in shown], unit=" images")
+            + more
+        )
+    return h.section("Images per class", *parts)
+
+
+def _samples(m: manifest.Manifest, sample: list[dict[str, Any]]) -> str:
+    by_class: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for example in sample:
+        key = _class_of(example, m)
+        if len(by_class[key]) < PER_CLASS:
+            by_class[key].append(example)
+    counts = {n: sum(m.split(s).class_counts.get(n, 0) for s in m.split_names) for n in by_class}
+    shown = sorted(by_class, key=lambda n: (-counts.get(n, 0), n))[:MAX_CLASSES_SHOWN]
+    parts = []
+    for name in shown:
+        tiles = [
+            h.figure(h.thumbnail(to_rgb(decode_image(e))), f"{e[schema.FILENAME].decode()} ({e['split']})")
+            for e in by_class[name]
+        ]
+        parts.append(f'<h3>{h.esc(name)}</h3><div class="grid">{"".join(tiles)}</div>')
+    note = f"from a random sample of {len(sample):,} records read through the index files"
+    if len(by_class) > len(shown):
+        note += f"; the {len(shown)} largest of {len(by_class)} sampled classes shown"
+    return h.section("Samples", f'<p class="note">{h.esc(note)}</p>', *parts)
+
+
+def _class_of(example: dict[str, Any], m: manifest.Manifest) -> str:
+    if m.labels and schema.LABEL in example:
+        return m.labels[int(example[schema.LABEL]) - m.label_offset]
+    return "(unlabeled)"
+
+
+def _sizes(sample: list[dict[str, Any]]) -> str:
+    heights = [int(e.get(schema.HEIGHT, 0)) for e in sample]
+    widths = [int(e.get(schema.WIDTH, 0)) for e in sample]
+    stored = [len(e[schema.ENCODED]) / 1024 for e in sample]
+    return h.section(
+        "Image sizes (sample)",
+        "<p>height (px)</p>" + h.histogram(heights, unit=" px"),
+        "<p>width (px)</p>" + h.histogram(widths, unit=" px"),
+        "<p>stored size (KB)</p>" + h.histogram(stored, unit=" KB"),
+    )
+
+
+def _problems(report: dict[str, Any], source: str) -> str:
+    thumbs = [0]
+
+    def thumb(key: str) -> str:
+        if thumbs[0] >= MAX_PROBLEM_THUMBNAILS or fileio.is_remote(source):
+            return ""
+        thumbs[0] += 1
+        try:
+            from PIL import Image
+
+            with Image.open(os.path.join(source, key)) as im:
+                return h.thumbnail(im)
+        except Exception:  # an unreadable input is exactly what this table lists
+            return '<span class="note">does not decode</span>'
+
+    tables = []
+    for title, rows in (
+        ("Skipped (not in any shard)", [(r["file"], r["reason"]) for r in report.get("skipped", [])]),
+        ("Re-encoded on write", [(r["file"], r["reason"]) for r in report.get("converted", [])]),
+        ("Kept with a warning", [(r["file"], r["warning"]) for r in report.get("warnings", [])]),
+        (
+            "Duplicates dropped",
+            [(r["file"], f"copy of {r['duplicate_of']}") for r in report.get("dropped_duplicates", ())],
+        ),
+    ):
+        tables.append(_problem_table(title, rows, thumb))
+    groups = report.get("duplicates", [])
+    rows = [(", ".join(g["files"]), "LEAK: copies in different splits" if g["leak"] else "same split") for g in groups]
+    tables.append(_problem_table(f"Duplicate groups ({sum(1 for g in groups if g.get('leak'))} leaking)", rows, None))
+    return h.section("Inputs not stored as they came", *tables)
+
+
+def _problem_table(title: str, rows: list[tuple[str, str]], thumb: Any) -> str:
+    if not rows:
+        return f"<h3>{h.esc(title)}: none</h3>"
+    body = [[h.esc(f), h.esc(why), thumb(f) if thumb else ""] for f, why in rows[:MAX_ROWS]]
+    more = f'<p class="note">{len(rows) - MAX_ROWS:,} more in report.json</p>' if len(rows) > MAX_ROWS else ""
+    return f"<h3>{h.esc(title)}: {len(rows):,}</h3>" + h.table(["input", "reason", ""], body) + more
+
+
+def _settings_rows(settings: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            rows += [[h.esc(f"{key}.{k}"), h.esc(v)] for k, v in value.items()]
+        else:
+            rows.append([h.esc(key), h.esc(value)])
+    return rows

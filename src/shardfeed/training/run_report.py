@@ -1,0 +1,133 @@
+"""`shardfeed report RUN_DIR`: one self-contained HTML page about a training run.
+
+Loss and accuracy per epoch (train and validation, from log.csv), the confusion matrix and
+per-class precision/recall on the held-out split (evaluated now, with the run's preprocessing),
+the worst-classified held-out images with their predicted and true classes, and the settings.
+`curves.png` (written by `train`) is the same curves as a picture.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from shardfeed.format import manifest
+from shardfeed.read.options import ReadConfig
+from shardfeed.tools import html_page as h
+from shardfeed.training.evaluation import evaluate
+from shardfeed.training.models import load_model
+from shardfeed.training.run_config import model_path, read_config
+
+WORST = 16
+
+
+def run_report(run_dir: str, output: str | None = None, *, data: str | None = None, split: str | None = None) -> str:
+    """Writes the report (default RUN_DIR/report.html) and returns its path."""
+    config = read_config(run_dir)
+    data = data or config.data
+    split = split or config.validation_split or manifest.read(data).held_out_split() or config.train_split
+    result = evaluate(run_dir, data, split=split)
+    sections = [
+        _curves(run_dir),
+        _per_class(result, split),
+        _worst(run_dir, data, split),
+        h.section("Settings", h.table(["setting", "value"], [[h.esc(k), h.esc(v)] for k, v in _settings(run_dir)])),
+    ]
+    output = output or os.path.join(run_dir, "report.html")
+    with open(output, "w", encoding="utf-8") as f:
+        f.write(h.page(f"shardfeed training run: {run_dir}", sections))
+    return output
+
+
+def read_log(run_dir: str) -> dict[str, list[float]]:
+    """log.csv as {column: values per epoch}."""
+    path = os.path.join(run_dir, "log.csv")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    return {k: [float(r[k]) for r in rows if r.get(k)] for k in (rows[0].keys() if rows else []) if k != "epoch"}
+
+
+def plot_curves(run_dir: str, output: str) -> None:
+    """curves.png: loss and accuracy per epoch, train and validation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    log = read_log(run_dir)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    for ax, metric in zip(axes, ("loss", "accuracy"), strict=True):
+        for key, style in ((metric, "-"), (f"val_{metric}", "--")):
+            if log.get(key):
+                ax.plot(range(1, len(log[key]) + 1), log[key], style, label=key)
+        ax.set_xlabel("epoch")
+        ax.set_title(metric)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(output, dpi=100)
+    plt.close(fig)
+
+
+def _curves(run_dir: str) -> str:
+    log = read_log(run_dir)
+    charts = [
+        f"<h3>{name}</h3>" + h.line_chart({k: log[k] for k in (name, f"val_{name}") if log.get(k)})
+        for name in ("loss", "accuracy")
+        if log.get(name)
+    ]
+    return h.section("Per epoch (train: training mode; val: inference mode)", *charts)
+
+
+def _per_class(result: dict[str, Any], split: str) -> str:
+    confusion = np.array(result["confusion_matrix"])
+    names = result["class_names"]
+    rows = []
+    for i, name in enumerate(names):
+        true, predicted = confusion[i].sum(), confusion[:, i].sum()
+        recall = confusion[i, i] / true if true else float("nan")
+        precision = confusion[i, i] / predicted if predicted else float("nan")
+        rows.append([h.esc(name), f"{true:,}", f"{precision:.3f}", f"{recall:.3f}"])
+    summary = f"{split}: {result['examples']:,} images, accuracy {result['accuracy']:.4f}, loss {result['loss']:.4f}"
+    matrix = h.png_file(os.path.join(result["output_dir"], "confusion_matrix.png"))
+    table = h.table(["class", "images", "precision", "recall"], rows, (1, 2, 3))
+    return h.section("Per class", f"<p>{h.esc(summary)}</p>", table, matrix)
+
+
+def _worst(run_dir: str, data: str, split: str) -> str:
+    """The held-out images the model got most wrong (lowest probability of the true class)."""
+    config = read_config(run_dir)
+    net = load_model(model_path(run_dir))
+    names = config.class_names
+    found: list[tuple[float, np.ndarray, str, str, str]] = []
+    for images, labels, files in config.eval_dataset(data, split, read=ReadConfig(with_filenames=True)):
+        probs = net.predict_on_batch(images)
+        for i, p in enumerate(probs):
+            true, guess = int(labels[i]), int(np.argmax(p))
+            if guess != true:
+                found.append((float(p[true]), images[i].numpy(), files[i].numpy().decode(), names[guess], names[true]))
+        found = sorted(found, key=lambda x: x[0])[:WORST]
+    if not found:
+        return h.section("Worst classified", f"<p>every {h.esc(split)} image is classified correctly</p>")
+    tiles = [
+        h.figure(h.thumbnail(img), f"{file}: predicted {guess}, true {true} (p={p:.2f})")
+        for p, img, file, guess, true in found
+    ]
+    return h.section(f"Worst classified ({split})", f'<div class="grid">{"".join(tiles)}</div>')
+
+
+def _settings(run_dir: str) -> list[tuple[str, Any]]:
+    with open(os.path.join(run_dir, "run.json")) as f:
+        settings = json.load(f)
+    settings.pop("class_names", None)
+    metrics_path = os.path.join(run_dir, "metrics.json")
+    if os.path.exists(metrics_path):
+        with open(metrics_path) as f:
+            metrics = json.load(f)
+        settings.update({f"result.{k}": v for k, v in metrics.items() if isinstance(v, (int, float, str))})
+    return list(settings.items())
