@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-import json
 import os
 import shutil
 import subprocess
@@ -67,7 +66,9 @@ def test_conversion_report_renders_with_counts_problems_and_escaped_names(odd_tr
     assert page.stat().st_size < 1_000_000
     assert "<script>alert" not in page.read_text()  # escaped in the file itself
     dom, log = open_in_browser(page, tmp_path / "shot.png")
-    shutil.copy(tmp_path / "shot.png", Path(os.environ.get("SHARDFEED_SCREENSHOTS", tmp_path)) / "conversion_report.png")
+    shutil.copy(
+        tmp_path / "shot.png", Path(os.environ.get("SHARDFEED_SCREENSHOTS", tmp_path)) / "conversion_report.png"
+    )
     assert not _console_errors(log), _console_errors(log)
     assert "<script>alert" not in dom and html.escape("<script>alert(1)") in dom  # shown as text
     for text in ("Images per class", "cat", "dog", "Skipped (not in any shard)", "bad_text.jpg", "Re-encoded on write"):

@@ -114,6 +114,7 @@ def line_chart(series: dict[str, Sequence[float]], *, width: int = 480, height: 
         xy = [
             f"{20 + (width - 40) * (i / max(n - 1, 1)):.1f},{height - 20 - (height - 40) * (v - low) / span:.1f}"
             for i, v in enumerate(vs)
+            if v == v  # NaN: the metric is missing that epoch
         ]
         color = colors[k % len(colors)]
         paths.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{" ".join(xy)}"/>')

@@ -50,7 +50,20 @@ def read_log(run_dir: str) -> dict[str, list[float]]:
         return {}
     with open(path) as f:
         rows = list(csv.DictReader(f))
-    return {k: [float(r[k]) for r in rows if r.get(k)] for k in (rows[0].keys() if rows else []) if k != "epoch"}
+    columns = [k for k in (rows[0].keys() if rows else []) if k != "epoch"]
+    return {
+        k: [_number(r.get(k)) for r in rows]
+        for k in columns
+        if any(_number(r.get(k)) == _number(r.get(k)) for r in rows)
+    }
+
+
+def _number(text: str | None) -> float:
+    """A log.csv cell as a float; NaN for Keras' 'NA' (a metric missing in that epoch)."""
+    try:
+        return float(text) if text else float("nan")
+    except ValueError:
+        return float("nan")
 
 
 def plot_curves(run_dir: str, output: str) -> None:
