@@ -91,14 +91,7 @@ def test_a_killed_worker_that_comes_back_lets_the_epoch_finish(data: Path, tmp_p
     workers = [start("worker", "--dispatcher", host_port, "--port", port)[0] for port in ports]
     procs = [dispatcher, *workers]
     try:
-        reader = subprocess.Popen(
-            [sys.executable, "-c", READER, str(data), address],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert reader.stdout is not None
-        assert reader.stdout.readline().strip() == "started"
+        reader = started_reader(data, address)
         workers[0].send_signal(signal.SIGKILL)  # one worker dies mid-epoch
         workers[0].wait()
         procs.append(start("worker", "--dispatcher", host_port, "--port", ports[0])[0])  # and is restarted
@@ -126,6 +119,16 @@ for batch in ds:
     time.sleep(0.02)
 print('done', len(names), *names, flush=True)
 """
+
+
+def started_reader(data: Path, address: str) -> subprocess.Popen[str]:
+    """A trainer-like process reading the train split through the service, once it has 8 records."""
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(data), address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert reader.stdout is not None
+    assert reader.stdout.readline().strip() == "started"
+    return reader
 
 
 def _free_port() -> int:
@@ -166,14 +169,7 @@ def test_a_restarted_dispatcher_resumes_from_its_journal(data: Path, tmp_path: P
     worker, _ = start("worker", "--dispatcher", f"localhost:{port}")
     procs = [dispatcher, worker]
     try:
-        reader = subprocess.Popen(
-            [sys.executable, "-c", READER, str(data), address],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert reader.stdout is not None
-        assert reader.stdout.readline().strip() == "started"
+        reader = started_reader(data, address)
         dispatcher.send_signal(signal.SIGKILL)
         dispatcher.wait()
         procs.append(start("dispatcher", "--port", port, "--work-dir", journal)[0])
