@@ -146,13 +146,10 @@ def holds_images(folder: str, limit: int = 200) -> bool:
     if not fileio.isdir(folder):
         return False
     names = sorted(fileio.listdir(folder))[:limit]
-    for name in names:
-        if _has_image([name]):
-            return True
-        sub = fileio.join(folder, name)
-        if not name.startswith(".") and fileio.isdir(sub) and _has_image(sorted(fileio.listdir(sub))[:limit]):
-            return True
-    return False
+    if _has_image(names):
+        return True
+    subfolders = [fileio.join(folder, n) for n in names if not n.startswith(".")]
+    return any(fileio.isdir(sub) and _has_image(sorted(fileio.listdir(sub))[:limit]) for sub in subfolders)
 
 
 def _has_image(names: list[str]) -> bool:

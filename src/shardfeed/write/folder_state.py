@@ -79,7 +79,7 @@ def _resolved(state: dict[str, Any], labelled: bool) -> dict[str, Any]:
     source has None on both sides, so comparing resolved values is still exact."""
     settings = dict(state.get("settings", {}))
     if settings.get("split") is None:
-        settings["split"] = splits.parse_split_spec(splits.DEFAULT_SPLIT if labelled else "test=1")
+        settings["split"] = splits.default_fractions(labelled)
     return {**state, "settings": settings}
 
 

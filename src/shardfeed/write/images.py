@@ -308,24 +308,25 @@ UPSCALED = "upscaled: smaller than the centre crop"
 
 def _upscales(size: tuple[int, int], options: ImageOptions) -> bool:
     """Whether the centre crop is larger than the (resized) image, so that it gets upscaled."""
-    if not options.center_crop:
-        return False
+    crop = options.center_crop
+    return bool(crop) and min(size) * _resize_scale(size, options) < (crop or 0)
+
+
+def _resize_scale(size: tuple[int, int], options: ImageOptions) -> float:
+    """The scale --resize / --max-size apply to an image of (width, height) `size` (1.0: none)."""
     width, height = size
-    scale = options.resize / min(width, height) if options.resize else 1.0
-    if not options.resize and options.max_size and max(width, height) > options.max_size:
-        scale = options.max_size / max(width, height)
-    return min(width, height) * scale < options.center_crop
+    if options.resize:
+        return options.resize / min(width, height)
+    if options.max_size and max(width, height) > options.max_size:
+        return options.max_size / max(width, height)
+    return 1.0
 
 
 def _target_size(size: tuple[int, int], options: ImageOptions) -> tuple[int, int] | None:
     """The (width, height) before cropping, or None when no resize applies."""
     width, height = size
-    scale = 1.0
-    if options.resize:
-        scale = options.resize / min(width, height)
-    elif options.max_size and max(width, height) > options.max_size:
-        scale = options.max_size / max(width, height)
-    if options.center_crop and min(width, height) * scale < options.center_crop:
+    scale = _resize_scale(size, options)
+    if options.center_crop and _upscales(size, options):
         scale = options.center_crop / min(width, height)
     if scale == 1.0:
         return None

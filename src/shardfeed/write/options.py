@@ -79,7 +79,7 @@ class ConvertOptions:
         """The split fractions in force: as given, else train/validation (labelled) or all test."""
         if isinstance(self.split, dict):
             return self.split
-        return splits.parse_split_spec(splits.DEFAULT_SPLIT if labelled else "test=1")
+        return splits.default_fractions(labelled)
 
     def settings(self) -> dict[str, Any]:
         """The JSON form stored in the manifest and compared on re-runs."""

@@ -16,6 +16,7 @@ from shardfeed.write.items import Item
 
 T = TypeVar("T", bound=Item)
 DEFAULT_SPLIT = "train=0.8,validation=0.2"
+UNLABELED_SPLIT = "test=1"
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
 
@@ -97,3 +98,8 @@ def group_presplit(items: Sequence[T]) -> dict[str, list[T]]:
     for item in items:
         out.setdefault(item.split or "train", []).append(item)
     return {name: out[name] for name in sorted(out)}
+
+
+def default_fractions(labelled: bool) -> dict[str, float]:
+    """The split a conversion gets when none is given: train/validation, or all 'test' when unlabeled."""
+    return parse_split_spec(DEFAULT_SPLIT if labelled else UNLABELED_SPLIT)
