@@ -7,8 +7,9 @@
 
 then adds the shared tail (what flows through each stage):
 
-    (record, seed)     -> optional filter on parsed features; batch of serialized records
-    decoded batches    -> parse_example per batch + per-image decode/crop/augment (decode.py)
+    (record, seed)     -> optional filter on parsed features
+    decoded images     -> parse_single_example + decode/crop/augment per record (decode.py),
+                          fused with the batching by tf.data
                        -> optional map hook; known cardinality; prefetch(AUTOTUNE)
 """
 
@@ -24,7 +25,7 @@ from shardfeed.lazy import tensorflow
 from shardfeed.read import index_pipeline, options, shard_pipeline, shardset
 from shardfeed.read import service as service_lib
 from shardfeed.read.augment import Augment, resolve_augment
-from shardfeed.read.decode import Preprocess, batch_decoder, feature_spec
+from shardfeed.read.decode import Preprocess, feature_spec, record_decoder
 from shardfeed.read.options import DecodeConfig, ReadConfig
 from shardfeed.read.order import worker_positions
 
@@ -122,8 +123,8 @@ def _batched(
         spec = feature_spec(schema)
         ds = ds.filter(lambda record, _: filter_fn(tf.io.parse_single_example(record, spec)))
     drop_remainder = read.drops_remainder(training=training)
+    ds = ds.map(record_decoder(schema, preprocess), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-    ds = ds.map(batch_decoder(schema, preprocess), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     if map_fn is not None:
         ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     # A resumed pass (start_step) is shorter than the full epochs that later passes read.

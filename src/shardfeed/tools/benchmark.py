@@ -6,14 +6,17 @@ those a user measures come from the same code.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from shardfeed.lazy import tensorflow
 from shardfeed.read import options
 from shardfeed.read.options import ReadConfig
+from shardfeed.tools.fresh_runs import compare, ratio
+from shardfeed.tools.pipelines import PipelineSpec, build
 
 
 @dataclass(frozen=True)
@@ -58,51 +61,6 @@ def measure(ds: Any, *, max_batches: int | None = None, warmup_batches: int = 2)
     return Throughput(images, batches, warm - start, images / wall, batches / wall, cpu / wall)
 
 
-def image_files(folder: str) -> list[str]:
-    """Image files below a folder, sorted."""
-    found: list[str] = []
-    for directory, _, names in os.walk(folder):
-        found.extend(os.path.join(directory, n) for n in names if not n.startswith("."))
-    return sorted(found)
-
-
-def decode_ceiling(
-    folder: str, *, image_size: tuple[int, int], batch_size: int, training: bool, epochs: int = 1
-) -> Throughput:
-    """The same JPEG bytes already in memory, decoded and augmented by tf.data with AUTOTUNE.
-
-    Uses the same per-image decode/augment functions as `load`, so only the reading differs.
-    """
-    tf = tensorflow()
-    from shardfeed.format.schema import Schema
-    from shardfeed.read.augment import Augment
-    from shardfeed.read.decode import Preprocess, decode_one
-
-    blobs = []
-    for path in image_files(folder):
-        with open(path, "rb") as f:
-            blobs.append(f.read())
-    preprocess = Preprocess(image_size, Augment() if training else None)  # load's default DecodeConfig
-    zero = tf.constant(0, tf.int64)
-    ds = tf.data.Dataset.zip((tf.data.Dataset.from_tensor_slices(blobs), tf.data.Dataset.random(seed=0).batch(2)))
-    ds = ds.map(
-        lambda data, seed: decode_one(data, zero, zero, zero, seed, schema=Schema(), options=preprocess),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=False,
-    )
-    ds = ds.batch(batch_size, drop_remainder=True).repeat(epochs).prefetch(tf.data.AUTOTUNE)
-    return measure(ds)
-
-
-def keras_folder(folder: str, *, image_size: tuple[int, int], batch_size: int, epochs: int = 1) -> Throughput:
-    """`tf.keras.utils.image_dataset_from_directory` on the original folder."""
-    tf = tensorflow()
-    ds = tf.keras.utils.image_dataset_from_directory(
-        folder, image_size=image_size, batch_size=batch_size, verbose=False
-    )
-    return measure(ds.repeat(epochs).prefetch(tf.data.AUTOTUNE))
-
-
 def bench(
     path: str,
     *,
@@ -115,31 +73,24 @@ def bench(
     augment: bool | None = None,
     read: ReadConfig | None = None,
     service: str | None = None,
+    rounds: int = 3,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Measures `load` on converted shards; with `compare_folder`, the baselines too, and ratios.
 
-    `augment`, `read` and `service` are passed to `load` (see there).
+    `augment`, `read` and `service` are passed to `load` (see there). Without `compare_folder`,
+    one pass in this process. With it, `load`, `image_dataset_from_directory` on the folder and
+    the in-memory decode ceiling each run `rounds` times, every run in a fresh process, rounds
+    interleaved (tools/fresh_runs.py): pipelines sharing a process bias each other.
 
     Returns:
         {'shardfeed': Throughput dict, 'settings': ..., and with compare_folder
-         'keras_folder', 'decode_ceiling' and 'ratios' (shardfeed / baseline, > 1 is faster)}.
+         'keras_folder', 'decode_ceiling' (each with best/median images/s and CPU ms per image)
+         and 'ratios' (shardfeed / baseline by median, > 1 is faster)}.
     """
-    from shardfeed.read.dataset import load
-
     read = read or ReadConfig()
     size = options.image_size(image_size)
     training = (split == "train") if training is None else training
-    ds = load(
-        path,
-        split=split,
-        batch_size=batch_size,
-        image_size=size,
-        training=training,
-        augment=augment,
-        read=read,
-        service=service,
-    )
-    ours = measure(ds.repeat(epochs))
     result: dict[str, Any] = {
         "settings": {
             "path": path,
@@ -152,17 +103,35 @@ def bench(
             "cores": os.cpu_count(),
             "service": service,
         },
-        "shardfeed": ours.as_dict(),
     }
-    if compare_folder:
-        kf = keras_folder(compare_folder, image_size=size, batch_size=batch_size, epochs=epochs)
-        ceiling = decode_ceiling(
-            compare_folder, image_size=size, batch_size=batch_size, training=training, epochs=epochs
-        )
-        result["keras_folder"] = kf.as_dict()
-        result["decode_ceiling"] = ceiling.as_dict()
-        result["ratios"] = {
-            "vs_keras_folder": ours.images_per_second / kf.images_per_second,
-            "vs_decode_ceiling": ours.images_per_second / ceiling.images_per_second,
-        }
+    spec = PipelineSpec(
+        "shardfeed", path, split, batch_size, size, training, augment, epochs, _read_fields(read), service=service
+    )
+    if not compare_folder:
+        result["shardfeed"] = measure(build(spec)).as_dict()
+        return result
+    result["settings"]["rounds"] = rounds
+    specs = {
+        "shardfeed": spec,
+        "keras_folder": dataclasses.replace(spec, kind="keras_folder", path=compare_folder, read={}, service=None),
+        "decode_ceiling": dataclasses.replace(spec, kind="decode_ceiling", path=compare_folder, read={}, service=None),
+    }
+    measured = compare(specs, rounds=rounds, progress=progress)
+    result.update(measured)
+    result["ratios"] = {
+        f"vs_{name}": ratio(measured["shardfeed"], measured[name])["median"]
+        for name in ("keras_folder", "decode_ceiling")
+    }
     return result
+
+
+def _read_fields(read: ReadConfig) -> dict[str, Any]:
+    """The ReadConfig fields that differ from the defaults, as JSON values for a fresh process.
+
+    Raises:
+        ValueError: a function-valued option (it cannot be sent to another process).
+    """
+    fields = {f.name: getattr(read, f.name) for f in dataclasses.fields(read) if getattr(read, f.name) != f.default}
+    if any(callable(v) for v in fields.values()):
+        raise ValueError("bench cannot measure a ReadConfig with filter_fn in a fresh process")
+    return fields

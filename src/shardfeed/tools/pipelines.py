@@ -1,0 +1,224 @@
+"""The pipelines `shardfeed bench` compares, each built from a plain, JSON-able description.
+
+A `PipelineSpec` names one pipeline and its settings; `build` turns it into a `tf.data.Dataset`.
+Because a spec is plain data, a benchmark can run every pipeline in a fresh process
+(tools/fresh_runs.py): pipelines measured one after another in one process bias whichever runs
+first (an abandoned pipeline keeps threads and CPU busy). Run as a script, this module measures
+one spec and prints its `Throughput` as JSON:
+
+    python -m shardfeed.tools.pipelines '{"kind": "shardfeed", "path": "data/flowers"}'
+
+The kinds:
+  shardfeed       `load` on converted shards (what users run)
+  plain_tfdata    the per-record pipeline a user writes by hand on the same shards: interleave ->
+                  shuffle -> map(parse_single_example + decode_and_crop_jpeg + resize + flip) ->
+                  batch -> prefetch (evaluation: the same with the centre crop)
+  keras_folder    `tf.keras.utils.image_dataset_from_directory` on the image folder
+  decode_ceiling  the folder's JPEG bytes already in memory, decoded by `load`'s own per-image
+                  code with map(AUTOTUNE): what reading and parsing could at best reach
+  parse           `load`'s reading and parsing (records/s, no decode)
+  raw_read        TFRecordDataset reading the same shards, no check, no parsing: the reader's limit
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardfeed.format.schema import ENCODED, LABEL, Schema
+from shardfeed.lazy import tensorflow
+from shardfeed.read.augment import Augment, random_crop_window
+from shardfeed.read.options import DecodeConfig, ReadConfig
+
+KINDS = ("shardfeed", "plain_tfdata", "keras_folder", "decode_ceiling", "parse", "raw_read")
+PARSE_BATCH = 256
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """One pipeline to measure, as plain data (it crosses a process boundary as JSON).
+
+    Attributes:
+        kind: one of KINDS.
+        path: converted folder (shard kinds) or image folder (keras_folder, decode_ceiling).
+        read, decode: `ReadConfig` / `DecodeConfig` fields for `load` (JSON values only).
+        epochs: passes over the split to time; max_batches: stop after this many (after warm-up).
+    """
+
+    kind: str
+    path: str
+    split: str = "train"
+    batch_size: int = 64
+    image_size: tuple[int, int] = (224, 224)
+    training: bool = True
+    augment: bool | None = None
+    epochs: int = 1
+    read: dict[str, Any] = field(default_factory=dict)
+    decode: dict[str, Any] = field(default_factory=dict)
+    service: str | None = None
+    max_batches: int | None = None
+    warmup_batches: int = 2
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"pipeline kind must be one of {list(KINDS)}, got {self.kind!r}")
+        object.__setattr__(self, "image_size", tuple(self.image_size))
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> PipelineSpec:
+        return cls(**json.loads(text))
+
+
+def build(spec: PipelineSpec) -> Any:
+    """The dataset `spec` describes, repeated for `spec.epochs` passes."""
+    builders = {
+        "shardfeed": _shardfeed,
+        "plain_tfdata": plain_tfdata,
+        "keras_folder": _keras_folder,
+        "decode_ceiling": _decode_ceiling,
+        "parse": _parse,
+        "raw_read": _raw_read,
+    }
+    return builders[spec.kind](spec).repeat(spec.epochs).prefetch(tensorflow().data.AUTOTUNE)
+
+
+def _shardfeed(spec: PipelineSpec) -> Any:
+    from shardfeed.read.dataset import load
+
+    return load(
+        spec.path,
+        split=spec.split,
+        batch_size=spec.batch_size,
+        image_size=spec.image_size,
+        training=spec.training,
+        augment=spec.augment,
+        read=ReadConfig(**spec.read),
+        decode=DecodeConfig(**spec.decode),
+        service=spec.service,
+    )
+
+
+def plain_tfdata(spec: PipelineSpec) -> Any:
+    """The per-record tf.data pipeline a user writes by hand (the tf.data guide's shape), on our shards."""
+    tf = tensorflow()
+    from shardfeed.read import shardset
+
+    size = spec.image_size
+    features = {ENCODED: tf.io.FixedLenFeature([], tf.string), LABEL: tf.io.FixedLenFeature([], tf.int64)}
+    crop = Augment()
+
+    def one(record: Any, seed: Any) -> Any:
+        parsed = tf.io.parse_single_example(record, features)
+        data = parsed[ENCODED]
+        shape = tf.io.extract_jpeg_shape(data)
+        if spec.training:
+            window = random_crop_window(shape, seed, crop)
+        else:
+            side = tf.cast(tf.cast(tf.minimum(shape[0], shape[1]), tf.float32) * 0.875, tf.int32)
+            window = tf.stack([(shape[0] - side) // 2, (shape[1] - side) // 2, side, side])
+        image = tf.io.decode_and_crop_jpeg(data, window, channels=3)
+        image = tf.image.resize(image, size)
+        if spec.training:
+            image = tf.image.stateless_random_flip_left_right(image, seed)
+        return tf.cast(image, tf.uint8), parsed[LABEL]
+
+    files = shardset.from_manifest(spec.path, spec.split).files
+    ds = tf.data.Dataset.from_tensor_slices(files)
+    if spec.training:
+        ds = ds.shuffle(len(files))
+    ds = ds.interleave(
+        tf.data.TFRecordDataset, cycle_length=16, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False
+    )
+    if spec.training:
+        ds = ds.shuffle(4096)
+    ds = tf.data.Dataset.zip((ds, tf.data.Dataset.random(seed=0).batch(2)))
+    ds = ds.map(one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=not spec.training)
+    return ds.batch(spec.batch_size, drop_remainder=spec.training)
+
+
+def _keras_folder(spec: PipelineSpec) -> Any:
+    tf = tensorflow()
+    return tf.keras.utils.image_dataset_from_directory(
+        spec.path, image_size=spec.image_size, batch_size=spec.batch_size, verbose=False
+    )
+
+
+def _decode_ceiling(spec: PipelineSpec) -> Any:
+    """The folder's image bytes in memory, decoded with `load`'s per-image code, map(AUTOTUNE)."""
+    tf = tensorflow()
+    from shardfeed.read.augment import resolve_augment
+    from shardfeed.read.decode import Preprocess, decode_one
+
+    blobs = []
+    for path in image_files(spec.path):
+        with open(path, "rb") as f:
+            blobs.append(f.read())
+    preprocess = Preprocess(spec.image_size, resolve_augment(spec.augment, spec.training), DecodeConfig(**spec.decode))
+    zero = tf.constant(0, tf.int64)
+    ds = tf.data.Dataset.zip((tf.data.Dataset.from_tensor_slices(blobs), tf.data.Dataset.random(seed=0).batch(2)))
+    ds = ds.map(
+        lambda data, seed: decode_one(data, zero, zero, zero, seed, schema=Schema(), options=preprocess),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=False,
+    )
+    return ds.batch(spec.batch_size, drop_remainder=spec.training)
+
+
+def _parse(spec: PipelineSpec) -> Any:
+    """`load`'s reading (checked, interleaved, shuffled files) and batched parsing; no decode."""
+    tf = tensorflow()
+    from shardfeed.read import shardset
+    from shardfeed.read.decode import feature_spec
+
+    features = feature_spec(Schema())
+    ds = shardset.checked_records(
+        shardset.from_manifest(spec.path, spec.split),
+        shuffle_files=True,
+        seed=None,
+        deterministic=False,
+        skip_corrupt=False,
+    )
+    return ds.batch(PARSE_BATCH).map(
+        lambda s: tf.io.parse_example(s, features)[LABEL], num_parallel_calls=tf.data.AUTOTUNE
+    )
+
+
+def _raw_read(spec: PipelineSpec) -> Any:
+    """The same shards through TFRecordDataset alone (16 parallel reads): no check, no parsing."""
+    tf = tensorflow()
+    from shardfeed.read import shardset
+
+    files = shardset.from_manifest(spec.path, spec.split).files
+    ds = tf.data.TFRecordDataset(files, num_parallel_reads=min(16, len(files)), buffer_size=shardset.READ_BUFFER)
+    return ds.batch(PARSE_BATCH)
+
+
+def image_files(folder: str) -> list[str]:
+    """Image files below a folder, sorted."""
+    found: list[str] = []
+    for directory, _, names in os.walk(folder):
+        found.extend(os.path.join(directory, n) for n in names if not n.startswith("."))
+    return sorted(found)
+
+
+def main(argv: list[str]) -> int:
+    """Measures the spec given as JSON and prints its `Throughput` as one JSON line."""
+    from shardfeed.lazy import quiet_tensorflow
+    from shardfeed.tools.benchmark import measure
+
+    quiet_tensorflow()
+    spec = PipelineSpec.from_json(argv[0])
+    result = measure(build(spec), max_batches=spec.max_batches, warmup_batches=spec.warmup_batches)
+    print(json.dumps(result.as_dict()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
