@@ -37,3 +37,36 @@ def build_corpus(root: str, count: int, *, classes: int = 10, seed: int = 0) -> 
         os.makedirs(folder, exist_ok=True)
         Image.fromarray(np.ascontiguousarray(crop)).save(os.path.join(folder, f"{i:06d}.jpg"), quality=90)
     return root
+
+
+def build_large_corpus(root: str, count: int, *, classes: int = 10, seed: int = 0) -> str:
+    """Writes `count` phone-sized JPEGs (2,000-4,032 px wide, 4:3, 3-12 MP, quality 90) into
+    root/<class>/: mosaics of native-resolution crops of the shipped photos (no upscaling, so
+    every pixel is real photo detail and the files compress like photos).
+
+    Re-uses the folder when it already holds that many images.
+    """
+    existing = sum(len(files) for _, _, files in os.walk(root)) if os.path.isdir(root) else 0
+    if existing == count:
+        return root
+    import shutil
+
+    import skimage.data
+
+    shutil.rmtree(root, ignore_errors=True)
+    photos = [getattr(skimage.data, name)()[..., :3] for name in PHOTOS]
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        width = int(rng.integers(2000, 4033))
+        height = width * 3 // 4
+        canvas = np.empty((height, width, 3), np.uint8)
+        for y in range(0, height, 256):
+            for x in range(0, width, 256):
+                photo = photos[int(rng.integers(len(photos)))]
+                py, px = int(rng.integers(0, photo.shape[0] - 256)), int(rng.integers(0, photo.shape[1] - 256))
+                tile = photo[py : py + 256, px : px + 256]
+                canvas[y : y + 256, x : x + 256] = tile[: height - y, : width - x]
+        folder = os.path.join(root, f"class{i % classes:02d}")
+        os.makedirs(folder, exist_ok=True)
+        Image.fromarray(canvas).save(os.path.join(folder, f"{i:06d}.jpg"), quality=90)
+    return root

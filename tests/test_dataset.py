@@ -402,3 +402,27 @@ def test_option_errors(photo_shards: Path, kwargs: dict, message: str) -> None:
     decode = {k: kwargs.pop(k) for k in ("dtype", "channels", "crop_fraction") if k in kwargs}
     with pytest.raises(ValueError, match=message):
         load(str(photo_shards), decode=DecodeConfig(**decode), **kwargs)
+
+
+def test_large_photos_decode_at_reduced_dct_scale(tmp_path: Path) -> None:
+    """A 1,920x1,440 photo read at 64 px: DCT scaling (1/8 here) is closer to an antialiased resize
+    of the full image than decoding at full size and resizing with bilinear; False turns it off."""
+    import skimage.data
+    from PIL import Image
+
+    photo = skimage.data.retina()[..., :3]  # 1,411 px of real detail, upscaled to phone size
+    big = np.asarray(Image.fromarray(photo).resize((1920, 1440), Image.Resampling.LANCZOS))
+    (tmp_path / "src" / "eye").mkdir(parents=True)
+    Image.fromarray(big).save(tmp_path / "src" / "eye" / "0.jpg", quality=90)
+    convert(str(tmp_path / "src"), str(tmp_path / "out"), ConvertOptions(split="validation=1"), progress=False)
+    reference = np.asarray(
+        Image.open(tmp_path / "src" / "eye" / "0.jpg").crop((240, 0, 1680, 1440)).resize((64, 64), 2)
+    )
+
+    def error(scaling: bool) -> float:
+        decode = DecodeConfig(crop_fraction=1.0, dct_scaling=scaling)
+        images, _ = next(iter(load(str(tmp_path / "out"), split="validation", image_size=64, decode=decode)))
+        return float(np.abs(images.numpy()[0].astype(float) - reference).mean())
+
+    scaled, full = error(True), error(False)
+    assert scaled < 0.75 * full, (scaled, full)  # measured 2.05 vs 3.66

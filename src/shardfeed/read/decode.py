@@ -17,6 +17,8 @@ from shardfeed.lazy import tensorflow
 from shardfeed.read.augment import Augment, photometric, random_crop_window
 from shardfeed.read.options import DecodeConfig
 
+DCT_SCALES = (1, 2, 4, 8)  # the reduced sizes libjpeg decodes to directly
+
 
 @dataclass(frozen=True)
 class Preprocess:
@@ -122,12 +124,32 @@ def _window(shape: Any, seed: Any, options: Preprocess) -> Any:
 
 
 def _jpeg(data: Any, seed: Any, options: Preprocess) -> Any:
-    """Decodes only the crop window (libjpeg skips the rest)."""
+    """Decodes only the crop window (libjpeg skips the rest), at 1/2, 1/4 or 1/8 scale when the
+    window holds the output that many times over (`DecodeConfig.dct_scaling`)."""
     tf = tensorflow()
-    window = _window(tf.io.extract_jpeg_shape(data), seed, options)
-    return tf.io.decode_and_crop_jpeg(
-        data, window, channels=options.config.channels, dct_method=options.config.dct_method
-    )
+    shape = tf.io.extract_jpeg_shape(data)
+    window = _window(shape, seed, options)
+    config = options.config
+
+    def decode(ratio: int) -> Callable[[], Any]:
+        # With a ratio, libjpeg's crop window is in the scaled image's coordinates: the nearest
+        # scaled pixel edges (off by at most half a scaled pixel), inside the scaled image.
+        start = (window[:2] + ratio // 2) // ratio
+        end = tf.minimum((window[:2] + window[2:] + ratio // 2) // ratio, (shape[:2] + ratio - 1) // ratio)
+        return lambda: tf.io.decode_and_crop_jpeg(
+            data,
+            tf.concat([start, end - start], 0),
+            channels=config.channels,
+            ratio=ratio,
+            dct_method=config.dct_method,
+        )
+
+    if not config.dct_scaling:
+        return decode(1)()
+    height, width = options.image_size
+    room = tf.minimum(window[2] // height, window[3] // width)  # times the window holds the output
+    index = tf.reduce_sum(tf.cast(room >= tf.constant(DCT_SCALES[1:]), tf.int32))
+    return tf.switch_case(index, [decode(ratio) for ratio in DCT_SCALES])
 
 
 def _other(data: Any, height: Any, width: Any, channels: Any, seed: Any, options: Preprocess) -> Any:
