@@ -291,7 +291,7 @@ class _Conversion:
                 workers=self.run_settings.workers,
                 total=sum(len(p.items) for p in plans),
                 progress=self.run_settings.progress,
-                check=self._check_chunk,
+                check=self._check_chunk if self.run_settings.strict else None,
             )
         done.update(written)
         results = [done[p.file] for p in plans]

@@ -1,7 +1,11 @@
-"""The local runner: shards encoded by a process pool on this machine and written here, in order.
+"""The local runner: shards encoded and written by a process pool on this machine.
 
-Chunks of items are cut and submitted lazily (no per-item task list is ever built); results come
-back in submission order, so each shard's records are written in plan order as they arrive.
+With enough shards to keep every worker busy, each worker encodes and writes whole shards (as the
+Beam workers do), so the image bytes never cross a process boundary: only the shard's summary
+comes back. Otherwise (few shards, or strict mode, which stops at the first bad input) chunks of
+items are cut and submitted lazily (no per-item task list is ever built), results come back in
+submission order, and this process writes each shard's records in plan order as they arrive.
+Either way the shard bytes are the same: `WriteTarget.write` over the same records in order.
 """
 
 from __future__ import annotations
@@ -29,10 +33,11 @@ def write_shards(
     workers: int,
     total: int,
     progress: bool,
-    check: Callable[[Results], None],
+    check: Callable[[Results], None] | None = None,
 ) -> dict[str, ShardResult]:
     """Writes the `pending` shards; `total` images in the whole plan (for the progress bar);
-    `check` sees each chunk of results first (strict mode raises there)."""
+    `check`, when given, sees each chunk of results before it is written (strict mode raises
+    there), which keeps the writing in this process."""
     bar = tqdm(
         total=total,
         initial=total - sum(len(p.items) for p in pending),
@@ -44,10 +49,26 @@ def write_shards(
     )
     done: dict[str, ShardResult] = {}
     with bar:
+        if pool is not None and check is None and len(pending) >= 2 * workers:
+            tasks = ((i, (target, plan)) for i, plan in enumerate(pending))
+            for i, result in map_ordered(pool, write_whole_shard, tasks, workers):
+                bar.update(len(pending[i].items))
+                done[pending[i].file] = result
+            return done
         for i, group in itertools.groupby(_encoded(pending, target, pool, workers, bar, check), key=lambda p: p[0]):
             plan = pending[i]
             done[plan.file] = target.write(plan.split, plan.file, (r for _, r in group)).without_records()
     return done
+
+
+def write_whole_shard(target: WriteTarget, plan: ShardPlan) -> ShardResult:
+    """Encodes and writes one shard in this (worker) process; its summary without the records."""
+    records = (
+        r
+        for start in range(0, len(plan.items), CHUNK_SIZE)
+        for r in encode_items(plan.items[start : start + CHUNK_SIZE], target.spec)
+    )
+    return target.write(plan.split, plan.file, records).without_records()
 
 
 def _encoded(
@@ -56,7 +77,7 @@ def _encoded(
     pool: Executor | None,
     workers: int,
     bar: tqdm,
-    check: Callable[[Results], None],
+    check: Callable[[Results], None] | None,
 ) -> Iterator[tuple[int, EncodedRecord | SkippedItem]]:
     """(plan number, result) for every item of `pending`, in plan order."""
     tasks = (
@@ -66,5 +87,6 @@ def _encoded(
     )
     for i, chunk in map_ordered(pool, encode_items, tasks, workers):
         bar.update(len(chunk))
-        check(chunk)
+        if check is not None:
+            check(chunk)
         yield from ((i, r) for r in chunk)
