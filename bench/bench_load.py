@@ -84,7 +84,7 @@ def large(work: str, images: int, rounds: int) -> dict[str, Any]:
 
     src = build_large_corpus(os.path.join(work, f"large{images}"), images)
     keep = convert_once(src, os.path.join(work, f"large_keep{images}"), None)
-    epochs = max(1, 1200 // images)
+    epochs = max(1, 600 // images)
     specs = {
         "shardfeed": P("shardfeed", keep, epochs=epochs),
         "shardfeed_no_dct_scaling": P("shardfeed", keep, epochs=epochs, decode={"dct_scaling": False}),

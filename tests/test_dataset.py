@@ -426,3 +426,29 @@ def test_large_photos_decode_at_reduced_dct_scale(tmp_path: Path) -> None:
 
     scaled, full = error(True), error(False)
     assert scaled < 0.75 * full, (scaled, full)  # measured 2.05 vs 3.66
+
+
+def test_manifest_knowledge_skips_per_image_checks_without_changing_pixels(photo_tree: Path, tmp_path: Path) -> None:
+    """The manifest counts formats and the longest side; an all-JPEG split whose images are all
+    under twice the output size is read without the format sniff and the DCT-scale choice, and
+    gives the same pixels as a reader that does not know (an old manifest)."""
+    import json
+
+    out = tmp_path / "out"
+    convert(str(photo_tree), str(out), ConvertOptions(image=ImageOptions(image_format="jpeg")), progress=False)
+    data = json.loads((out / "manifest.json").read_text())
+    sides = [max(image_size_of(p)) for p in photo_tree.rglob("*.*")]
+    assert data["image_formats"] == {"JPEG": 44} and data["image_max_side"] == max(sides)
+    kwargs = dict(split="validation", batch_size=64, image_size=max(sides) // 2 + 1)
+    known, _ = next(iter(load(str(out), **kwargs)))
+    del data["image_formats"], data["image_max_side"]
+    (out / "manifest.json").write_text(json.dumps(data))
+    unknown, _ = next(iter(load(str(out), **kwargs)))
+    assert np.array_equal(known.numpy(), unknown.numpy())
+
+
+def image_size_of(path: Path) -> tuple[int, int]:
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return im.size

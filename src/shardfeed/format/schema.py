@@ -72,6 +72,8 @@ class Schema:
     pixels_as_floats: bool = False  # image_key is a float list of pixels, not encoded bytes
     filename_key: str | None = None  # also return this feature (image/filename) with each batch
     label_offset: int = 0  # subtracted from stored labels, so the model sees 0..K-1
+    all_jpeg: bool = False  # every image is a JPEG (the manifest counts formats): no sniffing, no dimensions
+    max_side: int | None = None  # the longest image side, when the manifest knows it
 
 
 def foreign_schema(record: Mapping[str, Any], source: str, image_key: str | None, label_key: str | None) -> Schema:

@@ -83,8 +83,12 @@ def open_split(
         if m is None:  # from_manifest always sets it; narrows the type
             raise ValueError(f"no manifest for {path!r}")
         default = Schema()
+        formats = m.data.get("image_formats") or {}
         return shards, Schema(
-            label_key=default.label_key if m.labels is not None else None, label_offset=m.label_offset
+            label_key=default.label_key if m.labels is not None else None,
+            label_offset=m.label_offset,
+            all_jpeg=set(formats) == {"JPEG"},
+            max_side=m.data.get("image_max_side"),
         )
     shards = from_files(path, compression=compression)
     first = next((f for f, n in zip(shards.files, shards.counts, strict=True) if n), None)

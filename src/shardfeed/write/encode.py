@@ -51,6 +51,7 @@ class EncodedRecord:
     conversion: str | None
     warning: str | None
     image_format: str = ""  # 'JPEG', 'PNG', 'RAW', ... as stored
+    max_side: int = 0  # the stored image's longer side, in pixels
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,16 @@ def encode_item(item: Item, spec: EncodingSpec) -> EncodedRecord | SkippedItem:
         features[schema.TEXT] = spec.class_names[item.label]
         features[schema.SYNSET] = spec.class_names[item.label]
     data = serialize_example(features)
-    return EncodedRecord(item.key, data, item.label, source_sha, prepared.conversion, prepared.warning, prepared.format)
+    return EncodedRecord(
+        item.key,
+        data,
+        item.label,
+        source_sha,
+        prepared.conversion,
+        prepared.warning,
+        prepared.format,
+        max(prepared.height, prepared.width),
+    )
 
 
 def encode_items(items: list[Item], spec: EncodingSpec) -> list[EncodedRecord | SkippedItem]:

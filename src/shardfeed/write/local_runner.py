@@ -49,7 +49,7 @@ def write_shards(
     )
     done: dict[str, ShardResult] = {}
     with bar:
-        if pool is not None and check is None and len(pending) >= 2 * workers:
+        if pool is not None and check is None and len(pending) >= 2 * workers and _shared(target.output_dir):
             tasks = ((i, (target, plan)) for i, plan in enumerate(pending))
             for i, result in map_ordered(pool, write_whole_shard, tasks, workers):
                 bar.update(len(pending[i].items))
@@ -59,6 +59,12 @@ def write_shards(
             plan = pending[i]
             done[plan.file] = target.write(plan.split, plan.file, (r for _, r in group)).without_records()
     return done
+
+
+def _shared(output_dir: str) -> bool:
+    """Whether files a worker process writes there are seen here (not so for ram://, which is
+    memory of the process that writes it)."""
+    return not output_dir.startswith("ram://")
 
 
 def write_whole_shard(target: WriteTarget, plan: ShardPlan) -> ShardResult:

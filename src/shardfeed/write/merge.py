@@ -59,6 +59,7 @@ def merge_manifest(
         "splits": split_data,
         "conversions": conversions,
         "image_formats": dict(sorted(formats.items())),
+        **_max_side(results),
         "num_skipped": len(discovery.skipped) + sum(len(r.skipped) for r in results),
         "num_duplicates": len(duplicates),
         "num_dropped_duplicates": len(dropped),
@@ -124,3 +125,12 @@ def write_report(
         "dropped_duplicates": [{"file": k, "duplicate_of": kept} for k, kept in sorted(dropped)],
     }
     fileio.write_text_atomic(fileio.join(output_dir, manifest.REPORT_NAME), manifest.dumps(report))
+
+
+def _max_side(results: list[shards.ShardResult]) -> dict[str, int]:
+    """{"image_max_side": the longest stored image side}, which lets readers skip per-image
+    checks that cannot apply (DCT-scaled decoding); {} if a shard predates the count."""
+    sides = [r.max_side for r in results]
+    if any(side is None for side in sides):
+        return {}
+    return {"image_max_side": max((side for side in sides if side is not None), default=0)}

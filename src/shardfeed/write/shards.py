@@ -34,6 +34,7 @@ class ShardResult:
     sha256: str = ""
     class_counts: dict[str, int] = field(default_factory=dict)
     formats: dict[str, int] = field(default_factory=dict)  # stored image format -> records
+    max_side: int | None = None  # longest stored image side (None: written before it was counted)
     records: list[tuple[str, str]] = field(default_factory=list)  # (key, source sha256)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     converted: list[tuple[str, str]] = field(default_factory=list)
@@ -97,7 +98,7 @@ def write_shard(
     """
     path = fileio.join(output_dir, file_name)
     tmp = path + INCOMPLETE
-    result = ShardResult(split, file_name, fileio.join(INDEX_DIR, file_name + ".idx"))
+    result = ShardResult(split, file_name, fileio.join(INDEX_DIR, file_name + ".idx"), max_side=0)
     sizes: list[int] = []
     sink = _HashingWriter(fileio.open_binary(tmp, "wb"))
     try:
@@ -113,6 +114,7 @@ def write_shard(
                 name = class_names[item.label]
                 result.class_counts[name] = result.class_counts.get(name, 0) + 1
             result.formats[item.image_format] = result.formats.get(item.image_format, 0) + 1
+            result.max_side = max(result.max_side or 0, item.max_side)
             if item.conversion:
                 result.converted.append((item.key, item.conversion))
             if item.warning:

@@ -1,0 +1,61 @@
+"""The benchmark harness: pipeline specs cross a process boundary intact, every kind builds and
+reads the data it names in its own process, and summaries/ratios say what they claim."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shardfeed import ConvertOptions, ImageOptions, convert
+from shardfeed.tools.fresh_runs import compare, ratio, run_fresh, summary
+from shardfeed.tools.pipelines import KINDS, PipelineSpec
+
+
+@pytest.fixture(scope="module")
+def shards(photo_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The photo tree, every image stored as JPEG (the hand-written recipe reads JPEG only)."""
+    out = tmp_path_factory.mktemp("fresh") / "out"
+    options = ConvertOptions(split="train=1", shards=2, image=ImageOptions(image_format="jpeg"))
+    convert(str(photo_tree), str(out), options, workers=1, progress=False)
+    return out
+
+
+def test_spec_round_trips_as_json_and_rejects_unknown_kinds() -> None:
+    spec = PipelineSpec("shardfeed", "/data", image_size=(32, 48), read={"shuffle": "global"}, epochs=2)
+    assert PipelineSpec.from_json(spec.to_json()) == spec
+    with pytest.raises(ValueError, match="pipeline kind must be one of"):
+        PipelineSpec("nope", "/data")
+
+
+def test_summary_and_ratio() -> None:
+    runs = [
+        {"images_per_second": 100.0, "cpu_cores_used": 2.0, "images": 10},
+        {"images_per_second": 300.0, "cpu_cores_used": 3.0, "images": 30},
+        {"images_per_second": 200.0, "cpu_cores_used": 2.0, "images": 20},
+    ]
+    s = summary(runs)
+    assert (s["best_images_per_second"], s["median_images_per_second"], s["images"]) == (300.0, 200.0, 20)
+    assert s["cpu_ms_per_image"] == pytest.approx(10.0)  # per run 20, 10, 10 ms
+    base = {"median_images_per_second": 100.0, "best_images_per_second": 150.0, "cpu_ms_per_image": 20.0}
+    assert ratio(s, base) == {"median": 2.0, "best": 2.0, "cpu_per_image": 2.0}
+
+
+def test_every_kind_reads_its_data_in_a_fresh_process(shards: Path, photo_tree: Path) -> None:
+    images = 44  # photo_tree: 4 classes x (10 JPEG + 1 PNG)
+    for kind in KINDS:
+        folder = photo_tree if kind in ("keras_folder", "decode_ceiling") else shards
+        spec = PipelineSpec(kind, str(folder), batch_size=4, image_size=(32, 32), training=False, warmup_batches=0)
+        result = run_fresh(spec, timeout=300)
+        assert result["images"] == images, (kind, result)
+        assert result["images_per_second"] > 0 and result["cpu_cores_used"] >= 0  # 10 ms CPU ticks: 0 on tiny runs
+
+
+def test_compare_interleaves_and_names_failures(shards: Path) -> None:
+    spec = PipelineSpec("raw_read", str(shards), warmup_batches=0)
+    seen: list[str] = []
+    results = compare({"a": spec, "b": spec}, rounds=2, progress=seen.append)
+    assert seen == ["round 1/2: a", "round 1/2: b", "round 2/2: a", "round 2/2: b"]
+    assert len(results["a"]["runs"]) == 2 and results["a"]["images"] == 44
+    with pytest.raises(RuntimeError, match=r"measuring shardfeed on .*missing"):
+        run_fresh(PipelineSpec("shardfeed", str(shards / "missing")), timeout=300)
