@@ -10,20 +10,28 @@ from PIL import Image
 PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry", "hubble_deep_field", "retina", "cat")
 
 
-def build_corpus(root: str, count: int, *, classes: int = 10, seed: int = 0) -> str:
-    """Writes `count` JPEGs (random crops 200-500 px a side, quality 90) into root/<class>/.
-
-    Re-uses the folder when it already holds that many images.
-    """
+def _photos_for(root: str, count: int) -> list[np.ndarray] | None:
+    """The shipped photos to cut a corpus from, into an emptied `root`; None when `root` already
+    holds `count` images (re-used as it is)."""
     existing = sum(len(files) for _, _, files in os.walk(root)) if os.path.isdir(root) else 0
     if existing == count:
-        return root
+        return None
     import shutil
 
     import skimage.data
 
     shutil.rmtree(root, ignore_errors=True)
-    photos = [getattr(skimage.data, name)()[..., :3] for name in PHOTOS]
+    return [getattr(skimage.data, name)()[..., :3] for name in PHOTOS]
+
+
+def build_corpus(root: str, count: int, *, classes: int = 10, seed: int = 0) -> str:
+    """Writes `count` JPEGs (random crops 200-500 px a side, quality 90) into root/<class>/.
+
+    Re-uses the folder when it already holds that many images.
+    """
+    photos = _photos_for(root, count)
+    if photos is None:
+        return root
     rng = np.random.default_rng(seed)
     for i in range(count):
         photo = photos[i % len(photos)]
@@ -46,15 +54,9 @@ def build_large_corpus(root: str, count: int, *, classes: int = 10, seed: int = 
 
     Re-uses the folder when it already holds that many images.
     """
-    existing = sum(len(files) for _, _, files in os.walk(root)) if os.path.isdir(root) else 0
-    if existing == count:
+    photos = _photos_for(root, count)
+    if photos is None:
         return root
-    import shutil
-
-    import skimage.data
-
-    shutil.rmtree(root, ignore_errors=True)
-    photos = [getattr(skimage.data, name)()[..., :3] for name in PHOTOS]
     rng = np.random.default_rng(seed)
     for i in range(count):
         width = int(rng.integers(2000, 4033))
