@@ -90,9 +90,10 @@ def _progress(message: str) -> None:
 def format_bench(result: dict[str, Any]) -> str:
     def line(name: str, t: dict[str, Any]) -> str:
         if "median_images_per_second" in t:
+            runs = len(t["runs"])
             return (
                 f"{name:<28} median {t['median_images_per_second']:6.0f} img/s  best {t['best_images_per_second']:6.0f}"
-                f"  CPU {t['cpu_ms_per_image']:.2f} ms/img  ({len(t['runs'])} fresh processes)"
+                f"  CPU {t['cpu_ms_per_image']:.2f} ms/img  ({runs} fresh process{'es' if runs > 1 else ''})"
             )
         return (
             f"{name:<28} {t['images_per_second']:8.0f} img/s  {t['batches_per_second']:6.1f} batches/s  "
