@@ -24,6 +24,13 @@ def _photos_for(root: str, count: int) -> list[np.ndarray] | None:
     return [getattr(skimage.data, name)()[..., :3] for name in PHOTOS]
 
 
+def _save(root: str, i: int, classes: int, pixels: np.ndarray) -> None:
+    """Image `i` as root/class<i mod classes>/<i>.jpg, quality 90."""
+    folder = os.path.join(root, f"class{i % classes:02d}")
+    os.makedirs(folder, exist_ok=True)
+    Image.fromarray(np.ascontiguousarray(pixels)).save(os.path.join(folder, f"{i:06d}.jpg"), quality=90)
+
+
 def build_corpus(root: str, count: int, *, classes: int = 10, seed: int = 0) -> str:
     """Writes `count` JPEGs (random crops 200-500 px a side, quality 90) into root/<class>/.
 
@@ -41,9 +48,7 @@ def build_corpus(root: str, count: int, *, classes: int = 10, seed: int = 0) -> 
         crop = photo[y : y + ch, x : x + cw]
         if rng.random() < 0.5:
             crop = crop[:, ::-1]
-        folder = os.path.join(root, f"class{i % classes:02d}")
-        os.makedirs(folder, exist_ok=True)
-        Image.fromarray(np.ascontiguousarray(crop)).save(os.path.join(folder, f"{i:06d}.jpg"), quality=90)
+        _save(root, i, classes, crop)
     return root
 
 
@@ -68,7 +73,5 @@ def build_large_corpus(root: str, count: int, *, classes: int = 10, seed: int = 
                 py, px = int(rng.integers(0, photo.shape[0] - 256)), int(rng.integers(0, photo.shape[1] - 256))
                 tile = photo[py : py + 256, px : px + 256]
                 canvas[y : y + 256, x : x + 256] = tile[: height - y, : width - x]
-        folder = os.path.join(root, f"class{i % classes:02d}")
-        os.makedirs(folder, exist_ok=True)
-        Image.fromarray(canvas).save(os.path.join(folder, f"{i:06d}.jpg"), quality=90)
+        _save(root, i, classes, canvas)
     return root

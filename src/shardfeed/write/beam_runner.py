@@ -2,8 +2,8 @@
 
 The driver plans as usual and writes each pending shard's items to a plan file in the work folder
 (`.shardfeed/plans/<shard>.json`), so the pipeline graph carries only shard names, whatever the
-dataset size. Each worker reads its plan, encodes the items with `encode.encode_items` and writes
-the shard through the same `shards.WriteTarget` (partial manifest included); the driver then
+dataset size. Each worker reads its plan and encodes and writes the shard with
+`shards.WriteTarget.write_items`, as the local runner's workers do (partial manifest included); the driver then
 merges the partial manifests exactly as for the local runner. Same inputs and seed: byte-identical
 output.
 """
@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Iterator
 
 from shardfeed.errors import ConvertError
 from shardfeed.format import fileio
 from shardfeed.lazy import apache_beam
-from shardfeed.write.encode import EncodedRecord, SkippedItem, encode_items
 from shardfeed.write.items import Item
 from shardfeed.write.planning import ShardPlan
-from shardfeed.write.pool import CHUNK_SIZE
 from shardfeed.write.shards import ShardResult, WriteTarget
 
 
@@ -69,9 +66,5 @@ class _ShardWriter:
         split, file = task
         rows = json.loads(fileio.read_bytes(fileio.join(self.target.work_dir, "plans", file + ".json")))
         items = [Item(k, label, s, size, tuple(a) if a else None) for k, label, s, size, a in rows]
-        self.target.write(split, file, self._encoded(items))
+        self.target.write_items(split, file, items)
         return file
-
-    def _encoded(self, items: list[Item]) -> Iterator[EncodedRecord | SkippedItem]:
-        for start in range(0, len(items), CHUNK_SIZE):
-            yield from encode_items(items[start : start + CHUNK_SIZE], self.target.spec)

@@ -69,12 +69,7 @@ def _shared(output_dir: str) -> bool:
 
 def write_whole_shard(target: WriteTarget, plan: ShardPlan) -> ShardResult:
     """Encodes and writes one shard in this (worker) process; its summary without the records."""
-    records = (
-        r
-        for start in range(0, len(plan.items), CHUNK_SIZE)
-        for r in encode_items(plan.items[start : start + CHUNK_SIZE], target.spec)
-    )
-    return target.write(plan.split, plan.file, records).without_records()
+    return target.write_items(plan.split, plan.file, plan.items).without_records()
 
 
 def _encoded(

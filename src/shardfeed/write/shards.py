@@ -11,12 +11,13 @@ import dataclasses
 import gzip
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shardfeed.format import fileio, tfrecord
-from shardfeed.write.encode import EncodedRecord, EncodingSpec, SkippedItem
+from shardfeed.write.encode import EncodedRecord, EncodingSpec, SkippedItem, encode_item
+from shardfeed.write.items import Item
 
 INDEX_DIR = "index"
 INCOMPLETE = ".incomplete"
@@ -156,6 +157,11 @@ class WriteTarget:
             class_names=self.spec.class_names,
             compression=self.compression,
         )
+
+    def write_items(self, split: str, file_name: str, items: Sequence[Item]) -> ShardResult:
+        """Encodes `items` here, one at a time, and writes them as `file_name` (the per-shard work
+        of a Beam worker or of a local worker given a whole shard)."""
+        return self.write(split, file_name, (encode_item(item, self.spec) for item in items))
 
     def committed(self, file_name: str) -> ShardResult | None:
         """The shard's partial manifest (`without_records`), or None if it is not committed."""
