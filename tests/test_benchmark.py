@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from shardfeed import ConvertOptions, convert
 
 
@@ -26,6 +28,8 @@ def test_bench_json_with_compare_folder(photo_tree: Path, tmp_path: Path) -> Non
             "32",
             "--compare-folder",
             str(photo_tree),
+            "--rounds",
+            "1",
             "--json",
         ],
         capture_output=True,
@@ -39,6 +43,8 @@ def test_bench_json_with_compare_folder(photo_tree: Path, tmp_path: Path) -> Non
     assert 0 < ours["cpu_cores_used"] < 64
     assert data["keras_folder"]["images"] > 0 and data["decode_ceiling"]["images"] > 0
     assert set(data["ratios"]) == {"vs_keras_folder", "vs_decode_ceiling"}
+    for r in data["ratios"].values():  # one round: the paired ratio is that round's ratio
+        assert r["paired"] == pytest.approx(r["median"]) and r["median"] > 0
     text = subprocess.run(
         [sys.executable, "-m", "shardfeed", "bench", str(out), "--batch-size", "4", "--image-size", "32", "--eval"],
         capture_output=True,

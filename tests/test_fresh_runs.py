@@ -41,6 +41,16 @@ def test_summary_and_ratio() -> None:
     assert ratio(s, base) == {"median": 2.0, "best": 2.0, "cpu_per_image": 2.0}
 
 
+def test_paired_ratio_is_the_median_of_per_round_ratios() -> None:
+    """Round by round (drift cancels): ours is 1.1x, 1.1x and 0.5x the baseline -> 1.1x, where the
+    medians alone (200 vs 300) would say 0.67x."""
+    ours = summary([{"images_per_second": r, "cpu_cores_used": 1.0} for r in (110.0, 330.0, 200.0)])
+    base = summary([{"images_per_second": r, "cpu_cores_used": 1.0} for r in (100.0, 300.0, 400.0)])
+    got = ratio(ours, base)
+    assert got["paired"] == pytest.approx(1.1)
+    assert got["median"] == pytest.approx(200.0 / 300.0)
+
+
 def test_every_kind_reads_its_data_in_a_fresh_process(shards: Path, photo_tree: Path) -> None:
     images = 44  # photo_tree: 4 classes x (10 JPEG + 1 PNG)
     for kind in KINDS:

@@ -105,7 +105,8 @@ def format_bench(result: dict[str, Any]) -> str:
         if key in result:
             lines.append(line(name, result[key]))
     for key, ratio in result.get("ratios", {}).items():
-        lines.append(f"ratio {key} (median): {ratio:.2f}x")
+        paired = f", {ratio['paired']:.2f}x paired round by round" if "paired" in ratio else ""
+        lines.append(f"ratio {key}: {ratio['median']:.2f}x by median{paired}")
     if "verdict" in result:
         lines.append(f"model training step (one batch in memory) {result['model']['images_per_second']:8.0f} img/s")
         lines.append(result["verdict"])
