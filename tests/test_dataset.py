@@ -20,6 +20,7 @@ from shardfeed import (
     read_manifest,
     steps_per_epoch,
 )
+from shardfeed.format.manifest import side_bucket
 from shardfeed.read.augment import Augment
 
 
@@ -437,14 +438,56 @@ def test_manifest_knowledge_skips_per_image_checks_without_changing_pixels(photo
     out = tmp_path / "out"
     convert(str(photo_tree), str(out), ConvertOptions(image=ImageOptions(image_format="jpeg")), progress=False)
     data = json.loads((out / "manifest.json").read_text())
-    sides = [max(image_size_of(p)) for p in photo_tree.rglob("*.*")]
+    sizes = [image_size_of(p) for p in photo_tree.rglob("*.*")]
+    sides = [max(size) for size in sizes]
     assert data["image_formats"] == {"JPEG": 44} and data["image_max_side"] == max(sides)
+    buckets = Counter(str(side_bucket(min(size))) for size in sizes)
+    assert data["image_short_sides"] == dict(sorted(buckets.items(), key=lambda kv: int(kv[0])))
     kwargs = dict(split="validation", batch_size=64, image_size=max(sides) // 2 + 1)
     known, _ = next(iter(load(str(out), **kwargs)))
-    del data["image_formats"], data["image_max_side"]
+    del data["image_formats"], data["image_max_side"], data["image_short_sides"]
     (out / "manifest.json").write_text(json.dumps(data))
     unknown, _ = next(iter(load(str(out), **kwargs)))
     assert np.array_equal(known.numpy(), unknown.numpy())
+
+
+def test_side_buckets_are_half_octaves() -> None:
+    got = {side: side_bucket(side) for side in (0, 1, 2, 3, 5, 7, 11, 12, 499, 512, 767, 768, 3024, 4032)}
+    assert got == {
+        0: 0,
+        1: 1,
+        2: 2,
+        3: 3,
+        5: 4,
+        7: 6,
+        11: 8,
+        12: 12,
+        499: 384,
+        512: 512,
+        767: 512,
+        768: 768,
+        3024: 2048,
+        4032: 3072,
+    }
+
+
+def test_the_side_histogram_decides_whether_the_dct_scale_choice_is_built() -> None:
+    """The per-image scale choice costs ~8% of a small photo's decode, so it is built only when a
+    tenth of the images or more can decode scaled; older manifests fall back on the longest side,
+    foreign files (nothing known) always build it."""
+    from shardfeed.format.schema import Schema
+    from shardfeed.read.decode import Preprocess, _may_scale
+
+    def built(schema: Schema, size: int = 224, scaling: bool = True) -> bool:
+        return _may_scale(schema, Preprocess((size, size), None, DecodeConfig(dct_scaling=scaling)))
+
+    small = Schema(all_jpeg=True, max_side=499, short_sides=((256, 95), (384, 5)))
+    assert not built(small)  # its longest side alone (499 >= 2 x 224) would have built it
+    assert built(small, size=128)  # 256 >= 2 x 128
+    assert built(Schema(short_sides=((256, 90), (512, 10))))
+    assert not built(Schema(short_sides=((256, 91), (512, 9))))
+    assert built(Schema(max_side=499)) and not built(Schema(max_side=447))  # an older manifest
+    assert built(Schema()) and not built(Schema(), scaling=False)
 
 
 def image_size_of(path: Path) -> tuple[int, int]:

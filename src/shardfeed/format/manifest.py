@@ -10,6 +10,10 @@ manifest.json (versioned; written last, so a folder without it is unfinished):
     splits       {name: {num_records, num_bytes, class_counts, shards: [{file, index_file,
                  num_records, num_bytes, sha256}]}}
     conversions  {reason: count} of images re-encoded because TF could not use them as they were
+    image_formats {stored format: count}; image_max_side, the longest stored image side;
+                 image_short_sides {bucket: count} of the stored images' shorter sides, a bucket
+                 being the largest 2^k or 1.5 * 2^k at most the side (so readers know whether
+                 DCT-scaled decoding can pay)
     num_skipped, num_duplicates, report (file name of the conversion report)
 labels.txt: one `id:name` line per class, ids including label_offset.
 """
@@ -95,6 +99,15 @@ class Manifest:
 
     def shard_paths(self, split: str) -> list[str]:
         return [fileio.join(self.path, shard.file) for shard in self.split(split).shards]
+
+
+def side_bucket(side: int) -> int:
+    """The size class of an image side for `image_short_sides`: the largest 2^k or 1.5 * 2^k
+    that is at most `side` (0 for 0). Half-octave classes: a lower bound off by at most a third."""
+    if side < 2:
+        return max(side, 0)
+    power = 1 << (side.bit_length() - 1)
+    return power + power // 2 if side >= power + power // 2 else power
 
 
 def dumps(data: dict[str, Any]) -> str:

@@ -74,6 +74,7 @@ class Schema:
     label_offset: int = 0  # subtracted from stored labels, so the model sees 0..K-1
     all_jpeg: bool = False  # every image is a JPEG (the manifest counts formats): no sniffing, no dimensions
     max_side: int | None = None  # the longest image side, when the manifest knows it
+    short_sides: tuple[tuple[int, int], ...] | None = None  # (side bucket, images), ditto
 
 
 def foreign_schema(record: Mapping[str, Any], source: str, image_key: str | None, label_key: str | None) -> Schema:

@@ -89,6 +89,7 @@ def open_split(
             label_offset=m.label_offset,
             all_jpeg=set(formats) == {"JPEG"},
             max_side=m.data.get("image_max_side"),
+            short_sides=_short_sides(m.data.get("image_short_sides")),
         )
     shards = from_files(path, compression=compression)
     first = next((f for f, n in zip(shards.files, shards.counts, strict=True) if n), None)
@@ -96,6 +97,13 @@ def open_split(
         raise ValueError(f"the TFRecord files {shards.files[:3]} hold no records")
     record = parse_example(next(iter(tfrecord.read_records(first, compression=shards.compression))))
     return shards, foreign_schema(record, first, image_key, label_key)
+
+
+def _short_sides(counts: dict[str, int] | None) -> tuple[tuple[int, int], ...] | None:
+    """The manifest's {side bucket: images} as sorted pairs (None for an older manifest)."""
+    if counts is None:
+        return None
+    return tuple(sorted((int(bucket), int(n)) for bucket, n in counts.items()))
 
 
 def from_manifest(path: str, split: str) -> ShardSet:

@@ -52,6 +52,7 @@ class EncodedRecord:
     warning: str | None
     image_format: str = ""  # 'JPEG', 'PNG', 'RAW', ... as stored
     max_side: int = 0  # the stored image's longer side, in pixels
+    short_side: int = 0  # and its shorter side
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,7 @@ def encode_item(item: Item, spec: EncodingSpec) -> EncodedRecord | SkippedItem:
         prepared.warning,
         prepared.format,
         max(prepared.height, prepared.width),
+        min(prepared.height, prepared.width),
     )
 
 

@@ -59,7 +59,7 @@ def merge_manifest(
         "splits": split_data,
         "conversions": conversions,
         "image_formats": dict(sorted(formats.items())),
-        **_max_side(results),
+        **_image_sides(results),
         "num_skipped": len(discovery.skipped) + sum(len(r.skipped) for r in results),
         "num_duplicates": len(duplicates),
         "num_dropped_duplicates": len(dropped),
@@ -127,10 +127,17 @@ def write_report(
     fileio.write_text_atomic(fileio.join(output_dir, manifest.REPORT_NAME), manifest.dumps(report))
 
 
-def _max_side(results: list[shards.ShardResult]) -> dict[str, int]:
-    """{"image_max_side": the longest stored image side}, which lets readers skip per-image
-    checks that cannot apply (DCT-scaled decoding); {} if a shard predates the count."""
-    sides = [r.max_side for r in results]
-    if any(side is None for side in sides):
-        return {}
-    return {"image_max_side": max((side for side in sides if side is not None), default=0)}
+def _image_sides(results: list[shards.ShardResult]) -> dict[str, Any]:
+    """{"image_max_side": the longest stored image side, "image_short_sides": {bucket: count}},
+    which let readers skip per-image work that cannot pay (DCT-scaled decoding); each is left
+    out if a shard predates its count."""
+    out: dict[str, Any] = {}
+    if all(r.max_side is not None for r in results):
+        out["image_max_side"] = max((r.max_side or 0 for r in results), default=0)
+    if all(r.short_sides is not None for r in results):
+        counts: dict[int, int] = {}
+        for r in results:
+            for bucket, n in (r.short_sides or {}).items():
+                counts[int(bucket)] = counts.get(int(bucket), 0) + n
+        out["image_short_sides"] = {str(b): counts[b] for b in sorted(counts)}
+    return out

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from shardfeed.format import fileio, tfrecord
+from shardfeed.format import fileio, manifest, tfrecord
 from shardfeed.write.encode import EncodedRecord, EncodingSpec, SkippedItem, encode_item
 from shardfeed.write.items import Item
 
@@ -36,6 +36,7 @@ class ShardResult:
     class_counts: dict[str, int] = field(default_factory=dict)
     formats: dict[str, int] = field(default_factory=dict)  # stored image format -> records
     max_side: int | None = None  # longest stored image side (None: written before it was counted)
+    short_sides: dict[str, int] | None = None  # manifest.side_bucket of shorter sides -> records (ditto)
     records: list[tuple[str, str]] = field(default_factory=list)  # (key, source sha256)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     converted: list[tuple[str, str]] = field(default_factory=list)
@@ -101,6 +102,7 @@ def write_shard(
     tmp = path + INCOMPLETE
     result = ShardResult(split, file_name, fileio.join(INDEX_DIR, file_name + ".idx"), max_side=0)
     sizes: list[int] = []
+    short_sides: dict[str, int] = {}
     sink = _HashingWriter(fileio.open_binary(tmp, "wb"))
     try:
         stream: Any = gzip.GzipFile(filename="", mode="wb", fileobj=sink, mtime=0) if compression == "gzip" else sink
@@ -116,6 +118,8 @@ def write_shard(
                 result.class_counts[name] = result.class_counts.get(name, 0) + 1
             result.formats[item.image_format] = result.formats.get(item.image_format, 0) + 1
             result.max_side = max(result.max_side or 0, item.max_side)
+            bucket = str(manifest.side_bucket(item.short_side))
+            short_sides[bucket] = short_sides.get(bucket, 0) + 1
             if item.conversion:
                 result.converted.append((item.key, item.conversion))
             if item.warning:
@@ -128,6 +132,7 @@ def write_shard(
         fileio.remove(tmp)
         raise
     result.num_records = len(sizes)
+    result.short_sides = dict(sorted(short_sides.items(), key=lambda kv: int(kv[0])))
     result.num_bytes = sink.count
     result.sha256 = sink.digest.hexdigest()
     fileio.rename(tmp, path)
