@@ -15,6 +15,8 @@ import numpy as np
 import simplejpeg
 from PIL import Image, ImageOps
 
+from shardfeed.write import jpeg_header
+
 Image.MAX_IMAGE_PIXELS = None  # dataset images are trusted content, not uploads
 
 _MAGIC = [
@@ -27,7 +29,6 @@ _MAGIC = [
     (b"MM\x00*", "tiff"),
 ]
 _JPEG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
-_EXIF_ORIENTATION = 0x0112
 IMAGE_FORMATS = ("keep", "jpeg", "png")
 ARRAY_ENCODINGS = ("png", "raw")
 CHECKS = ("decode", "header")
@@ -144,49 +145,13 @@ def _identify_with_pillow(data: bytes) -> str:
         raise BadImageError(f"not an image: unrecognised content ({type(e).__name__})") from e
 
 
-def _exif_orientation(data: bytes) -> int:
-    """The EXIF orientation tag of a JPEG (1, upright, when it has no EXIF block)."""
-    if not _may_have_exif(data):
-        return 1
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            return int(im.getexif().get(_EXIF_ORIENTATION, 1) or 1)
-    except Exception:
-        return 1
-
-
-def _may_have_exif(data: bytes) -> bool:
-    """Whether a JPEG's header segments (those before its first scan) hold an EXIF APP1 block.
-
-    Walks the marker segments, a few steps per file, where a byte search or Pillow's parse cost
-    ~50 µs a file (a sixth of a header-checked conversion's time per image). A header it cannot
-    walk answers True, so Pillow decides.
-    """
-    pos, end = 2, len(data)
-    while pos + 4 <= end:
-        if data[pos] != 0xFF:
-            return True
-        marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte before a marker
-            pos += 1
-        elif marker == 0x01 or 0xD0 <= marker <= 0xD9:  # markers without a length field
-            pos += 2
-        elif marker == 0xDA:  # start of scan: the header segments are over
-            return False
-        elif marker == 0xE1 and data[pos + 4 : pos + 10] == b"Exif\x00\x00":
-            return True
-        else:
-            pos += 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
-    return True
-
-
 def _keep_jpeg(data: bytes, check: str) -> PreparedImage | None:
     """The JPEG as it is, or None when it must be converted (CMYK, EXIF-rotated)."""
     try:
         height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
     except ValueError as e:
         raise BadImageError(f"corrupt JPEG header: {e}") from e
-    if colorspace not in ("Gray", "YCbCr", "RGB") or _exif_orientation(data) != 1:
+    if colorspace not in ("Gray", "YCbCr", "RGB") or jpeg_header.exif_orientation(data) != 1:
         return None
     channels = 1 if colorspace == "Gray" else 3
     warning = None
@@ -302,7 +267,7 @@ def _conversion_reasons(im: Image.Image, data: bytes, fmt: str, claims_jpeg: boo
         reasons.append("palette image")
     elif im.mode in ("RGBA", "LA", "La", "RGBa"):
         reasons.append("alpha channel")
-    if fmt == "jpeg" and _exif_orientation(data) != 1:
+    if fmt == "jpeg" and jpeg_header.exif_orientation(data) != 1:
         reasons.append("EXIF rotation")
     return reasons
 
