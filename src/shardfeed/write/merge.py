@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -135,9 +136,8 @@ def _image_sides(results: list[shards.ShardResult]) -> dict[str, Any]:
     if all(r.max_side is not None for r in results):
         out["image_max_side"] = max((r.max_side or 0 for r in results), default=0)
     if all(r.short_sides is not None for r in results):
-        counts: dict[int, int] = {}
+        counts: Counter[str] = Counter()
         for r in results:
-            for bucket, n in (r.short_sides or {}).items():
-                counts[int(bucket)] = counts.get(int(bucket), 0) + n
-        out["image_short_sides"] = {str(b): counts[b] for b in sorted(counts)}
+            counts.update(r.short_sides or {})
+        out["image_short_sides"] = dict(counts)  # manifest.dumps sorts the keys
     return out

@@ -132,7 +132,7 @@ def write_shard(
         fileio.remove(tmp)
         raise
     result.num_records = len(sizes)
-    result.short_sides = dict(sorted(short_sides.items(), key=lambda kv: int(kv[0])))
+    result.short_sides = short_sides
     result.num_bytes = sink.count
     result.sha256 = sink.digest.hexdigest()
     fileio.rename(tmp, path)
