@@ -15,7 +15,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image, ImageOps
 
-from shardfeed.write import jpeg_header
+from shardfeed.write import jpeg_decode, jpeg_header
 
 Image.MAX_IMAGE_PIXELS = None  # dataset images are trusted content, not uploads
 
@@ -156,31 +156,18 @@ def _keep_jpeg(data: bytes, check: str) -> PreparedImage | None:
     channels = 1 if colorspace == "Gray" else 3
     warning = None
     if check == "decode":
-        warning = _decode_jpeg_check(data, "GRAY" if channels == 1 else "RGB")
+        warning = _decode_check(data, "GRAY" if channels == 1 else "RGB")
     elif data.rfind(b"\xff\xd9", -65536) < 0:
         raise BadImageError("truncated JPEG: no end-of-image marker")
     return PreparedImage(data, "JPEG", height, width, channels, warning=warning)
 
 
-def _decode_jpeg_check(data: bytes, colorspace: str) -> str | None:
-    """Decodes at the smallest DCT scale; returns a warning for damage TensorFlow steps over.
-
-    libjpeg's "Corrupt JPEG data: ..." complaints are warnings TensorFlow ignores (the image
-    decodes, slightly damaged): such files are kept and reported. Any other failure (bad
-    markers, truncation) also makes `tf.io.decode_jpeg` fail, so the file is rejected.
-    """
+def _decode_check(data: bytes, colorspace: str) -> str | None:
+    """`jpeg_decode.decode_check`, its failure as a BadImageError."""
     try:
-        simplejpeg.decode_jpeg(data, colorspace, min_height=1, min_width=1)
-        return None
-    except ValueError as e:
-        message = str(e)
-    if not message.startswith("Corrupt JPEG data"):
-        raise BadImageError(f"corrupt JPEG: {message}")
-    try:
-        simplejpeg.decode_jpeg(data, colorspace, min_height=1, min_width=1, strict=False)
-    except ValueError as e:
-        raise BadImageError(f"corrupt JPEG: {e}") from e
-    return f"damaged JPEG data, decodes with a warning: {message}"
+        return jpeg_decode.decode_check(data, colorspace)
+    except jpeg_decode.DamagedJpegError as e:
+        raise BadImageError(str(e)) from e
 
 
 def check_stored_image(data: bytes, fmt: str, height: int, width: int, channels: int) -> str | None:
@@ -196,7 +183,7 @@ def check_stored_image(data: bytes, fmt: str, height: int, width: int, channels:
             return None
         if fmt == "JPEG":
             h, w, colorspace, _ = simplejpeg.decode_jpeg_header(data)
-            _decode_jpeg_check(data, "GRAY" if colorspace == "Gray" else "RGB")
+            _decode_check(data, "GRAY" if colorspace == "Gray" else "RGB")
         else:
             with Image.open(io.BytesIO(data)) as im:
                 im.load()
@@ -229,16 +216,9 @@ def _keep_png(data: bytes, check: str) -> PreparedImage | None:
 
 
 def _transcode(data: bytes, fmt: str, claims_jpeg: bool, options: ImageOptions) -> PreparedImage:
-    """Decodes with Pillow, makes the image upright RGB/gray, applies transforms, re-encodes."""
-    try:
-        im: Image.Image = Image.open(io.BytesIO(data))
-        target = _target_size(im.size, options)
-        if fmt == "jpeg" and target is not None:
-            im.draft(im.mode if im.mode in ("L", "RGB") else "RGB", target)  # DCT-scaled decode
-        im.load()
-    except Exception as e:
-        raise BadImageError(f"corrupt {fmt.upper()}: {e}") from e
+    """Decodes, makes the image upright RGB/gray, applies transforms, re-encodes."""
     orientation = jpeg_header.exif_orientation(data) if fmt == "jpeg" else None
+    im = _decode(data, fmt, orientation, options)
     reasons = _conversion_reasons(im, fmt, claims_jpeg, orientation)
     im = _normalise_mode(_upright(im, orientation))
     if _upscales(im.size, options):
@@ -251,6 +231,29 @@ def _transcode(data: bytes, fmt: str, claims_jpeg: bool, options: ImageOptions) 
     encoded = encode(im, out_format, options.quality)
     reason = ", ".join(reasons) if reasons else None
     return PreparedImage(encoded, out_format.upper(), im.height, im.width, _channels(im), reason)
+
+
+def _decode(data: bytes, fmt: str, orientation: int | None, options: ImageOptions) -> Image.Image:
+    """The decoded image; a JPEG at the DCT scale that keeps it at least the resize target.
+
+    Upright JPEGs are decoded in C; Pillow decodes the rest (and keeps the EXIF that turns them).
+
+    Raises:
+        BadImageError: Pillow cannot decode it.
+    """
+    if orientation == 1:
+        decoded = jpeg_decode.decode_scaled(data, lambda size: _target_size(size, options))
+        if decoded is not None:
+            return decoded
+    try:
+        im: Image.Image = Image.open(io.BytesIO(data))
+        target = _target_size(im.size, options)
+        if fmt == "jpeg" and target is not None:
+            im.draft(im.mode if im.mode in ("L", "RGB") else "RGB", target)  # DCT-scaled decode
+        im.load()
+    except Exception as e:
+        raise BadImageError(f"corrupt {fmt.upper()}: {e}") from e
+    return im
 
 
 def _upright(im: Image.Image, orientation: int | None) -> Image.Image:
