@@ -9,7 +9,8 @@ and CPU ms per image.
   photos    real-photo JPEGs (200-500 px, bench/corpus.py), 16 shards kept as bytes and again
             with --resize 256: load (training, evaluation), the plain per-record tf.data
             pipeline on the same shards, the in-memory decode ceiling,
-            image_dataset_from_directory; parsing only vs raw TFRecordDataset reading.
+            image_dataset_from_directory; parsing only (40 passes a run) vs raw TFRecordDataset
+            reading, and vs the raw reader followed by the same parsing.
   large     phone-sized JPEGs (2,000-4,032 px, 3-12 MP): load with and without DCT scaling,
             the ceiling and Keras.
   sizes     the large photos stored with --resize 256 / 320 / 384 and as kept bytes: what
@@ -41,13 +42,14 @@ def convert_once(src: str, out: str, resize: int | None) -> str:
     return out
 
 
-def measured(specs: dict[str, Any], rounds: int, baseline: str) -> dict[str, Any]:
-    """The specs' summaries, each with its median and best ratio to `baseline`."""
+def measured(specs: dict[str, Any], rounds: int, *baselines: str) -> dict[str, Any]:
+    """The specs' summaries, each with its ratios (median, paired, best) to every baseline."""
     from shardfeed.tools.fresh_runs import compare, ratio
 
     results = compare(specs, rounds=rounds, progress=lambda m: print(m, file=sys.stderr, flush=True))
-    for r in results.values():
-        r["vs_" + baseline] = ratio(r, results[baseline])
+    for baseline in baselines:
+        for r in results.values():
+            r["vs_" + baseline] = ratio(r, results[baseline])
     return results
 
 
@@ -71,11 +73,11 @@ def photos(work: str, images: int, rounds: int) -> dict[str, Any]:
         "decode_ceiling": P("decode_ceiling", src, training=False),
         "keras_folder": P("keras_folder", src, training=False),
     }
-    parsing = {"parse": P("parse", keep, epochs=10), "raw_read": P("raw_read", keep, epochs=10)}
+    parsing = {kind: P(kind, keep, epochs=40) for kind in ("parse", "raw_parse", "raw_read")}
     return {
         "training": measured(train, rounds, "shardfeed"),
         "evaluation": measured(evaluation, rounds, "shardfeed"),
-        "parsing_records": measured(parsing, rounds, "raw_read"),
+        "parsing_records": measured(parsing, rounds, "raw_read", "raw_parse"),
     }
 
 

@@ -17,6 +17,7 @@ The kinds:
   decode_ceiling  the folder's JPEG bytes already in memory, decoded by `load`'s own per-image
                   code with map(AUTOTUNE): what reading and parsing could at best reach
   parse           `load`'s reading and parsing (records/s, no decode)
+  raw_parse       TFRecordDataset reading the same shards, no check, then the same parsing
   raw_read        TFRecordDataset reading the same shards, no check, no parsing: the reader's limit
 """
 
@@ -34,7 +35,7 @@ from shardfeed.lazy import tensorflow
 from shardfeed.read.augment import Augment, random_crop_window
 from shardfeed.read.options import DecodeConfig, ReadConfig
 
-KINDS = ("shardfeed", "plain_tfdata", "keras_folder", "decode_ceiling", "parse", "raw_read")
+KINDS = ("shardfeed", "plain_tfdata", "keras_folder", "decode_ceiling", "parse", "raw_parse", "raw_read")
 PARSE_BATCH = 256
 
 
@@ -84,6 +85,7 @@ def build(spec: PipelineSpec) -> Any:
         "keras_folder": _keras_folder,
         "decode_ceiling": _decode_ceiling,
         "parse": _parse,
+        "raw_parse": _raw_parse,
         "raw_read": _raw_read,
     }
     return builders[spec.kind](spec).repeat(spec.epochs).prefetch(tensorflow().data.AUTOTUNE)
@@ -173,31 +175,46 @@ def _decode_ceiling(spec: PipelineSpec) -> Any:
 
 def _parse(spec: PipelineSpec) -> Any:
     """`load`'s reading (checked, interleaved, shuffled files) and batched parsing; no decode."""
-    tf = tensorflow()
     from shardfeed.read import shardset
-    from shardfeed.read.decode import feature_spec
 
-    features = feature_spec(Schema())
-    ds = shardset.checked_records(
+    records = shardset.checked_records(
         shardset.from_manifest(spec.path, spec.split),
         shuffle_files=True,
         seed=None,
         deterministic=False,
         skip_corrupt=False,
     )
-    return ds.batch(PARSE_BATCH).map(
+    return _parsed(records)
+
+
+def _raw_parse(spec: PipelineSpec) -> Any:
+    """The same parsing after the raw reader: what parsing costs, apart from our reading."""
+    return _parsed(_raw_records(spec))
+
+
+def _parsed(records: Any) -> Any:
+    """Batches of records parsed as `load` parses them (image bytes and label); the labels."""
+    tf = tensorflow()
+    from shardfeed.read.decode import feature_spec
+
+    features = feature_spec(Schema())
+    return records.batch(PARSE_BATCH).map(
         lambda s: tf.io.parse_example(s, features)[LABEL], num_parallel_calls=tf.data.AUTOTUNE
     )
 
 
 def _raw_read(spec: PipelineSpec) -> Any:
     """The same shards through TFRecordDataset alone (16 parallel reads): no check, no parsing."""
-    tf = tensorflow()
+    return _raw_records(spec).batch(PARSE_BATCH)
+
+
+def _raw_records(spec: PipelineSpec) -> Any:
     from shardfeed.read import shardset
 
     files = shardset.from_manifest(spec.path, spec.split).files
-    ds = tf.data.TFRecordDataset(files, num_parallel_reads=min(16, len(files)), buffer_size=shardset.READ_BUFFER)
-    return ds.batch(PARSE_BATCH)
+    return tensorflow().data.TFRecordDataset(
+        files, num_parallel_reads=min(16, len(files)), buffer_size=shardset.READ_BUFFER
+    )
 
 
 def image_files(folder: str) -> list[str]:
