@@ -1,6 +1,6 @@
 """Convert benchmark: shardfeed vs the baselines a user would write, every run in a fresh process.
 
-    .venv/bin/python bench/bench_convert.py [--images 20000] [--rounds 3] [--skip-memory] [--json out.json]
+    .venv/bin/python bench/bench_convert.py [--images 20000] [--rounds 3] [--only a,b] [--skip-memory] [--json out.json]
 
 1. keep-bytes conversion (16 shards; decode check, and header check) vs a bare single loop (read
    file, tf.train.Example, TFRecordWriter);
@@ -9,8 +9,9 @@
    downsampling) in a parallel map with AUTOTUNE, then TFRecordWriter), as written (bilinear,
    no antialiasing) and antialiased (the quality of ours);
 3. peak memory (RSS) of a conversion of a 10x larger corpus vs the base corpus (8 shards).
-Rounds are interleaved (A B C ..., A B C ...); best and median images/s per conversion; ratios of
-medians, > 1 means shardfeed is faster. Every clock starts after the interpreter and imports.
+Rounds are interleaved (A B C ..., A B C ...); best and median images/s and CPU ms per image
+(process and workers, start-up included) per conversion; ratios of medians and paired ratios
+(median of the per-round ratios), > 1 means shardfeed is faster. Every clock starts after the interpreter and imports.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -106,10 +108,39 @@ def timed(src: str, out: str) -> dict[str, Callable[[], float]]:
     }
 
 
+PAIRS = {  # ratio name: (shardfeed conversion, baseline)
+    "keep_decode_check_vs_bare_loop": ("keep_decode_check", "bare_loop"),
+    "keep_header_check_vs_bare_loop": ("keep_header_check", "bare_loop"),
+    "resize_vs_recipe_as_written": ("resize_crop_160", "recipe_as_written"),
+    "resize_vs_recipe_antialiased": ("resize_crop_160", "recipe_antialiased"),
+}
+
+
+def cpu_timed(run: Callable[[], float]) -> tuple[float, float]:
+    """(seconds on the run's clock, CPU seconds of its process and workers, start-up included)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    seconds = run()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return seconds, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def ratios(runs: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    """Each pair's ratio of median images/s and its paired ratio (median of per-round ratios)."""
+    out = {}
+    for name, (ours, base) in PAIRS.items():
+        if ours in runs and base in runs:
+            out[name] = {
+                "median": statistics.median(runs[ours]) / statistics.median(runs[base]),
+                "paired": statistics.median(a / b for a, b in zip(runs[ours], runs[base], strict=True)),
+            }
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", help="comma-separated conversions to run (default: all of them)")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "shardfeed_bench"))
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--json", help="also write the results here")
@@ -117,23 +148,32 @@ def main() -> None:
     src = build_corpus(os.path.join(args.workdir, f"corpus{args.images}"), args.images)
     out = os.path.join(args.workdir, "out")
     n = args.images
+    conversions = timed(src, out)
+    if args.only:
+        unknown = set(args.only.split(",")) - set(conversions)
+        if unknown:
+            parser.error(f"unknown conversions {sorted(unknown)}; choose from {sorted(conversions)}")
+        conversions = {k: v for k, v in conversions.items() if k in args.only.split(",")}
     runs: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
     for round_number in range(args.rounds):
-        for name, run in timed(src, out).items():
-            print(f"round {round_number + 1}/{args.rounds}: {name}", file=sys.stderr, flush=True)
-            runs.setdefault(name, []).append(n / run())
-    rates = {name: {"best_img_s": max(r), "median_img_s": statistics.median(r), "runs": r} for name, r in runs.items()}
-
-    def ratio(a: str, b: str) -> float:
-        return float(rates[a]["median_img_s"]) / float(rates[b]["median_img_s"])  # type: ignore[arg-type]
-
-    results: dict[str, object] = {"images": n, "cores": os.cpu_count(), "rounds": args.rounds, "img_s": rates}
-    results["ratios_by_median"] = {
-        "keep_decode_check_vs_bare_loop": ratio("keep_decode_check", "bare_loop"),
-        "keep_header_check_vs_bare_loop": ratio("keep_header_check", "bare_loop"),
-        "resize_vs_recipe_as_written": ratio("resize_crop_160", "recipe_as_written"),
-        "resize_vs_recipe_antialiased": ratio("resize_crop_160", "recipe_antialiased"),
+        for name, run in conversions.items():
+            seconds, cpu_seconds = cpu_timed(run)
+            runs.setdefault(name, []).append(n / seconds)
+            cpu.setdefault(name, []).append(1000 * cpu_seconds / n)
+            rate = f"{n / seconds:.0f} img/s"
+            print(f"round {round_number + 1}/{args.rounds}: {name} {rate}", file=sys.stderr, flush=True)
+    rates = {
+        name: {
+            "best_img_s": max(r),
+            "median_img_s": statistics.median(r),
+            "cpu_ms_per_image": statistics.median(cpu[name]),
+            "runs": r,
+        }
+        for name, r in runs.items()
     }
+    results: dict[str, object] = {"images": n, "cores": os.cpu_count(), "rounds": args.rounds, "img_s": rates}
+    results["ratios"] = ratios(runs)
     if not args.skip_memory:
         big = build_corpus(os.path.join(args.workdir, f"corpus{n * 10}"), n * 10, seed=1)
         small_run = shardfeed_run(src, out, split="train=1", shards=8)

@@ -48,6 +48,14 @@ def feature_spec(schema: Schema) -> dict[str, Any]:
     return spec
 
 
+def parsed_schema(schema: Schema) -> Schema:
+    """The schema records are parsed with: for all-JPEG shards without the dimensions, which only
+    serve raw-pixel records (fewer features make each parse cheaper)."""
+    if schema.all_jpeg:
+        return dataclasses.replace(schema, height_key=None, width_key=None, channels_key=None)
+    return schema
+
+
 def record_decoder(schema: Schema, options: Preprocess) -> Callable[..., Any]:
     """A function (serialized record, seed pair) -> (image [H, W, C], label[, filename]).
 
@@ -57,8 +65,7 @@ def record_decoder(schema: Schema, options: Preprocess) -> Callable[..., Any]:
     records one by one.
     """
     tf = tensorflow()
-    if schema.all_jpeg:  # the dimensions only serve raw-pixel records
-        schema = dataclasses.replace(schema, height_key=None, width_key=None, channels_key=None)
+    schema = parsed_schema(schema)
     spec = feature_spec(schema)
 
     @tf.autograph.experimental.do_not_convert  # explicit tf.cond throughout; nothing to convert

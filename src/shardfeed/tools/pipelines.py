@@ -184,22 +184,25 @@ def _parse(spec: PipelineSpec) -> Any:
         deterministic=False,
         skip_corrupt=False,
     )
-    return _parsed(records)
+    return _parsed(records, spec)
 
 
 def _raw_parse(spec: PipelineSpec) -> Any:
     """The same parsing after the raw reader: what parsing costs, apart from our reading."""
-    return _parsed(_raw_records(spec))
+    return _parsed(_raw_records(spec), spec)
 
 
-def _parsed(records: Any) -> Any:
-    """Batches of records parsed as `load` parses them (image bytes and label); the labels."""
+def _parsed(records: Any, spec: PipelineSpec) -> Any:
+    """Batches of records parsed with the features `load` parses (for JPEG shards: the image
+    bytes and the label); the image bytes."""
     tf = tensorflow()
-    from shardfeed.read.decode import feature_spec
+    from shardfeed.read import shardset
+    from shardfeed.read.decode import feature_spec, parsed_schema
 
-    features = feature_spec(Schema())
+    schema = parsed_schema(shardset.open_split(spec.path, spec.split)[1])
+    features = feature_spec(schema)
     return records.batch(PARSE_BATCH).map(
-        lambda s: tf.io.parse_example(s, features)[LABEL], num_parallel_calls=tf.data.AUTOTUNE
+        lambda s: tf.io.parse_example(s, features)[schema.image_key], num_parallel_calls=tf.data.AUTOTUNE
     )
 
 
