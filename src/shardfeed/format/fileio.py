@@ -137,15 +137,24 @@ def walk_files(root: str) -> list[str]:
     found: list[str] = []
 
     def visit(directory: str, prefix: str) -> None:
-        for name in listdir(directory):
+        for name, is_dir in _entries(directory):
             if name.startswith("."):
                 continue
-            full = join(directory, name)
             rel = f"{prefix}{name}"
-            if isdir(full):
-                visit(full, rel + "/")
+            if is_dir:
+                visit(join(directory, name), rel + "/")
             else:
                 found.append(rel)
 
     visit(root, "")
     return found
+
+
+def _entries(directory: str) -> list[tuple[str, bool]]:
+    """(name, is a directory) of a directory's entries, sorted by name. Locally from one
+    `scandir`, whose entries know their type without a `stat` per file (one stat fewer per
+    image: seconds at a million files)."""
+    if is_remote(directory):
+        return [(name, isdir(join(directory, name))) for name in listdir(directory)]
+    with os.scandir(_local(directory)) as entries:
+        return sorted((entry.name, entry.is_dir()) for entry in entries)
