@@ -67,10 +67,45 @@ def test_decode_check_rejects_truncation_and_warns_on_damaged_data() -> None:
     import skimage.data
 
     data = jpeg_bytes(np.ascontiguousarray(skimage.data.astronaut()[::2, ::2]))
-    assert jpeg_decode.decode_check(data, "RGB") is None
+    assert jpeg_decode.decode_check(data, "YCbCr") is None
     with pytest.raises(jpeg_decode.DamagedJpegError, match="corrupt JPEG"):
-        jpeg_decode.decode_check(data[: len(data) // 2], "RGB")
+        jpeg_decode.decode_check(data[: len(data) // 2], "YCbCr")
     start = data.index(b"\xff\xda")  # start of scan: damage the entropy-coded data after it
     damaged = data[: start + 1000] + b"\xff\xd0" + data[start + 1002 :]  # a stray restart marker
-    warning = jpeg_decode.decode_check(damaged, "RGB")
+    warning = jpeg_decode.decode_check(damaged, "YCbCr")
     assert warning is not None and warning.startswith("damaged JPEG data, decodes with a warning: Corrupt JPEG data")
+
+
+def _verdict(data: bytes, colorspace: str) -> str:
+    try:
+        return "ok" if jpeg_decode.decode_check(data, colorspace) is None else "warning"
+    except jpeg_decode.DamagedJpegError:
+        return "rejected"
+
+
+def test_checking_colour_files_through_gray_gives_the_colour_verdicts() -> None:
+    """The check decodes YCbCr files to gray (cheaper); on damaged real photos, baseline and
+    progressive, every verdict is the one a full colour decode gives ("RGB" decodes to RGB)."""
+    import random
+
+    import skimage.data
+
+    photo = np.ascontiguousarray(skimage.data.chelsea())
+    rng = random.Random(0)
+    verdicts = set()
+    for source in (jpeg_bytes(photo), jpeg_bytes(photo, progressive=True)):
+        scan = source.index(b"\xff\xda") + 12
+        for k in range(30):
+            damaged = bytearray(source)
+            if k % 3 == 0:
+                damaged = damaged[: rng.randrange(scan, len(damaged))]
+            elif k % 3 == 1:
+                for _ in range(rng.randrange(1, 20)):
+                    damaged[rng.randrange(scan, len(damaged) - 2)] = rng.randrange(256)
+            else:
+                at = rng.randrange(scan, len(damaged) - 100)
+                damaged[at : at + 2] = bytes([0xFF, rng.choice([0xD0, 0xD3, 0xC4, 0xDA, 0xD9])])
+            gray, colour = _verdict(bytes(damaged), "YCbCr"), _verdict(bytes(damaged), "RGB")
+            assert gray == colour, (k, gray, colour)
+            verdicts.add(gray)
+    assert {"warning", "rejected"} <= verdicts  # the damage was real

@@ -156,7 +156,7 @@ def _keep_jpeg(data: bytes, check: str) -> PreparedImage | None:
     channels = 1 if colorspace == "Gray" else 3
     warning = None
     if check == "decode":
-        warning = _decode_check(data, "GRAY" if channels == 1 else "RGB")
+        warning = _decode_check(data, colorspace)
     elif data.rfind(b"\xff\xd9", -65536) < 0:
         raise BadImageError("truncated JPEG: no end-of-image marker")
     return PreparedImage(data, "JPEG", height, width, channels, warning=warning)
@@ -183,7 +183,7 @@ def check_stored_image(data: bytes, fmt: str, height: int, width: int, channels:
             return None
         if fmt == "JPEG":
             h, w, colorspace, _ = simplejpeg.decode_jpeg_header(data)
-            _decode_check(data, "GRAY" if colorspace == "Gray" else "RGB")
+            _decode_check(data, colorspace)
         else:
             with Image.open(io.BytesIO(data)) as im:
                 im.load()
