@@ -150,10 +150,10 @@ def main() -> None:
     n = args.images
     conversions = timed(src, out)
     if args.only:
-        unknown = set(args.only.split(",")) - set(conversions)
-        if unknown:
+        only = args.only.split(",")
+        if unknown := set(only) - set(conversions):
             parser.error(f"unknown conversions {sorted(unknown)}; choose from {sorted(conversions)}")
-        conversions = {k: v for k, v in conversions.items() if k in args.only.split(",")}
+        conversions = {k: v for k, v in conversions.items() if k in only}
     runs: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
     for round_number in range(args.rounds):

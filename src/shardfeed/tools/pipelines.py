@@ -177,29 +177,26 @@ def _parse(spec: PipelineSpec) -> Any:
     """`load`'s reading (checked, interleaved, shuffled files) and batched parsing; no decode."""
     from shardfeed.read import shardset
 
-    records = shardset.checked_records(
-        shardset.from_manifest(spec.path, spec.split),
-        shuffle_files=True,
-        seed=None,
-        deterministic=False,
-        skip_corrupt=False,
-    )
-    return _parsed(records, spec)
+    shards, schema = shardset.open_split(spec.path, spec.split)
+    records = shardset.checked_records(shards, shuffle_files=True, seed=None, deterministic=False, skip_corrupt=False)
+    return _parsed(records, schema)
 
 
 def _raw_parse(spec: PipelineSpec) -> Any:
     """The same parsing after the raw reader: what parsing costs, apart from our reading."""
-    return _parsed(_raw_records(spec), spec)
+    from shardfeed.read import shardset
+
+    shards, schema = shardset.open_split(spec.path, spec.split)
+    return _parsed(_raw_records(shards.files), schema)
 
 
-def _parsed(records: Any, spec: PipelineSpec) -> Any:
+def _parsed(records: Any, schema: Schema) -> Any:
     """Batches of records parsed with the features `load` parses (for JPEG shards: the image
     bytes and the label); the image bytes."""
     tf = tensorflow()
-    from shardfeed.read import shardset
     from shardfeed.read.decode import feature_spec, parsed_schema
 
-    schema = parsed_schema(shardset.open_split(spec.path, spec.split)[1])
+    schema = parsed_schema(schema)
     features = feature_spec(schema)
     return records.batch(PARSE_BATCH).map(
         lambda s: tf.io.parse_example(s, features)[schema.image_key], num_parallel_calls=tf.data.AUTOTUNE
@@ -208,13 +205,14 @@ def _parsed(records: Any, spec: PipelineSpec) -> Any:
 
 def _raw_read(spec: PipelineSpec) -> Any:
     """The same shards through TFRecordDataset alone (16 parallel reads): no check, no parsing."""
-    return _raw_records(spec).batch(PARSE_BATCH)
-
-
-def _raw_records(spec: PipelineSpec) -> Any:
     from shardfeed.read import shardset
 
-    files = shardset.from_manifest(spec.path, spec.split).files
+    return _raw_records(shardset.from_manifest(spec.path, spec.split).files).batch(PARSE_BATCH)
+
+
+def _raw_records(files: list[str]) -> Any:
+    from shardfeed.read import shardset
+
     return tensorflow().data.TFRecordDataset(
         files, num_parallel_reads=min(16, len(files)), buffer_size=shardset.READ_BUFFER
     )
