@@ -76,7 +76,7 @@ def measure(name: str, work: Path) -> dict[str, object]:
     from shardfeed import ConvertOptions, convert
     from shardfeed.training import evaluate, train
     from shardfeed.training.augment_choice import choose_augment
-    from shardfeed.training.run_config import TrainOptions
+    from shardfeed.training.options import TrainOptions
 
     build, size, epochs, batch = CORPORA[name]
     source = build(work / name / "images")

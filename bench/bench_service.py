@@ -33,7 +33,7 @@ CLIENT = """
 import json, os, sys, time
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 from shardfeed import load
-from shardfeed.tools.benchmark import measure
+from shardfeed.tools.timing import measure
 path, size, batches, service = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] or None
 ds = load(path, split="train", batch_size=64, image_size=size, training=True, repeat=True, service=service)
 t = measure(ds, max_batches=batches, warmup_batches=3)

@@ -55,8 +55,8 @@ def main() -> None:
         "come from disk, not memory",
     )
     args = parser.parse_args()
-    from shardfeed import ConvertOptions, IndexedRecords, ReadConfig, convert, load
-    from shardfeed.tools.benchmark import measure
+    from shardfeed import ConvertOptions, IndexedRecords, ReadOptions, convert, load
+    from shardfeed.tools.timing import measure
 
     src = build_corpus(os.path.join(args.workdir, f"corpus{args.images}"), args.images)
     data = os.path.join(args.workdir, "shuffle_keep")
@@ -71,7 +71,7 @@ def main() -> None:
             if args.cold_cache:
                 drop_page_cache()
             runs[mode].append(
-                measure(load(data, batch_size=BATCH, image_size=SIZE, seed=0, read=ReadConfig(shuffle=mode)))
+                measure(load(data, batch_size=BATCH, image_size=SIZE, seed=0, read=ReadOptions(shuffle=mode)))
             )
     buffer, glob = (max(t.images_per_second for t in runs[mode]) for mode in ("buffer", "global"))
     cpu_us = {mode: min(1e6 * t.cpu_cores_used / t.images_per_second for t in runs[mode]) for mode in runs}
@@ -86,14 +86,14 @@ def main() -> None:
     k = (args.images // BATCH) // 2
     fresh = min(
         first_batch_seconds(
-            lambda: load(data, batch_size=BATCH, image_size=SIZE, seed=0, read=ReadConfig(shuffle="global"))
+            lambda: load(data, batch_size=BATCH, image_size=SIZE, seed=0, read=ReadOptions(shuffle="global"))
         )
         for _ in range(args.repeats)
     )
     resumed = min(
         first_batch_seconds(
             lambda: load(
-                data, batch_size=BATCH, image_size=SIZE, seed=0, read=ReadConfig(shuffle="global", start_step=k)
+                data, batch_size=BATCH, image_size=SIZE, seed=0, read=ReadOptions(shuffle="global", start_step=k)
             )
         )
         for _ in range(args.repeats)

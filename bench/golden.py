@@ -88,8 +88,10 @@ def _load(shardfeed: Any, path: str, options: dict[str, Any]) -> Any:
     if "read" not in inspect.signature(shardfeed.load).parameters:
         return shardfeed.load(path, **kwargs, **rest)
     decode_fields = {"dtype", "channels", "crop_fraction"}
-    decode = shardfeed.DecodeConfig(**{k: v for k, v in rest.items() if k in decode_fields})
-    read = shardfeed.ReadConfig(**{k: v for k, v in rest.items() if k not in decode_fields})
+    read_options = getattr(shardfeed, "ReadOptions", None) or shardfeed.ReadConfig  # the name before 0.2
+    decode_options = getattr(shardfeed, "DecodeOptions", None) or shardfeed.DecodeConfig
+    decode = decode_options(**{k: v for k, v in rest.items() if k in decode_fields})
+    read = read_options(**{k: v for k, v in rest.items() if k not in decode_fields})
     return shardfeed.load(path, **kwargs, read=read, decode=decode)
 
 

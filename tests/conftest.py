@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from shardfeed import ConvertOptions, convert
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 PHOTO_NAMES = ("astronaut", "coffee", "chelsea", "rocket")
@@ -166,3 +168,23 @@ def shard_bytes(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()} | {
         f"index/{p.name}": p.read_bytes() for p in sorted((out / "index").iterdir())
     }
+
+
+@pytest.fixture(scope="session")
+def photo_shards(photo_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("photo_shards") / "out"
+    convert(
+        str(photo_tree),
+        str(out),
+        ConvertOptions(split="train=0.75,validation=0.25", shards=4),
+        workers=1,
+        progress=False,
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def digit_shards(digits_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("digit_shards") / "out"
+    convert(str(digits_tree), str(out), ConvertOptions(shards=3), workers=1, progress=False)
+    return out

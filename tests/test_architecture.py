@@ -116,6 +116,54 @@ def test_public_packages_declare_what_they_export(package: str) -> None:
 
 
 def test_every_error_shares_one_base() -> None:
-    for error in (shardfeed.SourceError, shardfeed.ManifestError, shardfeed.ConvertError, shardfeed.CorruptRecordError):
+    errors = (
+        shardfeed.SourceError,
+        shardfeed.ManifestError,
+        shardfeed.ConvertError,
+        shardfeed.CorruptRecordError,
+        shardfeed.OptionError,
+        shardfeed.RunFolderError,
+    )
+    for error in errors:
         assert issubclass(error, shardfeed.ShardfeedError)
     assert issubclass(shardfeed.SourceError, ValueError) and issubclass(shardfeed.ConvertError, RuntimeError)
+    assert issubclass(shardfeed.OptionError, ValueError) and issubclass(shardfeed.RunFolderError, FileNotFoundError)
+
+
+def test_no_import_cycles() -> None:
+    """No chain of shardfeed imports (module-level or inside functions) leads back to its start."""
+    names = {dotted(path): path for path in modules()}
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        targets = set()
+        for module, imported in imports(path):
+            candidates = [f"{module}.{n}" for n in imported] + [module]
+            targets |= {c for c in candidates if c in names or f"{c}.__init__" in names}
+        graph[name] = {t if t in names else f"{t}.__init__" for t in targets} - {name}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        for nxt in sorted(graph.get(node, ())):
+            if nxt == path[0]:
+                cycles.append([*path, nxt])
+            elif nxt not in path and len(path) < 8 and not nxt.endswith("__init__"):
+                visit(nxt, [*path, nxt])
+
+    for start in sorted(n for n in graph if not n.endswith("__init__")):
+        visit(start, [start])
+    assert cycles == []
+
+
+def test_user_errors_are_shardfeed_errors() -> None:
+    """Every error a user can fix derives from ShardfeedError: no bare ValueError or
+    FileNotFoundError is raised anywhere in the package."""
+    bare = [
+        f"{dotted(path)}:{node.lineno}"
+        for path in modules()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Raise)
+        and isinstance(node.exc, ast.Call)
+        and isinstance(node.exc.func, ast.Name)
+        and node.exc.func.id in ("ValueError", "FileNotFoundError")
+    ]
+    assert bare == []

@@ -83,3 +83,14 @@ def test_bench_with_a_model_says_which_side_limits_training(digits_tree: Path, t
     assert result["settings"]["image_size"] == [24, 24]  # taken from the model's input
     assert result["model"]["images_per_second"] > 0
     assert result["verdict"].split(":")[0] in ("input-bound", "model-bound", "balanced")
+
+
+def test_python_bench_returns_the_verdict_too(digit_shards: Path) -> None:
+    """The verdict is the Python API's answer, not something only the CLI computes."""
+    import shardfeed
+    from shardfeed.training.models import build_model
+
+    net = build_model("small_cnn", [str(i) for i in range(10)], (16, 16))
+    result = shardfeed.tools.bench(str(digit_shards), batch_size=16, image_size=16, model=net)
+    assert result["model"]["images_per_second"] > 0
+    assert result["verdict"].split(":")[0] in ("input-bound", "model-bound", "balanced")

@@ -12,9 +12,9 @@ import pytest
 
 from shardfeed import (
     ConvertOptions,
-    DecodeConfig,
+    DecodeOptions,
     ImageOptions,
-    ReadConfig,
+    ReadOptions,
     convert,
     load,
     read_manifest,
@@ -22,26 +22,6 @@ from shardfeed import (
 )
 from shardfeed.format.manifest import side_bucket
 from shardfeed.read.augment import Augment
-
-
-@pytest.fixture(scope="session")
-def photo_shards(photo_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("photo_shards") / "out"
-    convert(
-        str(photo_tree),
-        str(out),
-        ConvertOptions(split="train=0.75,validation=0.25", shards=4),
-        workers=1,
-        progress=False,
-    )
-    return out
-
-
-@pytest.fixture(scope="session")
-def digit_shards(digits_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("digit_shards") / "out"
-    convert(str(digits_tree), str(out), ConvertOptions(shards=3), workers=1, progress=False)
-    return out
 
 
 def _all(ds) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
@@ -64,7 +44,7 @@ def test_one_epoch_sees_every_record_exactly_once(photo_shards: Path) -> None:
             augment=False,
             batch_size=5,
             image_size=64,
-            read=ReadConfig(drop_remainder=False, shuffle_buffer=7),
+            read=ReadOptions(drop_remainder=False, shuffle_buffer=7),
         )
     )
     assert len(reference) == len(shuffled) == m.split("train").num_records == 32
@@ -86,11 +66,11 @@ def test_shapes_dtypes_and_cardinality(photo_shards: Path) -> None:
         split="validation",
         batch_size=8,
         image_size=32,
-        decode=DecodeConfig(dtype="float32", channels=1),
+        decode=DecodeOptions(dtype="float32", channels=1),
     )
     assert (
         int(val.cardinality())
-        == steps_per_epoch(str(photo_shards), "validation", 8, read=ReadConfig(drop_remainder=False))
+        == steps_per_epoch(str(photo_shards), "validation", 8, read=ReadOptions(drop_remainder=False))
         == 2
     )
     x, _ = next(iter(val))
@@ -105,7 +85,7 @@ def test_eval_preprocessing_is_a_centre_crop_of_the_original(photo_tree: Path, p
         split="validation",
         batch_size=1,
         image_size=64,
-        decode=DecodeConfig(crop_fraction=1.0, dct_method="INTEGER_ACCURATE", map_fn=None),
+        decode=DecodeOptions(crop_fraction=1.0, dct_method="INTEGER_ACCURATE", map_fn=None),
     )
     image, label = next(iter(ds))
     m = read_manifest(str(photo_shards))
@@ -164,13 +144,13 @@ def test_workers_read_disjoint_whole_shards_covering_everything(photo_shards: Pa
                 training=False,
                 batch_size=4,
                 image_size=16,
-                read=ReadConfig(num_workers=2, worker_index=index),
+                read=ReadOptions(num_workers=2, worker_index=index),
             )
         )
         assert (
             len(labels)
             == steps_per_epoch(
-                str(photo_shards), "train", 4, read=ReadConfig(drop_remainder=False, num_workers=2, worker_index=index)
+                str(photo_shards), "train", 4, read=ReadOptions(drop_remainder=False, num_workers=2, worker_index=index)
             )
             * 4
             - (4 - len(labels) % 4) % 4
@@ -178,7 +158,7 @@ def test_workers_read_disjoint_whole_shards_covering_everything(photo_shards: Pa
         total.update(labels.tolist())
     assert sum(total.values()) == 32
     with pytest.raises(ValueError, match="4 shards cannot be split across 5 workers"):
-        load(str(photo_shards), split="train", read=ReadConfig(num_workers=5, worker_index=0))
+        load(str(photo_shards), split="train", read=ReadOptions(num_workers=5, worker_index=0))
 
 
 def test_distribute_datasets_from_function(photo_shards: Path) -> None:
@@ -261,7 +241,7 @@ def test_foreign_tfrecords_three_recipes(photo_tree: Path, digits, tmp_path: Pat
         training=False,
         batch_size=4,
         image_size=32,
-        read=ReadConfig(image_key="image", label_key="class"),
+        read=ReadOptions(image_key="image", label_key="class"),
     )
     x, y = _all(cats)
     assert len(x) == 16 and set(y.tolist()) == {0, 1} and int(cats.cardinality()) == 4
@@ -271,8 +251,8 @@ def test_foreign_tfrecords_three_recipes(photo_tree: Path, digits, tmp_path: Pat
         training=False,
         batch_size=5,
         image_size=8,
-        read=ReadConfig(image_key="img_string", label_key="label"),
-        decode=DecodeConfig(crop_fraction=1.0, channels=1),
+        read=ReadOptions(image_key="img_string", label_key="label"),
+        decode=DecodeOptions(crop_fraction=1.0, channels=1),
     )
     mx, my = _all(mnist)
     assert mx.shape == (20, 8, 8, 1) and my.tolist() == labels[:20].tolist()
@@ -280,7 +260,7 @@ def test_foreign_tfrecords_three_recipes(photo_tree: Path, digits, tmp_path: Pat
     with pytest.raises(
         ValueError, match=r"feature 'label' not in the records of .*; they have \['class', 'image'\]; pass label_key"
     ):
-        load(str(tmp_path / "cat_dog*.tfrec"), read=ReadConfig(image_key="image", label_key="label"))
+        load(str(tmp_path / "cat_dog*.tfrec"), read=ReadOptions(image_key="image", label_key="label"))
     with pytest.raises(ValueError, match="no TFRecord files match"):
         load(str(tmp_path / "nothing*.tfrec"))
 
@@ -314,7 +294,7 @@ def test_corrupt_shard_error_names_the_file_and_can_be_skipped(photo_shards: Pat
     ):
         _all(load(str(out), split="train", training=False, batch_size=4, image_size=16))
     x, _ = _all(
-        load(str(out), split="train", training=False, batch_size=4, image_size=16, read=ReadConfig(skip_corrupt=True))
+        load(str(out), split="train", training=False, batch_size=4, image_size=16, read=ReadOptions(skip_corrupt=True))
     )
     assert 24 <= len(x) < 32
 
@@ -323,7 +303,7 @@ def test_cache_filter_and_map_hooks(photo_shards: Path, tmp_path: Path) -> None:
     import tensorflow as tf
 
     cached = load(
-        str(photo_shards), split="train", training=False, batch_size=4, image_size=16, read=ReadConfig(cache=True)
+        str(photo_shards), split="train", training=False, batch_size=4, image_size=16, read=ReadOptions(cache=True)
     )
     assert len(_all(cached)[0]) == 32 and len(_all(cached)[0]) == 32
     on_disk = load(
@@ -332,7 +312,7 @@ def test_cache_filter_and_map_hooks(photo_shards: Path, tmp_path: Path) -> None:
         training=False,
         batch_size=4,
         image_size=16,
-        read=ReadConfig(cache=str(tmp_path / "cache")),
+        read=ReadOptions(cache=str(tmp_path / "cache")),
     )
     assert len(_all(on_disk)[0]) == 32 and list(tmp_path.glob("cache*"))
     only_zero = load(
@@ -341,7 +321,7 @@ def test_cache_filter_and_map_hooks(photo_shards: Path, tmp_path: Path) -> None:
         training=False,
         batch_size=4,
         image_size=16,
-        read=ReadConfig(filter_fn=lambda f: tf.equal(f["image/class/label"], 0)),
+        read=ReadOptions(filter_fn=lambda f: tf.equal(f["image/class/label"], 0)),
     )
     assert set(_all(only_zero)[1].tolist()) == {0}
     doubled = load(
@@ -350,7 +330,7 @@ def test_cache_filter_and_map_hooks(photo_shards: Path, tmp_path: Path) -> None:
         training=False,
         batch_size=4,
         image_size=16,
-        decode=DecodeConfig(dtype="float32", map_fn=lambda x, y: (x * 0.0, y + 100)),
+        decode=DecodeOptions(dtype="float32", map_fn=lambda x, y: (x * 0.0, y + 100)),
     )
     x, y = _all(doubled)
     assert float(x.max()) == 0.0 and y.min() >= 100
@@ -377,10 +357,10 @@ def test_png_raw_and_gray_records_take_the_same_path(digits, tmp_path: Path) -> 
             progress=False,
         )
     png, ly = _all(
-        load(str(tmp_path / "png"), training=False, batch_size=8, image_size=8, decode=DecodeConfig(crop_fraction=1.0))
+        load(str(tmp_path / "png"), training=False, batch_size=8, image_size=8, decode=DecodeOptions(crop_fraction=1.0))
     )
     raw, lr = _all(
-        load(str(tmp_path / "raw"), training=False, batch_size=8, image_size=8, decode=DecodeConfig(crop_fraction=1.0))
+        load(str(tmp_path / "raw"), training=False, batch_size=8, image_size=8, decode=DecodeOptions(crop_fraction=1.0))
     )
     assert png.shape == (24, 8, 8, 3) and np.array_equal(png, raw) and np.array_equal(ly, lr)
     assert np.array_equal(
@@ -402,7 +382,7 @@ def test_png_raw_and_gray_records_take_the_same_path(digits, tmp_path: Path) -> 
 def test_option_errors(photo_shards: Path, kwargs: dict, message: str) -> None:
     decode = {k: kwargs.pop(k) for k in ("dtype", "channels", "crop_fraction") if k in kwargs}
     with pytest.raises(ValueError, match=message):
-        load(str(photo_shards), decode=DecodeConfig(**decode), **kwargs)
+        load(str(photo_shards), decode=DecodeOptions(**decode), **kwargs)
 
 
 def test_large_photos_decode_at_reduced_dct_scale(tmp_path: Path) -> None:
@@ -421,7 +401,7 @@ def test_large_photos_decode_at_reduced_dct_scale(tmp_path: Path) -> None:
     )
 
     def error(scaling: bool) -> float:
-        decode = DecodeConfig(crop_fraction=1.0, dct_scaling=scaling)
+        decode = DecodeOptions(crop_fraction=1.0, dct_scaling=scaling)
         images, _ = next(iter(load(str(tmp_path / "out"), split="validation", image_size=64, decode=decode)))
         return float(np.abs(images.numpy()[0].astype(float) - reference).mean())
 
@@ -479,7 +459,7 @@ def test_the_side_histogram_decides_whether_the_dct_scale_choice_is_built() -> N
     from shardfeed.read.decode import Preprocess, _may_scale
 
     def built(schema: Schema, size: int = 224, scaling: bool = True) -> bool:
-        return _may_scale(schema, Preprocess((size, size), None, DecodeConfig(dct_scaling=scaling)))
+        return _may_scale(schema, Preprocess((size, size), None, DecodeOptions(dct_scaling=scaling)))
 
     small = Schema(all_jpeg=True, max_side=499, short_sides=((256, 95), (384, 5)))
     assert not built(small)  # its longest side alone (499 >= 2 x 224) would have built it

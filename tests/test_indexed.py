@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from shardfeed import ConvertOptions, IndexedRecords, ReadConfig, convert, load, read_manifest, steps_per_epoch
+from shardfeed import ConvertOptions, IndexedRecords, ReadOptions, convert, load, read_manifest, steps_per_epoch
 from shardfeed.format import tfrecord
 from shardfeed.read.order import global_order, worker_positions
 
@@ -71,7 +71,7 @@ def test_crc_damage_is_reported_with_file_and_record(by_class: Path, tmp_path: P
     import tensorflow as tf
 
     with pytest.raises(tf.errors.OpError, match=r"train-chelsea-00000-of-00001 \(record 13 of train\)"):
-        list(load(str(out), seed=0, batch_size=4, image_size=16, read=ReadConfig(shuffle="global")))
+        list(load(str(out), seed=0, batch_size=4, image_size=16, read=ReadOptions(shuffle="global")))
 
 
 def test_reader_is_a_grain_data_source_in_worker_processes(by_class: Path, tmp_path: Path) -> None:
@@ -178,7 +178,7 @@ def test_tf_pipeline_and_python_reader_share_the_global_order(by_class: Path) ->
         seed=5,
         batch_size=4,
         image_size=16,
-        read=ReadConfig(shuffle="global", epoch=1, with_filenames=True),
+        read=ReadOptions(shuffle="global", epoch=1, with_filenames=True),
     )
     seen = _filenames(ds)
     assert seen == expected and int(ds.cardinality()) == 11
@@ -187,7 +187,7 @@ def test_tf_pipeline_and_python_reader_share_the_global_order(by_class: Path) ->
         seed=5,
         batch_size=4,
         image_size=16,
-        read=ReadConfig(shuffle="global", epoch=1, start_step=3, with_filenames=True),
+        read=ReadOptions(shuffle="global", epoch=1, start_step=3, with_filenames=True),
     )
     assert _filenames(resumed) == expected[12:]
 
@@ -203,7 +203,7 @@ def test_repeated_global_order_runs_on_into_the_next_epoch(by_class: Path) -> No
         repeat=True,
         batch_size=4,
         image_size=16,
-        read=ReadConfig(shuffle="global", epoch=1, start_step=9, with_filenames=True),
+        read=ReadOptions(shuffle="global", epoch=1, start_step=9, with_filenames=True),
     )
     seen = _filenames(ds.take(13))
     assert seen == expected
@@ -217,7 +217,7 @@ def test_each_iteration_reads_the_next_epoch(by_class: Path) -> None:
         seed=5,
         batch_size=4,
         image_size=16,
-        read=ReadConfig(shuffle="global", epoch=1, start_step=3, with_filenames=True),
+        read=ReadOptions(shuffle="global", epoch=1, start_step=3, with_filenames=True),
     )
     passes = [_filenames(ds) for _ in range(3)]
     assert passes[0] == [names[i] for i in records.order(seed=5, epoch=1)[12:]]
@@ -226,12 +226,12 @@ def test_each_iteration_reads_the_next_epoch(by_class: Path) -> None:
 
 
 def test_global_shuffle_mixes_class_sorted_shards(by_class: Path) -> None:
-    def classes_per_batch(read: ReadConfig) -> float:
+    def classes_per_batch(read: ReadOptions) -> float:
         ds = load(str(by_class), batch_size=8, image_size=16, seed=1, read=read)
         return float(np.mean([len(set(y.numpy().tolist())) for _, y in ds]))
 
-    local = classes_per_batch(ReadConfig(shuffle_buffer=4))
-    globally = classes_per_batch(ReadConfig(shuffle="global"))
+    local = classes_per_batch(ReadOptions(shuffle_buffer=4))
+    globally = classes_per_batch(ReadOptions(shuffle="global"))
     assert globally > local + 0.8  # 4 classes: local shuffling of per-class shards keeps batches narrow
 
 
@@ -240,7 +240,7 @@ def test_even_splits_give_every_worker_the_same_count(by_class: Path) -> None:
     counts, seen = [], []
     for w in range(3):  # 4 class shards, 44 records, 3 workers: 14 each, 2 dropped
         common: dict[str, Any] = {"seed": 2, "batch_size": 7, "image_size": 16}
-        read = ReadConfig(num_workers=3, worker_index=w, even="drop", with_filenames=True)
+        read = ReadOptions(num_workers=3, worker_index=w, even="drop", with_filenames=True)
         files = _filenames(load(str(by_class), read=read, **common))  # training, even splits: global order
         counts.append(len(files))
         seen += files
@@ -250,7 +250,8 @@ def test_even_splits_give_every_worker_the_same_count(by_class: Path) -> None:
         in_file_order = [names[i] for i in worker_positions(44, 3, w)[:14]]
         assert sorted(in_buffer) == sorted(in_file_order) and in_buffer != in_file_order
         assert (
-            steps_per_epoch(str(by_class), "train", 7, read=ReadConfig(num_workers=3, worker_index=w, even="drop")) == 2
+            steps_per_epoch(str(by_class), "train", 7, read=ReadOptions(num_workers=3, worker_index=w, even="drop"))
+            == 2
         )
     assert counts == [14, 14, 14] and len(set(seen)) == 42
     many = [len(worker_positions(44, 6, w, "pad")) for w in range(6)]  # more workers than shards
@@ -262,7 +263,7 @@ def test_even_splits_give_every_worker_the_same_count(by_class: Path) -> None:
         training=False,
         batch_size=4,
         image_size=16,
-        read=ReadConfig(num_workers=6, worker_index=5, even="pad"),
+        read=ReadOptions(num_workers=6, worker_index=5, even="pad"),
     )
     assert sum(int(b[0].shape[0]) for b in ds) == 8
 
@@ -282,7 +283,7 @@ def test_even_splits_give_every_worker_the_same_count(by_class: Path) -> None:
 def test_option_errors(by_class: Path, kwargs: dict, message: str) -> None:
     seed = kwargs.pop("seed", None)
     with pytest.raises(ValueError, match=message):
-        load(str(by_class), seed=seed, read=ReadConfig(**kwargs))
+        load(str(by_class), seed=seed, read=ReadOptions(**kwargs))
 
 
 def test_gzip_shards_cannot_be_read_at_random(photo_tree: Path, tmp_path: Path) -> None:
@@ -296,4 +297,4 @@ def test_gzip_shards_cannot_be_read_at_random(photo_tree: Path, tmp_path: Path) 
     with pytest.raises(ValueError, match="gzip-compressed shards, which cannot be read at random positions"):
         IndexedRecords(str(tmp_path / "gz"), "train")
     with pytest.raises(ValueError, match="gzip-compressed shards"):
-        load(str(tmp_path / "gz"), seed=0, read=ReadConfig(shuffle="global"))
+        load(str(tmp_path / "gz"), seed=0, read=ReadOptions(shuffle="global"))

@@ -22,7 +22,7 @@ path, out = sys.argv[1], sys.argv[2]
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 dist = strategy.distribute_datasets_from_function(
     lambda ctx: shardfeed.load(path, split="train", batch_size=4, image_size=16, training=False,
-                               input_context=ctx, read=shardfeed.ReadConfig(with_filenames=True)))
+                               input_context=ctx, read=shardfeed.ReadOptions(with_filenames=True)))
 seen = []
 for batch in dist:
     for files in strategy.experimental_local_results(batch[2]):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from shardfeed import ConvertOptions, DecodeConfig, ImageOptions, ReadConfig, convert, load, steps_per_epoch
-from shardfeed.training.run_config import TrainOptions
+from shardfeed import ConvertOptions, DecodeOptions, ImageOptions, ReadOptions, convert, load, steps_per_epoch
+from shardfeed.training.options import TrainOptions
 
 
 def test_convert_options_store_parsed_values() -> None:
@@ -44,21 +44,21 @@ def test_convert_options_errors(kwargs: dict, message: str) -> None:
 )
 def test_read_config_errors(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        ReadConfig(**kwargs)
+        ReadOptions(**kwargs)
 
 
 def test_read_config_resolves_its_defaults() -> None:
-    assert ReadConfig().order == "buffer" and ReadConfig(even="drop").order == "global"
-    assert ReadConfig(even="pad", shuffle="buffer").by_index and not ReadConfig().by_index
-    assert ReadConfig().keeps_order(training=True, seed=None) is False
-    assert ReadConfig().keeps_order(training=True, seed=1) and ReadConfig().keeps_order(training=False, seed=None)
-    assert ReadConfig().drops_remainder(training=True) and not ReadConfig().drops_remainder(training=False)
-    assert ReadConfig().buffer_size(100) == 100 and ReadConfig(shuffle_buffer=0).buffer_size(100) == 0
+    assert ReadOptions().order == "buffer" and ReadOptions(even="drop").order == "global"
+    assert ReadOptions(even="pad", shuffle="buffer").by_index and not ReadOptions().by_index
+    assert ReadOptions().keeps_order(training=True, seed=None) is False
+    assert ReadOptions().keeps_order(training=True, seed=1) and ReadOptions().keeps_order(training=False, seed=None)
+    assert ReadOptions().drops_remainder(training=True) and not ReadOptions().drops_remainder(training=False)
+    assert ReadOptions().buffer_size(100) == 100 and ReadOptions(shuffle_buffer=0).buffer_size(100) == 0
 
 
 def test_decode_config_errors() -> None:
     with pytest.raises(ValueError, match=r"dct_method must be one of"):
-        DecodeConfig(dct_method="FAST")
+        DecodeOptions(dct_method="FAST")
 
 
 @pytest.mark.parametrize(
@@ -79,7 +79,7 @@ def test_train_options_errors(kwargs: dict, message: str) -> None:
 
 
 def test_train_options_share_load_defaults() -> None:
-    assert TrainOptions().crop_fraction == DecodeConfig().crop_fraction
+    assert TrainOptions().crop_fraction == DecodeOptions().crop_fraction
 
 
 def test_steps_per_epoch_counts_what_load_yields(photo_tree: Path, tmp_path: Path) -> None:
@@ -89,9 +89,9 @@ def test_steps_per_epoch_counts_what_load_yields(photo_tree: Path, tmp_path: Pat
     for split, read in (
         ("validation", None),
         ("train", None),
-        ("train", ReadConfig(drop_remainder=False)),
-        ("train", ReadConfig(num_workers=2, worker_index=1)),
-        ("train", ReadConfig(num_workers=3, worker_index=2, even="pad")),
+        ("train", ReadOptions(drop_remainder=False)),
+        ("train", ReadOptions(num_workers=2, worker_index=1)),
+        ("train", ReadOptions(num_workers=3, worker_index=2, even="pad")),
     ):
         ds = load(str(out), split=split, batch_size=5, image_size=16, seed=0, read=read)
         assert steps_per_epoch(str(out), split, 5, read=read) == sum(1 for _ in ds), (split, read)

@@ -38,7 +38,7 @@ def build():
     return model
 
 shardfeed.training.fit_resumable(build, data, run_dir, epochs=2, batch_size=4, seed=7, save_every=2,
-                                 image_size=16, read=shardfeed.ReadConfig(with_filenames=True), verbose=0)
+                                 image_size=16, read=shardfeed.ReadOptions(with_filenames=True), verbose=0)
 """
 
 

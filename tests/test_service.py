@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from shardfeed import ConvertOptions, ReadConfig, convert, load, read_manifest
+from shardfeed import ConvertOptions, OptionError, ReadOptions, ServiceOptions, convert, load, read_manifest
 
 tf = pytest.importorskip("tensorflow")
 
@@ -68,10 +68,10 @@ def test_an_epoch_delivers_every_record_once_and_the_next_is_reshuffled(
 ) -> None:
     address, _ = cluster
     expected = read_manifest(str(data)).split("validation").num_records
-    read = ReadConfig(with_filenames=True)
-    uncompressed = ReadConfig(with_filenames=True, service_compress=False)
+    read = ReadOptions(with_filenames=True)
+    uncompressed = ServiceOptions(address, compress=False)
     ds = load(
-        str(data), split="validation", batch_size=8, image_size=16, training=False, read=uncompressed, service=address
+        str(data), split="validation", batch_size=8, image_size=16, training=False, read=read, service=uncompressed
     )
     first = _names(ds)
     assert len(first) == expected and len(set(first)) == expected
@@ -108,9 +108,9 @@ def test_a_killed_worker_that_comes_back_lets_the_epoch_finish(data: Path, tmp_p
 
 
 READER = """import sys, time
-from shardfeed import load, ReadConfig
+from shardfeed import load, ReadOptions
 ds = load(sys.argv[1], split='train', batch_size=4, image_size=16, training=False,
-          read=ReadConfig(with_filenames=True), service=sys.argv[2])
+          read=ReadOptions(with_filenames=True), service=sys.argv[2])
 names = []
 for batch in ds:
     names += [n.decode() for n in batch[-1].numpy()]
@@ -155,11 +155,13 @@ def test_servers_stop_on_signals_and_leave_no_process(sig: int) -> None:
 def test_options_the_service_cannot_run_are_refused(data: Path) -> None:
     service = "grpc://localhost:1"
     with pytest.raises(ValueError, match=r"shuffle='global' .* use shuffle='buffer'"):
-        load(str(data), read=ReadConfig(shuffle="global"), seed=0, service=service)
+        load(str(data), read=ReadOptions(shuffle="global"), seed=0, service=service)
     with pytest.raises(ValueError, match=r"filter_fn= is a Python callable"):
-        load(str(data), read=ReadConfig(filter_fn=lambda f: True), service=service)
-    with pytest.raises(ValueError, match="service_mode must be one of"):
-        ReadConfig(service_mode="everywhere")
+        load(str(data), read=ReadOptions(filter_fn=lambda f: True), service=service)
+    with pytest.raises(OptionError, match=r"service mode must be one of \['distributed_epoch'"):
+        ServiceOptions(service, mode="everywhere")
+    with pytest.raises(OptionError, match="service must look like grpc://HOST:PORT"):
+        load(str(data), service="http://localhost:1")
 
 
 def test_a_restarted_dispatcher_resumes_from_its_journal(data: Path, tmp_path: Path) -> None:

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardfeed import ConvertOptions, DecodeConfig, convert, load, read_manifest
+from shardfeed import ConvertOptions, DecodeOptions, convert, load, read_manifest
 from shardfeed.cli.main import main
 from shardfeed.training import evaluate, load_model, predict, read_resume_point, train
 from shardfeed.training.models import build_model, model_class_names
-from shardfeed.training.run_config import TrainOptions
+from shardfeed.training.options import TrainOptions
 from shardfeed.training.samples import write_digits_folders
 
 
@@ -71,7 +71,7 @@ def test_evaluate_agrees_with_keras(run_dir: Path, digits_data: tuple[Path, Path
     result = evaluate(str(run_dir), str(digits_data[0]), split="validation", top_k=3)
     net = load_model(str(run_dir / "model.keras"))
     val = load(
-        str(digits_data[0]), split="validation", batch_size=64, image_size=24, decode=DecodeConfig(crop_fraction=1.0)
+        str(digits_data[0]), split="validation", batch_size=64, image_size=24, decode=DecodeOptions(crop_fraction=1.0)
     )
     loss, accuracy = net.evaluate(val, verbose=0)[:2]
     assert result["accuracy"] == pytest.approx(accuracy, abs=1e-6)
@@ -194,3 +194,17 @@ def test_mid_epoch_snapshots_resume_at_the_saved_step(digits_data: tuple[Path, P
             resume=True,
             verbose=0,
         )
+
+
+def test_a_one_epoch_run_reads_the_manifest_at_most_twice(
+    digits_data: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run holds the manifest it read; every dataset of the run (training stream, validation,
+    input probe, inference check, augmentation choice) is built from it."""
+    from shardfeed.format import manifest
+
+    reads: list[str] = []
+    real = manifest.read
+    monkeypatch.setattr(manifest, "read", lambda path: reads.append(path) or real(path))
+    train(str(digits_data[0]), str(tmp_path / "r"), TrainOptions(epochs=1, image_size=16), verbose=0)
+    assert 1 <= len(reads) <= 2, reads

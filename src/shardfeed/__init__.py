@@ -1,16 +1,24 @@
 """shardfeed: image datasets -> sharded TFRecords -> fast tf.data input pipelines.
 
 The top level holds what a data pipeline needs every day: `convert` (with `ConvertOptions`,
-`ImageOptions` and the source classes), `load`/`steps_per_epoch` (with `ReadConfig`,
-`DecodeConfig`, `Augment`), the TensorFlow-free reader `IndexedRecords`, the manifest and the
-errors. Tools live in `shardfeed.tools` (info, verify, show, shuffle_report, bench), Keras
-training in `shardfeed.training` (train, evaluate, predict, fit_resumable, models), and the
-reading order shared with PyTorch/Grain in `shardfeed.read.order` (global_order, GlobalOrderSampler).
+`ImageOptions` and the source classes), `load`/`steps_per_epoch` (with `ReadOptions`,
+`DecodeOptions`, `ServiceOptions`, `Augment`), the TensorFlow-free reader `IndexedRecords`, the
+manifest and the errors. Tools live in `shardfeed.tools` (info, verify, show, shuffle_report,
+bench), Keras training in `shardfeed.training` (train, TrainOptions, evaluate, predict,
+fit_resumable, models); both are attributes of this package, imported on first use (without
+TensorFlow). The reading order shared with PyTorch/Grain is in `shardfeed.read.order`
+(global_order, GlobalOrderSampler). `ReadConfig`/`DecodeConfig` are the former names of
+`ReadOptions`/`DecodeOptions` (deprecated).
 """
+
+import importlib
+from typing import Any
 
 from shardfeed.errors import ConvertError as ConvertError
 from shardfeed.errors import CorruptRecordError as CorruptRecordError
 from shardfeed.errors import ManifestError as ManifestError
+from shardfeed.errors import OptionError as OptionError
+from shardfeed.errors import RunFolderError as RunFolderError
 from shardfeed.errors import ShardfeedError as ShardfeedError
 from shardfeed.errors import SourceError as SourceError
 from shardfeed.format.manifest import Manifest as Manifest
@@ -19,8 +27,10 @@ from shardfeed.read.augment import Augment as Augment
 from shardfeed.read.dataset import load as load
 from shardfeed.read.dataset import steps_per_epoch as steps_per_epoch
 from shardfeed.read.indexed import IndexedRecords as IndexedRecords
-from shardfeed.read.options import DecodeConfig as DecodeConfig
-from shardfeed.read.options import ReadConfig as ReadConfig
+from shardfeed.read.options import DecodeOptions as DecodeOptions
+from shardfeed.read.options import ReadOptions as ReadOptions
+from shardfeed.read.options import ServiceOptions as ServiceOptions
+from shardfeed.read.options import renamed as _renamed
 from shardfeed.version import __version__ as __version__
 from shardfeed.write.array_source import ArraySource as ArraySource
 from shardfeed.write.convert import ConversionResult as ConversionResult
@@ -40,14 +50,17 @@ __all__ = [
     "ConvertOptions",
     "CorruptRecordError",
     "CsvSource",
-    "DecodeConfig",
+    "DecodeOptions",
     "FilenameSource",
     "FolderSource",
     "ImageOptions",
     "IndexedRecords",
     "Manifest",
     "ManifestError",
-    "ReadConfig",
+    "OptionError",
+    "ReadOptions",
+    "RunFolderError",
+    "ServiceOptions",
     "ShardfeedError",
     "SourceError",
     "UnlabeledSource",
@@ -57,3 +70,15 @@ __all__ = [
     "read_manifest",
     "steps_per_epoch",
 ]
+
+_SUBPACKAGES = ("tools", "training")
+
+
+def __getattr__(name: str) -> Any:
+    """`shardfeed.tools` and `shardfeed.training` on first use; the former option names, with a warning."""
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")
+    try:
+        return _renamed(name, globals())
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

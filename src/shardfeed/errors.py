@@ -1,8 +1,16 @@
 """The exceptions shardfeed raises for problems a user can fix; each message says what to do.
 
 All derive from `ShardfeedError`, so one `except shardfeed.ShardfeedError` catches them; each also
-keeps the built-in base it has always had (ValueError for bad input, RuntimeError for a
-conversion that cannot go ahead), so existing `except ValueError` code still works.
+keeps the built-in base it has always had (ValueError for bad input and bad options,
+FileNotFoundError for a run folder that lacks what is asked of it, RuntimeError for a conversion
+that cannot go ahead), so existing `except ValueError` code still works.
+
+    OptionError         an option value, or a combination of options, that cannot be honoured
+    SourceError         the data (a source folder, foreign TFRecords) cannot be read as asked
+    ManifestError       a converted folder's manifest is missing, unreadable or of another version
+    CorruptRecordError  a record's framing, checksum or encoding is damaged
+    RunFolderError      a training run folder is missing, unfinished or lacks a file
+    ConvertError        the conversion cannot go ahead or failed
 """
 
 from __future__ import annotations
@@ -14,12 +22,21 @@ class ShardfeedError(Exception):
     """Base of every shardfeed error."""
 
 
+class OptionError(ShardfeedError, ValueError):
+    """An option value, or a combination of options, that cannot be honoured (the message names
+    the option, the allowed values and the fix)."""
+
+
 class SourceError(ShardfeedError, ValueError):
     """The source cannot be read as a dataset (missing folder, bad CSV, no images, ...)."""
 
 
 class ManifestError(ShardfeedError, ValueError):
     """A converted folder's manifest is missing, unreadable or of another version."""
+
+
+class RunFolderError(ShardfeedError, FileNotFoundError):
+    """A training run folder is missing, did not finish, or lacks the file asked for."""
 
 
 class ConvertError(ShardfeedError, RuntimeError):

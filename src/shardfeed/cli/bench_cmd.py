@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from shardfeed.read.options import SHUFFLES, ReadConfig
+from shardfeed.read.options import SHUFFLES, ReadOptions
 from shardfeed.tools.benchmark import bench
 
 
@@ -48,7 +48,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     net = _model(args.model) if args.model else None
     image_size = tuple(net.input_shape[1:3]) if net is not None else args.image_size
-    read = ReadConfig(shuffle=args.shuffle)
+    read = ReadOptions(shuffle=args.shuffle)
     result = bench(
         args.path,
         split=args.split,
@@ -61,16 +61,11 @@ def run(args: argparse.Namespace) -> int:
         read=read,
         service=args.service,
         rounds=args.rounds,
+        model=net,
         progress=_progress if sys.stderr.isatty() else None,
     )
     if net is not None:
-        from shardfeed.read.dataset import load
-        from shardfeed.tools.bottleneck import model_rate, verdict
-
-        ds = load(args.path, split=args.split, batch_size=args.batch_size, image_size=image_size, training=True)
-        rate = model_rate(net, next(iter(ds)))
-        result["model"] = {"images_per_second": rate, "source": args.model}
-        result["verdict"] = verdict(result["shardfeed"]["images_per_second"], rate)
+        result["model"]["source"] = args.model
     print(json.dumps(result, indent=2) if args.json else format_bench(result))
     return 0
 
@@ -78,9 +73,9 @@ def run(args: argparse.Namespace) -> int:
 def _model(run_or_file: str) -> Any:
     """The model of a run folder (its model.keras) or a .keras file."""
     from shardfeed.training.models import load_model
-    from shardfeed.training.run_config import model_path
+    from shardfeed.training.run_folder import RunFolder
 
-    return load_model(model_path(run_or_file) if os.path.isdir(run_or_file) else run_or_file)
+    return load_model(RunFolder(run_or_file).model_file() if os.path.isdir(run_or_file) else run_or_file)
 
 
 def _progress(message: str) -> None:

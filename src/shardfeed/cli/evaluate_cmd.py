@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from shardfeed.training.evaluation import evaluate
+from shardfeed.training.run_folder import MODEL
 
 
 def register(sub: Any) -> None:
@@ -15,7 +16,7 @@ def register(sub: Any) -> None:
     p.add_argument("path", nargs="?", help="converted folder (default: the one it was trained on)")
     p.add_argument("--split", help="default: validation, else val/valid/test/eval/dev, whichever the data has")
     p.add_argument("--top-k", type=int, default=5)
-    p.add_argument("--model-file", default="model.keras", help="or checkpoints/best.keras")
+    p.add_argument("--model-file", default=MODEL, help="or checkpoints/best.keras")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run)
 

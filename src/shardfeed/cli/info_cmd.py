@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from shardfeed.read.options import SHUFFLES, ReadConfig
+from shardfeed.read.options import SHUFFLES, ReadOptions
 from shardfeed.tools.dataset_info import format_info, info
 
 
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     if args.shuffle_report:
         from shardfeed.tools.shuffle_quality import format_report, shuffle_report
 
-        read = ReadConfig(shuffle=args.shuffle, shuffle_buffer=args.shuffle_buffer)
+        read = ReadOptions(shuffle=args.shuffle, shuffle_buffer=args.shuffle_buffer)
         report = shuffle_report(
             str(path), split=args.split, batch_size=args.batch_size, batches=args.batches, seed=args.seed, read=read
         )

@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from shardfeed.training.prediction import predict
+from shardfeed.training.run_folder import MODEL
 
 log = logging.getLogger("shardfeed")
 
@@ -19,7 +20,7 @@ def register(sub: Any) -> None:
     p.add_argument("--top-k", type=int, default=3)
     p.add_argument("--split", help="for a converted folder: which split")
     p.add_argument("--grid", help="also draw the first images with their predicted classes to this PNG")
-    p.add_argument("--model-file", default="model.keras")
+    p.add_argument("--model-file", default=MODEL)
     p.set_defaults(run=run)
 
 

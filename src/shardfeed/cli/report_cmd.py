@@ -23,7 +23,9 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if os.path.exists(os.path.join(args.path, "run.json")):
+    from shardfeed.training.run_folder import RunFolder
+
+    if RunFolder(args.path).is_run():
         from shardfeed.training.run_report import run_report
 
         output = run_report(args.path, args.output)

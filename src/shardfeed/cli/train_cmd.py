@@ -11,7 +11,7 @@ from typing import Any
 from shardfeed.cli.options import from_args
 from shardfeed.read.options import SHUFFLES
 from shardfeed.training.models import MODELS
-from shardfeed.training.run_config import AUGMENT_PRESETS, AUTO, TrainOptions
+from shardfeed.training.options import AUGMENT_PRESETS, AUTO, TrainOptions
 from shardfeed.training.trainer import train
 
 log = logging.getLogger("shardfeed")

@@ -11,6 +11,8 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from shardfeed.errors import CorruptRecordError
+
 _F = descriptor_pb2.FieldDescriptorProto
 
 
@@ -113,7 +115,7 @@ def parse_example(data: bytes) -> dict[str, list[Any]]:
     try:
         example.ParseFromString(data)
     except Exception as e:  # protobuf raises its own DecodeError type
-        raise ValueError(f"record is not a valid tf.train.Example: {e}") from e
+        raise CorruptRecordError(f"record is not a valid tf.train.Example: {e}") from e
     out: dict[str, list[Any]] = {}
     for key, feature in example.features.feature.items():
         kind = feature.WhichOneof("kind")

@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shardfeed.errors import SourceError
+
 ENCODED = "image/encoded"
 FORMAT = "image/format"
 HEIGHT = "image/height"
@@ -87,9 +89,9 @@ def foreign_schema(record: Mapping[str, Any], source: str, image_key: str | None
     label_key = LABEL if label_key is None else label_key
     for key, option in ((image_key, "image_key"), (label_key, "label_key")):
         if key and key not in record:
-            raise ValueError(
+            raise SourceError(
                 f"feature {key!r} not in the records of {source}; they have {sorted(record)}; "
-                f"pass {option}= in ReadConfig"
+                f"pass {option}= in ReadOptions"
             )
     values = record[image_key]
     pixels = bool(values) and isinstance(values[0], float)

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from shardfeed.errors import OptionError
 from shardfeed.lazy import tensorflow
 
 
@@ -43,15 +44,15 @@ class Augment:
     def __post_init__(self) -> None:
         low, high = self.area_range
         if not 0 < low <= high <= 1:
-            raise ValueError(f"area_range must satisfy 0 < low <= high <= 1, got {self.area_range}")
+            raise OptionError(f"area_range must satisfy 0 < low <= high <= 1, got {self.area_range}")
         if not 0 < self.aspect_ratio_range[0] <= self.aspect_ratio_range[1]:
-            raise ValueError(f"aspect_ratio_range must be increasing and positive, got {self.aspect_ratio_range}")
+            raise OptionError(f"aspect_ratio_range must be increasing and positive, got {self.aspect_ratio_range}")
         if not 0 <= self.rotate <= 180:
-            raise ValueError(f"rotate is a maximum angle in degrees, 0..180, got {self.rotate}")
+            raise OptionError(f"rotate is a maximum angle in degrees, 0..180, got {self.rotate}")
         if not 0 <= self.translate < 0.5:
-            raise ValueError(f"translate is a fraction of the image size, 0 <= translate < 0.5, got {self.translate}")
+            raise OptionError(f"translate is a fraction of the image size, 0 <= translate < 0.5, got {self.translate}")
         if self.noise < 0 or not 0 <= self.color_jitter <= 1:
-            raise ValueError(f"noise must be >= 0 and color_jitter in 0..1, got {self.noise}, {self.color_jitter}")
+            raise OptionError(f"noise must be >= 0 and color_jitter in 0..1, got {self.noise}, {self.color_jitter}")
 
 
 def resolve_augment(augment: bool | Augment | None, training: bool) -> Augment | None:

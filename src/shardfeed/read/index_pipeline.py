@@ -5,13 +5,13 @@ splits (the same record count on every worker). Each element is read by a `tf.nu
 call that fetches INDEXED_CHUNK records at once through `IndexedRecords`:
 
     (epoch, chunk start) -> INDEXED_CHUNK serialized records in this epoch's order, this worker's share
-    (record, seed)       -> seed (seed, epoch * N + position): a resumed run augments identically
+    (record, key)        -> key epoch * N + position: with the plan's base seed (the shared tail,
+                            read/dataset.py) a pure function, so a resumed run augments identically
 """
 
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 from typing import Any
 
@@ -19,46 +19,28 @@ import numpy as np
 
 from shardfeed.lazy import tensorflow
 from shardfeed.read.indexed import IndexedRecords
-from shardfeed.read.options import ReadConfig
-from shardfeed.read.order import buffer_shuffle, global_order, worker_positions
+from shardfeed.read.order import buffer_shuffle, global_order
+from shardfeed.read.plan import ReadPlan
 
 INDEXED_CHUNK = 64  # records per Python call when reading by index
 
 
-def indexed_records(
-    path: str, split: str, read: ReadConfig, *, training: bool, seed: int | None, batch_size: int, repeat: bool
-) -> tuple[Any, int]:
-    """(serialized record, seed pair) elements read by index, and how many the first pass yields.
+def indexed_records(plan: ReadPlan) -> Any:
+    """(serialized record, key) elements read by index, from (read.epoch, start_step) on.
 
     Training reads the global order of each epoch (or, with shuffle='buffer' and even splits,
     this worker's records in file order through a shuffle buffer); evaluation reads file order.
-    The augmentation seed of each record is (seed, epoch * N + position): also a pure function,
-    so a resumed run augments exactly as the interrupted one would have.
+    The key of each record is epoch * N + position: also a pure function of (seed, epoch), so a
+    resumed run augments exactly as the interrupted one would have.
     """
-    ds, num_records = _read_by_index(
-        IndexedRecords(path, split),
-        seed if seed is not None else int.from_bytes(os.urandom(4), "little"),
-        read,
-        skip=read.start_step * batch_size,
-        shuffled=read.order == "global" and training,
-        repeat=repeat,
-    )
-    if training and read.order == "buffer":  # even splits, asked for a buffer
-        ds = buffer_shuffle(ds, read.buffer_size(num_records), seed)
-    return ds, num_records
-
-
-def _read_by_index(
-    records: IndexedRecords, base_seed: int, read: ReadConfig, *, skip: int, shuffled: bool, repeat: bool
-) -> tuple[Any, int]:
-    """The by-index dataset over `records` for this worker, from (read.epoch, skip records) on."""
     tf = tensorflow()
-    n, epoch = len(records), read.epoch
-    positions = worker_positions(n, read.num_workers, read.worker_index, read.even or "drop")
-    if skip > len(positions):
-        raise ValueError(f"start_step skips {skip} records but this worker has {len(positions)} per epoch")
-
-    orders = _EpochOrders(records, base_seed, shuffled)
+    read = plan.read
+    if plan.shards.manifest is None:  # the plan only reads by index for converted folders
+        raise TypeError("indexed_records needs a plan over a converted folder")
+    records = IndexedRecords(plan.shards.manifest, plan.split)
+    n, epoch, skip = len(records), read.epoch, read.start_step * plan.batch_size
+    positions = plan.share.positions(n)
+    orders = _EpochOrders(records, plan.base_seed, shuffled=read.order == "global" and plan.training)
 
     def read_chunk(epoch_number: np.ndarray, begin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         chosen = positions[int(begin) : int(begin) + INDEXED_CHUNK]
@@ -79,13 +61,14 @@ def _read_by_index(
     # numpy_function map, not from_generator: the generator source cost ~75% more CPU per image
     # here, even with the records already in memory (see docs/benchmarks.md).
     ds = (
-        _epoch_numbers(epoch, repeat)
+        _epoch_numbers(epoch, plan.repeat)
         .flat_map(chunks)
         .map(read_chunks, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         .unbatch()
     )
-    ds = ds.map(lambda record, key: (record, tf.stack([tf.constant(base_seed, tf.int64), key])))
-    return ds, len(positions) - skip
+    if plan.training and read.order == "buffer":  # even splits, asked for a buffer
+        ds = buffer_shuffle(ds, read.buffer_size(len(positions)), plan.seed)
+    return ds
 
 
 def _epoch_numbers(epoch: int, repeat: bool) -> Any:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import io
 import os
-import random
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -24,17 +23,18 @@ from typing import Any
 
 import numpy as np
 
-from shardfeed.errors import CorruptRecordError
+from shardfeed.errors import CorruptRecordError, OptionError
 from shardfeed.format import fileio, manifest, schema, tfrecord
 from shardfeed.format.example_proto import parse_example
 from shardfeed.read.order import GlobalOrderSampler
+from shardfeed.read.pixels import decode_image
 
 
 class IndexedRecords:
     """One split of a converted folder as a random-access sequence of records (no TensorFlow).
 
     Args:
-        path: a converted folder.
+        path: a converted folder (or its manifest, already read).
         split: which split.
         check_crc: verify each record's CRC32C (default; cheap with hardware CRC).
         transform: applied by `__getitem__` to each parsed example (default: (uint8 image HWC,
@@ -46,17 +46,17 @@ class IndexedRecords:
 
     def __init__(
         self,
-        path: str,
+        path: str | manifest.Manifest,
         split: str = "train",
         *,
         check_crc: bool = True,
         transform: Callable[[dict[str, Any]], Any] | None = None,
         max_open_files: int = 64,
     ) -> None:
-        self.manifest = manifest.read(path)
+        self.manifest = path if isinstance(path, manifest.Manifest) else manifest.read(path)
         if self.manifest.compression == "gzip":
-            raise ValueError(
-                f"{path} has gzip-compressed shards, which cannot be read at random positions; "
+            raise OptionError(
+                f"{self.manifest.path} has gzip-compressed shards, which cannot be read at random positions; "
                 "convert again without compression (--compression)"
             )
         info = self.manifest.split(split)
@@ -66,7 +66,7 @@ class IndexedRecords:
         for number, shard in enumerate(info.shards):
             pairs = tfrecord.parse_index(fileio.read_bytes(fileio.join(self.manifest.path, shard.index_file)).decode())
             if len(pairs) != shard.num_records:
-                raise ValueError(
+                raise CorruptRecordError(
                     f"index {shard.index_file} lists {len(pairs)} records, the manifest says "
                     f"{shard.num_records}; run `shardfeed verify`"
                 )
@@ -173,47 +173,3 @@ class IndexedRecords:
         with self._lock:
             while self._handles:
                 self._handles.popitem()[1].close()
-
-
-def sample_records(path: str, split: str, count: int, seed: int) -> list[bytes]:
-    """Up to `count` serialized records of a split picked at random (seeded), in pick order.
-
-    Read by index for plain shards; gzip shards (no random access) are streamed once.
-    """
-    m = manifest.read(path)
-    total = m.split(split).num_records
-    picked = random.Random(seed).sample(range(total), min(count, total))
-    if m.compression != "gzip":
-        records = IndexedRecords(path, split)
-        return [records.record(i) for i in picked]
-    wanted, found, number = set(picked), {}, 0
-    for file in m.shard_paths(split):
-        for data in tfrecord.read_records(file, compression="gzip"):
-            if number in wanted:
-                found[number] = data
-            number += 1
-    return [found[i] for i in picked]
-
-
-def to_rgb(image: np.ndarray) -> np.ndarray:
-    """A [H, W, 1] or [H, W, 3] uint8 image as [H, W, 3] (gray repeated)."""
-    return image if image.shape[-1] == 3 else np.repeat(image[..., :1], 3, axis=-1)
-
-
-def decode_image(example: dict[str, Any]) -> np.ndarray:
-    """The image of a parsed example as uint8 [H, W, C] (JPEG via simplejpeg, else Pillow/raw)."""
-    data = example[schema.ENCODED]
-    fmt = example.get(schema.FORMAT, b"")
-    if fmt == b"RAW":
-        h, w, c = (int(example[k]) for k in (schema.HEIGHT, schema.WIDTH, schema.CHANNELS))
-        return np.frombuffer(data, np.uint8).reshape(h, w, c)
-    if data[:3] == b"\xff\xd8\xff":
-        import simplejpeg
-
-        gray = int(example.get(schema.CHANNELS, 3)) == 1
-        return np.asarray(simplejpeg.decode_jpeg(data, "GRAY" if gray else "RGB"))
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as im:
-        array = np.asarray(im)
-    return array[..., None] if array.ndim == 2 else array

@@ -1,19 +1,23 @@
-"""How `load` reads and decodes: two frozen, validated option objects with their defaults.
+"""How `load` reads and decodes: frozen, validated option objects with their defaults.
 
-`ReadConfig` decides which records come out and in what order (shuffling, workers, resume
-point, caching, corrupt-record policy, foreign feature names); `DecodeConfig` decides the pixels
-(channels, dtype, evaluation crop, IDCT, resize filter, a per-batch hook). `load` and
-`steps_per_epoch` take the same objects, so what they count and what they read cannot drift.
-Defaults live here and only here.
+`ReadOptions` decides which records come out and in what order (shuffling, workers, resume
+point, caching, corrupt-record policy, foreign feature names); `DecodeOptions` decides the pixels
+(channels, dtype, evaluation crop, IDCT, resize filter, a per-batch hook); `ServiceOptions` says
+where the pipeline runs when it runs on a tf.data service. Each validates what it can tell by
+itself; rules that need the data, the seed or the service are in read/plan.py. `load` and
+`steps_per_epoch` resolve the same plan, so what they count and what they read cannot drift.
+Defaults live here and only here. `ReadConfig` and `DecodeConfig` are the former names (deprecated).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from shardfeed.read.order import EVEN_MODES
+from shardfeed.errors import OptionError
+from shardfeed.read.order import WorkerShare
 
 SHUFFLES = ("buffer", "global")
 DEFAULT_SHUFFLE_BUFFER = 4096  # serialized records: ~4096 x 110 KB = 450 MB at ImageNet sizes
@@ -24,7 +28,7 @@ SERVICE_MODES = ("distributed_epoch", "parallel_epochs", "file", "data", "file_o
 
 
 @dataclass(frozen=True)
-class ReadConfig:
+class ReadOptions:
     """Which records `load` reads, in what order, and how it treats them.
 
     Attributes:
@@ -48,12 +52,6 @@ class ReadConfig:
         filter_fn: predicate on one record's parsed features (a dict of tensors); False drops it.
         image_key, label_key: feature names in other people's TFRecords (label_key='' for none).
         compression: 'gzip' for compressed foreign files (ours say so in their manifest).
-        service_mode: with `load(service=...)`, the tf.data service processing mode:
-            'distributed_epoch' (default: each record once per epoch across the workers),
-            'parallel_epochs', 'file', 'data', 'file_or_data', 'hint' (see read/service.py).
-        service_compress: snappy-compress batches between workers and trainer (TF's default);
-            False on fast networks saves that CPU on both ends (1.2x the images/s measured on
-            loopback at 224 px, where a batch of 64 is 9.6 MB either way).
 
     Reading by index (shuffle='global' or `even`) needs uncompressed shards of a converted folder
     and rejects `cache`, `skip_corrupt` and (with the global order) `shuffle_buffer`.
@@ -75,32 +73,22 @@ class ReadConfig:
     image_key: str | None = None
     label_key: str | None = None
     compression: str | None = None
-    service_mode: str = "distributed_epoch"
-    service_compress: bool = True
 
     def __post_init__(self) -> None:
         if self.shuffle is not None and self.shuffle not in SHUFFLES:
-            raise ValueError(f"shuffle must be one of {list(SHUFFLES)}, got {self.shuffle!r}")
+            raise OptionError(f"shuffle must be one of {list(SHUFFLES)}, got {self.shuffle!r}")
         if self.shuffle_buffer is not None and (not isinstance(self.shuffle_buffer, int) or self.shuffle_buffer < 0):
-            raise ValueError(f"shuffle_buffer must be a non-negative integer, got {self.shuffle_buffer!r}")
-        if self.even is not None and self.even not in EVEN_MODES:
-            raise ValueError(f"even must be None, 'drop' or 'pad', got {self.even!r}")
+            raise OptionError(f"shuffle_buffer must be a non-negative integer, got {self.shuffle_buffer!r}")
         if self.epoch < 0 or self.start_step < 0:
-            raise ValueError(f"epoch and start_step must be >= 0, got {self.epoch}, {self.start_step}")
+            raise OptionError(f"epoch and start_step must be >= 0, got {self.epoch}, {self.start_step}")
         if (self.epoch or self.start_step) and self.order != "global":
-            raise ValueError(
+            raise OptionError(
                 "epoch and start_step need shuffle='global' (only a global order is a pure function "
                 "of (seed, epoch), so only it can be resumed exactly)"
             )
-        if self.num_workers < 1 or not 0 <= self.worker_index < self.num_workers:
-            raise ValueError(
-                f"worker_index must be in 0..{self.num_workers - 1} for {self.num_workers} workers, "
-                f"got {self.worker_index}"
-            )
-        if self.service_mode not in SERVICE_MODES:
-            raise ValueError(f"service_mode must be one of {list(SERVICE_MODES)}, got {self.service_mode!r}")
+        WorkerShare(self.num_workers, self.worker_index, self.even)  # validates the three
         if self.compression not in COMPRESSIONS:
-            raise ValueError(f"compression must be one of {list(COMPRESSIONS)}, got {self.compression!r}")
+            raise OptionError(f"compression must be one of {list(COMPRESSIONS)}, got {self.compression!r}")
         self._check_by_index()
 
     def _check_by_index(self) -> None:
@@ -116,7 +104,12 @@ class ReadConfig:
             del why["shuffle_buffer"]  # even splits with shuffle='buffer' do use one
         for name, reason in why.items():
             if getattr(self, name) not in (None, False):
-                raise ValueError(f"{name}= does not apply with shuffle='global' or even splits: {reason}")
+                raise OptionError(f"{name}= does not apply with shuffle='global' or even splits: {reason}")
+
+    @property
+    def share(self) -> WorkerShare:
+        """This input pipeline's part of the split, as these options state it."""
+        return WorkerShare(self.num_workers, self.worker_index, self.even)
 
     @property
     def order(self) -> str:
@@ -146,7 +139,7 @@ class ReadConfig:
 
 
 @dataclass(frozen=True)
-class DecodeConfig:
+class DecodeOptions:
     """How `load` turns records into pixels (beyond the output size and augmentation).
 
     Attributes:
@@ -173,13 +166,13 @@ class DecodeConfig:
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {list(DTYPES)}, got {self.dtype!r}")
+            raise OptionError(f"dtype must be one of {list(DTYPES)}, got {self.dtype!r}")
         if self.channels not in (1, 3):
-            raise ValueError(f"channels must be 1 or 3, got {self.channels!r}")
+            raise OptionError(f"channels must be 1 or 3, got {self.channels!r}")
         if not 0 < self.crop_fraction <= 1:
-            raise ValueError(f"crop_fraction must be in (0, 1], got {self.crop_fraction}")
+            raise OptionError(f"crop_fraction must be in (0, 1], got {self.crop_fraction}")
         if self.dct_method not in DCT_METHODS:
-            raise ValueError(f"dct_method must be one of {list(DCT_METHODS)}, got {self.dct_method!r}")
+            raise OptionError(f"dct_method must be one of {list(DCT_METHODS)}, got {self.dct_method!r}")
 
 
 def image_size(size: int | tuple[int, int]) -> tuple[int, int]:
@@ -190,5 +183,65 @@ def image_size(size: int | tuple[int, int]) -> tuple[int, int]:
     """
     pair = (size, size) if isinstance(size, int) else tuple(size)
     if len(pair) != 2 or not all(isinstance(s, int) and s > 0 for s in pair):
-        raise ValueError(f"image_size must be a positive int or (height, width), got {size!r}")
+        raise OptionError(f"image_size must be a positive int or (height, width), got {size!r}")
     return pair[0], pair[1]
+
+
+@dataclass(frozen=True)
+class ServiceOptions:
+    """Running `load`'s pipeline on a tf.data service (`shardfeed serve`): where and how.
+
+    `load(service="grpc://HOST:PORT")` is short for `load(service=ServiceOptions("grpc://HOST:PORT"))`.
+
+    Attributes:
+        address: the dispatcher, "grpc://HOST:PORT" (or "HOST:PORT").
+        mode: the processing mode: 'distributed_epoch' (default: each record once per epoch
+            across the workers), 'parallel_epochs', 'file', 'data', 'file_or_data', 'hint'
+            (see read/service.py).
+        compress: snappy-compress batches between workers and trainer (TF's default); False on
+            fast networks saves that CPU on both ends (1.2x the images/s measured on loopback at
+            224 px, where a batch of 64 is 9.6 MB either way).
+    """
+
+    address: str
+    mode: str = "distributed_epoch"
+    compress: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.address, str) or (
+            "://" in self.address and not self.address.startswith(("grpc://", "grpc+local://"))
+        ):
+            raise OptionError(f"service must look like grpc://HOST:PORT, got {self.address!r}")
+        if self.mode not in SERVICE_MODES:
+            raise OptionError(f"service mode must be one of {list(SERVICE_MODES)}, got {self.mode!r}")
+
+    @classmethod
+    def of(cls, service: str | ServiceOptions | None) -> ServiceOptions | None:
+        """`load`'s service argument as options (an address alone takes the defaults)."""
+        return cls(service) if isinstance(service, str) else service
+
+
+_RENAMED = {"ReadConfig": "ReadOptions", "DecodeConfig": "DecodeOptions"}
+
+
+def renamed(name: str, namespace: dict[str, Any]) -> Any:
+    """A former name's class, with a DeprecationWarning (for module `__getattr__`s).
+
+    Raises:
+        AttributeError: `name` is not a former name.
+    """
+    if name not in _RENAMED:
+        raise AttributeError(name)
+    warnings.warn(
+        f"{name} is now {_RENAMED[name]} (one suffix for every option object); the old name will be removed",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return namespace[_RENAMED[name]]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        return renamed(name, globals())
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

@@ -1,17 +1,21 @@
 """Reading order without TensorFlow: the seeded global permutation, even worker splits, samplers.
 
 `global_order` is shared by `IndexedRecords` (PyTorch, JAX/Grain) and `load` with
-`ReadConfig(shuffle="global")`, so every framework sees the same order for a (seed, epoch);
-`worker_positions` cuts an epoch into even per-worker parts; `buffer_shuffle` is the tf.data
+`ReadOptions(shuffle="global")`, so every framework sees the same order for a (seed, epoch);
+`WorkerShare` is the one answer to "which part of a split does this worker read": whole shards,
+or (with `even`) every num_workers-th position of an epoch; `buffer_shuffle` is the tf.data
 shuffle buffer both `load` pipelines use.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from shardfeed.errors import OptionError
 
 EVEN_MODES = ("drop", "pad")
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -39,28 +43,69 @@ def global_order(num_records: int, seed: int, epoch: int) -> np.ndarray:
     return np.argsort(keys, kind="stable").astype(np.int64)
 
 
-def worker_positions(num_records: int, num_workers: int, worker_index: int, even: str = "drop") -> np.ndarray:
-    """Which positions of an epoch's order worker `worker_index` reads: every num_workers-th.
+@dataclass(frozen=True)
+class WorkerShare:
+    """Which part of a split one input pipeline reads: worker `index` of `count`.
 
-    Every worker gets the same count: 'drop' leaves out the last (num_records % num_workers)
-    positions, 'pad' wraps around to the start so each worker gets ceil(num_records / num_workers).
+    Without `even`, whole shards round robin (`shard_numbers`); with it, records: every
+    count-th position of an epoch's order (`positions`), the same number for every worker:
+    'drop' leaves out the last (records % count) positions, 'pad' wraps around to the start so
+    each worker gets ceil(records / count) (works with fewer shards than workers).
 
     Raises:
-        ValueError: bad worker index or mode.
+        OptionError: a bad count, index or mode (on construction).
     """
-    if even not in EVEN_MODES:
-        raise ValueError(f"even must be one of {list(EVEN_MODES)}, got {even!r}")
-    if num_workers < 1 or not 0 <= worker_index < num_workers:
-        raise ValueError(f"worker_index must be in 0..{num_workers - 1} for {num_workers} workers, got {worker_index}")
-    per_worker = num_records // num_workers if even == "drop" else -(-num_records // num_workers)
-    return (np.arange(per_worker, dtype=np.int64) * num_workers + worker_index) % max(num_records, 1)
+
+    count: int = 1
+    index: int = 0
+    even: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.even is not None and self.even not in EVEN_MODES:
+            raise OptionError(f"even must be None, 'drop' or 'pad', got {self.even!r}")
+        if self.count < 1 or not 0 <= self.index < self.count:
+            raise OptionError(f"worker_index must be in 0..{self.count - 1} for {self.count} workers, got {self.index}")
+
+    @property
+    def is_part(self) -> bool:
+        """More than one worker shares the split."""
+        return self.count > 1
+
+    def positions(self, num_records: int) -> np.ndarray:
+        """The positions of an epoch's order this worker reads (`even` split; 'drop' by default)."""
+        per_worker = num_records // self.count if self.even != "pad" else -(-num_records // self.count)
+        return (np.arange(per_worker, dtype=np.int64) * self.count + self.index) % max(num_records, 1)
+
+    def shard_numbers(self, num_shards: int) -> range:
+        """The whole shards this worker reads (round robin).
+
+        Raises:
+            OptionError: fewer shards than workers.
+        """
+        if num_shards < self.count:
+            raise OptionError(
+                f"{num_shards} shards cannot be split across {self.count} workers (each worker reads whole "
+                f"shards); convert again with shards={self.count} (--shards {self.count}) or a multiple of it, "
+                "or read with ReadOptions(even=...)"
+            )
+        return range(self.index, num_shards, self.count)
+
+
+def worker_positions(num_records: int, num_workers: int, worker_index: int, even: str = "drop") -> np.ndarray:
+    """Which positions of an epoch's order worker `worker_index` of `num_workers` reads
+    (`WorkerShare.positions`, for callers without a share at hand).
+
+    Raises:
+        OptionError: bad worker index or mode.
+    """
+    return WorkerShare(num_workers, worker_index, even).positions(num_records)
 
 
 class GlobalOrderSampler:
     """Record numbers of one epoch of the global order for one worker; `set_epoch` moves on.
 
     Needs no torch: DataLoader takes any iterable with a length as its sampler. The order is
-    the one `load(seed=seed, read=ReadConfig(shuffle="global"))` reads, so TensorFlow and
+    the one `load(seed=seed, read=ReadOptions(shuffle="global"))` reads, so TensorFlow and
     PyTorch runs agree.
     """
 
@@ -74,7 +119,7 @@ class GlobalOrderSampler:
         epoch: int = 0,
     ) -> None:
         self.num_records, self.seed, self.epoch = num_records, seed, epoch
-        self.positions = worker_positions(num_records, num_workers, worker_index, even)
+        self.positions = WorkerShare(num_workers, worker_index, even).positions(num_records)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -92,5 +137,5 @@ class GlobalOrderSampler:
 
 def buffer_shuffle(ds: Any, buffer: int, seed: int | None) -> Any:
     """`ds` (a tf.data.Dataset) through a shuffle buffer of `buffer` records, reshuffled each
-    iteration; 0 leaves it in order (see `ReadConfig.buffer_size`)."""
+    iteration; 0 leaves it in order (see `ReadOptions.buffer_size`)."""
     return ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True) if buffer else ds

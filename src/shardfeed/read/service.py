@@ -1,8 +1,9 @@
 """Reading through the tf.data service: the pipeline runs on remote workers, batches stream back.
 
-`load(..., service="grpc://HOST:PORT")` builds the same pipeline (shard files -> records ->
-parse, decode, augment -> batches) and hands it to `tf.data.experimental.service.distribute`,
-so parsing and decoding run on the service's workers and the trainer receives finished batches.
+`load(..., service="grpc://HOST:PORT")` (or `service=ServiceOptions(address, mode, compress)`)
+builds the same pipeline (shard files -> records -> parse, decode, augment -> batches) and hands
+it to `tf.data.experimental.service.distribute`, so parsing and decoding run on the service's
+workers and the trainer receives finished batches.
 The servers are TensorFlow's own (`shardfeed serve`, tools/data_service.py).
 
 Processing modes (TF's sharding policies), by name:
@@ -22,37 +23,14 @@ from __future__ import annotations
 from typing import Any
 
 from shardfeed.lazy import tensorflow
-from shardfeed.read.options import DecodeConfig, ReadConfig
+from shardfeed.read.options import ServiceOptions
 
 
-def check_options(service: str, read: ReadConfig, decode: DecodeConfig) -> None:
-    """Refuses what cannot be serialised to the service's workers, saying what to use instead.
-
-    Raises:
-        ValueError: an option that runs Python in this process, or a malformed address.
-    """
-    if not service.startswith(("grpc://", "grpc+local://")) and "://" in service:
-        raise ValueError(f"service must look like grpc://HOST:PORT, got {service!r}")
-    if read.by_index:
-        raise ValueError(
-            "shuffle='global' and even splits read records by index in Python (IndexedRecords), which the "
-            "service's workers cannot run; use shuffle='buffer' (the default) with service="
-        )
-    for name, value in (("filter_fn", read.filter_fn), ("map_fn", decode.map_fn)):
-        if value is not None:
-            raise ValueError(
-                f"{name}= is a Python callable of this process and is not sent to the service's workers; "
-                "apply it to the batches load returns instead (ds.map/ds.filter), or drop service="
-            )
-    if read.cache:
-        raise ValueError("cache= would cache on each worker separately; drop cache= when reading through a service")
-
-
-def distribute(ds: Any, service: str, mode: str, *, compress: bool = True) -> Any:
-    """`ds` run by the service at `service` in processing mode `mode` (see the module docstring);
-    batches travel snappy-compressed unless `compress` is False."""
+def distribute(ds: Any, service: ServiceOptions) -> Any:
+    """`ds` run by the service at `service.address` in processing mode `service.mode` (see the
+    module docstring); batches travel snappy-compressed unless `service.compress` is False."""
     tf = tensorflow()
-    address = service if "://" in service else f"grpc://{service}"
+    address = service.address if "://" in service.address else f"grpc://{service.address}"
     policy = tf.data.experimental.service.ShardingPolicy
     policies = {
         "distributed_epoch": policy.DYNAMIC,
@@ -64,6 +42,6 @@ def distribute(ds: Any, service: str, mode: str, *, compress: bool = True) -> An
     }
     return ds.apply(
         tf.data.experimental.service.distribute(
-            processing_mode=policies[mode], service=address, compression="AUTO" if compress else None
+            processing_mode=policies[service.mode], service=address, compression="AUTO" if service.compress else None
         )
     )

@@ -8,57 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from typing import Any
 
+from shardfeed.errors import OptionError
 from shardfeed.read import options
-from shardfeed.read.options import ReadConfig
+from shardfeed.read.options import ReadOptions
+from shardfeed.tools import bottleneck
 from shardfeed.tools.fresh_runs import compare, ratio
 from shardfeed.tools.pipelines import PipelineSpec, build
-
-
-@dataclass(frozen=True)
-class Throughput:
-    """What one measured pass delivered.
-
-    Attributes:
-        images, batches: delivered after the warm-up batches.
-        warmup_seconds: time to the end of the warm-up batches (start-up, tracing, first fills).
-        images_per_second, batches_per_second: steady state, after warm-up.
-        cpu_cores_used: process CPU time / wall time during the steady state.
-    """
-
-    images: int
-    batches: int
-    warmup_seconds: float
-    images_per_second: float
-    batches_per_second: float
-    cpu_cores_used: float
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def measure(ds: Any, *, max_batches: int | None = None, warmup_batches: int = 2) -> Throughput:
-    """Iterates `ds` (batches of (images, labels) or images) and times it."""
-    start = time.perf_counter()
-    iterator = iter(ds)
-    for _ in range(warmup_batches):
-        next(iterator)
-    warm = time.perf_counter()
-    cpu0 = sum(os.times()[:2])
-    images = batches = 0
-    for batch in iterator:
-        first = batch[0] if isinstance(batch, tuple) else batch
-        images += int(first.shape[0])
-        batches += 1
-        if max_batches is not None and batches >= max_batches:
-            break
-    wall = max(time.perf_counter() - warm, 1e-9)
-    cpu = sum(os.times()[:2]) - cpu0
-    return Throughput(images, batches, warm - start, images / wall, batches / wall, cpu / wall)
+from shardfeed.tools.timing import measure
 
 
 def bench(
@@ -71,9 +30,10 @@ def bench(
     epochs: int = 1,
     compare_folder: str | None = None,
     augment: bool | None = None,
-    read: ReadConfig | None = None,
+    read: ReadOptions | None = None,
     service: str | None = None,
     rounds: int = 3,
+    model: Any = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Measures `load` on converted shards; with `compare_folder`, the baselines too, and ratios.
@@ -82,14 +42,17 @@ def bench(
     one pass in this process. With it, `load`, `image_dataset_from_directory` on the folder and
     the in-memory decode ceiling each run `rounds` times, every run in a fresh process, rounds
     interleaved (tools/fresh_runs.py): pipelines sharing a process bias each other.
+    With `model` (a Keras model), also its training step on one batch of this data held in
+    memory, and the verdict on which of the two limits training (tools/bottleneck.py).
 
     Returns:
         {'shardfeed': Throughput dict, 'settings': ..., and with compare_folder
          'keras_folder', 'decode_ceiling' (each with best/median images/s and CPU ms per image)
          and 'ratios' (shardfeed / baseline: by median, best, CPU per image and, with 2+
-         rounds, paired round by round; > 1 is faster)}.
+         rounds, paired round by round; > 1 is faster); with model, 'model' (its images/s)
+         and 'verdict'}.
     """
-    read = read or ReadConfig()
+    read = read or ReadOptions()
     size = options.image_size(image_size)
     training = (split == "train") if training is None else training
     result: dict[str, Any] = {
@@ -110,8 +73,22 @@ def bench(
     )
     if not compare_folder:
         result["shardfeed"] = measure(build(spec)).as_dict()
-        return result
-    result["settings"]["rounds"] = rounds
+    else:
+        result["settings"]["rounds"] = rounds
+        result.update(_compared(spec, compare_folder, rounds, progress))
+    if model is not None:
+        batch = next(iter(build(dataclasses.replace(spec, training=True, service=None))))
+        rate = bottleneck.model_rate(model, batch)
+        result["model"] = {"images_per_second": rate}
+        result["verdict"] = bottleneck.verdict(result["shardfeed"]["images_per_second"], rate)
+    return result
+
+
+def _compared(
+    spec: PipelineSpec, compare_folder: str, rounds: int, progress: Callable[[str], None] | None
+) -> dict[str, Any]:
+    """`spec` and the two baselines on `compare_folder`, in fresh processes, with the ratios."""
+    result: dict[str, Any] = {}
     specs = {
         "shardfeed": spec,
         "keras_folder": dataclasses.replace(spec, kind="keras_folder", path=compare_folder, read={}, service=None),
@@ -125,13 +102,13 @@ def bench(
     return result
 
 
-def _read_fields(read: ReadConfig) -> dict[str, Any]:
-    """The ReadConfig fields that differ from the defaults, as JSON values for a fresh process.
+def _read_fields(read: ReadOptions) -> dict[str, Any]:
+    """The ReadOptions fields that differ from the defaults, as JSON values for a fresh process.
 
     Raises:
-        ValueError: a function-valued option (it cannot be sent to another process).
+        OptionError: a function-valued option (it cannot be sent to another process).
     """
     fields = {f.name: getattr(read, f.name) for f in dataclasses.fields(read) if getattr(read, f.name) != f.default}
     if any(callable(v) for v in fields.values()):
-        raise ValueError("bench cannot measure a ReadConfig with filter_fn in a fresh process")
+        raise OptionError("bench cannot measure a ReadOptions with filter_fn in a fresh process")
     return fields

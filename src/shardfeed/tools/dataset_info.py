@@ -7,10 +7,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from shardfeed.errors import SourceError
 from shardfeed.format import manifest, schema, tfrecord
 from shardfeed.format.example_proto import parse_example
 from shardfeed.read import shardset as reader
-from shardfeed.read.indexed import sample_records
+from shardfeed.read.sampling import sample_records
 from shardfeed.write.convert import non_jpeg_note
 
 HISTOGRAM_WIDTH = 40
@@ -104,7 +105,7 @@ def _foreign(path: str | Sequence[str], image_key: str | None, label_key: str | 
     labels: Counter[int] = Counter()
     if label_key:
         if label_key not in features:
-            raise ValueError(f"feature {label_key!r} not in the records; they have {sorted(features)}")
+            raise SourceError(f"feature {label_key!r} not in the records; they have {sorted(features)}")
         for file in shards.files:
             for blob in tfrecord.read_records(file, compression=shards.compression):
                 labels.update(parse_example(blob).get(label_key, []))

@@ -17,7 +17,8 @@ from typing import Any
 
 from shardfeed.format import fileio, manifest, schema
 from shardfeed.format.example_proto import parse_example
-from shardfeed.read.indexed import decode_image, sample_records, to_rgb
+from shardfeed.read.pixels import decode_image, to_rgb
+from shardfeed.read.sampling import sample_records
 from shardfeed.tools import html_page as h
 
 SAMPLE = 600  # records read for thumbnails and size statistics

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from shardfeed.errors import OptionError
 from shardfeed.tools.pipelines import PipelineSpec
 
 
@@ -55,7 +56,7 @@ def compare(
         {name: summary(runs)} in the order given.
     """
     if rounds < 1:
-        raise ValueError(f"rounds must be >= 1, got {rounds}")
+        raise OptionError(f"rounds must be >= 1, got {rounds}")
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in specs}
     for round_number in range(rounds):
         for name, spec in specs.items():

@@ -30,10 +30,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardfeed.errors import OptionError
 from shardfeed.format.schema import ENCODED, LABEL, Schema
 from shardfeed.lazy import tensorflow
 from shardfeed.read.augment import Augment, random_crop_window
-from shardfeed.read.options import DecodeConfig, ReadConfig
+from shardfeed.read.options import DecodeOptions, ReadOptions
 
 KINDS = ("shardfeed", "plain_tfdata", "keras_folder", "decode_ceiling", "parse", "raw_parse", "raw_read")
 PARSE_BATCH = 256
@@ -46,7 +47,7 @@ class PipelineSpec:
     Attributes:
         kind: one of KINDS.
         path: converted folder (shard kinds) or image folder (keras_folder, decode_ceiling).
-        read, decode: `ReadConfig` / `DecodeConfig` fields for `load` (JSON values only).
+        read, decode: `ReadOptions` / `DecodeOptions` fields for `load` (JSON values only).
         epochs: passes over the split to time; max_batches: stop after this many (after warm-up).
     """
 
@@ -66,7 +67,7 @@ class PipelineSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise ValueError(f"pipeline kind must be one of {list(KINDS)}, got {self.kind!r}")
+            raise OptionError(f"pipeline kind must be one of {list(KINDS)}, got {self.kind!r}")
         object.__setattr__(self, "image_size", tuple(self.image_size))
 
     def to_json(self) -> str:
@@ -101,8 +102,8 @@ def _shardfeed(spec: PipelineSpec) -> Any:
         image_size=spec.image_size,
         training=spec.training,
         augment=spec.augment,
-        read=ReadConfig(**spec.read),
-        decode=DecodeConfig(**spec.decode),
+        read=ReadOptions(**spec.read),
+        decode=DecodeOptions(**spec.decode),
         service=spec.service,
     )
 
@@ -162,7 +163,7 @@ def _decode_ceiling(spec: PipelineSpec) -> Any:
     for path in image_files(spec.path):
         with open(path, "rb") as f:
             blobs.append(f.read())
-    preprocess = Preprocess(spec.image_size, resolve_augment(spec.augment, spec.training), DecodeConfig(**spec.decode))
+    preprocess = Preprocess(spec.image_size, resolve_augment(spec.augment, spec.training), DecodeOptions(**spec.decode))
     zero = tf.constant(0, tf.int64)
     ds = tf.data.Dataset.zip((tf.data.Dataset.from_tensor_slices(blobs), tf.data.Dataset.random(seed=0).batch(2)))
     ds = ds.map(
@@ -176,9 +177,10 @@ def _decode_ceiling(spec: PipelineSpec) -> Any:
 def _parse(spec: PipelineSpec) -> Any:
     """`load`'s reading (checked, interleaved, shuffled files) and batched parsing; no decode."""
     from shardfeed.read import shardset
+    from shardfeed.read.shard_pipeline import checked_records
 
     shards, schema = shardset.open_split(spec.path, spec.split)
-    records = shardset.checked_records(shards, shuffle_files=True, seed=None, deterministic=False, skip_corrupt=False)
+    records = checked_records(shards, shuffle_files=True, seed=None, deterministic=False, skip_corrupt=False)
     return _parsed(records, schema)
 
 
@@ -211,11 +213,9 @@ def _raw_read(spec: PipelineSpec) -> Any:
 
 
 def _raw_records(files: list[str]) -> Any:
-    from shardfeed.read import shardset
+    from shardfeed.read.shard_pipeline import READ_BUFFER
 
-    return tensorflow().data.TFRecordDataset(
-        files, num_parallel_reads=min(16, len(files)), buffer_size=shardset.READ_BUFFER
-    )
+    return tensorflow().data.TFRecordDataset(files, num_parallel_reads=min(16, len(files)), buffer_size=READ_BUFFER)
 
 
 def image_files(folder: str) -> list[str]:
@@ -229,7 +229,7 @@ def image_files(folder: str) -> list[str]:
 def main(argv: list[str]) -> int:
     """Measures the spec given as JSON and prints its `Throughput` as one JSON line."""
     from shardfeed.lazy import quiet_tensorflow
-    from shardfeed.tools.benchmark import measure
+    from shardfeed.tools.timing import measure
 
     quiet_tensorflow()
     spec = PipelineSpec.from_json(argv[0])

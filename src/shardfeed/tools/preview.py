@@ -12,10 +12,12 @@ from typing import Any
 
 import numpy as np
 
+from shardfeed.errors import OptionError
 from shardfeed.format import manifest, schema
 from shardfeed.format.example_proto import parse_example
-from shardfeed.read.indexed import decode_image, sample_records, to_rgb
-from shardfeed.read.options import ReadConfig
+from shardfeed.read.options import ReadOptions
+from shardfeed.read.pixels import decode_image, to_rgb
+from shardfeed.read.sampling import sample_records
 
 
 @dataclass
@@ -58,7 +60,7 @@ def _caption(features: dict[str, list[Any]], m: manifest.Manifest) -> str:
 def _augmented_tiles(m: manifest.Manifest, split: str, count: int, seed: int, image_size: int) -> list[Tile]:
     from shardfeed.read.dataset import load
 
-    read = ReadConfig(drop_remainder=False)
+    read = ReadOptions(drop_remainder=False)
     batch = next(
         iter(load(m.path, split=split, batch_size=count, image_size=image_size, training=True, seed=seed, read=read))
     )
@@ -96,7 +98,7 @@ def show(
         The tiles drawn, in grid order (row by row).
     """
     if rows < 1 or cols < 1:
-        raise ValueError(f"rows and cols must be >= 1, got {rows}x{cols}")
+        raise OptionError(f"rows and cols must be >= 1, got {rows}x{cols}")
     split = split or manifest.read(path).main_split()
     tiles = sample_tiles(path, split=split, count=rows * cols, seed=seed, augmented=augmented, image_size=image_size)
     if output:

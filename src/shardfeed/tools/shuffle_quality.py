@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from shardfeed.errors import SourceError
 from shardfeed.format import manifest
-from shardfeed.read.options import ReadConfig
+from shardfeed.read.options import ReadOptions
 
 
 def batch_stats(batches: list[list[int]]) -> dict[str, float]:
@@ -60,7 +61,7 @@ def shuffle_report(
     batch_size: int = 64,
     batches: int = 20,
     seed: int | None = 0,
-    read: ReadConfig | None = None,
+    read: ReadOptions | None = None,
 ) -> dict[str, Any]:
     """Runs the training pipeline as configured and compares its batches with an ideal shuffle.
 
@@ -69,10 +70,10 @@ def shuffle_report(
     """
     from shardfeed.read.dataset import load
 
-    read = read or ReadConfig()
+    read = read or ReadOptions()
     m = manifest.read(path)
     if m.labels is None:
-        raise ValueError(f"{path} is unlabeled: there is no label mix to report")
+        raise SourceError(f"{path} is unlabeled: there is no label mix to report")
     info = m.split(split)
     batches = max(1, min(batches, info.num_records // batch_size))
     ds = load(
@@ -122,7 +123,7 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _settings(read: ReadConfig) -> dict[str, Any]:
+def _settings(read: ReadOptions) -> dict[str, Any]:
     """The shuffle in force and every read setting that differs from its default."""
     changed = {f.name: getattr(read, f.name) for f in dataclasses.fields(read) if getattr(read, f.name) != f.default}
     return {**changed, "shuffle": read.order}

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from shardfeed.format import manifest, schema
 from shardfeed.format.example_proto import parse_example
-from shardfeed.read.indexed import sample_records
+from shardfeed.read.sampling import sample_records
 
 TINY_SET = 500
 PHOTO_SIDE = 128
@@ -33,17 +33,18 @@ class AugmentChoice:
 
 
 def choose_augment(
-    data: str, split: str, *, seed: int = 0, tiny_set: int = TINY_SET, photo_side: int = PHOTO_SIDE
+    data: str | manifest.Manifest, split: str, *, seed: int = 0, tiny_set: int = TINY_SET, photo_side: int = PHOTO_SIDE
 ) -> AugmentChoice:
     """The augmentation preset for training on `data[split]` (see the module docstring).
 
     Reads the split's record count from the manifest and the image sizes of up to `SAMPLE`
     records picked through the index (nothing else is read).
     """
-    count = manifest.read(data).split(split).num_records
+    m = data if isinstance(data, manifest.Manifest) else manifest.read(data)
+    count = m.split(split).num_records
     if count < tiny_set:
         return AugmentChoice("none", f"{count} training images (< {tiny_set}): too few for augmentation to pay off")
-    side = median_short_side(data, split, seed=seed)
+    side = median_short_side(m, split, seed=seed)
     if side >= photo_side:
         return AugmentChoice(
             "inception", f"photo-sized images (median shorter side {side:g} px >= {photo_side}): random-resized crops"
@@ -55,7 +56,7 @@ def choose_augment(
     )
 
 
-def median_short_side(data: str, split: str, *, seed: int = 0) -> float:
+def median_short_side(data: str | manifest.Manifest, split: str, *, seed: int = 0) -> float:
     """The median of min(height, width) over a random sample of the split's records."""
     sides = []
     for record in sample_records(data, split, SAMPLE, seed):

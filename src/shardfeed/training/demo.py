@@ -18,8 +18,8 @@ from shardfeed.tools.preview import show
 from shardfeed.tools.verification import verify
 from shardfeed.training.baseline import svc_accuracy
 from shardfeed.training.evaluation import evaluate
+from shardfeed.training.options import TrainOptions
 from shardfeed.training.prediction import predict
-from shardfeed.training.run_config import TrainOptions
 from shardfeed.training.samples import write_digits_folders
 from shardfeed.training.trainer import train
 from shardfeed.write.convert import convert

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
+from shardfeed.errors import SourceError
 from shardfeed.format import manifest
 from shardfeed.training.models import load_model, model_class_names
-from shardfeed.training.run_config import model_path, read_config
+from shardfeed.training.run_folder import CONFUSION, MODEL, RunFolder
 
 
 def evaluate(
@@ -21,7 +21,7 @@ def evaluate(
     split: str | None = None,
     top_k: int = 5,
     batch_size: int | None = None,
-    model_file: str = "model.keras",
+    model_file: str = MODEL,
     output_dir: str | None = None,
 ) -> dict[str, Any]:
     """Evaluates a run's model on a split, with the run's evaluation preprocessing.
@@ -30,18 +30,19 @@ def evaluate(
     `split` defaults to the data's held-out split (validation, else val/valid/test/eval/dev); top-k
     accuracy is reported only for k below the number of classes (above, it is always 1.0).
     """
-    config = read_config(run_dir)
-    data = data or config.data
-    net = load_model(model_path(run_dir, model_file))
+    folder = RunFolder(run_dir)
+    record = folder.read_record()
+    data = data or record.data
+    net = load_model(folder.model_file(model_file))
     names = model_class_names(net)
     m = manifest.read(data)
     if m.labels != names:
-        raise ValueError(
+        raise SourceError(
             f"the model's classes {names[:5]}... differ from the data's {(m.labels or [])[:5]}...; "
             "evaluate on data converted with the same classes"
         )
     split = split or _held_out(m)
-    ds = config.eval_dataset(data, split, batch_size)
+    ds = record.inputs(m).evaluation(split, batch_size=batch_size)
     probs, labels = [], []
     with tqdm(total=m.split(split).num_records, unit="img", desc=f"evaluate {split}", disable=None) as bar:
         for images, y in ds:
@@ -50,14 +51,13 @@ def evaluate(
             bar.update(len(labels[-1]))
     p, y = np.concatenate(probs), np.concatenate(labels)
     result = metrics_from_probabilities(p, y, names, top_k)
-    out = output_dir or os.path.join(run_dir, f"eval-{split}")
+    out = output_dir or folder.eval_dir(split)
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "metrics.json"), "w") as f:
-        json.dump(result, f, indent=2)
+    folder.write_metrics(result, out)
     plot_confusion(
         np.array(result["confusion_matrix"]),
         names,
-        os.path.join(out, "confusion_matrix.png"),
+        os.path.join(out, CONFUSION),
         f"{split}: accuracy {result['accuracy']:.3f}",
     )
     result["output_dir"] = out
@@ -67,7 +67,7 @@ def evaluate(
 def _held_out(m: manifest.Manifest) -> str:
     split = m.held_out_split()
     if split is None:
-        raise ValueError(f"{m.path} has no held-out split (it has {m.split_names}); pass split= (--split)")
+        raise SourceError(f"{m.path} has no held-out split (it has {m.split_names}); pass split= (--split)")
     return split
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardfeed.errors import OptionError
 from shardfeed.lazy import tensorflow
 
 MODELS = ("small_cnn", "mobilenet_v2", "resnet50")
@@ -67,7 +68,7 @@ def build_model(
     """
     keras = _keras()
     if name not in MODELS:
-        raise ValueError(f"model must be one of {list(MODELS)}, got {name!r}")
+        raise OptionError(f"model must be one of {list(MODELS)}, got {name!r}")
     inputs = keras.Input((*image_size, channels), dtype="uint8", name="image")
     if name == "small_cnn":
         x = keras.layers.Rescaling(1 / 255.0)(inputs)  # casts the uint8 input too

@@ -18,10 +18,10 @@ import numpy as np
 from tqdm import tqdm
 
 from shardfeed.format import manifest
-from shardfeed.read.options import ReadConfig
+from shardfeed.read.options import ReadOptions
 from shardfeed.read.shardset import is_converted_folder
 from shardfeed.training.models import load_model, model_class_names
-from shardfeed.training.run_config import model_path, read_config
+from shardfeed.training.run_folder import MODEL, RunFolder
 from shardfeed.write.convert import convert
 from shardfeed.write.sources import UnlabeledSource
 
@@ -36,7 +36,7 @@ def predict(
     grid: str | None = None,
     grid_size: int = 16,
     batch_size: int | None = None,
-    model_file: str = "model.keras",
+    model_file: str = MODEL,
     workers: int | None = None,
 ) -> list[dict[str, Any]]:
     """Predicts every image of `source` and writes one CSV row per input file.
@@ -50,8 +50,9 @@ def predict(
         source: a folder of images, or a converted folder (its `split`, default its only/first one).
         grid: also draw the first `grid_size` images with their predicted classes to this PNG.
     """
-    config = read_config(run_dir)
-    net = load_model(model_path(run_dir, model_file))
+    folder = RunFolder(run_dir)
+    record = folder.read_record()
+    net = load_model(folder.model_file(model_file))
     names = model_class_names(net)
     with tempfile.TemporaryDirectory(prefix="shardfeed-predict-") as tmp:
         data = source
@@ -60,7 +61,7 @@ def predict(
             convert(UnlabeledSource(source), data, workers=workers, progress=False)
         m = manifest.read(data)
         split = split or ("test" if "test" in m.split_names else m.split_names[0])
-        ds = config.eval_dataset(data, split, batch_size, ReadConfig(with_filenames=True))
+        ds = record.inputs(m).evaluation(split, batch_size=batch_size, read=ReadOptions(with_filenames=True))
         rows: list[dict[str, Any]] = []
         shown: list[tuple[np.ndarray, str]] = []
         bar = tqdm(total=m.split(split).num_records, unit="img", desc="predict", disable=None)
@@ -77,7 +78,7 @@ def predict(
     rows.sort(key=lambda r: r["file"])
     _write_csv(output_csv, rows, min(top_k, len(names)))
     if grid:
-        from shardfeed.read.indexed import to_rgb
+        from shardfeed.read.pixels import to_rgb
         from shardfeed.tools.preview import Tile, draw_grid
 
         tiles = [Tile("", caption, to_rgb(img)) for img, caption in shown]

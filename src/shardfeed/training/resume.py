@@ -1,6 +1,6 @@
 """Exact mid-epoch resume for Keras: the input position after K batches is known.
 
-With `load(seed=S, read=ReadConfig(shuffle="global"))` the order of an epoch is a pure function of (S, epoch), so
+With `load(seed=S, read=ReadOptions(shuffle="global"))` the order of an epoch is a pure function of (S, epoch), so
 a checkpoint only needs (epoch, step) beside the model. `fit_resumable` saves both every
 `save_every` steps (model file first, then an atomically replaced `resume.json` naming it), and on
 restart continues at exactly the next batch: no record twice, none skipped.
@@ -18,10 +18,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from shardfeed.errors import OptionError
 from shardfeed.lazy import tensorflow
 from shardfeed.read.augment import Augment
-from shardfeed.read.dataset import load, steps_per_epoch
-from shardfeed.read.options import DecodeConfig, ReadConfig
+from shardfeed.read.options import DecodeOptions, ReadOptions
+from shardfeed.read.shardset import DataPath
+from shardfeed.training.inputs import RunInputs
 from shardfeed.training.models import load_model
 
 STATE_NAME = "resume.json"
@@ -37,6 +39,12 @@ class ResumePoint:
     seed: int
 
 
+def forget_resume_point(run_dir: str) -> None:
+    """Removes a run's resume point, so that a fresh run does not continue an old one."""
+    if os.path.exists(os.path.join(run_dir, STATE_NAME)):
+        os.remove(os.path.join(run_dir, STATE_NAME))
+
+
 def read_resume_point(run_dir: str) -> ResumePoint | None:
     """The last saved resume point of a run, or None for a fresh start."""
     path = os.path.join(run_dir, STATE_NAME)
@@ -48,7 +56,7 @@ def read_resume_point(run_dir: str) -> ResumePoint | None:
 
 def fit_resumable(
     model: Any | Callable[[], Any],
-    data: str,
+    data: DataPath,
     run_dir: str,
     *,
     epochs: int,
@@ -58,8 +66,8 @@ def fit_resumable(
     save_every: int = 100,
     image_size: int | tuple[int, int] = 224,
     augment: bool | Augment | None = None,
-    decode: DecodeConfig | None = None,
-    read: ReadConfig | None = None,
+    decode: DecodeOptions | None = None,
+    read: ReadOptions | None = None,
     callbacks: list[Any] | None = None,
     **fit_options: Any,
 ) -> Any:
@@ -67,6 +75,7 @@ def fit_resumable(
 
     Args:
         model: a compiled model, or a function building one (called only on a fresh start).
+        data: a converted folder (or its `Manifest`).
         run_dir: where the resume point and model snapshots live.
         save_every: steps between snapshots (and at each epoch end).
         image_size, augment, decode: as for `load`.
@@ -82,24 +91,14 @@ def fit_resumable(
 
     os.makedirs(run_dir, exist_ok=True)
     net, epoch, step = _starting_model(keras, model, run_dir, seed)
-    steps = steps_per_epoch(data, split, batch_size, training=True)
+    inputs = RunInputs(data, batch_size, image_size, seed=seed, augment=augment, decode=decode)
+    steps = inputs.steps_per_epoch(split)
 
     def stream(epoch: int, step: int, repeat: bool) -> Any:
         at = dataclasses.replace(
-            read or ReadConfig(), shuffle="global", drop_remainder=True, epoch=epoch, start_step=step
+            read or ReadOptions(), shuffle="global", drop_remainder=True, epoch=epoch, start_step=step
         )
-        return load(
-            data,
-            split=split,
-            batch_size=batch_size,
-            image_size=image_size,
-            training=True,
-            augment=augment,
-            seed=seed,
-            repeat=repeat,
-            read=at,
-            decode=decode,
-        )
+        return inputs.training(split, read=at, repeat=repeat)
 
     saver = _snapshot_callback(keras, run_dir, steps, save_every, seed)
     extra = list(callbacks or [])
@@ -132,7 +131,7 @@ def _starting_model(keras: Any, model: Any, run_dir: str, seed: int) -> tuple[An
     if point is None:
         return (model() if callable(model) and not isinstance(model, keras.Model) else model), 0, 0
     if point.seed != seed:
-        raise ValueError(
+        raise OptionError(
             f"{run_dir} was trained with seed {point.seed}; resuming with seed {seed} would change the "
             "order of the epoch it stopped in"
         )

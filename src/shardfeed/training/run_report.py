@@ -9,27 +9,27 @@ the worst-classified held-out images with their predicted and true classes, and 
 from __future__ import annotations
 
 import csv
-import json
 import os
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
 from shardfeed.format import manifest
-from shardfeed.read.options import ReadConfig
+from shardfeed.read.options import ReadOptions
 from shardfeed.tools import html_page as h
 from shardfeed.training.evaluation import evaluate
 from shardfeed.training.models import load_model
-from shardfeed.training.run_config import model_path, read_config
+from shardfeed.training.run_folder import CONFUSION, LOG, REPORT, RunFolder
 
 WORST = 16
 
 
 def run_report(run_dir: str, output: str | None = None, *, data: str | None = None, split: str | None = None) -> str:
     """Writes the report (default RUN_DIR/report.html) and returns its path."""
-    config = read_config(run_dir)
-    data = data or config.data
-    split = split or config.validation_split or manifest.read(data).held_out_split() or config.train_split
+    record = RunFolder(run_dir).read_record()
+    data = data or record.data
+    split = split or record.validation_split or manifest.read(data).held_out_split() or record.train_split
     result = evaluate(run_dir, data, split=split)
     sections = [
         _curves(run_dir),
@@ -37,7 +37,7 @@ def run_report(run_dir: str, output: str | None = None, *, data: str | None = No
         _worst(run_dir, data, split),
         h.section("Settings", h.table(["setting", "value"], [[h.esc(k), h.esc(v)] for k, v in _settings(run_dir)])),
     ]
-    output = output or os.path.join(run_dir, "report.html")
+    output = output or RunFolder(run_dir).file(REPORT)
     with open(output, "w", encoding="utf-8") as f:
         f.write(h.page(f"shardfeed training run: {run_dir}", sections))
     return output
@@ -45,7 +45,7 @@ def run_report(run_dir: str, output: str | None = None, *, data: str | None = No
 
 def read_log(run_dir: str) -> dict[str, list[float]]:
     """log.csv as {column: values per epoch}."""
-    path = os.path.join(run_dir, "log.csv")
+    path = RunFolder(run_dir).file(LOG)
     if not os.path.exists(path):
         return {}
     with open(path) as f:
@@ -107,18 +107,19 @@ def _per_class(result: dict[str, Any], split: str) -> str:
         precision = confusion[i, i] / predicted if predicted else float("nan")
         rows.append([h.esc(name), f"{true:,}", f"{precision:.3f}", f"{recall:.3f}"])
     summary = f"{split}: {result['examples']:,} images, accuracy {result['accuracy']:.4f}, loss {result['loss']:.4f}"
-    matrix = h.png_file(os.path.join(result["output_dir"], "confusion_matrix.png"))
+    matrix = h.png_file(os.path.join(result["output_dir"], CONFUSION))
     table = h.table(["class", "images", "precision", "recall"], rows, (1, 2, 3))
     return h.section("Per class", f"<p>{h.esc(summary)}</p>", table, matrix)
 
 
 def _worst(run_dir: str, data: str, split: str) -> str:
     """The held-out images the model got most wrong (lowest probability of the true class)."""
-    config = read_config(run_dir)
-    net = load_model(model_path(run_dir))
-    names = config.class_names
+    folder = RunFolder(run_dir)
+    record = folder.read_record()
+    net = load_model(folder.model_file())
+    names = record.class_names
     found: list[tuple[float, np.ndarray, str, str, str]] = []
-    for images, labels, files in config.eval_dataset(data, split, read=ReadConfig(with_filenames=True)):
+    for images, labels, files in record.inputs(data).evaluation(split, read=ReadOptions(with_filenames=True)):
         probs = net.predict_on_batch(images)
         for i, p in enumerate(probs):
             true, guess = int(labels[i]), int(np.argmax(p))
@@ -135,12 +136,9 @@ def _worst(run_dir: str, data: str, split: str) -> str:
 
 
 def _settings(run_dir: str) -> list[tuple[str, Any]]:
-    with open(os.path.join(run_dir, "run.json")) as f:
-        settings = json.load(f)
+    folder = RunFolder(run_dir)
+    settings = asdict(folder.read_record())
     settings.pop("class_names", None)
-    metrics_path = os.path.join(run_dir, "metrics.json")
-    if os.path.exists(metrics_path):
-        with open(metrics_path) as f:
-            metrics = json.load(f)
-        settings.update({f"result.{k}": v for k, v in metrics.items() if isinstance(v, (int, float, str))})
+    metrics = folder.read_metrics()
+    settings.update({f"result.{k}": v for k, v in metrics.items() if isinstance(v, (int, float, str))})
     return list(settings.items())

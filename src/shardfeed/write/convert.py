@@ -22,7 +22,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
-from shardfeed.errors import ConvertError, SourceError
+from shardfeed.errors import ConvertError, OptionError, SourceError
 from shardfeed.format import fileio, manifest, tfds_metadata
 from shardfeed.format.manifest import Manifest
 from shardfeed.write import dedupe, folder_lock, folder_state, local_runner, merge, shards
@@ -164,9 +164,9 @@ def convert(
     """
     workers = (os.cpu_count() or 1) if workers is None else workers
     if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+        raise OptionError(f"workers must be >= 1, got {workers}")
     if runner not in RUNNERS:
-        raise ValueError(f"runner must be one of {list(RUNNERS)}, got {runner!r}")
+        raise OptionError(f"runner must be one of {list(RUNNERS)}, got {runner!r}")
     if runner == "beam":
         from shardfeed.lazy import apache_beam
 

@@ -15,6 +15,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image, ImageOps
 
+from shardfeed.errors import OptionError
 from shardfeed.write import jpeg_decode, jpeg_header
 
 Image.MAX_IMAGE_PIXELS = None  # dataset images are trusted content, not uploads
@@ -65,14 +66,14 @@ class ImageOptions:
         for name in ("resize", "max_size", "center_crop"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be a positive integer number of pixels, got {value!r}")
+                raise OptionError(f"{name} must be a positive integer number of pixels, got {value!r}")
         if self.resize is not None and self.max_size is not None:
-            raise ValueError("resize (shorter side) and max_size (longer side) exclude each other")
+            raise OptionError("resize (shorter side) and max_size (longer side) exclude each other")
         _check_choice("image_format", self.image_format, IMAGE_FORMATS)
         _check_choice("check", self.check, CHECKS)
         _check_choice("array_encoding", self.array_encoding, ARRAY_ENCODINGS)
         if not 1 <= self.quality <= 100:
-            raise ValueError(f"quality must be in 1..100, got {self.quality}")
+            raise OptionError(f"quality must be in 1..100, got {self.quality}")
 
     @property
     def transforms(self) -> bool:
@@ -82,7 +83,7 @@ class ImageOptions:
 
 def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+        raise OptionError(f"{name} must be one of {list(allowed)}, got {value!r}")
 
 
 @dataclass(frozen=True)

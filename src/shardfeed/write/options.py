@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from shardfeed.errors import OptionError
 from shardfeed.write import sharding, splits
 from shardfeed.write.images import ImageOptions
 
@@ -53,7 +54,7 @@ class ConvertOptions:
 
     def __post_init__(self) -> None:
         if self.shards is not None and self.shard_size is not None:
-            raise ValueError("pass shards or shard_size, not both")
+            raise OptionError("pass shards or shard_size, not both")
         if self.split is not None:
             object.__setattr__(self, "split", splits.parse_split_spec(self.split))
         shards = dict(self.shards) if isinstance(self.shards, Mapping) else self.shards
@@ -61,11 +62,11 @@ class ConvertOptions:
         if self.shard_size is not None:
             object.__setattr__(self, "shard_size", sharding.parse_size(self.shard_size))
         if self.compression not in COMPRESSIONS:
-            raise ValueError(f"compression must be one of {list(COMPRESSIONS)}, got {self.compression!r}")
+            raise OptionError(f"compression must be one of {list(COMPRESSIONS)}, got {self.compression!r}")
         if not isinstance(self.label_offset, int) or self.label_offset < 0:
-            raise ValueError(f"label_offset must be a non-negative integer, got {self.label_offset!r}")
+            raise OptionError(f"label_offset must be a non-negative integer, got {self.label_offset!r}")
         if not isinstance(self.image, ImageOptions):
-            raise ValueError(f"image must be an ImageOptions, got {type(self.image).__name__}")
+            raise OptionError(f"image must be an ImageOptions, got {type(self.image).__name__}")
         sharding.validate_template(self.template, by_class=self.by_class)
 
     @property

@@ -9,6 +9,8 @@ import math
 import re
 import string
 
+from shardfeed.errors import OptionError
+
 # Default target: mean shard size between 100 and 200 MB, as the TensorFlow guide advises.
 DEFAULT_MAX_SHARD_BYTES = 200 * 10**6
 DEFAULT_TEMPLATE = "{split}-{shard:05d}-of-{num_shards:05d}"
@@ -36,11 +38,11 @@ def parse_size(text: str | int) -> int:
     else:
         match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
         if not match or match.group(2).upper() not in _UNITS:
-            raise ValueError(f"shard size {text!r} is not a size like '128MB', '1GiB' or '500KB'")
+            raise OptionError(f"shard size {text!r} is not a size like '128MB', '1GiB' or '500KB'")
         value, unit = float(match.group(1)), match.group(2).upper()
     size = int(value * _UNITS[unit])
     if size <= 0:
-        raise ValueError(f"shard size must be positive, got {text!r}")
+        raise OptionError(f"shard size must be positive, got {text!r}")
     return size
 
 
@@ -81,7 +83,7 @@ def parse_shard_counts(spec: int | str | dict[str, int] | None) -> int | dict[st
     """`--shards` as an int for every split, or per split from 'train=16,validation=4'."""
     if spec is None or isinstance(spec, int):
         if isinstance(spec, int) and spec < 1:
-            raise ValueError(f"shards must be >= 1, got {spec}")
+            raise OptionError(f"shards must be >= 1, got {spec}")
         return spec
     if isinstance(spec, dict):
         counts = dict(spec)
@@ -92,11 +94,11 @@ def parse_shard_counts(spec: int | str | dict[str, int] | None) -> int | dict[st
         for part in filter(None, (p.strip() for p in spec.split(","))):
             name, sep, value = part.partition("=")
             if not sep or not re.fullmatch(r"-?\d+", value.strip()):
-                raise ValueError(f"shards entry {part!r} must look like split=count, e.g. 'train=16,validation=4'")
+                raise OptionError(f"shards entry {part!r} must look like split=count, e.g. 'train=16,validation=4'")
             counts[name.strip()] = int(value)
     for name, count in counts.items():
         if count < 1:
-            raise ValueError(f"shards for split {name!r} must be >= 1, got {count}")
+            raise OptionError(f"shards for split {name!r} must be >= 1, got {count}")
     return counts
 
 
@@ -109,16 +111,16 @@ def validate_template(template: str, *, by_class: bool) -> None:
     try:
         fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
     except ValueError as e:
-        raise ValueError(f"shard name template {template!r} is malformed: {e}") from e
+        raise OptionError(f"shard name template {template!r} is malformed: {e}") from e
     needed = {"split", "shard", "num_shards"} | ({"label"} if by_class else set())
     allowed = needed | {"label"}
     if not needed <= fields or not fields <= allowed:
-        raise ValueError(
+        raise OptionError(
             f"shard name template {template!r} must use {sorted(needed)} (and nothing but "
             f"{sorted(allowed)}); e.g. '{DEFAULT_TEMPLATE}.tfrecord'"
         )
     if "/" in template:
-        raise ValueError(f"shard name template {template!r} must not contain '/'")
+        raise OptionError(f"shard name template {template!r} must not contain '/'")
 
 
 def safe_label(name: str) -> str:

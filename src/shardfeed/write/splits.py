@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
+from shardfeed.errors import OptionError
 from shardfeed.write.items import Item
 
 T = TypeVar("T", bound=Item)
@@ -31,25 +32,25 @@ def parse_split_spec(spec: str | Mapping[str, float]) -> dict[str, float]:
         for part in filter(None, (p.strip() for p in spec.split(","))):
             name, sep, value = part.partition("=")
             if not sep:
-                raise ValueError(f"split entry {part!r} must look like name=fraction, e.g. 'train=0.8,validation=0.2'")
+                raise OptionError(f"split entry {part!r} must look like name=fraction, e.g. 'train=0.8,validation=0.2'")
             try:
                 pairs[name.strip()] = float(value)
             except ValueError:
-                raise ValueError(f"split fraction {value!r} for {name!r} is not a number") from None
+                raise OptionError(f"split fraction {value!r} for {name!r} is not a number") from None
     else:
         pairs = {str(k): float(v) for k, v in spec.items()}
     if not pairs:
-        raise ValueError("split spec is empty; e.g. 'train=0.8,validation=0.2'")
+        raise OptionError("split spec is empty; e.g. 'train=0.8,validation=0.2'")
     for name, fraction in pairs.items():
         if not _SPLIT_NAME.match(name):
-            raise ValueError(f"split name {name!r} may only use letters, digits and '_'")
+            raise OptionError(f"split name {name!r} may only use letters, digits and '_'")
         if fraction <= 0:
-            raise ValueError(f"split {name!r} has fraction {fraction}; every fraction must be > 0")
+            raise OptionError(f"split {name!r} has fraction {fraction}; every fraction must be > 0")
     total = sum(pairs.values())
     if math.isclose(total, 100.0, abs_tol=1e-6):
         pairs = {k: v / 100.0 for k, v in pairs.items()}
     elif not math.isclose(total, 1.0, abs_tol=1e-6):
-        raise ValueError(f"split fractions add up to {total:g}; they must add up to 1 (or 100)")
+        raise OptionError(f"split fractions add up to {total:g}; they must add up to 1 (or 100)")
     return pairs
 
 

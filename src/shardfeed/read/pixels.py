@@ -1,0 +1,34 @@
+"""Records' images as NumPy arrays, without TensorFlow: for IndexedRecords, previews and reports."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+
+from shardfeed.format import schema
+
+
+def to_rgb(image: np.ndarray) -> np.ndarray:
+    """A [H, W, 1] or [H, W, 3] uint8 image as [H, W, 3] (gray repeated)."""
+    return image if image.shape[-1] == 3 else np.repeat(image[..., :1], 3, axis=-1)
+
+
+def decode_image(example: dict[str, Any]) -> np.ndarray:
+    """The image of a parsed example as uint8 [H, W, C] (JPEG via simplejpeg, else Pillow/raw)."""
+    data = example[schema.ENCODED]
+    fmt = example.get(schema.FORMAT, b"")
+    if fmt == b"RAW":
+        h, w, c = (int(example[k]) for k in (schema.HEIGHT, schema.WIDTH, schema.CHANNELS))
+        return np.frombuffer(data, np.uint8).reshape(h, w, c)
+    if data[:3] == b"\xff\xd8\xff":
+        import simplejpeg
+
+        gray = int(example.get(schema.CHANNELS, 3)) == 1
+        return np.asarray(simplejpeg.decode_jpeg(data, "GRAY" if gray else "RGB"))
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:
+        array = np.asarray(im)
+    return array[..., None] if array.ndim == 2 else array

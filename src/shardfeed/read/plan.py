@@ -1,0 +1,205 @@
+"""A read resolved once: which records this worker reads, through which pipeline, and how many.
+
+`load` and `steps_per_epoch` both start by resolving a `ReadPlan` from the same arguments, so
+the count one gives and the batches the other yields cannot disagree: the split is opened once
+(shards, schema, manifest), the worker's share is validated in one type (`WorkerShare`), the
+pipeline is chosen, and every rule on whether an option applies to this data, seed or service is
+checked here, before anything is counted or read. The option objects check what they can tell by
+themselves (read/options.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from shardfeed.errors import OptionError
+from shardfeed.format.schema import FILENAME, Schema
+from shardfeed.read import shardset
+from shardfeed.read.options import DecodeOptions, ReadOptions, ServiceOptions
+from shardfeed.read.order import WorkerShare
+from shardfeed.read.shardset import DataPath, ShardSet
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """Everything `load` needs to build its pipeline, resolved and checked.
+
+    Attributes:
+        split: the split read.
+        read: the read options as given.
+        shards: all shards of the split (the manifest inside for a converted folder).
+        schema: how records are parsed (with the file-name feature when asked for).
+        share: this input pipeline's part of the split.
+        training: shuffle, augment, drop the last partial batch.
+        seed: the user's seed (None: not reproducible).
+        base_seed: the first half of every record's augmentation seed pair (the seed, or a
+            random one); the pipelines supply the second half, a per-record key.
+        batch_size: per input pipeline (with an input context: the per-replica batch).
+        repeat: one iteration repeats forever.
+        service: where the pipeline runs, when on a tf.data service.
+    """
+
+    split: str
+    read: ReadOptions
+    shards: ShardSet
+    schema: Schema
+    share: WorkerShare
+    training: bool
+    seed: int | None
+    base_seed: int
+    batch_size: int
+    repeat: bool = False
+    service: ServiceOptions | None = None
+
+    @property
+    def by_index(self) -> bool:
+        """Records are read through the index files (global order or even splits)."""
+        return self.read.by_index
+
+    @property
+    def deterministic(self) -> bool:
+        return self.read.keeps_order(training=self.training, seed=self.seed)
+
+    @property
+    def drop_remainder(self) -> bool:
+        return self.read.drops_remainder(training=self.training)
+
+    @property
+    def worker_shards(self) -> ShardSet:
+        """The whole shards this worker reads (the shard pipeline)."""
+        return self.shards.for_worker(self.share) if self.share.is_part else self.shards
+
+    def records_per_pass(self) -> int:
+        """Records this worker reads in one full epoch (before any filter or skipped corrupt record)."""
+        if self.by_index:
+            return len(self.share.positions(self.shards.num_records))
+        return self.worker_shards.num_records
+
+    def batches_per_pass(self) -> int:
+        """Batches of one full epoch: what `steps_per_epoch` answers."""
+        batches = self.records_per_pass() / self.batch_size
+        return math.floor(batches) if self.drop_remainder else math.ceil(batches)
+
+    @property
+    def known_length(self) -> bool:
+        """Whether one iteration yields exactly `batches_per_pass()` batches: one pass, not
+        repeated, not resumed mid-epoch, nothing dropped at read time, not split across service
+        workers."""
+        read = self.read
+        return not (self.repeat or self.service or read.filter_fn or read.skip_corrupt or read.start_step)
+
+
+def resolve(
+    path: DataPath,
+    *,
+    split: str = "train",
+    read: ReadOptions | None = None,
+    training: bool | None = None,
+    seed: int | None = None,
+    batch_size: int = 64,
+    repeat: bool = False,
+    input_context: Any = None,
+    service: str | ServiceOptions | None = None,
+    decode: DecodeOptions | None = None,
+    counting: bool = False,
+) -> ReadPlan:
+    """The plan for reading `path` with these arguments (`load`'s, see there); `counting` for
+    `steps_per_epoch`, which has no seed to check.
+
+    Raises:
+        OptionError: an option that does not apply to this data, seed or service; a bad batch size.
+        ManifestError, SourceError: no such split; foreign files that match nothing.
+    """
+    read = read or ReadOptions()
+    service = ServiceOptions.of(service)
+    _check_batch_size(batch_size)
+    _check_applies(path, read, decode or DecodeOptions(), seed=seed, service=service, counting=counting)
+    share = read.share
+    if input_context is not None:
+        if share.is_part:
+            raise OptionError(
+                "worker identity given twice: input_context and ReadOptions(num_workers, worker_index); "
+                "pass one (input_context under a tf.distribute strategy)"
+            )
+        share = WorkerShare(input_context.num_input_pipelines, input_context.input_pipeline_id, read.even)
+        batch_size = input_context.get_per_replica_batch_size(batch_size)
+    shards, schema = shardset.open_split(
+        path, split, image_key=read.image_key, label_key=read.label_key, compression=read.compression
+    )
+    if read.with_filenames:
+        schema = dataclasses.replace(schema, filename_key=FILENAME)
+    plan = ReadPlan(
+        split=split,
+        read=read,
+        shards=shards,
+        schema=schema,
+        share=share,
+        training=(split == "train") if training is None else training,
+        seed=seed,
+        base_seed=seed if seed is not None else int.from_bytes(os.urandom(4), "little"),
+        batch_size=batch_size,
+        repeat=repeat,
+        service=service,
+    )
+    _check_start_step(plan)
+    return plan
+
+
+def _check_applies(
+    path: DataPath,
+    read: ReadOptions,
+    decode: DecodeOptions,
+    *,
+    seed: int | None,
+    service: ServiceOptions | None,
+    counting: bool,
+) -> None:
+    """The rules on whether the options apply to this data, seed and service (checked before
+    anything is opened or counted)."""
+    if (read.epoch or read.start_step) and seed is None and not counting:
+        raise OptionError("epoch and start_step need a seed: the order must be the one the interrupted run saw")
+    if read.by_index and not shardset.is_converted_folder(path):
+        raise OptionError(
+            "shuffle='global' and even splits read through the index files of a converted folder; "
+            f"{path!r} has no manifest.json"
+        )
+    if counting and read.filter_fn is not None:
+        raise OptionError(
+            "filter_fn drops records while reading, so the batches of an epoch are not known in advance; "
+            "count them by iterating the dataset once, or filter at convert time"
+        )
+    if service is not None:
+        _check_service(read, decode)
+
+
+def _check_service(read: ReadOptions, decode: DecodeOptions) -> None:
+    """Refuses what cannot be serialised to the service's workers, saying what to use instead."""
+    if read.by_index:
+        raise OptionError(
+            "shuffle='global' and even splits read records by index in Python (IndexedRecords), which the "
+            "service's workers cannot run; use shuffle='buffer' (the default) with service="
+        )
+    for name, value in (("filter_fn", read.filter_fn), ("map_fn", decode.map_fn)):
+        if value is not None:
+            raise OptionError(
+                f"{name}= is a Python callable of this process and is not sent to the service's workers; "
+                "apply it to the batches load returns instead (ds.map/ds.filter), or drop service="
+            )
+    if read.cache:
+        raise OptionError("cache= would cache on each worker separately; drop cache= when reading through a service")
+
+
+def _check_start_step(plan: ReadPlan) -> None:
+    """A resume point inside this worker's epoch."""
+    skip, records = plan.read.start_step * plan.batch_size, plan.records_per_pass()
+    if skip > records:
+        raise OptionError(f"start_step skips {skip} records but this worker has {records} per epoch")
+
+
+def _check_batch_size(batch_size: int) -> None:
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise OptionError(f"batch_size must be a positive integer, got {batch_size!r}")

@@ -1,0 +1,97 @@
+"""How `train` trains: `TrainOptions` (what a user asks for) and the augmentation presets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shardfeed.errors import OptionError
+from shardfeed.read.augment import Augment
+from shardfeed.read.options import SHUFFLES, DecodeOptions
+from shardfeed.training.models import MODELS
+
+AUGMENT_PRESETS = {
+    "inception": Augment(),
+    # no flip: a mirrored digit or letter is another class (or none); photos take 'inception'
+    "light": Augment(crop=False, flip=False, translate=0.0625),
+    "none": None,
+}
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """How `train` trains.
+
+    Attributes:
+        model: one of MODELS (see `build_model`).
+        epochs, batch_size, learning_rate: the usual; the learning rate decays to zero (cosine).
+        image_size: the square input size in pixels.
+        seed: seeds weights, shuffling and augmentation.
+        augment: 'auto' (chosen from the data's image sizes and count: `choose_augment`),
+            'inception' (random-resized crop + flip), 'light' (shifts of up to 1/16 of the size,
+            no flip), 'none'.
+        crop_fraction: evaluation centre crop (see `DecodeOptions`).
+        channels: 3 or 1.
+        mixed_precision: float16 compute (on GPUs with tensor cores); outputs stay float32.
+        train_split: the split trained on.
+        validation_split: evaluated after each epoch: 'auto' (validation, else val/valid/test/eval/dev,
+            whichever the data has; none, said, if it has none), a split name, or None to skip.
+        shuffle: 'buffer' or 'global' (a seeded permutation of the whole split each epoch; a
+            resumed run continues the same sequence of epoch orders). See `ReadOptions`.
+        save_every: with shuffle='global', also snapshot every this many steps, so that a resumed
+            run continues mid-epoch at exactly the next batch (`fit_resumable`).
+        service: read the training data through a tf.data service dispatcher, "grpc://HOST:PORT"
+            (`shardfeed serve`): decoding and augmentation run on its workers.
+    """
+
+    model: str = "small_cnn"
+    epochs: int = 10
+    batch_size: int = 64
+    image_size: int = 224
+    learning_rate: float = 1e-3
+    seed: int = 0
+    augment: str = AUTO
+    crop_fraction: float = DecodeOptions.crop_fraction
+    channels: int = 3
+    mixed_precision: bool = False
+    train_split: str = "train"
+    validation_split: str | None = AUTO
+    shuffle: str = "buffer"
+    save_every: int | None = None
+    service: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.augment not in (AUTO, *AUGMENT_PRESETS):
+            raise OptionError(f"augment must be one of {[AUTO, *AUGMENT_PRESETS]}, got {self.augment!r}")
+        if self.model not in MODELS:
+            raise OptionError(f"model must be one of {list(MODELS)}, got {self.model!r}")
+        if self.shuffle not in SHUFFLES:
+            raise OptionError(f"shuffle must be one of {list(SHUFFLES)}, got {self.shuffle!r}")
+        if self.save_every is not None and (self.shuffle != "global" or self.save_every < 1):
+            raise OptionError(
+                f"save_every={self.save_every} needs shuffle='global' and at least 1 step: only a global order "
+                "can be resumed at an exact step"
+            )
+        for name in ("epochs", "batch_size", "image_size"):
+            if getattr(self, name) < 1:
+                flag = "--" + name.replace("_", "-")
+                raise OptionError(f"{name} must be >= 1, got {getattr(self, name)} ({flag})")
+        if not self.learning_rate > 0:
+            raise OptionError(f"learning_rate must be > 0, got {self.learning_rate} (--learning-rate)")
+        _ = self.decode  # validates channels and crop_fraction
+
+    @property
+    def decode(self) -> DecodeOptions:
+        """How the run's images are decoded (the same for training and evaluation)."""
+        return DecodeOptions(channels=self.channels, crop_fraction=self.crop_fraction)
+
+    @property
+    def augmentation(self) -> Augment | bool:
+        """`load`'s augment argument for this preset (False: none).
+
+        Raises:
+            OptionError: the preset is still 'auto' (resolve it with `choose_augment` first).
+        """
+        if self.augment == AUTO:
+            raise OptionError("augment='auto' must be resolved against the data first (choose_augment)")
+        return AUGMENT_PRESETS[self.augment] or False

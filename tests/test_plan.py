@@ -1,0 +1,135 @@
+"""read/plan.py: `steps_per_epoch` and `load` resolve one plan, so they agree or fail alike, and a
+read opens the manifest once."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shardfeed import OptionError, ReadOptions, ShardfeedError, load, steps_per_epoch
+from shardfeed.format import manifest
+from shardfeed.read.order import WorkerShare
+from shardfeed.read.plan import resolve
+
+SETTINGS: list[tuple[str, bool | None, ReadOptions]] = [
+    ("train", None, ReadOptions()),
+    ("validation", None, ReadOptions()),
+    ("train", False, ReadOptions()),
+    ("train", None, ReadOptions(drop_remainder=False)),
+    ("train", None, ReadOptions(shuffle="global")),
+    ("train", None, ReadOptions(shuffle_buffer=0)),
+    ("train", None, ReadOptions(num_workers=2, worker_index=1)),
+    ("train", None, ReadOptions(num_workers=4, worker_index=3)),
+    ("train", None, ReadOptions(num_workers=5, worker_index=0)),  # more workers than shards
+    ("train", None, ReadOptions(num_workers=5, worker_index=4, even="pad")),
+    ("train", None, ReadOptions(num_workers=3, worker_index=2, even="drop", shuffle="buffer")),
+    ("validation", None, ReadOptions(num_workers=3, worker_index=1, even="pad")),
+    ("train", None, ReadOptions(shuffle="global", epoch=1)),
+    ("train", None, ReadOptions(skip_corrupt=True)),
+    ("train", None, ReadOptions(with_filenames=True, cache=True)),
+    ("train", None, ReadOptions(filter_fn=lambda features: True)),
+]
+
+
+def _outcome(fn: Any) -> tuple[str, Any]:
+    try:
+        return "ok", fn()
+    except ShardfeedError as e:
+        return type(e).__name__, str(e)
+
+
+def _batches(path: Any, split: str, training: bool | None, read: ReadOptions) -> int:
+    return sum(1 for _ in load(path, split=split, batch_size=5, image_size=8, training=training, seed=0, read=read))
+
+
+def _paths(photo_shards: Path) -> dict[str, Any]:
+    """The same shards as a converted folder, as its manifest, and as foreign files (a list)."""
+    return {
+        "folder": str(photo_shards),
+        "manifest": manifest.read(str(photo_shards)),
+        "files": sorted(str(p) for p in photo_shards.glob("train-*")),
+    }
+
+
+@pytest.mark.parametrize("number", range(len(SETTINGS)))
+def test_steps_per_epoch_is_what_load_yields_or_both_refuse(photo_shards: Path, number: int) -> None:
+    split, training, read = SETTINGS[number]
+    for kind, path in _paths(photo_shards).items():
+        if kind == "files" and split != "train":
+            continue
+        counted = _outcome(lambda: steps_per_epoch(path, split, 5, training=training, read=read))  # noqa: B023
+        yielded = _outcome(lambda: _batches(path, split, training, read))  # noqa: B023
+        if read.filter_fn is not None:  # only reading can count what a filter keeps
+            assert counted[0] == "OptionError" and "filter_fn" in counted[1] and yielded[0] == "ok"
+        else:
+            assert counted == yielded, (kind, split, training, read)
+
+
+def test_rules_fire_before_anything_is_counted(photo_shards: Path, tmp_path: Path) -> None:
+    """Global order on foreign files is refused before their records are counted (no sidecar
+    written); whole shards for more workers than there are shards likewise."""
+    files = [shutil.copy(p, tmp_path) for p in _paths(photo_shards)["files"]]
+    with pytest.raises(OptionError, match="index files of a converted folder"):
+        steps_per_epoch(files, read=ReadOptions(shuffle="global"))
+    assert not (tmp_path / ".shardfeed-counts.json").exists()
+    with pytest.raises(OptionError, match="4 shards cannot be split across 5 workers"):
+        steps_per_epoch(str(photo_shards), read=ReadOptions(num_workers=5))
+
+
+def test_worker_identity_is_given_one_way(photo_shards: Path) -> None:
+    import tensorflow as tf
+
+    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1, num_replicas_in_sync=2)
+    plan = resolve(str(photo_shards), batch_size=8, input_context=context)
+    assert plan.share == WorkerShare(2, 1) and plan.batch_size == 4
+    assert steps_per_epoch(str(photo_shards), batch_size=8, input_context=context) == sum(
+        1 for _ in load(str(photo_shards), batch_size=8, image_size=8, input_context=context)
+    )
+    with pytest.raises(OptionError, match="worker identity given twice"):
+        load(str(photo_shards), input_context=context, read=ReadOptions(num_workers=2, worker_index=0))
+
+
+def test_a_resume_point_past_the_epoch_is_refused_by_both(photo_shards: Path) -> None:
+    read = ReadOptions(shuffle="global", start_step=100)
+    with pytest.raises(OptionError, match="start_step skips 500 records but this worker has 32 per epoch"):
+        load(str(photo_shards), batch_size=5, seed=0, read=read)
+    with pytest.raises(OptionError, match="start_step skips 500 records"):
+        steps_per_epoch(str(photo_shards), batch_size=5, read=read)
+
+
+@pytest.fixture
+def manifest_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every manifest.read call from here on (the real function still runs)."""
+    calls: list[str] = []
+    real = manifest.read
+
+    def counted(path: str) -> manifest.Manifest:
+        calls.append(path)
+        return real(path)
+
+    monkeypatch.setattr(manifest, "read", counted)
+    return calls
+
+
+@pytest.mark.parametrize("read", [ReadOptions(), ReadOptions(shuffle="global"), ReadOptions(even="pad", num_workers=3)])
+def test_load_reads_the_manifest_once(photo_shards: Path, manifest_reads: list[str], read: ReadOptions) -> None:
+    ds = load(str(photo_shards), batch_size=4, image_size=8, seed=0, read=read)
+    next(iter(ds))
+    assert len(manifest_reads) == 1
+    assert steps_per_epoch(str(photo_shards), "train", 4, read=read) > 0 and len(manifest_reads) == 2
+
+
+def test_both_pipelines_seed_augmentation_by_one_rule(photo_shards: Path) -> None:
+    """(seed, key): the same seed gives the same augmented batches; another seed other ones, for
+    the shard pipeline and the index pipeline alike."""
+    import numpy as np
+
+    for read in (ReadOptions(), ReadOptions(shuffle="global")):
+
+        def first(seed: int, read: ReadOptions = read) -> np.ndarray:
+            return next(iter(load(str(photo_shards), batch_size=8, image_size=16, seed=seed, read=read)))[0].numpy()
+
+        assert np.array_equal(first(3), first(3)) and not np.array_equal(first(3), first(4))
