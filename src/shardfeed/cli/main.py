@@ -20,7 +20,7 @@ from shardfeed.cli import (
     train_cmd,
     verify_cmd,
 )
-from shardfeed.errors import tensorflow_message
+from shardfeed.errors import ShardfeedError, tensorflow_message
 from shardfeed.lazy import quiet_tensorflow
 from shardfeed.version import __version__
 
@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `shardfeed info ... | head`: the reader has gone; stop quietly, as cat and grep do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (ValueError, RuntimeError, OSError, ImportError) as e:
+    except (ShardfeedError, ValueError, RuntimeError, OSError, ImportError) as e:
         log.error("error: %s", e)
         return 1
     except KeyboardInterrupt:

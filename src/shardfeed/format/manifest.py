@@ -191,3 +191,9 @@ def read(path: str) -> Manifest:
             f"{MANIFEST_VERSION}. Upgrade shardfeed, or convert the data again."
         )
     return Manifest(folder, data)
+
+
+def opened(source: str | Manifest) -> Manifest:
+    """The manifest of a converted folder, or `source` itself when it is one already read (so a
+    caller holding the manifest never makes a reader read it again)."""
+    return source if isinstance(source, Manifest) else read(source)

@@ -53,7 +53,7 @@ class IndexedRecords:
         transform: Callable[[dict[str, Any]], Any] | None = None,
         max_open_files: int = 64,
     ) -> None:
-        self.manifest = path if isinstance(path, manifest.Manifest) else manifest.read(path)
+        self.manifest = manifest.opened(path)
         if self.manifest.compression == "gzip":
             raise OptionError(
                 f"{self.manifest.path} has gzip-compressed shards, which cannot be read at random positions; "

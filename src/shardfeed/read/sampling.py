@@ -14,7 +14,7 @@ def sample_records(path: str | manifest.Manifest, split: str, count: int, seed: 
 
     Read by index for plain shards; gzip shards (no random access) are streamed once.
     """
-    m = path if isinstance(path, manifest.Manifest) else manifest.read(path)
+    m = manifest.opened(path)
     total = m.split(split).num_records
     picked = random.Random(seed).sample(range(total), min(count, total))
     if m.compression != "gzip":

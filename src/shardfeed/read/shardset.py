@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from shardfeed.errors import SourceError
 from shardfeed.format import fileio, manifest, tfrecord
@@ -45,7 +46,7 @@ class ShardSet:
         )
 
 
-def is_converted_folder(path: DataPath) -> bool:
+def is_converted_folder(path: DataPath) -> TypeGuard[str | manifest.Manifest]:
     """A shardfeed conversion (a folder with manifest.json, or its manifest already read)."""
     if isinstance(path, manifest.Manifest):
         return True
@@ -69,7 +70,7 @@ def open_split(
         SourceError: foreign files that match nothing or hold no records.
     """
     if is_converted_folder(path):
-        m = path if isinstance(path, manifest.Manifest) else manifest.read(str(path))
+        m = manifest.opened(path)
         shards = from_manifest(m, split)
         default = Schema()
         formats = m.data.get("image_formats") or {}
@@ -98,7 +99,7 @@ def _short_sides(counts: dict[str, int] | None) -> tuple[tuple[int, int], ...] |
 
 def from_manifest(path: str | manifest.Manifest, split: str) -> ShardSet:
     """The shards of one split of a shardfeed conversion (its folder, or its manifest)."""
-    m = path if isinstance(path, manifest.Manifest) else manifest.read(path)
+    m = manifest.opened(path)
     info = m.split(split)
     return ShardSet(m.shard_paths(split), [s.num_records for s in info.shards], m.compression, m)
 

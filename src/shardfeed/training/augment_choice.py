@@ -40,7 +40,7 @@ def choose_augment(
     Reads the split's record count from the manifest and the image sizes of up to `SAMPLE`
     records picked through the index (nothing else is read).
     """
-    m = data if isinstance(data, manifest.Manifest) else manifest.read(data)
+    m = manifest.opened(data)
     count = m.split(split).num_records
     if count < tiny_set:
         return AugmentChoice("none", f"{count} training images (< {tiny_set}): too few for augmentation to pay off")
