@@ -122,9 +122,9 @@ def test_load_reads_the_manifest_once(photo_shards: Path, manifest_reads: list[s
     assert steps_per_epoch(str(photo_shards), "train", 4, read=read) > 0 and len(manifest_reads) == 2
 
 
-def test_both_pipelines_seed_augmentation_by_one_rule(photo_shards: Path) -> None:
-    """(seed, key): the same seed gives the same augmented batches; another seed other ones, for
-    the shard pipeline and the index pipeline alike."""
+def test_both_pipelines_augment_reproducibly_from_the_seed(photo_shards: Path) -> None:
+    """The same seed gives the same augmented batches, another seed other ones, for the shard
+    pipeline and the index pipeline alike."""
     import numpy as np
 
     for read in (ReadOptions(), ReadOptions(shuffle="global")):

@@ -2,16 +2,16 @@
 
 `load` resolves a `ReadPlan` (plan.py: the split opened once, the worker's share, every
 option rule), hands it to one of two record pipelines, which take the same plan and yield the
-same (serialized record, key) elements:
+same (serialized record, seed pair) elements:
 
     shard_pipeline.py  whole shards per worker, interleaved, through a shuffle buffer (default)
     index_pipeline.py  records read by index: the global order, or even splits across workers
 
 then adds the shared tail (what flows through each stage):
 
-    (record, key)      -> optional filter on parsed features
+    (record, seed)     -> optional filter on parsed features
     decoded images     -> parse_single_example + decode/crop/augment per record (decode.py),
-                          seeded by (base seed, key), fused with the batching by tf.data
+                          with the record's own seed pair, fused with the batching by tf.data
                        -> optional map hook; known cardinality; prefetch(AUTOTUNE)
 """
 
@@ -95,16 +95,15 @@ def load(
 
 
 def _batched(ds: Any, plan: ReadPlan, preprocess: Preprocess) -> Any:
-    """The shared tail: (record, key) elements -> decoded batches (of the plan's count when its
-    length is known). Each record's augmentation seed pair is (plan.base_seed, key), the one
-    rule for both pipelines."""
+    """The shared tail: (record, seed pair) elements -> decoded batches (of the plan's count when
+    its length is known)."""
     tf = tensorflow()
     filter_fn, map_fn = plan.read.filter_fn, preprocess.config.map_fn
     if filter_fn is not None:
         spec = feature_spec(plan.schema)
         ds = ds.filter(lambda record, _: filter_fn(tf.io.parse_single_example(record, spec)))
     deterministic = plan.deterministic
-    decoder = record_decoder(plan.schema, preprocess, plan.base_seed)
+    decoder = record_decoder(plan.schema, preprocess)
     ds = ds.map(decoder, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     ds = ds.batch(plan.batch_size, drop_remainder=plan.drop_remainder)
     if map_fn is not None:

@@ -57,9 +57,8 @@ def parsed_schema(schema: Schema) -> Schema:
     return schema
 
 
-def record_decoder(schema: Schema, options: Preprocess, base_seed: int = 0) -> Callable[..., Any]:
-    """A function (serialized record, key) -> (image [H, W, C], label[, filename]); the record's
-    augmentation seed pair is (base_seed, key).
+def record_decoder(schema: Schema, options: Preprocess) -> Callable[..., Any]:
+    """A function (serialized record, seed pair) -> (image [H, W, C], label[, filename]).
 
     Mapped per record (then batched): tf.data fuses the map into the batch and decodes records in
     parallel on its own threads. A batch-wide `parse_example` + `map_fn` measured 0.1-0.2 ms more
@@ -71,8 +70,7 @@ def record_decoder(schema: Schema, options: Preprocess, base_seed: int = 0) -> C
     spec = feature_spec(schema)
 
     @tf.autograph.experimental.do_not_convert  # explicit tf.cond throughout; nothing to convert
-    def decode_record(serialized: Any, key: Any) -> Any:
-        seed = tf.stack([tf.constant(base_seed, tf.int64), key])
+    def decode_record(serialized: Any, seed: Any) -> Any:
         parsed = tf.io.parse_single_example(serialized, spec)
         data = parsed[schema.image_key]
         if schema.pixels_as_floats:

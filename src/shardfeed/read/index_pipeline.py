@@ -5,8 +5,8 @@ splits (the same record count on every worker). Each element is read by a `tf.nu
 call that fetches INDEXED_CHUNK records at once through `IndexedRecords`:
 
     (epoch, chunk start) -> INDEXED_CHUNK serialized records in this epoch's order, this worker's share
-    (record, key)        -> key epoch * N + position: with the plan's base seed (the shared tail,
-                            read/dataset.py) a pure function, so a resumed run augments identically
+    (record, seed)       -> seed pair (seed, epoch * N + position), made in the same Python call:
+                            a pure function, so a resumed run augments identically
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ INDEXED_CHUNK = 64  # records per Python call when reading by index
 
 
 def indexed_records(plan: ReadPlan) -> Any:
-    """(serialized record, key) elements read by index, from (read.epoch, start_step) on.
+    """(serialized record, seed pair) elements read by index, from (read.epoch, start_step) on.
 
     Training reads the global order of each epoch (or, with shuffle='buffer' and even splits,
     this worker's records in file order through a shuffle buffer); evaluation reads file order.
-    The key of each record is epoch * N + position: also a pure function of (seed, epoch), so a
+    The seed pair of each record is (seed, epoch * N + position): also a pure function of (seed, epoch), so a
     resumed run augments exactly as the interrupted one would have.
     """
     tf = tensorflow()
@@ -46,7 +46,8 @@ def indexed_records(plan: ReadPlan) -> Any:
         chosen = positions[int(begin) : int(begin) + INDEXED_CHUNK]
         order = orders.get(int(epoch_number))
         blobs = np.array([records.record(int(order[p])) for p in chosen], dtype=object)
-        return blobs, int(epoch_number) * n + chosen
+        keys = int(epoch_number) * n + chosen
+        return blobs, np.stack([np.full_like(keys, plan.base_seed), keys], axis=1)
 
     def chunks(epoch_number: Any) -> Any:
         first = tf.where(epoch_number == epoch, tf.constant(skip, tf.int64), tf.constant(0, tf.int64))
@@ -54,8 +55,8 @@ def indexed_records(plan: ReadPlan) -> Any:
         return begins.map(lambda begin: (epoch_number, begin))
 
     def read_chunks(epoch_number: Any, begin: Any) -> tuple[Any, Any]:
-        blobs, keys = tf.numpy_function(read_chunk, [epoch_number, begin], (tf.string, tf.int64), stateful=False)
-        return tf.ensure_shape(blobs, [None]), tf.ensure_shape(keys, [None])
+        blobs, seeds = tf.numpy_function(read_chunk, [epoch_number, begin], (tf.string, tf.int64), stateful=False)
+        return tf.ensure_shape(blobs, [None]), tf.ensure_shape(seeds, [None, 2])
 
     # (epoch, chunk start) pairs, each read by one Python call of INDEXED_CHUNK records. A
     # numpy_function map, not from_generator: the generator source cost ~75% more CPU per image

@@ -36,8 +36,8 @@ class ReadPlan:
         share: this input pipeline's part of the split.
         training: shuffle, augment, drop the last partial batch.
         seed: the user's seed (None: not reproducible).
-        base_seed: the first half of every record's augmentation seed pair (the seed, or a
-            random one); the pipelines supply the second half, a per-record key.
+        base_seed: the seed, or a random one: the index pipeline's global order and the first
+            half of its records' augmentation seed pairs.
         batch_size: per input pipeline (with an input context: the per-replica batch).
         repeat: one iteration repeats forever.
         service: where the pipeline runs, when on a tf.data service.
