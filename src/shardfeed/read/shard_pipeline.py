@@ -69,9 +69,22 @@ def checked_records(
         return tf.logical_and(tf.equal(tf.size(batch), 1), tf.equal(batch[0], END_OF_SHARD))
 
     @tf.autograph.experimental.do_not_convert
+    def opened(path: Any) -> Any:
+        """The shard's records, read past damage (the count check below finds what was lost); a
+        missing shard fails naming it (with `skip_corrupt`: no records, so the count check logs
+        it as skipped)."""
+        message = tf.strings.join(
+            ["shard ", path, " is missing (deleted or moved after the dataset was made); run `shardfeed verify`"]
+        )
+        paths = tf.data.Dataset.from_tensors(path)
+        paths = paths.filter(_present) if skip_corrupt else paths.map(lambda p: _asserted(p, _present(p), message))
+        return paths.flat_map(
+            lambda p: tf.data.TFRecordDataset(p, compression_type=compression, buffer_size=READ_BUFFER).ignore_errors()
+        )
+
+    @tf.autograph.experimental.do_not_convert
     def read_one(path: Any, expected: Any) -> Any:
-        batches = tf.data.TFRecordDataset(path, compression_type=compression, buffer_size=READ_BUFFER)
-        batches = batches.ignore_errors().batch(CHECK_BATCH).concatenate(tf.data.Dataset.from_tensors(end))
+        batches = opened(path).batch(CHECK_BATCH).concatenate(tf.data.Dataset.from_tensors(end))
 
         @tf.autograph.experimental.do_not_convert
         def step(count: Any, batch: Any) -> Any:
@@ -105,3 +118,20 @@ def checked_records(
         read_one, cycle_length=cycle, block_length=1, num_parallel_calls=cycle, deterministic=deterministic
     )
     return batches.unbatch()
+
+
+def _present(path: Any) -> Any:
+    """Whether the shard exists. TensorFlow's reader cannot open a missing file, and
+    `ignore_errors` then asks it again forever: the pipeline hangs instead of failing. A glob of
+    the literal name (paths with glob characters are taken as present)."""
+    tf = tensorflow()
+    literal = tf.logical_not(tf.strings.regex_full_match(path, r".*[\[\]*?\\].*"))
+    found = tf.greater(tf.size(tf.io.matching_files(path)), 0)
+    return tf.logical_or(found, tf.logical_not(literal))
+
+
+def _asserted(value: Any, condition: Any, message: Any) -> Any:
+    """`value`, once `condition` holds; else the pipeline fails with `message`."""
+    tf = tensorflow()
+    with tf.control_dependencies([tf.debugging.Assert(condition, [message])]):
+        return tf.identity(value)
