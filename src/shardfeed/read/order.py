@@ -71,9 +71,13 @@ class WorkerShare:
         """More than one worker shares the split."""
         return self.count > 1
 
+    def records(self, num_records: int) -> int:
+        """How many positions of an epoch this worker reads (`even` split; 'drop' by default)."""
+        return num_records // self.count if self.even != "pad" else -(-num_records // self.count)
+
     def positions(self, num_records: int) -> np.ndarray:
         """The positions of an epoch's order this worker reads (`even` split; 'drop' by default)."""
-        per_worker = num_records // self.count if self.even != "pad" else -(-num_records // self.count)
+        per_worker = self.records(num_records)
         return (np.arange(per_worker, dtype=np.int64) * self.count + self.index) % max(num_records, 1)
 
     def shard_numbers(self, num_shards: int) -> range:

@@ -77,7 +77,7 @@ class ReadPlan:
     def records_per_pass(self) -> int:
         """Records this worker reads in one full epoch (before any filter or skipped corrupt record)."""
         if self.by_index:
-            return len(self.share.positions(self.shards.num_records))
+            return self.share.records(self.shards.num_records)  # the count, not the positions array
         return self.worker_shards.num_records
 
     def batches_per_pass(self) -> int:
