@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import os
+import struct
+import zlib
 
 import numpy as np
 from PIL import Image
@@ -75,3 +78,76 @@ def build_large_corpus(root: str, count: int, *, classes: int = 10, seed: int = 
                 canvas[y : y + 256, x : x + 256] = tile[: height - y, : width - x]
         _save(root, i, classes, canvas)
     return root
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def png_bomb(width: int, height: int) -> bytes:
+    """A complete, valid grayscale PNG of zeros: a few hundred KB on disk, width*height bytes decoded."""
+    row = bytes(width + 1)  # filter byte + pixels
+    rows_per_block = max(1, (1 << 22) // len(row))
+    compressor = zlib.compressobj(6)
+    parts, left = [], height
+    while left:
+        n = min(rows_per_block, left)
+        parts.append(compressor.compress(row * n))
+        left -= n
+    parts.append(compressor.flush())
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _png_chunk(b"IHDR", header)
+        + _png_chunk(b"IDAT", b"".join(parts))
+        + _png_chunk(b"IEND", b"")
+    )
+
+
+def png_text_bomb(image: Image.Image, inflated: int = 200 << 20) -> bytes:
+    """A small real PNG with a zTXt chunk that inflates to `inflated` bytes."""
+    data = _encoded(image, "PNG")
+    text = b"Comment\x00\x00" + zlib.compress(bytes(inflated), 9)
+    end = data.index(b"IEND") - 4
+    return data[:end] + _png_chunk(b"zTXt", text) + data[end:]
+
+
+def declared_size(data: bytes, fmt: str, width: int, height: int) -> bytes:
+    """A small real GIF or TIFF whose header declares width x height (the pixels stay small)."""
+    if fmt == "GIF":  # logical screen size, little-endian 16-bit, at bytes 6..10
+        return data[:6] + struct.pack("<HH", width, height) + data[10:]
+    ifd = struct.unpack("<I", data[4:8])[0]  # little-endian TIFF as Pillow writes it
+    out = bytearray(data)
+    for i in range(struct.unpack("<H", data[ifd : ifd + 2])[0]):
+        entry = ifd + 2 + 12 * i
+        tag, kind = struct.unpack("<HH", data[entry : entry + 4])
+        if tag in (256, 257):  # ImageWidth, ImageLength
+            value = width if tag == 256 else height
+            out[entry + 8 : entry + 12] = struct.pack(
+                "<I" if kind == 4 else "<HH", *((value,) if kind == 4 else (value, 0))
+            )
+    return bytes(out)
+
+
+def hostile_images(photo: np.ndarray) -> dict[str, bytes]:
+    """Files declaring images far over the default pixel limit (89.5 MP), each small on disk; the
+    GIF, TIFF and zTXt ones are made from a small real `photo` (uint8 RGB)."""
+    import simplejpeg
+
+    small = Image.fromarray(np.ascontiguousarray(photo))
+    return {
+        "bomb_png_12000x12000.png": png_bomb(12000, 12000),
+        "bomb_png_200000x500.png": png_bomb(200000, 500),
+        "bomb_jpeg_60000x1600.jpg": simplejpeg.encode_jpeg(
+            np.zeros((1600, 60000, 1), np.uint8), quality=50, colorspace="GRAY"
+        ),
+        "bomb_gif_20000x20000.gif": declared_size(_encoded(small.convert("P"), "GIF"), "GIF", 20000, 20000),
+        "bomb_tiff_40000x40000.tif": declared_size(_encoded(small, "TIFF"), "TIFF", 40000, 40000),
+        "bomb_ztxt.png": png_text_bomb(small),
+    }
+
+
+def _encoded(image: Image.Image, fmt: str) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, fmt)
+    return buffer.getvalue()

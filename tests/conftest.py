@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,9 @@ import pytest
 from PIL import Image
 
 from shardfeed import ConvertOptions, convert
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.corpus import hostile_images
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -188,3 +192,9 @@ def digit_shards(digits_tree: Path, tmp_path_factory: pytest.TempPathFactory) ->
     out = tmp_path_factory.mktemp("digit_shards") / "out"
     convert(str(digits_tree), str(out), ConvertOptions(shards=3), workers=1, progress=False)
     return out
+
+
+@pytest.fixture(scope="session")
+def hostile() -> dict[str, bytes]:
+    """Files declaring images far over the default pixel limit (`bench.corpus.hostile_images`)."""
+    return hostile_images(photos()["coffee"][:64, :64])

@@ -6,7 +6,7 @@ import argparse
 import logging
 from typing import Any
 
-from shardfeed.cli.options import from_args
+from shardfeed.cli.options import add_pixel_limit_flag, from_args, image_fields
 from shardfeed.format import fileio
 from shardfeed.write.convert import convert
 from shardfeed.write.images import ARRAY_ENCODINGS, CHECKS, IMAGE_FORMATS, ImageOptions
@@ -95,6 +95,7 @@ def _image_flags(g: Any) -> None:
         choices=ARRAY_ENCODINGS,
         help="NumPy images: PNG (default) or raw bytes",
     )
+    add_pixel_limit_flag(g)
 
 
 def _run_flags(g: Any) -> None:
@@ -143,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         label_pattern=args.label_pattern,
         **_source_options(args),
     )
-    options = from_args(ConvertOptions, args, image=from_args(ImageOptions, args))
+    options = from_args(ConvertOptions, args, image=from_args(ImageOptions, args, **image_fields(args)))
     result = convert(
         source,
         args.output,

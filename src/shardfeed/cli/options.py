@@ -21,3 +21,37 @@ def from_args(cls: type[T], args: argparse.Namespace, **fixed: Any) -> T:
         if f.name not in fixed and getattr(args, f.name, None) is not None
     }
     return cls(**given, **fixed)
+
+
+NO_LIMIT = "none"
+
+
+def pixel_limit(text: str) -> int | str:
+    """`--max-pixels`: a pixel count ('50000000', '50M' for megapixels) or 'none'."""
+    value = text.strip().lower()
+    if value == NO_LIMIT:
+        return NO_LIMIT
+    try:
+        return round(float(value[:-1]) * 1e6) if value.endswith("m") else int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a pixel count such as 50000000 or 50M, or 'none'; got {text!r}"
+        ) from None
+
+
+def add_pixel_limit_flag(group: Any) -> None:
+    """The one `--max-pixels` flag (convert, predict); its value goes through `image_fields`."""
+    group.add_argument(
+        "--max-pixels",
+        type=pixel_limit,
+        help="refuse (report) images over this many pixels, width x height read from the header before "
+        "any decode (default 89.5M, Pillow's bomb threshold; 'none': no limit)",
+    )
+
+
+def image_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """ImageOptions fields set by flags that are not a plain copy of one value (`--max-pixels none`)."""
+    limit = getattr(args, "max_pixels", None)
+    if limit is None:
+        return {}
+    return {"max_pixels": None if limit == NO_LIMIT else limit}

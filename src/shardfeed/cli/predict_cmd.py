@@ -6,8 +6,10 @@ import argparse
 import logging
 from typing import Any
 
+from shardfeed.cli.options import add_pixel_limit_flag, image_fields
 from shardfeed.training.prediction import predict
 from shardfeed.training.run_folder import MODEL
+from shardfeed.write.image_limits import DEFAULT_MAX_PIXELS
 
 log = logging.getLogger("shardfeed")
 
@@ -21,6 +23,7 @@ def register(sub: Any) -> None:
     p.add_argument("--split", help="for a converted folder: which split")
     p.add_argument("--grid", help="also draw the first images with their predicted classes to this PNG")
     p.add_argument("--model-file", default=MODEL)
+    add_pixel_limit_flag(p)
     p.set_defaults(run=run)
 
 
@@ -33,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
         split=args.split,
         grid=args.grid,
         model_file=args.model_file,
+        max_pixels=image_fields(args).get("max_pixels", DEFAULT_MAX_PIXELS),
     )
     failed = sum(1 for r in rows if r.get("error"))
     log.info(

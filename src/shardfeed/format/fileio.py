@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import posixpath
 import shutil
+import stat
 from typing import Any, BinaryIO, cast
 
 
@@ -45,6 +46,36 @@ def read_bytes(path: str) -> bytes:
     """The whole content of a file."""
     with open_binary(path, "rb") as f:
         return f.read()
+
+
+class UnusableFileError(OSError):
+    """A path that must not be read as a data file; the message says why (for the report)."""
+
+
+_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+
+
+def read_regular(path: str, max_bytes: int | None = None) -> bytes:
+    """The content of a regular file of at most `max_bytes` bytes.
+
+    Anything else is refused before it is opened: opening a FIFO blocks until a writer comes,
+    and a character device (/dev/zero) never ends.
+
+    Raises:
+        UnusableFileError: not a regular file, or larger than `max_bytes`.
+        OSError: it cannot be read.
+    """
+    if not is_remote(path):
+        mode = os.stat(_local(path)).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnusableFileError(_special_kind(mode))
+    with open_binary(path, "rb") as f:
+        data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+    if max_bytes is not None and len(data) > max_bytes:
+        raise UnusableFileError(
+            f"file too large: over {max_bytes:,} bytes, more than any image within the pixel limit needs"
+        )
+    return data
 
 
 def read_range(path: str, offset: int, size: int) -> bytes:
@@ -132,29 +163,77 @@ def rmtree(path: str) -> None:
         shutil.rmtree(_local(path), ignore_errors=True)
 
 
-def walk_files(root: str) -> list[str]:
-    """Paths relative to `root` (with '/') of all files below it, sorted; hidden entries skipped."""
-    found: list[str] = []
+def walk_files(root: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """Paths relative to `root` (with '/') of all regular files below it, sorted, hidden entries
+    skipped; and (path, reason) for every entry that cannot be an input: FIFOs and devices,
+    broken links, a folder link that loops back to a folder above it, a name that is not UTF-8.
 
-    def visit(directory: str, prefix: str) -> None:
-        for name, is_dir in _entries(directory):
+    Folder links are followed (a dataset assembled from links is common); loops are not.
+    """
+    found: list[str] = []
+    refused: list[tuple[str, str]] = []
+
+    def visit(directory: str, prefix: str, ancestors: frozenset[tuple[int, int] | None]) -> None:
+        for name, kind, ident in _entries(directory):
+            rel = f"{prefix}{name}"
             if name.startswith("."):
                 continue
-            rel = f"{prefix}{name}"
-            if is_dir:
-                visit(join(directory, name), rel + "/")
-            else:
+            if not _is_utf8(name):
+                refused.append((_printable(rel), "file name is not valid UTF-8; rename it"))
+            elif kind == "dir" and ident is not None and ident in ancestors:
+                refused.append((rel, "folder link loops back to a folder above it (not followed)"))
+            elif kind == "dir":
+                visit(join(directory, name), rel + "/", ancestors | {ident})
+            elif kind == "file":
                 found.append(rel)
+            else:
+                refused.append((rel, kind))
 
-    visit(root, "")
-    return found
+    visit(root, "", frozenset({_identity(root)}))
+    return found, refused
 
 
-def _entries(directory: str) -> list[tuple[str, bool]]:
-    """(name, is a directory) of a directory's entries, sorted by name. Locally from one
-    `scandir`, whose entries know their type without a `stat` per file (one stat fewer per
-    image: seconds at a million files)."""
+def _entries(directory: str) -> list[tuple[str, str, tuple[int, int] | None]]:
+    """(name, kind, (device, inode)) of a directory's entries, sorted by name; kind is 'dir',
+    'file' (regular) or why the entry is neither. Locally from one `scandir`, whose entries
+    know their type without a `stat` per file (one stat fewer per image: seconds at a million
+    files); only folders are stat'ed, for their identity."""
     if is_remote(directory):
-        return [(name, isdir(join(directory, name))) for name in listdir(directory)]
+        return [(n, "dir" if isdir(join(directory, n)) else "file", None) for n in listdir(directory)]
+    out: list[tuple[str, str, tuple[int, int] | None]] = []
     with os.scandir(_local(directory)) as entries:
-        return sorted((entry.name, entry.is_dir()) for entry in entries)
+        for entry in entries:
+            try:
+                if entry.is_dir():
+                    info = entry.stat()
+                    out.append((entry.name, "dir", (info.st_dev, info.st_ino)))
+                    continue
+                kind = "file" if entry.is_file() else _special_kind(entry.stat().st_mode)
+            except OSError as e:
+                kind = f"cannot be read: {e.strerror or e} (a broken or looping link?)"
+            out.append((entry.name, kind, None))
+    return sorted(out)
+
+
+def _special_kind(mode: int) -> str:
+    return f"not a regular file: {_KINDS.get(stat.S_IFMT(mode), 'a special file')}"
+
+
+def _identity(directory: str) -> tuple[int, int] | None:
+    if is_remote(directory):
+        return None
+    info = os.stat(_local(directory))
+    return info.st_dev, info.st_ino
+
+
+def _is_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+        return True
+    except UnicodeEncodeError:  # undecodable bytes, kept by Python as surrogate escapes
+        return False
+
+
+def _printable(rel: str) -> str:
+    """A path with undecodable bytes shown as \\xNN escapes, fit for JSON and messages."""
+    return os.fsencode(rel).decode("utf-8", "backslashreplace")

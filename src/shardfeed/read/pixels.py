@@ -7,7 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from shardfeed.errors import SourceError
 from shardfeed.format import schema
+from shardfeed.write import image_limits
 
 
 def to_rgb(image: np.ndarray) -> np.ndarray:
@@ -15,13 +17,21 @@ def to_rgb(image: np.ndarray) -> np.ndarray:
     return image if image.shape[-1] == 3 else np.repeat(image[..., :1], 3, axis=-1)
 
 
-def decode_image(example: dict[str, Any]) -> np.ndarray:
-    """The image of a parsed example as uint8 [H, W, C] (JPEG via simplejpeg, else Pillow/raw)."""
+def decode_image(example: dict[str, Any], max_pixels: int | None = image_limits.DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """The image of a parsed example as uint8 [H, W, C] (JPEG via simplejpeg, else Pillow/raw).
+
+    Raises:
+        SourceError: the image declares more than `max_pixels` (a foreign shard may hold anything).
+    """
     data = example[schema.ENCODED]
     fmt = example.get(schema.FORMAT, b"")
     if fmt == b"RAW":
         h, w, c = (int(example[k]) for k in (schema.HEIGHT, schema.WIDTH, schema.CHANNELS))
         return np.frombuffer(data, np.uint8).reshape(h, w, c)
+    too_large = image_limits.too_large(image_limits.header_size(data), max_pixels)
+    if too_large:
+        name = example.get(schema.FILENAME, b"").decode(errors="replace")
+        raise SourceError(f"record {name or '(no file name)'}: {too_large}")
     if data[:3] == b"\xff\xd8\xff":
         import simplejpeg
 

@@ -10,6 +10,7 @@ keeps them all).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections import defaultdict
@@ -20,6 +21,9 @@ from shardfeed.format.example_proto import parse_example
 from shardfeed.read.pixels import decode_image, to_rgb
 from shardfeed.read.sampling import sample_records
 from shardfeed.tools import html_page as h
+from shardfeed.write import image_limits
+
+DEFAULT_LIMIT = image_limits.DEFAULT_MAX_PIXELS  # for folders converted before the limit existed
 
 SAMPLE = 600  # records read for thumbnails and size statistics
 PER_CLASS = 4  # thumbnails per class
@@ -39,7 +43,7 @@ def dataset_report(path: str, output: str | None = None, *, seed: int = 0, extra
         _class_counts(m),
         _samples(m, sample),
         _sizes(sample),
-        _problems(report, m.data["source"]["path"]),
+        _problems(report, m.data["source"]["path"], m.data["settings"]["image"].get("max_pixels", DEFAULT_LIMIT)),
         extra,
         h.section("Settings", h.table(["setting", "value"], _settings_rows(m.data["settings"]))),
     ]
@@ -139,17 +143,20 @@ def _sizes(sample: list[dict[str, Any]]) -> str:
     )
 
 
-def _problems(report: dict[str, Any], source: str) -> str:
+def _problems(report: dict[str, Any], source: str, max_pixels: int | None) -> str:
     thumbs = [0]
 
     def thumb(key: str) -> str:
         if thumbs[0] >= MAX_PROBLEM_THUMBNAILS or fileio.is_remote(source):
             return ""
         thumbs[0] += 1
-        try:
+        try:  # the file may be hostile: read and decode it under the conversion's limits
             from PIL import Image
 
-            with Image.open(os.path.join(source, key)) as im:
+            data = fileio.read_regular(os.path.join(source, key), image_limits.max_file_bytes(max_pixels))
+            if image_limits.too_large(image_limits.header_size(data), max_pixels):
+                return '<span class="note">too large to draw</span>'
+            with Image.open(io.BytesIO(data)) as im:
                 return h.thumbnail(im)
         except Exception:  # an unreadable input is exactly what this table lists
             return '<span class="note">does not decode</span>'

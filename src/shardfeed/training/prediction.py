@@ -23,6 +23,9 @@ from shardfeed.read.shardset import is_converted_folder
 from shardfeed.training.models import load_model, model_class_names
 from shardfeed.training.run_folder import MODEL, RunFolder
 from shardfeed.write.convert import convert
+from shardfeed.write.image_limits import DEFAULT_MAX_PIXELS
+from shardfeed.write.images import ImageOptions
+from shardfeed.write.options import ConvertOptions
 from shardfeed.write.sources import UnlabeledSource
 
 
@@ -38,6 +41,7 @@ def predict(
     batch_size: int | None = None,
     model_file: str = MODEL,
     workers: int | None = None,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
 ) -> list[dict[str, Any]]:
     """Predicts every image of `source` and writes one CSV row per input file.
 
@@ -49,6 +53,7 @@ def predict(
         run_dir: a training run folder.
         source: a folder of images, or a converted folder (its `split`, default its only/first one).
         grid: also draw the first `grid_size` images with their predicted classes to this PNG.
+        max_pixels: larger images get a row with the reason and are never decoded (None: no limit).
     """
     folder = RunFolder(run_dir)
     record = folder.read_record()
@@ -58,7 +63,8 @@ def predict(
         data = source
         if not is_converted_folder(source):
             data = os.path.join(tmp, "shards")
-            convert(UnlabeledSource(source), data, workers=workers, progress=False)
+            options = ConvertOptions(image=ImageOptions(max_pixels=max_pixels))
+            convert(UnlabeledSource(source), data, options, workers=workers, progress=False)
         m = manifest.read(data)
         split = split or ("test" if "test" in m.split_names else m.split_names[0])
         ds = record.inputs(m).evaluation(split, batch_size=batch_size, read=ReadOptions(with_filenames=True))

@@ -234,7 +234,10 @@ class _Conversion:
                 return ConversionResult.of(
                     existing, shards_written=0, shards_resumed=0, already_complete=True, start=start
                 )
-            dropped = dedupe.find_duplicates(discovery, pool, self.run_settings.workers) if self.options.dedupe else []
+            spec = EncodingSpec.of(discovery, self.options)
+            dropped = (
+                dedupe.find_duplicates(spec, discovery, pool, self.run_settings.workers) if self.options.dedupe else []
+            )
             plans = plan_shards(discovery, self.options, dropped_keys={k for k, _ in dropped})
             folder_state.start(self.output_dir, state)
             results, resumed = self._write_all(plans, discovery, pool)

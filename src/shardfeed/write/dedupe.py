@@ -6,12 +6,14 @@ import itertools
 from collections import Counter
 from concurrent.futures import Executor
 
-from shardfeed.write.encode import hash_items
+from shardfeed.write.encode import EncodingSpec, hash_items
 from shardfeed.write.items import Discovery
 from shardfeed.write.pool import CHUNK_SIZE, map_ordered
 
 
-def find_duplicates(discovery: Discovery, pool: Executor | None, workers: int) -> list[tuple[str, str]]:
+def find_duplicates(
+    spec: EncodingSpec, discovery: Discovery, pool: Executor | None, workers: int
+) -> list[tuple[str, str]]:
     """Returns (dropped key, kept key) for each later exact copy of an earlier input.
 
     Only inputs whose size some other input shares are read and hashed (exact copies have
@@ -20,7 +22,7 @@ def find_duplicates(discovery: Discovery, pool: Executor | None, workers: int) -
     sizes = Counter(item.size for item in discovery.items)
     candidates = [item for item in discovery.items if sizes[item.size] > 1]
     chunks = (candidates[i : i + CHUNK_SIZE * 4] for i in range(0, len(candidates), CHUNK_SIZE * 4))
-    tasks = ((None, (chunk, discovery.base)) for chunk in chunks)
+    tasks = ((None, (chunk, spec)) for chunk in chunks)
     hashes = itertools.chain.from_iterable(result for _, result in map_ordered(pool, hash_items, tasks, workers))
     first: dict[str, str] = {}
     dropped = []

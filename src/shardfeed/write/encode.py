@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from shardfeed.format import fileio, schema
 from shardfeed.format.example_proto import FeatureValue, serialize_example
-from shardfeed.write import images
+from shardfeed.write import image_limits, images
 from shardfeed.write.array_source import load_array
 from shardfeed.write.items import Discovery, Item, locate
 from shardfeed.write.options import ConvertOptions
@@ -63,12 +63,17 @@ class SkippedItem:
     reason: str
 
 
-def read_source_bytes(item: Item, location: str) -> bytes:
-    """The raw bytes of an item (for arrays, the pixel bytes with the shape)."""
+def read_source_bytes(item: Item, location: str, image: images.ImageOptions) -> bytes:
+    """The raw bytes of an item (for arrays, the pixel bytes with the shape).
+
+    Raises:
+        OSError: unreadable; `fileio.UnusableFileError` for a file that must not be read
+            (not a regular file, or larger than any image within `image.max_pixels` can be).
+    """
     if item.array_key is not None:
         array = load_array(location, item.array_key[0])[item.array_key[1]]
         return f"{array.shape}".encode() + array.tobytes()
-    return fileio.read_bytes(location)
+    return fileio.read_regular(location, image_limits.max_file_bytes(image.max_pixels))
 
 
 def encode_item(item: Item, spec: EncodingSpec) -> EncodedRecord | SkippedItem:
@@ -85,7 +90,9 @@ def encode_item(item: Item, spec: EncodingSpec) -> EncodedRecord | SkippedItem:
             prepared = images.prepare_array_image(array, spec.image)
         else:
             try:
-                raw_data = fileio.read_bytes(location)
+                raw_data = read_source_bytes(item, location, spec.image)
+            except fileio.UnusableFileError as e:
+                return SkippedItem(item.key, str(e))
             except OSError as e:
                 return SkippedItem(item.key, f"unreadable file: {e.strerror or e}")
             source_sha = hashlib.sha256(raw_data).hexdigest()
@@ -125,12 +132,12 @@ def encode_items(items: list[Item], spec: EncodingSpec) -> list[EncodedRecord | 
     return [encode_item(item, spec) for item in items]
 
 
-def hash_items(items: list[Item], base: str) -> list[str | None]:
+def hash_items(items: list[Item], spec: EncodingSpec) -> list[str | None]:
     """SHA-256 of each item's source bytes (None if unreadable), for duplicate removal."""
     out: list[str | None] = []
     for item in items:
         try:
-            out.append(hashlib.sha256(read_source_bytes(item, locate(base, item))).hexdigest())
+            out.append(hashlib.sha256(read_source_bytes(item, locate(spec.base, item), spec.image)).hexdigest())
         except OSError:
             out.append(None)
     return out

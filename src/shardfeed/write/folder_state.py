@@ -12,12 +12,14 @@ The state compared is the source (kind, path, fingerprint, input count) and the 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Any
 
 from shardfeed.errors import ConvertError
 from shardfeed.format import fileio, manifest, tfds_metadata
 from shardfeed.write import shards, splits
 from shardfeed.write.folder_lock import LOCK_NAME
+from shardfeed.write.images import ImageOptions
 from shardfeed.write.items import Discovery
 from shardfeed.write.options import ConvertOptions
 
@@ -80,6 +82,8 @@ def _resolved(state: dict[str, Any], labelled: bool) -> dict[str, Any]:
     settings = dict(state.get("settings", {}))
     if settings.get("split") is None:
         settings["split"] = splits.default_fractions(labelled)
+    # An image option added since the folder was written counts as its default (max_pixels).
+    settings["image"] = {**asdict(ImageOptions()), **settings.get("image", {})}
     return {**state, "settings": settings}
 
 

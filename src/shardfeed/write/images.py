@@ -16,9 +16,7 @@ import simplejpeg
 from PIL import Image, ImageOps
 
 from shardfeed.errors import OptionError
-from shardfeed.write import jpeg_decode, jpeg_header
-
-Image.MAX_IMAGE_PIXELS = None  # dataset images are trusted content, not uploads
+from shardfeed.write import image_limits, jpeg_decode, jpeg_header
 
 _MAGIC = [
     (b"\xff\xd8\xff", "jpeg"),
@@ -52,6 +50,8 @@ class ImageOptions:
         check: 'decode' decodes every image (at 1/8 scale for JPEG) to prove it is readable;
             'header' checks headers and JPEG end markers only (faster, misses mid-file damage).
         array_encoding: how NumPy images are stored: 'png' (lossless, compact) or 'raw' bytes.
+        max_pixels: larger images (width x height from the header) are reported, never decoded
+            (None: no limit; files are then read whatever their size).
     """
 
     resize: int | None = None
@@ -61,9 +61,10 @@ class ImageOptions:
     quality: int = 95
     check: str = "decode"
     array_encoding: str = "png"
+    max_pixels: int | None = image_limits.DEFAULT_MAX_PIXELS
 
     def __post_init__(self) -> None:
-        for name in ("resize", "max_size", "center_crop"):
+        for name in ("resize", "max_size", "center_crop", "max_pixels"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise OptionError(f"{name} must be a positive integer number of pixels, got {value!r}")
@@ -125,6 +126,9 @@ def prepare_file_image(data: bytes, name: str, options: ImageOptions) -> Prepare
     fmt = sniff_format(data)
     if fmt is None:
         fmt = _identify_with_pillow(data)
+    too_large = image_limits.too_large(image_limits.header_size(data), options.max_pixels)
+    if too_large:
+        raise BadImageError(too_large)
     claims_jpeg = name.lower().endswith(_JPEG_EXTENSIONS)
     if not options.transforms:
         if fmt == "jpeg":

@@ -35,7 +35,7 @@ class FolderSource:
     def discover(self) -> Discovery:
         if not fileio.isdir(self.root):
             raise SourceError(f"source folder {self.root!r} does not exist or is not a folder")
-        files = fileio.walk_files(self.root)
+        files, refused = fileio.walk_files(self.root)
         top = {f.split("/")[0] for f in files if "/" in f}
         presplit = bool(top) and top <= SPLIT_FOLDER_NAMES
         depth = 2 if presplit else 1
@@ -44,7 +44,7 @@ class FolderSource:
         in_class = [len(rel.split("/", depth)) > depth for rel in files]
         class_names = sorted_labels({rel.split("/")[depth - 1] for rel, ok in zip(files, in_class, strict=True) if ok})
         ids = {name: i for i, name in enumerate(class_names)}
-        skipped: list[tuple[str, str]] = []
+        skipped: list[tuple[str, str]] = list(refused)
         items: list[Item] = []
         for rel, ok in zip(files, in_class, strict=True):
             parts = rel.split("/", depth)
@@ -94,8 +94,8 @@ class FilenameSource:
         if not fileio.isdir(self.root):
             raise SourceError(f"source folder {self.root!r} does not exist or is not a folder")
         labelled: list[tuple[str, str]] = []
-        skipped: list[tuple[str, str]] = []
-        for rel in fileio.walk_files(self.root):
+        files, skipped = fileio.walk_files(self.root)
+        for rel in files:
             match = self._regex.search(rel.rsplit("/", 1)[-1])
             if match and match.group(1):
                 labelled.append((rel, match.group(1)))
@@ -224,8 +224,9 @@ class UnlabeledSource:
     def discover(self) -> Discovery:
         if not fileio.isdir(self.root):
             raise SourceError(f"source folder {self.root!r} does not exist or is not a folder")
-        items = [Item(rel, -1, None, stat_size(fileio.join(self.root, rel))) for rel in fileio.walk_files(self.root)]
-        return Discovery(self.kind, self.root, items, self.root, None)
+        files, skipped = fileio.walk_files(self.root)
+        items = [Item(rel, -1, None, stat_size(fileio.join(self.root, rel))) for rel in files]
+        return Discovery(self.kind, self.root, items, self.root, None, skipped)
 
 
 Source = FolderSource | FilenameSource | CsvSource | ArraySource | UnlabeledSource
