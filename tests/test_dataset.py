@@ -20,6 +20,7 @@ from shardfeed import (
     read_manifest,
     steps_per_epoch,
 )
+from shardfeed.errors import SourceError
 from shardfeed.format.manifest import side_bucket
 from shardfeed.read.augment import Augment
 
@@ -271,8 +272,7 @@ def test_our_shards_without_the_manifest(photo_shards: Path) -> None:
     assert len(x) == 32
 
 
-def _damaged_copy(src: Path, dst: Path, how: str) -> Path:
-    out = shutil.copytree(src, dst)
+def _damage(out: Path, how: str) -> None:
     shard = out / "train-00001-of-00004"
     data = bytearray(shard.read_bytes())
     if how == "flip":
@@ -280,23 +280,33 @@ def _damaged_copy(src: Path, dst: Path, how: str) -> Path:
     else:
         data = data[: len(data) // 2]
     shard.write_bytes(bytes(data))
-    return out
 
 
 @pytest.mark.parametrize("how", ["flip", "truncate"])
 def test_corrupt_shard_error_names_the_file_and_can_be_skipped(photo_shards: Path, tmp_path: Path, how: str) -> None:
+    """Damage done while a dataset is read (after `load` checked the files) ends in an error
+    naming the shard; skip_corrupt reads the rest."""
     import tensorflow as tf
 
-    out = _damaged_copy(photo_shards, tmp_path / "d", how)
+    out = shutil.copytree(photo_shards, tmp_path / "d")
+    ds = load(str(out), split="train", training=False, batch_size=4, image_size=16)
+    _damage(out, how)
     with pytest.raises(
         tf.errors.InvalidArgumentError,
         match=r"shard .*train-00001-of-00004 is corrupt or truncated: read \d+ of its 8 records",
     ):
-        _all(load(str(out), split="train", training=False, batch_size=4, image_size=16))
+        _all(ds)
     x, _ = _all(
         load(str(out), split="train", training=False, batch_size=4, image_size=16, read=ReadOptions(skip_corrupt=True))
     )
     assert 24 <= len(x) < 32
+
+
+def test_a_shard_changed_before_load_is_refused_at_once(photo_shards: Path, tmp_path: Path) -> None:
+    out = shutil.copytree(photo_shards, tmp_path / "d")
+    _damage(out, "truncate")
+    with pytest.raises(SourceError, match=r"train-00001-of-00004 is [\d,]+ bytes, the manifest says [\d,]+"):
+        load(str(out), split="train", training=False, batch_size=4, image_size=16)
 
 
 def test_cache_filter_and_map_hooks(photo_shards: Path, tmp_path: Path) -> None:

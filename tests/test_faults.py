@@ -7,7 +7,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import copy_tree
@@ -114,3 +116,150 @@ def test_hostile_inputs_are_reported_and_memory_stays_bounded(
     assert reasons["rocket/loop"].startswith("folder link loops back")
     assert reasons["rocket/caf\\xe9.jpg"].startswith("file name is not valid UTF-8")
     assert mixed_peak <= 1.5 * plain_peak, (mixed_peak, plain_peak)
+
+
+# Every command on a damaged copy of a converted folder, in-process in one child process (one
+# TensorFlow start-up for the whole matrix): exit code and the end of what it printed, or
+# "traceback" when an exception escaped the CLI.
+COMMANDS = """
+import contextlib, io, json, logging, sys, traceback
+from shardfeed.cli.main import main
+
+def commands(folder, work):
+    return {
+        "info": ["info", folder],
+        "verify": ["verify", folder, "-q", "--workers", "1"],
+        "show": ["show", folder, "-o", work + "/grid.png"],
+        "report": ["report", folder, "-o", work + "/report.html", "--no-shuffle-check"],
+        "bench": ["bench", folder, "--epochs", "1", "--rounds", "1", "--image-size", "16"],
+        "train": ["train", folder, "--out", work + "/run", "--epochs", "1", "--image-size", "16"],
+    }
+
+out = {}
+for folder in sys.argv[1:]:
+    out[folder] = {}
+    for name, argv in commands(folder + "/data", folder).items():
+        logging.getLogger().handlers.clear()
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(err):
+            try:
+                code = main(argv)
+            except SystemExit as e:
+                code = e.code
+            except BaseException:
+                code = "traceback"
+                traceback.print_exc(file=err)
+        out[folder][name] = [code, err.getvalue()[-1500:]]
+print(json.dumps(out))
+"""
+
+
+def _edit_manifest(folder: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    path = folder / "manifest.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def _first_shard(data: dict[str, Any]) -> dict[str, Any]:
+    return data["splits"]["train"]["shards"][0]
+
+
+def _count_raised(data: dict[str, Any]) -> None:
+    """One shard's count raised by 4, and the split's totals with it: the manifest agrees with
+    itself, not with the shard."""
+    _first_shard(data)["num_records"] += 4
+    data["splits"]["train"]["num_records"] += 4
+    first_class = next(iter(data["splits"]["train"]["class_counts"]))
+    data["splits"]["train"]["class_counts"][first_class] += 4
+
+
+def _bytes_changed(data: dict[str, Any]) -> None:
+    _first_shard(data)["num_bytes"] += 10
+    data["splits"]["train"]["num_bytes"] += 10
+
+
+SIZE = "bytes, the manifest says"
+# damage -> (how to make it, {command: what its one-line error must say}); commands not listed
+# may succeed (they do not read the damaged part) but must not end in a traceback.
+DAMAGE: dict[str, tuple[Callable[[Path], None], dict[str, str]]] = {
+    "split total edited": (
+        lambda f: _edit_manifest(f, lambda d: d["splits"]["train"].__setitem__("num_records", 5)),
+        dict.fromkeys(["info", "verify", "show", "report", "bench", "train"], "splits.train.num_records is 5"),
+    ),
+    "class counts edited": (
+        lambda f: _edit_manifest(f, lambda d: d["splits"]["validation"]["class_counts"].__setitem__("0", 999)),
+        dict.fromkeys(["info", "verify", "show", "report", "bench", "train"], "splits.validation.class_counts"),
+    ),
+    "shard count raised": (
+        lambda f: _edit_manifest(f, _count_raised),
+        {"info": "lists", "verify": "records read, the manifest says", "show": "lists", "report": "lists"}
+        | dict.fromkeys(["bench", "train"], "is corrupt or truncated"),
+    ),
+    "shard bytes edited": (
+        lambda f: _edit_manifest(f, _bytes_changed),
+        dict.fromkeys(["info", "show", "report", "bench", "train"], SIZE) | {"verify": "file has"},
+    ),
+    "shard truncated": (
+        lambda f: (f / "train-00000-of-00003").write_bytes((f / "train-00000-of-00003").read_bytes()[:5000]),
+        dict.fromkeys(["info", "show", "report", "bench", "train"], SIZE) | {"verify": "truncated"},
+    ),
+    "shard emptied": (
+        lambda f: (f / "train-00000-of-00003").write_bytes(b""),
+        dict.fromkeys(["info", "show", "report", "bench", "train"], SIZE) | {"verify": "file has 0 bytes"},
+    ),
+    "shard deleted": (
+        lambda f: (f / "train-00000-of-00003").unlink(),
+        dict.fromkeys(["info", "show", "report", "bench", "train"], "shard files are missing")
+        | {"verify": "shard file is missing"},
+    ),
+    "index line removed": (
+        lambda f: (f / "index" / "train-00000-of-00003.idx").write_text(
+            "".join((f / "index" / "train-00000-of-00003.idx").read_text().splitlines(keepends=True)[:-1])
+        ),
+        dict.fromkeys(["info", "show", "report"], "lists") | {"verify": "does not match the records"},
+    ),
+    "index file deleted": (
+        lambda f: (f / "index" / "train-00000-of-00003.idx").unlink(),
+        dict.fromkeys(["info", "show", "report"], "cannot be read") | {"verify": "is missing"},
+    ),
+    "manifest cut short": (
+        lambda f: (f / "manifest.json").write_text((f / "manifest.json").read_text()[:300]),
+        dict.fromkeys(["info", "verify", "show", "report", "bench", "train"], "is not valid JSON"),
+    ),
+    "unknown version": (
+        lambda f: _edit_manifest(f, lambda d: d.__setitem__("version", 99)),
+        dict.fromkeys(["info", "verify", "show", "report", "bench", "train"], "manifest version 99"),
+    ),
+    "splits removed": (
+        lambda f: _edit_manifest(f, lambda d: d.pop("splits")),
+        dict.fromkeys(["info", "verify", "show", "report", "bench", "train"], "field 'splits' is missing"),
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def damaged_results(digit_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Every damage made to its own copy of a converted folder, then every command run on each
+    (one child process for the whole matrix: one TensorFlow start-up)."""
+    work = {damage: tmp_path_factory.mktemp("damaged") for damage in DAMAGE}
+    for damage, (make, _) in DAMAGE.items():
+        make(copy_tree(digit_shards, work[damage] / "data"))
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run(
+        [sys.executable, "-c", COMMANDS, *map(str, work.values())], capture_output=True, text=True, timeout=900, env=env
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    return {damage: results[str(work[damage])] for damage in DAMAGE}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_every_command_on_a_damaged_folder_says_what_is_wrong(damaged_results: dict[str, Any], damage: str) -> None:
+    """Damage kind x command: one line naming the problem (exit 1) or a normal run; never a
+    traceback, never a wrong answer printed as OK."""
+    expected = DAMAGE[damage][1]
+    for command, (code, err) in damaged_results[damage].items():
+        assert code in (0, 1) and "Traceback" not in err, (command, code, err)
+        if command in expected:
+            assert code == 1 and expected[command] in err, (command, code, err)

@@ -169,11 +169,66 @@ def _has_image(names: list[str]) -> bool:
     return any(n.lower().endswith(IMAGE_SUFFIXES) for n in names)
 
 
-def read(path: str) -> Manifest:
+REQUIRED = ("source", "settings", "labels", "splits")
+SHARD_FIELDS = ("file", "index_file", "num_records", "num_bytes", "sha256")
+FIX = (
+    "run `shardfeed verify {folder}` to see every problem; `shardfeed convert SOURCE {folder} --overwrite` "
+    "writes it again"
+)
+
+
+def inconsistencies(data: dict[str, Any]) -> list[str]:
+    """Where a manifest contradicts itself (an edited or damaged manifest.json): missing fields,
+    and split totals that are not the sums of their shards' counts and bytes or of their class
+    counts. Checked from the manifest alone, so every reader can afford it."""
+    return structure_problems(data) or total_problems(data)
+
+
+def structure_problems(data: dict[str, Any]) -> list[str]:
+    """Fields a reader needs that are missing (the manifest cannot be used at all)."""
+    missing = [f"field {key!r} is missing" for key in REQUIRED if key not in data]
+    if missing:
+        return missing
+    problems = []
+    for name, split in data["splits"].items():
+        shards = split.get("shards") if isinstance(split, dict) else None
+        if not isinstance(shards, list):
+            problems.append(f"splits.{name} has no shard list")
+            continue
+        broken = [i for i, shard in enumerate(shards) if not all(k in shard for k in SHARD_FIELDS)]
+        if broken:
+            problems.append(f"splits.{name}: shard entries {broken} lack some of {list(SHARD_FIELDS)}")
+    return problems
+
+
+def total_problems(data: dict[str, Any]) -> list[str]:
+    """Split totals that disagree with their shards' counts and bytes or with their class counts."""
+    problems = []
+    for name, split in data["splits"].items():
+        for field_name in ("num_records", "num_bytes"):
+            total = sum(int(shard[field_name]) for shard in split["shards"])
+            if split.get(field_name) != total:
+                given = split.get(field_name)
+                problems.append(f"splits.{name}.{field_name} is {given} but its shards' {field_name} add up to {total}")
+        classes = split.get("class_counts") or {}
+        if data["labels"] is not None and classes and sum(classes.values()) != split.get("num_records"):
+            problems.append(
+                f"splits.{name}.class_counts add up to {sum(classes.values())} but splits.{name}.num_records is "
+                f"{split.get('num_records')}"
+            )
+    return problems
+
+
+def read(path: str, *, check: bool = True) -> Manifest:
     """Reads the manifest of a converted folder (or of the manifest file itself).
 
+    Args:
+        check: refuse a manifest that contradicts itself (`inconsistencies`); `verify` passes
+            False to report every problem instead.
+
     Raises:
-        ManifestError: missing, unfinished, not ours, or written by an unknown format version.
+        ManifestError: missing, unfinished, not ours, written by an unknown format version, or
+            (with `check`) inconsistent: the first problem, with the fix.
     """
     folder = path[: -len(MANIFEST_NAME) - 1] if path.endswith(MANIFEST_NAME) else path
     file = fileio.join(folder, MANIFEST_NAME)
@@ -181,8 +236,10 @@ def read(path: str) -> Manifest:
         raise not_converted(folder)
     try:
         data = json.loads(fileio.read_bytes(file))
-    except json.JSONDecodeError as e:
-        raise ManifestError(f"{file} is not valid JSON: {e}") from e
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ManifestError(f"{file} is not valid JSON: {e}; {FIX.format(folder=folder)}") from e
+    if not isinstance(data, dict):
+        raise ManifestError(f"{file} is not a shardfeed manifest (a JSON {type(data).__name__}, not an object)")
     if data.get("format") != FORMAT_NAME:
         raise ManifestError(f"{file} is not a shardfeed manifest (format={data.get('format')!r})")
     if data.get("version") != MANIFEST_VERSION:
@@ -190,6 +247,10 @@ def read(path: str) -> Manifest:
             f"{file} has manifest version {data.get('version')!r}; this shardfeed reads version "
             f"{MANIFEST_VERSION}. Upgrade shardfeed, or convert the data again."
         )
+    problems = inconsistencies(data) if check else []
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ManifestError(f"{file} is inconsistent: {problems[0]}{more}; {FIX.format(folder=folder)}")
     return Manifest(folder, data)
 
 

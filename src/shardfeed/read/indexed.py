@@ -26,6 +26,7 @@ import numpy as np
 from shardfeed.errors import CorruptRecordError, OptionError
 from shardfeed.format import fileio, manifest, schema, tfrecord
 from shardfeed.format.example_proto import parse_example
+from shardfeed.read import shardset
 from shardfeed.read.order import GlobalOrderSampler
 from shardfeed.read.pixels import decode_image
 
@@ -60,11 +61,12 @@ class IndexedRecords:
                 "convert again without compression (--compression)"
             )
         info = self.manifest.split(split)
+        shardset.from_manifest(self.manifest, split).check_files()
         self.split = split
         self.files = [fileio.join(self.manifest.path, s.file) for s in info.shards]
         shard_ids, offsets, sizes = [], [], []
         for number, shard in enumerate(info.shards):
-            pairs = tfrecord.parse_index(fileio.read_bytes(fileio.join(self.manifest.path, shard.index_file)).decode())
+            pairs = _read_index(fileio.join(self.manifest.path, shard.index_file))
             if len(pairs) != shard.num_records:
                 raise CorruptRecordError(
                     f"index {shard.index_file} lists {len(pairs)} records, the manifest says "
@@ -173,3 +175,16 @@ class IndexedRecords:
         with self._lock:
             while self._handles:
                 self._handles.popitem()[1].close()
+
+
+def _read_index(path: str) -> list[tuple[int, int]]:
+    """A shard's (offset, size) pairs from its index file.
+
+    Raises:
+        CorruptRecordError: the file is missing or damaged (named, with what to run).
+    """
+    try:
+        return tfrecord.parse_index(fileio.read_bytes(path).decode())
+    except (OSError, ValueError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise CorruptRecordError(f"index file {path} cannot be read ({reason}); run `shardfeed verify`") from e

@@ -16,8 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from shardfeed.errors import OptionError, SourceError
-from shardfeed.format import fileio
+from shardfeed.errors import OptionError
 from shardfeed.format.schema import FILENAME, Schema
 from shardfeed.read import shardset
 from shardfeed.read.options import DecodeOptions, ReadOptions, ServiceOptions
@@ -148,21 +147,8 @@ def resolve(
     )
     _check_start_step(plan)
     if not read.skip_corrupt:
-        _check_present(shards)
+        shards.check_files()
     return plan
-
-
-def _check_present(shards: ShardSet) -> None:
-    """Every local shard file exists (a missing one would otherwise only fail when its turn comes,
-    possibly hours into training). Remote files are not checked: a request each."""
-    missing = [f for f in shards.files if not fileio.is_remote(f) and not os.path.exists(f)]
-    if missing:
-        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-        raise SourceError(
-            f"{len(missing)} of {len(shards.files)} shard files are missing: {shown}; the folder was changed after "
-            "it was written: run `shardfeed verify`, then convert again (--overwrite), or read the rest with "
-            "ReadOptions(skip_corrupt=True)"
-        )
 
 
 def _check_applies(

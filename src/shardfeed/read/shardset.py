@@ -7,6 +7,7 @@ read off their first record.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeGuard
@@ -23,16 +24,49 @@ DataPath = str | Sequence[str] | manifest.Manifest  # a converted folder (or its
 
 @dataclass(frozen=True)
 class ShardSet:
-    """Files to read, their record counts, and how they are compressed."""
+    """Files to read, their record counts, how they are compressed, and (for a converted folder)
+    their sizes in bytes as written."""
 
     files: list[str]
     counts: list[int]
     compression: str | None
     manifest: manifest.Manifest | None = None
+    sizes: list[int] | None = None
 
     @property
     def num_records(self) -> int:
         return sum(self.counts)
+
+    def check_files(self) -> None:
+        """Every local shard file exists and, in a converted folder, has the size it was written
+        with (a missing one would otherwise only fail when its turn comes, possibly hours into
+        training; a changed one would be read as far as it goes). One stat per shard; remote
+        files are not checked: a request each.
+
+        Raises:
+            SourceError: naming the missing or changed files, and what to run.
+        """
+        missing, changed = [], []
+        for i, file in enumerate(self.files):
+            if fileio.is_remote(file):
+                continue
+            try:
+                size = os.stat(file).st_size
+            except FileNotFoundError:
+                missing.append(file)
+                continue
+            if self.sizes is not None and size != self.sizes[i]:
+                changed.append(f"{file} is {size:,} bytes, the manifest says {self.sizes[i]:,}")
+        fix = (
+            "the folder was changed after it was written: run `shardfeed verify`, then convert again "
+            "(--overwrite), or read the rest with ReadOptions(skip_corrupt=True)"
+        )
+        if missing:
+            shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+            raise SourceError(f"{len(missing)} of {len(self.files)} shard files are missing: {shown}; {fix}")
+        if changed:
+            more = f" ({len(changed) - 1} more differ)" if len(changed) > 1 else ""
+            raise SourceError(f"shard {changed[0]}{more}; {fix}")
 
     def for_worker(self, share: WorkerShare) -> ShardSet:
         """The whole shards worker `share.index` of `share.count` reads (round robin).
@@ -42,7 +76,11 @@ class ShardSet:
         """
         picked = share.shard_numbers(len(self.files))
         return ShardSet(
-            [self.files[i] for i in picked], [self.counts[i] for i in picked], self.compression, self.manifest
+            [self.files[i] for i in picked],
+            [self.counts[i] for i in picked],
+            self.compression,
+            self.manifest,
+            None if self.sizes is None else [self.sizes[i] for i in picked],
         )
 
 
@@ -101,7 +139,8 @@ def from_manifest(path: str | manifest.Manifest, split: str) -> ShardSet:
     """The shards of one split of a shardfeed conversion (its folder, or its manifest)."""
     m = manifest.opened(path)
     info = m.split(split)
-    return ShardSet(m.shard_paths(split), [s.num_records for s in info.shards], m.compression, m)
+    counts, sizes = [s.num_records for s in info.shards], [s.num_bytes for s in info.shards]
+    return ShardSet(m.shard_paths(split), counts, m.compression, m, sizes)
 
 
 def from_files(path: str | Sequence[str], *, compression: str | None = None) -> ShardSet:

@@ -1,6 +1,8 @@
 """verify: read every record of every shard and check it against the manifest.
 
-Checks, per shard (in parallel, without TensorFlow): the file exists, its size and SHA-256 match
+Checks the manifest against itself first (split totals = sums of their shards' counts, bytes and
+class counts; `manifest.inconsistencies`), reporting every disagreement where other commands
+refuse at the first. Then, per shard (in parallel, without TensorFlow): the file exists, its size and SHA-256 match
 the manifest, every record's framing and CRCs, every record parses, every image decodes and has
 its recorded size, its SHA-256 matches image/key/sha256, labels are in range and match their
 class text, the record count matches, and the DALI index matches the records. Per split: class
@@ -98,9 +100,14 @@ def verify(path: str, *, workers: int | None = None, decode: bool = True, progre
         progress: a progress bar on stderr.
     """
     start = time.monotonic()
-    m = manifest.read(path)
+    m = manifest.read(path, check=False)
     report = VerifyReport(path)
     report.problems.extend(_stray_files(path))
+    unusable = manifest.structure_problems(m.data)
+    report.problems.extend(Problem(f"manifest.json: {p}") for p in unusable or manifest.total_problems(m.data))
+    if unusable:
+        report.seconds = time.monotonic() - start
+        return report
     tasks = [
         _ShardTask(
             path,
