@@ -94,3 +94,14 @@ def test_python_bench_returns_the_verdict_too(digit_shards: Path) -> None:
     result = shardfeed.tools.bench(str(digit_shards), batch_size=16, image_size=16, model=net)
     assert result["model"]["images_per_second"] > 0
     assert result["verdict"].split(":")[0] in ("input-bound", "model-bound", "balanced")
+
+
+def test_too_few_batches_to_time_is_a_clear_error() -> None:
+    """A dataset smaller than one training batch used to end `bench` in a StopIteration traceback."""
+    import tensorflow as tf
+
+    from shardfeed.errors import SourceError
+    from shardfeed.tools.timing import measure
+
+    with pytest.raises(SourceError, match="yields only 1 batches, too few to time"):
+        measure(tf.data.Dataset.range(1).batch(1))

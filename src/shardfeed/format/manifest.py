@@ -237,7 +237,10 @@ def read(path: str, *, check: bool = True) -> Manifest:
     try:
         data = json.loads(fileio.read_bytes(file))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ManifestError(f"{file} is not valid JSON: {e}; {FIX.format(folder=folder)}") from e
+        raise ManifestError(
+            f"{file} is not valid JSON ({e}): it was damaged or edited; `shardfeed convert SOURCE {folder} "
+            "--overwrite` writes it again"
+        ) from e
     if not isinstance(data, dict):
         raise ManifestError(f"{file} is not a shardfeed manifest (a JSON {type(data).__name__}, not an object)")
     if data.get("format") != FORMAT_NAME:

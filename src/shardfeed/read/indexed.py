@@ -69,7 +69,7 @@ class IndexedRecords:
             pairs = _read_index(fileio.join(self.manifest.path, shard.index_file))
             if len(pairs) != shard.num_records:
                 raise CorruptRecordError(
-                    f"index {shard.index_file} lists {len(pairs)} records, the manifest says "
+                    f"index file {shard.index_file} lists {len(pairs)} records, the manifest says "
                     f"{shard.num_records}; run `shardfeed verify`"
                 )
             shard_ids.append(np.full(len(pairs), number, np.int32))

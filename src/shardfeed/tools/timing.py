@@ -11,6 +11,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from shardfeed.errors import SourceError
+
 
 @dataclass(frozen=True)
 class Throughput:
@@ -35,11 +37,19 @@ class Throughput:
 
 
 def measure(ds: Any, *, max_batches: int | None = None, warmup_batches: int = 2) -> Throughput:
-    """Iterates `ds` (batches of (images, labels) or images) and times it."""
+    """Iterates `ds` (batches of (images, labels) or images) and times it.
+
+    Raises:
+        SourceError: `ds` yields fewer batches than the warm-up needs (nothing left to time).
+    """
     start = time.perf_counter()
     iterator = iter(ds)
-    for _ in range(warmup_batches):
-        next(iterator)
+    for done in range(warmup_batches):
+        if next(iterator, None) is None:
+            raise SourceError(
+                f"the dataset yields only {done} batches, too few to time (the first {warmup_batches} are warm-up "
+                "and training batches drop the remainder): use a smaller --batch-size or more --epochs"
+            )
     warm = time.perf_counter()
     cpu0 = sum(os.times()[:2])
     images = batches = 0
