@@ -55,7 +55,7 @@ def run(src: str, out: str, limit: str) -> dict[str, float | str]:
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_DATA, (CAP, CAP)),
     )
     if done.returncode != 0:
-        return {"failed": (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1][:300]}
+        return {"failed": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:300]}
     result: dict[str, float | str] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 

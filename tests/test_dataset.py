@@ -293,7 +293,8 @@ def test_corrupt_shard_error_names_the_file_and_can_be_skipped(photo_shards: Pat
     _damage(out, how)
     with pytest.raises(
         tf.errors.InvalidArgumentError,
-        match=r"shard .*train-00001-of-00004 is corrupt or truncated: read \d+ of its 8 records",
+        match=r"shard .*train-00001-of-00004 is corrupt or truncated: read (\d+) of its 8 records; "
+        r"the damage is at record \1 \(from 0\)",
     ):
         _all(ds)
     x, _ = _all(

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import copy_tree
+from conftest import copy_tree, shard_bytes
 
 # Builds the dataset, then deletes one shard (after the plan was made: the file vanishes mid-run),
 # then reads it to the end.
@@ -263,3 +265,205 @@ def test_every_command_on_a_damaged_folder_says_what_is_wrong(damaged_results: d
         assert code in (0, 1) and "Traceback" not in err, (command, code, err)
         if command in expected:
             assert code == 1 and expected[command] in err, (command, code, err)
+
+
+@pytest.fixture(scope="module")
+def slow_source(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """1,200 real photo crops whose conversion to PNG takes seconds (long enough to be stopped
+    midway), and the shards an uninterrupted conversion writes."""
+    from bench.corpus import build_corpus
+
+    root = tmp_path_factory.mktemp("slow")
+    source = Path(build_corpus(str(root / "src"), 1200, classes=4))
+    reference = root / "reference"
+    assert _run("-m", "shardfeed", *_slow_convert(source, reference)).returncode == 0
+    return source, reference
+
+
+def _slow_convert(source: Path, out: Path) -> list[str]:
+    return [
+        "convert",
+        str(source),
+        str(out),
+        "--format",
+        "png",
+        "--shards",
+        "12",
+        "--workers",
+        "2",
+        "-q",
+        "--no-report",
+    ]
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    """Pids whose command line mentions `text` (a conversion's forked workers share its own)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_killed_conversion_leaves_no_worker_and_resumes_to_the_same_bytes(
+    tmp_path: Path, slow_source: tuple[Path, Path], sig: int
+) -> None:
+    """`kill` (or kill -9) of convert mid-run: the pool workers end with it, the re-run is not
+    refused, it resumes, and the shards equal an uninterrupted run's. (Workers used to survive
+    holding the folder lock, and the re-run was refused naming a dead pid.)"""
+    source, reference = slow_source
+    out = tmp_path / "out"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardfeed", *_slow_convert(source, out)], stderr=subprocess.PIPE, text=True, env=env
+    )
+    parts = out / ".shardfeed" / "parts"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(parts.glob("*.json")) if parts.is_dir() else []) < 2:
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    code = proc.wait(timeout=60)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    assert not (out / "manifest.json").exists(), "killed too late: the conversion had finished"
+    if sig == signal.SIGTERM:
+        assert code == 130 and "interrupted; run the same command again to resume" in err and "Traceback" not in err
+    time.sleep(1)  # SIGKILL: the kernel sends the workers their parent-death signal
+    assert _processes_mentioning(str(out)) == []
+    again = _run("-m", "shardfeed", *_slow_convert(source, out))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert shard_bytes(out) == shard_bytes(reference)
+
+
+def test_ctrl_c_during_verify_prints_no_worker_tracebacks(slow_source: tuple[Path, Path]) -> None:
+    _, out = slow_source
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardfeed", "verify", str(out), "--workers", "2"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stderr is not None
+    proc.stderr.read(1)  # the progress bar has started: the workers are checking shards
+    os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C does: the whole process group
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+
+
+# Runs inside a private mount namespace (`unshare -rm`: root there, nothing visible outside):
+# a conversion onto a tmpfs too small for it, then the same after the tmpfs grows, then one onto
+# it remounted read-only. Prints one JSON line of what each saw.
+DISK_FULL = """
+import json, os, subprocess, sys
+source, mount_point, size = sys.argv[1], sys.argv[2], sys.argv[3]
+def sh(*args):
+    subprocess.run(args, check=True)
+def convert(out):
+    done = subprocess.run([sys.executable, "-m", "shardfeed", "convert", source, out, "--shards", "4",
+                           "--workers", "2", "-q", "--no-report"], capture_output=True, text=True)
+    listed = sorted(os.listdir(out)) if os.path.isdir(out) else []
+    return done.returncode, done.stderr.strip().splitlines()[-1:], listed
+def contents(out):
+    return {name: open(os.path.join(out, name), "rb").read().hex() for name in os.listdir(out)
+            if name.startswith(("train", "validation"))}
+sh("mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", mount_point)
+out = os.path.join(mount_point, "out")
+full = convert(out)
+sh("mount", "-o", "remount,size=64m", mount_point)
+resumed = convert(out)
+shards = contents(out)
+sh("mount", "-o", "remount,ro", mount_point)
+read_only = convert(os.path.join(mount_point, "other"))
+print(json.dumps({"full": full, "resumed": resumed, "shards": shards, "read_only": read_only}))
+"""
+
+
+def test_a_full_disk_ends_in_one_line_and_the_rerun_resumes_to_the_same_bytes(
+    tmp_path: Path, digits_tree: Path
+) -> None:
+    reference = tmp_path / "reference"
+    args = ["convert", str(digits_tree), str(reference), "--shards", "4", "--workers", "2", "-q", "--no-report"]
+    assert _run("-m", "shardfeed", *args).returncode == 0
+    expected = {p.name: p.read_bytes().hex() for p in reference.iterdir() if p.name.startswith(("train", "validation"))}
+    total = sum(len(v) // 2 for v in expected.values())
+    mount_point = tmp_path / "mnt"
+    mount_point.mkdir()
+    try:
+        done = subprocess.run(
+            ["unshare", "-rm", sys.executable, "-c", DISK_FULL, str(digits_tree), str(mount_point), str(total // 2)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        )
+    except FileNotFoundError:
+        pytest.skip("no `unshare` here to make a private tmpfs")
+    if done.returncode != 0 and "mount" in done.stderr and "Traceback" in done.stderr:
+        pytest.skip(f"cannot mount a private tmpfs here: {done.stderr.strip().splitlines()[-1]}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    code, last_line, names = seen["full"]
+    assert code == 1, seen["full"]
+    assert last_line[0].startswith(f"error: the disk holding '{mount_point}/out' is full (No space left on device)")
+    assert "more bytes are needed" in last_line[0] and "run the same command again to resume" in last_line[0]
+    assert "manifest.json" not in names
+    finished = [n for n in names if n.startswith(("train", "validation")) and not n.endswith(".incomplete")]
+    assert len(finished) < len(expected), "the disk did not fill"
+    assert seen["resumed"][0] == 0, seen["resumed"]
+    assert seen["shards"] == expected
+    code, last_line, _ = seen["read_only"]
+    assert code == 1 and last_line[0].startswith(f"error: cannot write into '{mount_point}/other'"), seen["read_only"]
+
+
+def test_a_source_file_changed_or_deleted_during_the_conversion_is_reported(tmp_path: Path) -> None:
+    from conftest import jpeg_bytes, photos
+
+    from shardfeed.write.encode import EncodingSpec, SkippedItem, encode_item
+    from shardfeed.write.images import ImageOptions
+    from shardfeed.write.items import Item
+
+    data = jpeg_bytes(photos()["rocket"][:100, :100])
+    (tmp_path / "a.jpg").write_bytes(data[: len(data) // 2])  # half-written by another program
+    spec = EncodingSpec(str(tmp_path), ["x"], ImageOptions())
+    changed = encode_item(Item("a.jpg", 0, None, len(data)), spec)
+    assert isinstance(changed, SkippedItem)
+    assert (
+        changed.reason
+        == f"changed during the conversion ({len(data):,} bytes when listed, {len(data) // 2:,} when read)"
+    )
+    gone = encode_item(Item("gone.jpg", 0, None, len(data)), spec)
+    assert isinstance(gone, SkippedItem) and gone.reason == "unreadable file: No such file or directory"
+
+
+@pytest.mark.parametrize("shuffle", ["buffer", "global"])
+def test_damage_found_while_reading_names_the_shard_and_the_record(
+    tmp_path: Path, digit_shards: Path, shuffle: str
+) -> None:
+    """A byte flipped inside record 3 of a shard after `load` checked the files: both pipelines
+    stop with an error naming the shard file and the record number within it (issue 29, item 6)."""
+    from shardfeed import ReadOptions, load
+    from shardfeed.errors import tensorflow_message
+    from shardfeed.format import tfrecord
+
+    folder = copy_tree(digit_shards, tmp_path / "data")
+    ds = load(str(folder), batch_size=8, image_size=16, seed=0, read=ReadOptions(shuffle=shuffle))
+    shard = folder / "train-00001-of-00003"
+    offset, size = tfrecord.parse_index((folder / "index" / f"{shard.name}.idx").read_text())[3]
+    data = bytearray(shard.read_bytes())
+    data[offset + size // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(Exception) as e:
+        for _ in ds:
+            pass
+    message = tensorflow_message(e.value)
+    assert str(shard) in message, message
+    if shuffle == "buffer":
+        assert "the damage is at record 3 (from 0)" in message, message
+    else:
+        assert "record 3 (record" in message, message

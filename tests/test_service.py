@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from shardfeed import ConvertOptions, OptionError, ReadOptions, ServiceOptions, convert, load, read_manifest
+from shardfeed.errors import ServiceError
 
 tf = pytest.importorskip("tensorflow")
 
@@ -198,3 +199,55 @@ def test_train_reads_through_the_service(data: Path, tmp_path: Path, cluster: tu
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "validation: accuracy" in done.stderr and (out / "model.keras").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_worker_waiting_for_an_absent_dispatcher_stops_on_signals(sig: int) -> None:
+    """TF's worker start blocks in C++ holding the interpreter lock; such workers ignored both
+    signals for hours. Now they wait in Python, saying so, and stop when told."""
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "shardfeed", "serve", "worker", "--dispatcher", f"localhost:{_free_port()}"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stderr is not None
+    assert worker.stderr.readline().startswith("waiting for the dispatcher at localhost:")
+    worker.send_signal(sig)
+    assert worker.wait(timeout=30) == 0
+    assert "stopped before the server had started" in worker.stderr.read()
+
+
+def test_a_worker_gives_up_on_an_unreachable_dispatcher_after_its_timeout() -> None:
+    args = ["serve", "worker", "--dispatcher", f"localhost:{_free_port()}", "--dispatcher-timeout", "2"]
+    done = subprocess.run([sys.executable, "-m", "shardfeed", *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "error: no dispatcher answered at localhost:" in done.stderr and "within 2 s" in done.stderr
+
+
+def test_servers_stop_when_the_dispatcher_went_first() -> None:
+    dispatcher, address = start("dispatcher", "--port", "0")
+    worker, _ = start("worker", "--dispatcher", address.split("://")[1])
+    for proc in (dispatcher, worker):  # the worker outlives its dispatcher, then is told to stop
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+
+
+def test_a_second_dispatcher_on_a_used_port_is_refused() -> None:
+    port = str(_free_port())
+    first, _ = start("dispatcher", "--port", port)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "shardfeed", "serve", "dispatcher", "--port", port],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 1 and f"port {port} is in use" in done.stderr
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_reading_from_an_address_where_no_dispatcher_answers_fails_at_once(data: Path) -> None:
+    with pytest.raises(ServiceError, match=r"no tf\.data service dispatcher answers at grpc://localhost:"):
+        load(str(data), service=f"grpc://localhost:{_free_port()}")

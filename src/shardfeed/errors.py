@@ -43,6 +43,10 @@ class ConvertError(ShardfeedError, RuntimeError):
     """The conversion cannot go ahead or failed; the message says why and what to do."""
 
 
+class ServiceError(ShardfeedError, ConnectionError):
+    """A tf.data service server cannot start or cannot be reached (port in use, no dispatcher)."""
+
+
 class CorruptRecordError(ShardfeedError, ValueError):
     """A record's framing or checksum is wrong: the shard is damaged or truncated."""
 

@@ -28,7 +28,7 @@ def register(sub: Any) -> None:
     _split_flags(p.add_argument_group("splits and shards"))
     _image_flags(p.add_argument_group("images"))
     _run_flags(p.add_argument_group("run"))
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, interrupted="run the same command again to resume: finished shards are kept")
 
 
 def _input_flags(g: Any) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from shardfeed.cli import (
@@ -63,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if not args.verbose:
         quiet_tensorflow()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminated)  # `kill`: the same clean stop as Ctrl-C
     try:
         code = int(args.run(args) or 0)
         sys.stdout.flush()  # inside the try: a closed pipe fails here, not at interpreter exit
@@ -75,10 +79,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("error: %s", e)
         return 1
     except KeyboardInterrupt:
-        log.error("interrupted; run the same command again to resume")
+        hint = getattr(args, "interrupted", None)
+        log.error("interrupted" + (f"; {hint}" if hint else ""))
         return 130
     except Exception as e:
         if type(e).__module__.startswith("tensorflow"):  # an op failed inside a pipeline: its own message
             log.error("error: %s", tensorflow_message(e))
             return 1
         raise
+
+
+def _terminated(*_: object) -> None:
+    """SIGTERM as Ctrl-C: the command's `finally` blocks run (a conversion stops its workers and
+    releases its folder; a training run records that it was interrupted) instead of dying at once."""
+    raise KeyboardInterrupt

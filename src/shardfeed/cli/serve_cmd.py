@@ -7,6 +7,9 @@ import logging
 from typing import Any
 
 log = logging.getLogger("shardfeed")
+# A worker is often started before its dispatcher (cluster launchers start everything at once);
+# two minutes covers a dispatcher's start-up, and a typo'd address still fails within a coffee.
+DISPATCHER_TIMEOUT = 120.0
 
 
 def register(sub: Any) -> None:
@@ -25,18 +28,41 @@ def register(sub: Any) -> None:
     w.add_argument("--dispatcher", required=True, help="HOST:PORT of the dispatcher")
     w.add_argument("--port", type=int, default=0, help="default: any free port")
     w.add_argument("--worker-address", help="HOST:PORT trainers use to reach this worker (default localhost:PORT)")
+    w.add_argument(
+        "--dispatcher-timeout",
+        type=float,
+        default=DISPATCHER_TIMEOUT,
+        metavar="SECONDS",
+        help=f"give up (exit 1) when the dispatcher has not answered within this long (default {DISPATCHER_TIMEOUT:g}; "
+        "0: wait for it forever). Once registered, a worker outlives its dispatcher: a restarted one takes it back",
+    )
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Starts the server and serves until SIGINT/SIGTERM, which always end it (see
+    `data_service.wait_until_reachable` for why a worker waits for its dispatcher first)."""
     from shardfeed.tools import data_service as ds
 
     with ds.stop_on_signals() as stop:
+        ds.check_port_free(args.port)
         if args.role == "dispatcher":
-            server = ds.start_dispatcher(args.port, work_dir=args.work_dir, worker_timeout=args.worker_timeout)
+            with ds.uninterruptible_call(ds.START_SECONDS):
+                server = ds.start_dispatcher(args.port, work_dir=args.work_dir, worker_timeout=args.worker_timeout)
             what = "dispatcher"
         else:
-            server = ds.start_worker(args.dispatcher, args.port, worker_address=args.worker_address)
+            timeout = args.dispatcher_timeout or None
+            if not ds.reachable(args.dispatcher, timeout=2.0):
+                log.info(
+                    "waiting for the dispatcher at %s (nothing answers there yet; giving up after %s)",
+                    args.dispatcher,
+                    f"{timeout:g} s" if timeout else "never: --dispatcher-timeout 0",
+                )
+            if not ds.wait_until_reachable(args.dispatcher, timeout, stop):
+                log.info("stopped before the server had started")
+                return 0
+            with ds.uninterruptible_call(ds.START_SECONDS):
+                server = ds.start_worker(args.dispatcher, args.port, worker_address=args.worker_address)
             what = f"worker (for {args.dispatcher})"
         log.info("serving tf.data %s at %s (Ctrl-C to stop)\nwarning: %s", what, ds.address(server), ds.SECURITY_NOTE)
         ds.serve_until(server, stop)

@@ -59,7 +59,11 @@ def register(sub: Any) -> None:
         "--validation-split",
         help="a split name, 'none' to skip validation; default auto: validation, else val/valid/test/eval/dev",
     )
-    p.set_defaults(run=run)
+    p.set_defaults(
+        run=run,
+        interrupted="run the same command with --resume to continue from the last saved epoch (without it the "
+        "run starts over in OUT)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

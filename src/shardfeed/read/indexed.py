@@ -76,6 +76,7 @@ class IndexedRecords:
             offsets.append(np.array([p[0] for p in pairs], np.int64))
             sizes.append(np.array([p[1] for p in pairs], np.int64))
         self.shard_ids = np.concatenate(shard_ids) if shard_ids else np.zeros(0, np.int32)
+        self.shard_starts = np.cumsum([0] + [len(ids) for ids in shard_ids])[:-1]
         self.offsets = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
         self.sizes = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
         self.check_crc = check_crc
@@ -116,9 +117,18 @@ class IndexedRecords:
                 handle.seek(offset)
                 blob = handle.read(size)
         else:
-            blob = fileio.read_range(self.files[shard], offset, size)
-        name = f"{os.path.basename(self.files[shard])} (record {index} of {self.split})"
-        _, data = next(tfrecord.iter_records(io.BytesIO(blob), name=name, check_crc=self.check_crc), (0, None))
+            try:
+                blob = fileio.read_range(self.files[shard], offset, size)
+            except OSError as e:
+                raise CorruptRecordError(
+                    f"shard {self.files[shard]} cannot be read ({e.strerror or e}); run `shardfeed verify`"
+                ) from e
+        within = index - int(self.shard_starts[shard])
+        name = f"shard {self.files[shard]} record {within} (record {index} of split {self.split})"
+        try:
+            _, data = next(tfrecord.iter_records(io.BytesIO(blob), name=name, check_crc=self.check_crc), (0, None))
+        except CorruptRecordError as e:  # its "record 0 at byte 0" counts within the one-record blob
+            raise CorruptRecordError(f"{name}, byte {offset}: {str(e).rsplit(': ', 1)[-1]}") from e
         if data is None or len(blob) != size:
             raise CorruptRecordError(f"{name}: cut short at byte {offset}")
         return data

@@ -20,17 +20,28 @@ Processing modes (TF's sharding policies), by name:
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
+from shardfeed.errors import ServiceError
 from shardfeed.lazy import tensorflow
 from shardfeed.read.options import ServiceOptions
 
 
 def distribute(ds: Any, service: ServiceOptions) -> Any:
     """`ds` run by the service at `service.address` in processing mode `service.mode` (see the
-    module docstring); batches travel snappy-compressed unless `service.compress` is False."""
+    module docstring); batches travel snappy-compressed unless `service.compress` is False.
+
+    Raises:
+        ServiceError: nothing answers at the address (TF's client would wait for it silently).
+    """
     tf = tensorflow()
     address = service.address if "://" in service.address else f"grpc://{service.address}"
+    if not reachable(address):
+        raise ServiceError(
+            f"no tf.data service dispatcher answers at {address}; start one (`shardfeed serve dispatcher`) "
+            "or check the address"
+        )
     policy = tf.data.experimental.service.ShardingPolicy
     policies = {
         "distributed_epoch": policy.DYNAMIC,
@@ -45,3 +56,13 @@ def distribute(ds: Any, service: ServiceOptions) -> Any:
             processing_mode=policies[service.mode], service=address, compression="AUTO" if service.compress else None
         )
     )
+
+
+def reachable(address: str, timeout: float = 5.0) -> bool:
+    """Whether something accepts TCP connections at grpc://HOST:PORT (or HOST:PORT)."""
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False

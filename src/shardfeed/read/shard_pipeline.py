@@ -97,7 +97,13 @@ def checked_records(
                     tf.strings.as_string(count),
                     " of its ",
                     tf.strings.as_string(expected),
-                    " records (run `shardfeed verify` to locate the damage)",
+                    " records; ",
+                    tf.where(
+                        count < expected,
+                        tf.strings.join(["the damage is at record ", tf.strings.as_string(count), " (from 0)"]),
+                        "it holds more records than the manifest says",
+                    ),
+                    " (run `shardfeed verify` for every problem)",
                 ]
             )
             if skip_corrupt:

@@ -16,13 +16,13 @@ import hashlib
 import os
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO, cast
 
 from shardfeed.format import fileio, manifest, schema, tfrecord
 from shardfeed.format.example_proto import parse_example
 from shardfeed.write.images import check_stored_image
+from shardfeed.write.pool import WorkerPool
 from shardfeed.write.shards import INCOMPLETE
 
 
@@ -128,16 +128,15 @@ def verify(path: str, *, workers: int | None = None, decode: bool = True, progre
     counts: dict[str, Counter[str]] = {split: Counter() for split in m.split_names}
     from tqdm import tqdm
 
-    workers = workers or os.cpu_count() or 1
-    with tqdm(total=sum(t.num_records for t in tasks), unit="rec", desc="verify", disable=not progress) as bar:
-        if workers > 1 and len(tasks) > 1:
-            with ProcessPoolExecutor(min(workers, len(tasks))) as pool:
-                outcomes = pool.map(verify_shard, tasks)
-                for task, outcome in zip(tasks, outcomes, strict=True):
-                    _collect(report, counts, task, outcome, bar)
-        else:
-            for task in tasks:
-                _collect(report, counts, task, verify_shard(task), bar)
+    workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
+    # The pool is started before the progress bar: workers forked while Ctrl-C arrives could
+    # neither ignore it yet nor let the parent see it.
+    with WorkerPool(workers) as pool:
+        total = sum(t.num_records for t in tasks)
+        with tqdm(total=total, unit="rec", desc="verify", disable=not progress) as bar:
+            outcomes = pool.map(verify_shard, tasks) if pool is not None else map(verify_shard, tasks)
+            for task, outcome in zip(tasks, outcomes, strict=True):
+                _collect(report, counts, task, outcome, bar)
     for split in m.split_names:
         expected = Counter(m.split(split).class_counts)
         if m.labels is not None and counts[split] != expected:

@@ -16,7 +16,9 @@ Output folder layout:
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ from shardfeed.write.shards import WriteTarget
 from shardfeed.write.sources import Source, empty_source_hint, resolve_source
 
 RUNNERS = ("local", "beam")
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # no space, quota, file size limit
 
 
 @dataclass
@@ -215,7 +218,9 @@ class _Conversion:
     def run(self) -> ConversionResult:
         start = time.monotonic()
         _refuse_output_inside_source(self.source, self.output_dir)
-        with folder_lock.hold(self.output_dir), WorkerPool(self.run_settings.workers) as pool:
+        # The pool first: workers forked after the lock is taken would inherit it, and outlive a
+        # killed run holding it (its re-run was refused naming a dead pid).
+        with WorkerPool(self.run_settings.workers) as pool, folder_lock.hold(self.output_dir):
             discovery = self.source.discover()
             if not discovery.items:
                 raise SourceError(
@@ -239,9 +244,14 @@ class _Conversion:
                 dedupe.find_duplicates(spec, discovery, pool, self.run_settings.workers) if self.options.dedupe else []
             )
             plans = plan_shards(discovery, self.options, dropped_keys={k for k, _ in dropped})
-            folder_state.start(self.output_dir, state)
-            results, resumed = self._write_all(plans, discovery, pool)
-            self._finish(state, discovery, results, dropped)
+            try:
+                folder_state.start(self.output_dir, state)
+                results, resumed = self._write_all(plans, discovery, pool)
+                self._finish(state, discovery, results, dropped)
+            except OSError as e:
+                if e.errno not in DISK_FULL:
+                    raise
+                raise ConvertError(self._disk_full(e, discovery)) from e
         return ConversionResult.of(
             manifest.read(self.output_dir), shards_written=len(results) - resumed, shards_resumed=resumed, start=start
         )
@@ -261,6 +271,23 @@ class _Conversion:
         tfds_metadata.write(self.output_dir, data)
         manifest.write(self.output_dir, data)
         fileio.rmtree(self.work_dir)
+
+    def _disk_full(self, error: OSError, discovery: Discovery) -> str:
+        """The one line for a full output disk: the folder, what is still needed, what is free.
+        Committed shards stay; the shard being written stays `.incomplete` and is rewritten by
+        the re-run (which resumes), so nothing that looks complete is left half-written."""
+        written = sum(
+            fileio.size(fileio.join(self.output_dir, n))
+            for n in fileio.listdir(self.output_dir)
+            if not n.endswith(shards.INCOMPLETE) and not fileio.isdir(fileio.join(self.output_dir, n))
+        )
+        needed = max(0, sum(item.size for item in discovery.items) - written)
+        free = "" if fileio.is_remote(self.output_dir) else f", {shutil.disk_usage(self.output_dir).free:,} free"
+        return (
+            f"the disk holding {self.output_dir!r} is full ({error.strerror}): about {needed:,} more bytes are needed "
+            f"(estimated from the inputs' sizes{free}); free some space, then run the same command again to resume "
+            "(finished shards are kept)"
+        )
 
     def _fail_if_strict(self, skipped: list[tuple[str, str]]) -> None:
         if self.run_settings.strict and skipped:

@@ -95,6 +95,11 @@ def encode_item(item: Item, spec: EncodingSpec) -> EncodedRecord | SkippedItem:
                 return SkippedItem(item.key, str(e))
             except OSError as e:
                 return SkippedItem(item.key, f"unreadable file: {e.strerror or e}")
+            if item.size and len(raw_data) != item.size:  # being written to, or replaced, right now
+                return SkippedItem(
+                    item.key,
+                    f"changed during the conversion ({item.size:,} bytes when listed, {len(raw_data):,} when read)",
+                )
             source_sha = hashlib.sha256(raw_data).hexdigest()
             prepared = images.prepare_file_image(raw_data, item.key, spec.image)
     except images.BadImageError as e:

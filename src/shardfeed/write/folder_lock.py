@@ -30,8 +30,14 @@ def hold(output_dir: str) -> Iterator[None]:
         return
     import fcntl
 
-    os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, LOCK_NAME)
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o644))
+    except OSError as e:  # before any work: a read-only folder or file system, no permission
+        raise ConvertError(
+            f"cannot write into {output_dir!r}: {e.strerror or e}; choose a writable output folder"
+        ) from e
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:

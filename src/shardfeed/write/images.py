@@ -16,7 +16,7 @@ import simplejpeg
 from PIL import Image, ImageOps
 
 from shardfeed.errors import OptionError
-from shardfeed.write import image_limits, jpeg_decode, jpeg_header
+from shardfeed.write import image_limits, jpeg_decode, jpeg_header, png_check
 
 _MAGIC = [
     (b"\xff\xd8\xff", "jpeg"),
@@ -50,8 +50,7 @@ class ImageOptions:
         check: 'decode' decodes every image (at 1/8 scale for JPEG) to prove it is readable;
             'header' checks headers and JPEG end markers only (faster, misses mid-file damage).
         array_encoding: how NumPy images are stored: 'png' (lossless, compact) or 'raw' bytes.
-        max_pixels: larger images (width x height from the header) are reported, never decoded
-            (None: no limit; files are then read whatever their size).
+        max_pixels: larger images (width x height, from the header) are reported, never decoded.
     """
 
     resize: int | None = None
@@ -191,8 +190,11 @@ def check_stored_image(data: bytes, fmt: str, height: int, width: int, channels:
             _decode_check(data, colorspace)
         else:
             with Image.open(io.BytesIO(data)) as im:
-                im.load()
-                w, h = im.size
+                (w, h), limit = im.size, image_limits.DEFAULT_MAX_PIXELS
+                if not (problem := image_limits.too_large((w, h), limit)):
+                    im.load()
+            if problem := problem or (png_check.problem(data) if fmt == "PNG" else None):
+                return problem
     except (BadImageError, ValueError, OSError) as e:
         return f"image does not decode: {e}"
     if (h, w) != (height, width):
@@ -217,6 +219,8 @@ def _keep_png(data: bytes, check: str) -> PreparedImage | None:
                 im.verify()
     except Exception as e:
         raise BadImageError(f"corrupt PNG: {e}") from e
+    if check == "decode" and (missing := png_check.problem(data)):  # Pillow pads missing rows
+        raise BadImageError(missing)
     return PreparedImage(data, "PNG", height, width, 1 if color_type == 0 else 3)
 
 

@@ -6,7 +6,10 @@ grow with the dataset; at most two tasks per worker in flight, so neither does t
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import multiprocessing
+import signal
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -24,7 +27,9 @@ class WorkerPool:
         if workers > 1:
             # fork is fast and safe while TensorFlow (and its threads) is not loaded here.
             method = "fork" if sys.platform == "linux" and "tensorflow" not in sys.modules else "spawn"
-            self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method))
+            self.pool = ProcessPoolExecutor(
+                workers, mp_context=multiprocessing.get_context(method), initializer=worker_setup
+            )
             # Start the workers now, while this process is small: forked later, each would carry
             # a copy of the item list, and worker memory would grow with the dataset.
             list(self.pool.map(_warm_up, range(workers)))
@@ -35,6 +40,22 @@ class WorkerPool:
     def __exit__(self, *exc: object) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def worker_setup() -> None:
+    """Runs first in every pool worker (conversion and verify pools).
+
+    Ctrl-C reaches the whole process group: the parent stops the pool and says what happened;
+    workers ignore SIGINT, so they no longer print a KeyboardInterrupt traceback each. On Linux a
+    worker also dies with its parent (a killed `convert` used to leave its workers running).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform == "linux":
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _warm_up(_: int) -> None:
