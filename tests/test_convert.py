@@ -74,8 +74,9 @@ def test_round_trip_preserves_every_file_and_label(photo_tree: Path, tmp_path: P
         assert m.labels[r["image/class/label"]] == r["image/class/text"].decode()
     train = m.split("train")
     assert [s.file for s in train.shards] == ["train-00000-of-00002", "train-00001-of-00002"]
-    assert train.num_records == 36 and sum(train.class_counts.values()) == 36
-    assert train.class_counts == {"astronaut": 9, "chelsea": 9, "coffee": 9, "rocket": 9}
+    # 80% of 44 is 35.2: 35 train images (as the whole set rounds), 8 or 9 from each class of 11
+    assert train.num_records == 35 and sum(train.class_counts.values()) == 35
+    assert sorted(train.class_counts.values()) == [8, 9, 9, 9]
     assert (out / "labels.txt").read_text() == "0:astronaut\n1:chelsea\n2:coffee\n3:rocket\n"
     assert not (out / ".shardfeed").exists()
     for shard in train.shards:  # counts, bytes, checksums and the DALI index agree with the file

@@ -48,8 +48,8 @@ def test_one_epoch_sees_every_record_exactly_once(photo_shards: Path) -> None:
             read=ReadOptions(drop_remainder=False, shuffle_buffer=7),
         )
     )
-    assert len(reference) == len(shuffled) == m.split("train").num_records == 32
-    assert len(_digests(reference)) == 32  # every image distinct, so equal multisets mean exactly once
+    assert len(reference) == len(shuffled) == m.split("train").num_records == 33
+    assert len(_digests(reference)) == 33  # every image distinct, so equal multisets mean exactly once
     assert _digests(reference) == _digests(shuffled)
     names = m.labels or []
     assert Counter(names[i] for i in labels) == Counter(m.split("train").class_counts)
@@ -157,7 +157,7 @@ def test_workers_read_disjoint_whole_shards_covering_everything(photo_shards: Pa
             - (4 - len(labels) % 4) % 4
         )
         total.update(labels.tolist())
-    assert sum(total.values()) == 32
+    assert sum(total.values()) == 33
     with pytest.raises(ValueError, match="4 shards cannot be split across 5 workers"):
         load(str(photo_shards), split="train", read=ReadOptions(num_workers=5, worker_index=0))
 
@@ -269,7 +269,7 @@ def test_foreign_tfrecords_three_recipes(photo_tree: Path, digits, tmp_path: Pat
 def test_our_shards_without_the_manifest(photo_shards: Path) -> None:
     files = sorted(str(p) for p in photo_shards.glob("train-*"))
     x, _ = _all(load(files, training=False, batch_size=3, image_size=16))
-    assert len(x) == 32
+    assert len(x) == 33
 
 
 def _damage(out: Path, how: str) -> None:
@@ -300,7 +300,7 @@ def test_corrupt_shard_error_names_the_file_and_can_be_skipped(photo_shards: Pat
     x, _ = _all(
         load(str(out), split="train", training=False, batch_size=4, image_size=16, read=ReadOptions(skip_corrupt=True))
     )
-    assert 24 <= len(x) < 32
+    assert 25 <= len(x) < 33
 
 
 def test_a_shard_changed_before_load_is_refused_at_once(photo_shards: Path, tmp_path: Path) -> None:
@@ -316,7 +316,7 @@ def test_cache_filter_and_map_hooks(photo_shards: Path, tmp_path: Path) -> None:
     cached = load(
         str(photo_shards), split="train", training=False, batch_size=4, image_size=16, read=ReadOptions(cache=True)
     )
-    assert len(_all(cached)[0]) == 32 and len(_all(cached)[0]) == 32
+    assert len(_all(cached)[0]) == 33 and len(_all(cached)[0]) == 33
     on_disk = load(
         str(photo_shards),
         split="train",
@@ -325,7 +325,7 @@ def test_cache_filter_and_map_hooks(photo_shards: Path, tmp_path: Path) -> None:
         image_size=16,
         read=ReadOptions(cache=str(tmp_path / "cache")),
     )
-    assert len(_all(on_disk)[0]) == 32 and list(tmp_path.glob("cache*"))
+    assert len(_all(on_disk)[0]) == 33 and list(tmp_path.glob("cache*"))
     only_zero = load(
         str(photo_shards),
         split="train",

@@ -41,7 +41,7 @@ def test_convert_into_ram_then_load_verify_info(tf, photo_tree: Path, tmp_path: 
     with tf.io.gfile.GFile(f"{out}/train-00001-of-00002", "rb") as f:
         assert f.read() == (tmp_path / "local" / "train-00001-of-00002").read_bytes()
     images = sum(int(b[0].shape[0]) for b in load(out, split="train", training=False, batch_size=8, image_size=16))
-    assert images == 36
+    assert images == 35  # 80% of 44, as the whole set rounds
     assert verify(out, workers=1, progress=False).ok
     assert info(out)["records"] == 44
     assert convert(str(photo_tree), out, ConvertOptions(shards=2), workers=1, progress=False).already_complete

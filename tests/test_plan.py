@@ -94,7 +94,7 @@ def test_worker_identity_is_given_one_way(photo_shards: Path) -> None:
 
 def test_a_resume_point_past_the_epoch_is_refused_by_both(photo_shards: Path) -> None:
     read = ReadOptions(shuffle="global", start_step=100)
-    with pytest.raises(OptionError, match="start_step skips 500 records but this worker has 32 per epoch"):
+    with pytest.raises(OptionError, match="start_step skips 500 records but this worker has 33 per epoch"):
         load(str(photo_shards), batch_size=5, seed=0, read=read)
     with pytest.raises(OptionError, match="start_step skips 500 records"):
         steps_per_epoch(str(photo_shards), batch_size=5, read=read)

@@ -251,3 +251,35 @@ def test_a_second_dispatcher_on_a_used_port_is_refused() -> None:
 def test_reading_from_an_address_where_no_dispatcher_answers_fails_at_once(data: Path) -> None:
     with pytest.raises(ServiceError, match=r"no tf\.data service dispatcher answers at grpc://localhost:"):
         load(str(data), service=f"grpc://localhost:{_free_port()}")
+
+
+VANISHING = """import os, sys
+from shardfeed import load
+from shardfeed.errors import tensorflow_message
+folder, address = sys.argv[1], sys.argv[2]
+ds = load(folder, split='train', batch_size=4, image_size=16, training=False, service=address)
+os.remove(os.path.join(folder, 'train-00002-of-00006'))  # after load checked the files
+seen = 0
+try:
+    for batch in ds:
+        seen += 1
+    print('finished', seen)
+except Exception as e:
+    print('error', tensorflow_message(e))
+"""
+
+
+def test_a_shard_vanishing_while_the_service_reads_it_never_hangs(
+    data: Path, tmp_path: Path, cluster: tuple[str, list[subprocess.Popen[str]]]
+) -> None:
+    """Issue 29, item 1 through the tf.data service: the workers run the same checked shard
+    reader, so the trainer gets an error naming a missing shard, not an endless wait."""
+    import shutil
+
+    folder = shutil.copytree(data, tmp_path / "data")
+    address, _ = cluster
+    done = subprocess.run(
+        [sys.executable, "-c", VANISHING, str(folder), address], capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("error") and "is missing" in done.stdout and "train-" in done.stdout, done.stdout

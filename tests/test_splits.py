@@ -70,3 +70,34 @@ def test_golden_seeded_order() -> None:
         "c1/0002.jpg",
         "c0/0001.jpg",
     ]
+
+
+@pytest.mark.parametrize(("per_class", "classes", "validation"), [(2, 10, 4), (3, 10, 6), (1, 2000, 400), (11, 4, 9)])
+def test_split_sizes_are_those_of_the_whole_set(per_class: int, classes: int, validation: int) -> None:
+    """Rounding each class on its own gave 10 classes of 2 no validation at all, and classes of
+    3 a third; the whole set's sizes hold, and each class gives its share rounded up or down."""
+    items = [Item(f"c{c}/{i}.jpg", c, None, 1) for c in range(classes) for i in range(per_class)]
+    out = assign_splits(items, {"train": 0.8, "validation": 0.2}, seed=0)
+    assert len(out["validation"]) == validation and len(out["train"]) == len(items) - validation
+    for c in range(classes):
+        share = sum(1 for item in out["validation"] if item.label == c)
+        assert share in (int(per_class * 0.2), -(-per_class * 2 // 10)), (c, share)
+    assert out == assign_splits(list(reversed(items)), {"train": 0.8, "validation": 0.2}, seed=0)
+
+
+def test_a_split_left_empty_is_warned_about(tmp_path: object) -> None:
+    """Four images at 0.9/0.1 leave validation nothing (0.4 rounds to 0): the summary says so
+    (it used to be silent)."""
+    import numpy as np
+    from conftest import jpeg_bytes, photos
+
+    from shardfeed import ConvertOptions, convert
+
+    root = tmp_path / "src"  # type: ignore[operator]
+    for c in range(2):
+        (root / f"c{c}").mkdir(parents=True)
+        for i in range(2):
+            (root / f"c{c}" / f"{i}.jpg").write_bytes(jpeg_bytes(np.ascontiguousarray(photos()["rocket"][i:64, c:64])))
+    result = convert(str(root), str(tmp_path / "out"), ConvertOptions(split="train=0.9,validation=0.1"), progress=False)  # type: ignore[operator]
+    assert result.manifest.split_names == ["train"]
+    assert "warning: no 'validation' split was written: 4 images are too few" in result.summary()

@@ -86,6 +86,11 @@ def test_evaluate_agrees_with_keras(run_dir: Path, digits_data: tuple[Path, Path
 def test_predict_writes_one_row_per_input_file(run_dir: Path, digits_data: tuple[Path, Path], tmp_path: Path) -> None:
     folder = shutil.copytree(digits_data[1], tmp_path / "unlabeled")
     (folder / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    from test_png_check import rows_missing
+
+    # Pillow decodes this one (it pads the missing rows); TensorFlow does not: it ended predict
+    # without a CSV. Now it gets its row with the reason, like any unusable file.
+    (folder / "half.png").write_bytes(rows_missing(np.full((28, 28, 3), 200, np.uint8), 14))
     out = tmp_path / "pred.csv"
     assert main(["predict", str(run_dir), str(folder), "-o", str(out), "--grid", str(tmp_path / "g.png")]) == 0
     rows = list(csv.DictReader(out.open()))
@@ -95,6 +100,8 @@ def test_predict_writes_one_row_per_input_file(run_dir: Path, digits_data: tuple
     assert all(float(r["probability"]) >= float(r["probability_2"]) >= float(r["probability_3"]) for r in good)
     broken = next(r for r in rows if r["file"] == "broken.png")
     assert "PNG" in broken["error"] and broken["class"] == ""
+    half = next(r for r in rows if r["file"] == "half.png")
+    assert half["error"].startswith("truncated PNG: image data ends after 50% of the rows") and half["class"] == ""
     assert (tmp_path / "g.png").stat().st_size > 5000
     # labels the demo's held-out digits carry in their file names' order: most predictions are right
     from shardfeed.training.samples import digits_arrays

@@ -98,12 +98,29 @@ def metrics_from_probabilities(p: np.ndarray, y: np.ndarray, names: list[str], t
     }
 
 
+MAX_PLOTTED_CLASSES = 50  # beyond this a figure cannot show one row per class legibly
+
+
+def most_confused(confusion: np.ndarray, count: int = MAX_PLOTTED_CLASSES) -> np.ndarray:
+    """The `count` classes with the most errors (wrong predictions for them plus wrong
+    predictions of them), in class order: the part of a large confusion matrix worth drawing."""
+    errors = confusion.sum(axis=0) + confusion.sum(axis=1) - 2 * np.diag(confusion)
+    return np.sort(np.argsort(-errors, kind="stable")[:count])
+
+
 def plot_confusion(confusion: np.ndarray, names: list[str], path: str, title: str) -> None:
+    """Draws the confusion matrix; for more than MAX_PLOTTED_CLASSES classes only the most
+    confused ones (a 2,000-class figure at one row per class ran out of memory; metrics.json
+    keeps the whole matrix)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if len(names) > MAX_PLOTTED_CLASSES:
+        keep = most_confused(confusion)
+        title = f"{title}\n(the {len(keep)} classes with the most errors, of {len(names):,})"
+        confusion, names = confusion[np.ix_(keep, keep)], [names[i] for i in keep]
     size = max(4.0, 0.45 * len(names) + 2)
     fig, ax = plt.subplots(figsize=(size, size))
     ax.imshow(confusion, cmap="Blues")

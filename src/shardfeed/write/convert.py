@@ -56,6 +56,7 @@ class ConversionResult:
     shards_resumed: int
     already_complete: bool = False
     seconds: float = 0.0
+    requested_splits: tuple[str, ...] = ()  # the splits --split asked for (none for a pre-split source)
 
     @classmethod
     def of(
@@ -92,6 +93,12 @@ class ConversionResult:
             info = self.manifest.split(name)
             lines.append(
                 f"  {name}: {info.num_records} records in {len(info.shards)} shards, {info.num_bytes / 1e6:.1f} MB"
+            )
+        empty = [name for name in self.requested_splits if name not in self.manifest.split_names]
+        if empty:
+            lines.append(
+                f"  warning: no {', '.join(map(repr, empty))} split was written: {self.num_written} images are too "
+                "few for the fractions asked (--split); give it a larger fraction or convert more images"
             )
         if self.shards_resumed:
             lines.append(f"  resumed: {self.shards_resumed} shards were already complete")
@@ -252,9 +259,12 @@ class _Conversion:
                 if e.errno not in DISK_FULL:
                     raise
                 raise ConvertError(self._disk_full(e, discovery)) from e
-        return ConversionResult.of(
+        result = ConversionResult.of(
             manifest.read(self.output_dir), shards_written=len(results) - resumed, shards_resumed=resumed, start=start
         )
+        if not discovery.presplit:
+            result.requested_splits = tuple(self.options.split_fractions(labelled=discovery.class_names is not None))
+        return result
 
     def _finish(
         self,

@@ -78,19 +78,59 @@ def allocate(count: int, fractions: Sequence[float]) -> list[int]:
 def assign_splits(
     items: Sequence[T], fractions: Mapping[str, float], *, seed: int, stratify: bool = True
 ) -> dict[str, list[T]]:
-    """Assigns items to splits; with `stratify`, each class is split in the same proportions."""
+    """Assigns items to splits; with `stratify`, each class is split in the same proportions.
+
+    Split sizes are those of the whole set (`allocate` over all items), as Keras'
+    `validation_split` gives them; stratifying decides only which classes the items come from.
+    Rounding each class on its own would give a validation split of 0 images from 10 classes of
+    2 (each class: 1.6 train, 0.4 validation, rounded to 2 and 0), or 33% from classes of 3.
+    """
     groups: dict[int, list[T]] = {}
     for item in items:
         groups.setdefault(item.label if stratify else 0, []).append(item)
     names = list(fractions)
+    labels = sorted(groups)
+    counts = stratified_counts([len(groups[label]) for label in labels], list(fractions.values()), labels, seed)
     out: dict[str, list[T]] = {name: [] for name in names}
-    for label in sorted(groups):
+    for label, row in zip(labels, counts, strict=True):
         members = seeded_order(groups[label], seed)
         start = 0
-        for name, count in zip(names, allocate(len(members), list(fractions.values())), strict=True):
+        for name, count in zip(names, row, strict=True):
             out[name].extend(members[start : start + count])
             start += count
     return out
+
+
+def stratified_counts(
+    sizes: Sequence[int], fractions: Sequence[float], labels: Sequence[int], seed: int
+) -> list[list[int]]:
+    """How many items of each class (row) go to each split (column): every row sums to its class
+    size, every column to `allocate(total, fractions)`, and each cell is its exact share rounded
+    up or down. Left-over items go to the largest fractional shares first (ties broken by a
+    seeded hash of the class, so no class is always the one to give its items to a small split);
+    whatever that greedy pass cannot place is placed row by row, which always completes because
+    the rows and columns have the same total."""
+    totals = allocate(sum(sizes), fractions)
+    exact = [[size * f for f in fractions] for size in sizes]
+    cells = [[math.floor(x) for x in row] for row in exact]
+    row_need = [size - sum(row) for size, row in zip(sizes, cells, strict=True)]
+    col_need = [total - sum(row[j] for row in cells) for j, total in enumerate(totals)]
+    ranked = sorted(
+        ((r, j) for r in range(len(sizes)) for j in range(len(fractions))),
+        key=lambda rj: (-(exact[rj[0]][rj[1]] - cells[rj[0]][rj[1]]), order_key(seed, f"class {labels[rj[0]]}"), rj[1]),
+    )
+    for r, j in ranked:
+        if row_need[r] > 0 and col_need[j] > 0 and exact[r][j] > cells[r][j]:
+            cells[r][j] += 1
+            row_need[r] -= 1
+            col_need[j] -= 1
+    for r in range(len(sizes)):
+        for j in range(len(fractions)):
+            moved = min(row_need[r], col_need[j])
+            cells[r][j] += moved
+            row_need[r] -= moved
+            col_need[j] -= moved
+    return cells
 
 
 def group_presplit(items: Sequence[T]) -> dict[str, list[T]]:
