@@ -10,6 +10,7 @@ import contextlib
 import glob as globlib
 import json
 import os
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,9 +35,21 @@ def find_files(path: str | Sequence[str], *, compression: str | None = None) -> 
         if fileio.is_remote(pattern):
             files.extend(sorted(tensorflow().io.gfile.glob(pattern)))
         elif os.path.isdir(pattern):
-            if fileio.exists(fileio.join(pattern, manifest.WORK_DIR)) or manifest.holds_images(pattern):
+            if fileio.exists(fileio.join(pattern, manifest.WORK_DIR)):
                 raise manifest.not_converted(pattern)
-            files.extend(os.path.join(pattern, n) for n in sorted(os.listdir(pattern)) if not n.startswith("."))
+            # Only regular files that are not images or known side files: a folder of shards
+            # often sits beside its image tree and labels.txt (TF-slim's layout).
+            candidates = [
+                os.path.join(pattern, n)
+                for n in sorted(os.listdir(pattern))
+                if not n.startswith(".")
+                and not n.endswith(NOT_RECORDS)
+                and not n.lower().endswith(manifest.IMAGE_SUFFIXES)
+                and os.path.isfile(os.path.join(pattern, n))
+            ]
+            if not candidates and manifest.holds_images(pattern):
+                raise manifest.not_converted(pattern)
+            files.extend(candidates)
         else:
             files.extend(sorted(globlib.glob(pattern)) or ([pattern] if os.path.isfile(pattern) else []))
     files = [f for f in files if not f.endswith(NOT_RECORDS)]
@@ -49,6 +62,48 @@ def find_files(path: str | Sequence[str], *, compression: str | None = None) -> 
     if compression is None and all(f.endswith(".gz") for f in files):
         compression = "gzip"
     return files, compression
+
+
+SPLIT_WORDS = ("train", *manifest.HELD_OUT_SPLITS)
+# Splits as other writers put them in shard names: `train-00000-of-00002` (Inception's
+# build_image_data), `flowers_validation_00001-of-00005.tfrecord` (TF-slim),
+# `mnist-test.tfrecord-00000-of-00001` (TFDS): the split is a whole word between separators.
+_WORD = re.compile(r"[A-Za-z]+")
+
+
+def split_in_name(file: str) -> str | None:
+    """The one split word a shard file's name carries, or None (none, or two different ones)."""
+    words = {w for w in _WORD.findall(os.path.basename(file).lower()) if w in SPLIT_WORDS}
+    return words.pop() if len(words) == 1 else None
+
+
+def files_of_split(folder: str, files: list[str], split: str) -> list[str]:
+    """The files of `folder` that hold `split`, told by their names.
+
+    A folder whose file names all carry a split is read per split: reading them all (as before)
+    trained on validation data silently. Names that carry no split at all are one unsplit set,
+    read whole whatever `split` says. A mix cannot be told apart safely and is refused.
+
+    Raises:
+        SourceError: `split` is not among the splits the names carry, or some names carry a
+            split and others do not (the message lists what was seen).
+    """
+    by_file = {f: split_in_name(f) for f in files}
+    named = {s for s in by_file.values() if s is not None}
+    if not named:
+        return files
+    unnamed = [os.path.basename(f) for f, s in by_file.items() if s is None]
+    if unnamed:
+        raise SourceError(
+            f"cannot tell the splits of the TFRecords in {folder!r} apart: some file names carry a split "
+            f"({sorted(named)}) and others do not ({unnamed[:5]}); pass the files of one split as a glob or "
+            "list, e.g. load('FOLDER/validation-*')"
+        )
+    if split not in named:
+        raise SourceError(
+            f"no {split!r} split in {folder!r}: its file names carry the splits {sorted(named)}; pass one of those"
+        )
+    return [f for f, s in by_file.items() if s == split]
 
 
 def count_records(path: str, compression: str | None) -> int:

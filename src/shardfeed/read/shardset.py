@@ -120,7 +120,7 @@ def open_split(
             short_sides=_short_sides(m.data.get("image_short_sides")),
         )
     assert not isinstance(path, manifest.Manifest)  # narrows the type: is_converted_folder said so
-    shards = from_files(path, compression=compression)
+    shards = from_files(path, compression=compression, split=split)
     first = next((f for f, n in zip(shards.files, shards.counts, strict=True) if n), None)
     if first is None:
         raise SourceError(f"the TFRecord files {shards.files[:3]} hold no records")
@@ -143,12 +143,15 @@ def from_manifest(path: str | manifest.Manifest, split: str) -> ShardSet:
     return ShardSet(m.shard_paths(split), counts, m.compression, m, sizes)
 
 
-def from_files(path: str | Sequence[str], *, compression: str | None = None) -> ShardSet:
-    """Foreign TFRecord files from a path, glob or list, counted once (read/foreign.py).
+def from_files(path: str | Sequence[str], *, compression: str | None = None, split: str | None = None) -> ShardSet:
+    """Foreign TFRecord files from a path, glob or list, counted once (read/foreign.py); for a
+    folder whose file names carry splits, only `split`'s files (`foreign.files_of_split`).
 
     Raises:
-        SourceError: nothing matches.
+        SourceError: nothing matches; the folder's splits cannot be told apart or lack `split`.
         CorruptRecordError: a file is corrupt (named, with the record).
     """
     files, compression = foreign.find_files(path, compression=compression)
+    if split is not None and isinstance(path, str) and os.path.isdir(path):
+        files = foreign.files_of_split(path, files, split)
     return ShardSet(files, [foreign.count_records(f, compression) for f in files], compression)

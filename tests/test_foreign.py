@@ -1,0 +1,104 @@
+"""Other people's TFRecord folders: splits told from the file names, never mixed silently."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import crops, jpeg_bytes, photos
+
+from shardfeed import load, steps_per_epoch
+from shardfeed.errors import SourceError
+from shardfeed.read.foreign import split_in_name
+
+
+def write_shard(path: Path, start: int, count: int) -> None:
+    """Records as TF models' build_image_data.py writes them (JPEG bytes, 1-based labels, file names)."""
+    import tensorflow as tf
+
+    images = crops(photos()["chelsea"], count, seed=start)
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i, image in enumerate(images):
+            feature = {
+                "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[jpeg_bytes(image)])),
+                "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[1 + (start + i) % 2])),
+                "image/filename": tf.train.Feature(bytes_list=tf.train.BytesList(value=[f"{start + i}.jpg".encode()])),
+            }
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+
+
+def _folder(root: Path, names: dict[str, int]) -> Path:
+    root.mkdir()
+    start = 0
+    for name, count in names.items():
+        write_shard(root / name, start, count)
+        start += 100
+    return root
+
+
+def _files(ds: object) -> list[str]:
+    return sorted(n.decode() for batch in ds for n in batch[-1].numpy())  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("name", "split"),
+    [
+        ("train-00000-of-00002", "train"),
+        ("validation-00001-of-00002", "validation"),
+        ("flowers_validation_00001-of-00005.tfrecord", "validation"),
+        ("mnist-test.tfrecord-00000-of-00001", "test"),
+        ("cat_dog00-57.tfrec", None),
+        ("trainval-00000-of-00004", None),
+        ("data-0.tfrecord", None),
+    ],
+)
+def test_the_split_a_file_name_carries(name: str, split: str | None) -> None:
+    assert split_in_name(f"/some/where/{name}") == split
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ("train-00000-of-00002", "train-00001-of-00002", "validation-00000-of-00001"),  # Inception
+        (
+            "flowers_train_00000-of-00002.tfrecord",
+            "flowers_train_00001-of-00002.tfrecord",
+            "flowers_validation_00000-of-00001.tfrecord",
+        ),  # TF-slim, beside labels.txt and the image tree
+        (
+            "beans-train.tfrecord-00000-of-00002",
+            "beans-train.tfrecord-00001-of-00002",
+            "beans-validation.tfrecord-00000-of-00001",
+        ),  # TFDS
+    ],
+)
+def test_a_foreign_folder_is_read_per_split(tmp_path: Path, names: tuple[str, ...]) -> None:
+    """`load(folder, split=...)` on a build_image_data.py folder read every record of both splits
+    (validation silently trained on); now each split is its own files, and steps agree."""
+    from shardfeed import ReadOptions
+
+    folder = _folder(tmp_path / "f", dict(zip(names, (5, 4, 3), strict=True)))
+    (folder / "labels.txt").write_text("1:cat\n2:dog\n")
+    (folder / "photos" / "cat").mkdir(parents=True)
+    (folder / "photos" / "cat" / "a.jpg").write_bytes(jpeg_bytes(np.ascontiguousarray(photos()["rocket"][:50, :50])))
+    read = ReadOptions(with_filenames=True)
+    train = _files(load(str(folder), split="train", training=False, batch_size=2, image_size=16, read=read))
+    val = _files(load(str(folder), split="validation", training=False, batch_size=2, image_size=16, read=read))
+    assert len(train) == 9 and len(val) == 3 and not set(train) & set(val)
+    assert steps_per_epoch(str(folder), "validation", 2) == 2
+    with pytest.raises(
+        SourceError, match=r"no 'test' split in .*: its file names carry the splits \['train', 'validation'\]"
+    ):
+        load(str(folder), split="test", batch_size=2, image_size=16)
+
+
+def test_a_folder_whose_splits_cannot_be_told_is_refused(tmp_path: Path) -> None:
+    folder = _folder(tmp_path / "f", {"train-00000-of-00001": 3, "extra-00000-of-00001": 2})
+    with pytest.raises(SourceError, match=r"cannot tell the splits .* others do not \(\['extra-00000-of-00001'\]\)"):
+        load(str(folder), split="train", batch_size=2, image_size=16)
+
+
+def test_names_without_splits_are_one_set(tmp_path: Path) -> None:
+    folder = _folder(tmp_path / "f", {"cat_dog00-3.tfrec": 3, "cat_dog01-2.tfrec": 2})
+    assert steps_per_epoch(str(folder), "train", 1) == 5
