@@ -102,3 +102,21 @@ def test_a_folder_whose_splits_cannot_be_told_is_refused(tmp_path: Path) -> None
 def test_names_without_splits_are_one_set(tmp_path: Path) -> None:
     folder = _folder(tmp_path / "f", {"cat_dog00-3.tfrec": 3, "cat_dog01-2.tfrec": 2})
     assert steps_per_epoch(str(folder), "train", 1) == 5
+
+
+def test_one_based_labels_are_shifted_by_the_read_option(tmp_path: Path) -> None:
+    """build_image_data.py writes labels 1..K (0 is background): Keras then refused label K as
+    out of range [0, K). `ReadOptions(label_offset=1)` gives the model 0..K-1."""
+    from shardfeed import ReadOptions
+    from shardfeed.errors import OptionError
+
+    folder = _folder(tmp_path / "f", {"train-00000-of-00001": 6})
+
+    def labels(read: ReadOptions) -> set[int]:
+        ds = load(str(folder), training=False, batch_size=3, image_size=16, read=read)
+        return {int(v) for _, batch_labels in ds for v in batch_labels.numpy()}
+
+    assert labels(ReadOptions()) == {1, 2}
+    assert labels(ReadOptions(label_offset=1)) == {0, 1}
+    with pytest.raises(OptionError, match="label_offset must be a non-negative integer"):
+        ReadOptions(label_offset=-1)

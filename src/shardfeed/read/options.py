@@ -52,6 +52,9 @@ class ReadOptions:
         filter_fn: predicate on one record's parsed features (a dict of tensors); False drops it.
         image_key, label_key: feature names in other people's TFRecords (label_key='' for none).
         compression: 'gzip' for compressed foreign files (ours say so in their manifest).
+        label_offset: subtracted from stored labels so the model sees 0..K-1 (1 for TFRecords
+            written with labels 1..K, as TF models' build_image_data.py writes them); default:
+            the manifest's for a converted folder, 0 for other files.
 
     Reading by index (shuffle='global' or `even`) needs uncompressed shards of a converted folder
     and rejects `cache`, `skip_corrupt` and (with the global order) `shuffle_buffer`.
@@ -73,8 +76,11 @@ class ReadOptions:
     image_key: str | None = None
     label_key: str | None = None
     compression: str | None = None
+    label_offset: int | None = None
 
     def __post_init__(self) -> None:
+        if self.label_offset is not None and (not isinstance(self.label_offset, int) or self.label_offset < 0):
+            raise OptionError(f"label_offset must be a non-negative integer, got {self.label_offset!r}")
         if self.shuffle is not None and self.shuffle not in SHUFFLES:
             raise OptionError(f"shuffle must be one of {list(SHUFFLES)}, got {self.shuffle!r}")
         if self.shuffle_buffer is not None and (not isinstance(self.shuffle_buffer, int) or self.shuffle_buffer < 0):

@@ -132,6 +132,8 @@ def resolve(
     )
     if read.with_filenames:
         schema = dataclasses.replace(schema, filename_key=FILENAME)
+    if read.label_offset is not None:
+        schema = dataclasses.replace(schema, label_offset=read.label_offset)
     plan = ReadPlan(
         split=split,
         read=read,
