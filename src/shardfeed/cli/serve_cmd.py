@@ -52,13 +52,16 @@ def run(args: argparse.Namespace) -> int:
             what = "dispatcher"
         else:
             timeout = args.dispatcher_timeout or None
-            if not ds.reachable(args.dispatcher, timeout=2.0):
+            limit = f"{timeout:g} s" if timeout else "never: --dispatcher-timeout 0"
+
+            def waiting() -> None:
                 log.info(
                     "waiting for the dispatcher at %s (nothing answers there yet; giving up after %s)",
                     args.dispatcher,
-                    f"{timeout:g} s" if timeout else "never: --dispatcher-timeout 0",
+                    limit,
                 )
-            if not ds.wait_until_reachable(args.dispatcher, timeout, stop):
+
+            if not ds.wait_until_reachable(args.dispatcher, timeout, stop, waiting):
                 log.info("stopped before the server had started")
                 return 0
             with ds.uninterruptible_call(ds.START_SECONDS):

@@ -28,7 +28,7 @@ def decode_image(example: dict[str, Any], max_pixels: int | None = image_limits.
     if fmt == b"RAW":
         h, w, c = (int(example[k]) for k in (schema.HEIGHT, schema.WIDTH, schema.CHANNELS))
         return np.frombuffer(data, np.uint8).reshape(h, w, c)
-    too_large = image_limits.too_large(image_limits.header_size(data), max_pixels)
+    too_large = image_limits.refusal(data, max_pixels)
     if too_large:
         name = example.get(schema.FILENAME, b"").decode(errors="replace")
         raise SourceError(f"record {name or '(no file name)'}: {too_large}")

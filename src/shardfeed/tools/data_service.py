@@ -22,7 +22,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from shardfeed.errors import ServiceError
@@ -80,15 +80,18 @@ def check_port_free(port: int) -> None:
                     f"port {port} is in use (another `shardfeed serve` or program listens on it); choose another "
                     "--port, or 0 for any free one"
                 ) from e  # any other failure (no IPv6 here): try the next family
-    return
 
 
-def wait_until_reachable(address: str, timeout: float | None, stop: StopFlag) -> bool:
+def wait_until_reachable(
+    address: str, timeout: float | None, stop: StopFlag, waiting: Callable[[], None] | None = None
+) -> bool:
     """Waits, in Python (signals keep working), until something accepts connections at `address`.
 
     TF's worker start blocks inside C++ until its dispatcher answers, holding the interpreter
     lock: no Python signal handler, timer or thread runs meanwhile, so a worker started with its
     dispatcher gone ignored SIGTERM and SIGINT for hours. Waiting here first keeps that call short.
+
+    `waiting` is called once, when the first attempt finds nothing there (to say so).
 
     Returns:
         False when `stop` was set first.
@@ -97,7 +100,11 @@ def wait_until_reachable(address: str, timeout: float | None, stop: StopFlag) ->
         ServiceError: nothing answered within `timeout` seconds (None: wait forever).
     """
     deadline = None if timeout is None else time.monotonic() + timeout
+    first = True
     while not reachable(address, timeout=1.0):
+        if first and waiting is not None:
+            waiting()
+        first = False
         if stop.wait(0.5):
             return False
         if deadline is not None and time.monotonic() > deadline:

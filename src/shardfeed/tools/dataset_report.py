@@ -154,7 +154,7 @@ def _problems(report: dict[str, Any], source: str, max_pixels: int | None) -> st
             from PIL import Image
 
             data = fileio.read_regular(os.path.join(source, key), image_limits.max_file_bytes(max_pixels))
-            if image_limits.too_large(image_limits.header_size(data), max_pixels):
+            if image_limits.refusal(data, max_pixels):
                 return '<span class="note">too large to draw</span>'
             with Image.open(io.BytesIO(data)) as im:
                 return h.thumbnail(im)

@@ -253,7 +253,7 @@ class _Conversion:
             plans = plan_shards(discovery, self.options, dropped_keys={k for k, _ in dropped})
             try:
                 folder_state.start(self.output_dir, state)
-                results, resumed = self._write_all(plans, discovery, pool)
+                results, resumed = self._write_all(plans, spec, pool)
                 self._finish(state, discovery, results, dropped)
             except OSError as e:
                 if e.errno not in DISK_FULL:
@@ -307,12 +307,10 @@ class _Conversion:
             )
 
     def _write_all(
-        self, plans: list[ShardPlan], discovery: Discovery, pool: Executor | None
+        self, plans: list[ShardPlan], spec: EncodingSpec, pool: Executor | None
     ) -> tuple[list[shards.ShardResult], int]:
         """Writes every shard not already committed; returns all shard results in plan order."""
-        target = WriteTarget(
-            self.output_dir, self.work_dir, EncodingSpec.of(discovery, self.options), self.options.compression
-        )
+        target = WriteTarget(self.output_dir, self.work_dir, spec, self.options.compression)
         done = {p.file: target.committed(p.file) for p in plans}
         for name in fileio.listdir(self.output_dir):
             if name.endswith(shards.INCOMPLETE):

@@ -31,15 +31,8 @@ def hold(output_dir: str) -> Iterator[None]:
     import fcntl
 
     path = os.path.join(output_dir, LOCK_NAME)
-    try:
-        os.makedirs(output_dir, exist_ok=True)
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o644))
-    except OSError as e:  # before any work: a read-only folder or file system, no permission
-        raise ConvertError(
-            f"cannot write into {output_dir!r}: {e.strerror or e}; choose a writable output folder"
-        ) from e
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock_file(output_dir, path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -60,6 +53,22 @@ def hold(output_dir: str) -> Iterator[None]:
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)
         os.close(fd)
+
+
+def _open_lock_file(output_dir: str, path: str) -> int:
+    """The lock file's descriptor (created with its folder when missing).
+
+    Raises:
+        ConvertError: the folder cannot be written (read-only folder or file system, no
+            permission): refused before any work.
+    """
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise ConvertError(
+            f"cannot write into {output_dir!r}: {e.strerror or e}; choose a writable output folder"
+        ) from e
 
 
 def _same_file(fd: int, path: str) -> bool:

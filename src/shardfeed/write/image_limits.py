@@ -3,7 +3,7 @@
 A few kilobytes can declare an image of billions of pixels (a 30,000 x 30,000 PNG of one colour
 is under a megabyte and decodes to 2.7 GB; a few such files drove a conversion to 23 GB and the
 kernel killed it). Every decode of an untrusted image (convert, predict on a folder, report
-thumbnails, previews of foreign shards) first asks `too_large`, so memory is bounded by the
+thumbnails, previews of foreign shards) first asks `refusal`, so memory is bounded by the
 limit whatever the input. Reading a file is bounded too (`max_file_bytes`): a character device
 or a multi-gigabyte file named .jpg is refused before it is read whole.
 """
@@ -54,6 +54,12 @@ def too_large(size: tuple[int, int] | None, max_pixels: int | None) -> str | Non
         f"image too large: {width}x{height} pixels ({width * height / 1e6:,.1f} megapixels) is over the "
         f"{max_pixels / 1e6:,.1f}-megapixel limit (--max-pixels / max_pixels to raise it)"
     )
+
+
+def refusal(data: bytes, max_pixels: int | None) -> str | None:
+    """Why the image in `data` must not be decoded (the size its header declares is over
+    `max_pixels`), or None: the one question every decode of an untrusted image asks first."""
+    return too_large(header_size(data), max_pixels)
 
 
 def max_file_bytes(max_pixels: int | None) -> int | None:

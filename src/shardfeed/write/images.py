@@ -125,7 +125,7 @@ def prepare_file_image(data: bytes, name: str, options: ImageOptions) -> Prepare
     fmt = sniff_format(data)
     if fmt is None:
         fmt = _identify_with_pillow(data)
-    too_large = image_limits.too_large(image_limits.header_size(data), options.max_pixels)
+    too_large = image_limits.refusal(data, options.max_pixels)
     if too_large:
         raise BadImageError(too_large)
     claims_jpeg = name.lower().endswith(_JPEG_EXTENSIONS)
