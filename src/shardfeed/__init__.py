@@ -1,14 +1,14 @@
 """shardfeed: image datasets -> sharded TFRecords -> fast tf.data input pipelines.
 
 The top level holds what a data pipeline needs every day: `convert` (with `ConvertOptions`,
-`ImageOptions` and the source classes), `load`/`steps_per_epoch` (with `ReadOptions`,
-`DecodeOptions`, `ServiceOptions`, `Augment`), the TensorFlow-free reader `IndexedRecords`, the
-manifest and the errors. Tools live in `shardfeed.tools` (info, verify, show, shuffle_report,
-bench), Keras training in `shardfeed.training` (train, TrainOptions, evaluate, predict,
-fit_resumable, models); both are attributes of this package, imported on first use (without
-TensorFlow). The reading order shared with PyTorch/Grain is in `shardfeed.read.order`
-(global_order, GlobalOrderSampler). `ReadConfig`/`DecodeConfig` are the former names of
-`ReadOptions`/`DecodeOptions` (deprecated).
+`ImageOptions` and the source classes), `adopt` (other people's TFRecords, `AdoptOptions`),
+`load`/`steps_per_epoch` (with `ReadOptions`, `DecodeOptions`, `ServiceOptions`, `Augment`), the
+TensorFlow-free reader `IndexedRecords`, the manifest and the errors. Tools live in
+`shardfeed.tools` (info, verify, show, shuffle_report, bench), Keras training in
+`shardfeed.training` (train, TrainOptions, evaluate, predict, fit_resumable, models); both are
+attributes of this package, imported on first use (without TensorFlow). The reading order shared
+with PyTorch/Grain is in `shardfeed.read.order` (global_order, GlobalOrderSampler).
+`ReadConfig`/`DecodeConfig` are the former names of `ReadOptions`/`DecodeOptions` (deprecated).
 """
 
 import importlib
@@ -31,6 +31,8 @@ from shardfeed.read.options import DecodeOptions as DecodeOptions
 from shardfeed.read.options import ReadOptions as ReadOptions
 from shardfeed.read.options import ServiceOptions as ServiceOptions
 from shardfeed.read.options import renamed as _renamed
+from shardfeed.tools.adopt import AdoptOptions as AdoptOptions
+from shardfeed.tools.adopt import adopt as adopt
 from shardfeed.version import __version__ as __version__
 from shardfeed.write.array_source import ArraySource as ArraySource
 from shardfeed.write.convert import ConversionResult as ConversionResult
@@ -43,6 +45,7 @@ from shardfeed.write.sources import FolderSource as FolderSource
 from shardfeed.write.sources import UnlabeledSource as UnlabeledSource
 
 __all__ = [
+    "AdoptOptions",
     "ArraySource",
     "Augment",
     "ConversionResult",
@@ -65,6 +68,7 @@ __all__ = [
     "SourceError",
     "UnlabeledSource",
     "__version__",
+    "adopt",
     "convert",
     "load",
     "read_manifest",

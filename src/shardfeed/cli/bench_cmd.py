@@ -8,13 +8,14 @@ import os
 import sys
 from typing import Any
 
+from shardfeed.cli.options import add_record_key_flags, from_args
 from shardfeed.read.options import SHUFFLES, ReadOptions
 from shardfeed.tools.benchmark import bench
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("bench", help="measure load-pipeline throughput")
-    p.add_argument("path", help="converted folder")
+    p.add_argument("path", nargs="+", help="converted folder, or TFRecord files/globs another program wrote")
     p.add_argument("--split", default="train")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--image-size", type=int, default=224)
@@ -42,15 +43,16 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--service", help="read through a tf.data service dispatcher, grpc://HOST:PORT (shardfeed serve)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    add_record_key_flags(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     net = _model(args.model) if args.model else None
     image_size = tuple(net.input_shape[1:3]) if net is not None else args.image_size
-    read = ReadOptions(shuffle=args.shuffle)
+    read = from_args(ReadOptions, args, shuffle=args.shuffle)
     result = bench(
-        args.path,
+        args.path[0] if len(args.path) == 1 else args.path,
         split=args.split,
         batch_size=args.batch_size,
         image_size=image_size,

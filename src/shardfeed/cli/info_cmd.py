@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from shardfeed.cli.options import add_record_key_flags
 from shardfeed.read.options import SHUFFLES, ReadOptions
 from shardfeed.tools.dataset_info import format_info, info
 
@@ -14,8 +15,6 @@ def register(sub: Any) -> None:
     p = sub.add_parser("info", help="describe converted shards (or other TFRecords)")
     p.add_argument("path", nargs="+", help="converted folder, or TFRecord files/globs")
     p.add_argument("--sample", type=int, default=1000, help="records per split sampled for image stats")
-    p.add_argument("--image-key", help="other TFRecords: the image feature")
-    p.add_argument("--label-key", help="other TFRecords: the label feature (counts classes)")
     p.add_argument("--json", action="store_true", help="print JSON")
     g = p.add_argument_group("shuffle quality (--shuffle-report)")
     g.add_argument(
@@ -29,6 +28,7 @@ def register(sub: Any) -> None:
     g.add_argument("--shuffle", choices=SHUFFLES, default="buffer")
     g.add_argument("--shuffle-buffer", type=int, help="records in the shuffle buffer (default 4096)")
     g.add_argument("--seed", type=int, default=0)
+    add_record_key_flags(p)
     p.set_defaults(run=run)
 
 
@@ -43,6 +43,12 @@ def run(args: argparse.Namespace) -> int:
         )
         print(json.dumps(report, indent=2) if args.json else format_report(report))
         return 0
-    data = info(path, sample=args.sample, image_key=args.image_key, label_key=args.label_key)
+    data = info(
+        path,
+        sample=args.sample,
+        image_key=args.image_key,
+        label_key=args.label_key,
+        label_offset=args.label_offset or 0,
+    )
     print(json.dumps(data, indent=2, sort_keys=True) if args.json else format_info(data))
     return 0

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Sequence
 
 from shardfeed.cli import (
+    adopt_cmd,
     bench_cmd,
     convert_cmd,
     evaluate_cmd,
@@ -28,6 +29,7 @@ from shardfeed.version import __version__
 
 SUBCOMMANDS = (
     convert_cmd,
+    adopt_cmd,
     info_cmd,
     verify_cmd,
     show_cmd,

@@ -55,3 +55,19 @@ def image_fields(args: argparse.Namespace) -> dict[str, Any]:
     if limit is None:
         return {}
     return {"max_pixels": None if limit == NO_LIMIT else limit}
+
+
+def add_record_key_flags(parser: Any, *, offset: bool = True) -> None:
+    """The flags that say how other people's TFRecords hold image and label (adopt, bench, info)."""
+    g = parser.add_argument_group("other TFRecords (not written by shardfeed)")
+    g.add_argument("--image-key", help="the feature holding the encoded image or float pixels (default image/encoded)")
+    g.add_argument(
+        "--label-key", help="the integer class feature (default image/class/label; '' for images without labels)"
+    )
+    if offset:
+        g.add_argument(
+            "--label-offset",
+            type=int,
+            help="subtracted from stored labels so the model sees 0..K-1 (1 for labels written 1..K, as "
+            "Inception's build_image_data.py and keras_imagenet do)",
+        )

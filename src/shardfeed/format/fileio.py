@@ -6,6 +6,7 @@ Local paths stay TensorFlow-free (fast, fork-safe workers); a path with a scheme
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import shutil
@@ -246,3 +247,22 @@ def _is_utf8(name: str) -> bool:
 def _printable(rel: str) -> str:
     """A path with undecodable bytes shown as \\xNN escapes, fit for JSON and messages."""
     return os.fsencode(rel).decode("utf-8", "backslashreplace")
+
+
+class HashingReader:
+    """A read-only stream that hashes (SHA-256) and counts the bytes read through it, so one
+    pass over a shard both parses its records and proves its bytes (verify, adopt)."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw, self.sha256, self.size = raw, hashlib.sha256(), 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.raw.read(n)
+        self.sha256.update(data)
+        self.size += len(data)
+        return bytes(data)
+
+    def drain(self) -> None:
+        """Reads the rest (bytes after a damaged record still count towards size and hash)."""
+        while self.read(1 << 20):
+            pass

@@ -6,6 +6,8 @@ manifest.json (versioned; written last, so a folder without it is unfinished):
     settings     the write settings (what decides the bytes; not worker count)
     labels       class names, index = id before label_offset; null for unlabeled data
     label_offset added to ids in image/class/label
+    schema       which features hold image, label and dimensions, when not ours (adopted
+                 folders, `--schema` presets); absent: the keys of format/schema.py
     features     record keys -> type
     splits       {name: {num_records, num_bytes, class_counts, shards: [{file, index_file,
                  num_records, num_bytes, sha256}]}}
@@ -26,6 +28,7 @@ from typing import Any
 
 from shardfeed.errors import ManifestError
 from shardfeed.format import fileio
+from shardfeed.format.schema import Schema
 
 # Names a held-out split goes by, in order of preference (.npz sources give train/test).
 HELD_OUT_SPLITS = ("validation", "val", "valid", "test", "eval", "dev")
@@ -68,6 +71,12 @@ class Manifest:
     @property
     def label_offset(self) -> int:
         return int(self.data.get("label_offset", 0))
+
+    @property
+    def keys(self) -> Schema:
+        """Which record features hold the image and label: ours, or (an adopted folder, a
+        `--schema` preset) those the manifest's `schema` entry names."""
+        return Schema.of_manifest(self.data.get("schema"))
 
     @property
     def compression(self) -> str | None:

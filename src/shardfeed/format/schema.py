@@ -22,11 +22,16 @@ found in other people's TFRecords (`foreign_schema`).
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shardfeed.errors import SourceError
+import numpy as np
+
+from shardfeed.errors import ManifestError, SourceError
+from shardfeed.format.image_format import sniff_format
 
 ENCODED = "image/encoded"
 FORMAT = "image/format"
@@ -78,12 +83,45 @@ class Schema:
     max_side: int | None = None  # the longest image side, when the manifest knows it
     short_sides: tuple[tuple[int, int], ...] | None = None  # (side bucket, images), ditto
 
+    @property
+    def is_ours(self) -> bool:
+        """Records written with shardfeed's own keys (ImageNet's)."""
+        keys = self.record_keys()
+        return {**keys, "label_key": keys["label_key"] or LABEL} == Schema().record_keys()
+
+    def record_keys(self) -> dict[str, Any]:
+        """The manifest's `schema` entry: which record features hold what (not reading hints)."""
+        return {name: getattr(self, name) for name in RECORD_KEY_FIELDS}
+
+    @classmethod
+    def of_manifest(cls, entry: Mapping[str, Any] | None) -> Schema:
+        """The schema a manifest's `schema` entry names (ours when it has none: every folder
+        `convert` wrote before adopted folders existed).
+
+        Raises:
+            ManifestError: the entry names a field this version does not know.
+        """
+        if not entry:
+            return cls()
+        unknown = sorted(set(entry) - set(RECORD_KEY_FIELDS))
+        if unknown:
+            raise ManifestError(f"manifest.json's schema has fields this shardfeed does not know: {unknown}")
+        return dataclasses.replace(cls(), **entry)
+
+
+RECORD_KEY_FIELDS = ("image_key", "label_key", "height_key", "width_key", "channels_key", "pixels_as_floats")
+_TYPE_NAMES = {bytes: "bytes", int: "int64", float: "float"}
+
 
 def foreign_schema(record: Mapping[str, Any], source: str, image_key: str | None, label_key: str | None) -> Schema:
     """The schema of other people's TFRecords, from one parsed record ({key: values}).
 
-    `label_key=''` means unlabeled. Raises ValueError naming the keys present when a named
-    feature is missing.
+    `label_key=''` means unlabeled. Checked here, when the dataset is built, so a wrong key or
+    type is one message naming the file, not a TensorFlow error at iteration time.
+
+    Raises:
+        SourceError: a named feature is missing (the message lists those present), or holds a
+            type it cannot be read as (found type and the fix).
     """
     image_key = image_key or ENCODED
     label_key = LABEL if label_key is None else label_key
@@ -91,8 +129,11 @@ def foreign_schema(record: Mapping[str, Any], source: str, image_key: str | None
         if key and key not in record:
             raise SourceError(
                 f"feature {key!r} not in the records of {source}; they have {sorted(record)}; "
-                f"pass {option}= in ReadOptions"
+                f"pass {option}= in ReadOptions (--{option.replace('_', '-')} on the command line)"
             )
+    _check_image_type(record, image_key, source)
+    if label_key:
+        _check_label_type(record, label_key, source)
     values = record[image_key]
     pixels = bool(values) and isinstance(values[0], float)
 
@@ -107,3 +148,86 @@ def foreign_schema(record: Mapping[str, Any], source: str, image_key: str | None
         channels_key=present(CHANNELS),
         pixels_as_floats=pixels,
     )
+
+
+def type_name(value: Any) -> str:
+    """The Example type of one parsed value: 'bytes', 'int64' or 'float' (the manifest's `features`)."""
+    return _TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def describe(values: list[Any]) -> str:
+    """How a feature's values are described in a type error: 'an int64 list of 784 values'."""
+    if not values:
+        return "empty"
+    kind = type_name(values[0])
+    return f"a{'n' if kind[0] in 'aeiou' else ''} {kind} list of {len(values)} value{'s' * (len(values) != 1)}"
+
+
+def _check_image_type(record: Mapping[str, Any], key: str, source: str) -> None:
+    """The image feature is one encoded image (bytes) or a float list of pixels."""
+    values = record[key]
+    if values and isinstance(values[0], float):
+        return
+    if len(values) == 1 and isinstance(values[0], bytes):
+        data = values[0]
+        if sniff_format(data) is not None or record.get(FORMAT) == [b"RAW"]:
+            return
+        raise SourceError(
+            f"feature {key!r} in {source} (record 0) holds {len(data):,} bytes that are not an encoded image "
+            f"(JPEG, PNG, GIF, BMP, WebP or TIFF; they start {data[:8]!r}): raw pixel bytes, such as a float32 "
+            "array's tobytes(), carry no shape or type; write the pixels as a float_list feature or encode the "
+            "images (PNG keeps them exactly), or pass image_key= naming the encoded image"
+        )
+    raise SourceError(
+        f"feature {key!r} in {source} (record 0) is {describe(values)}, not one encoded image (bytes) or a float "
+        "list of pixels; pass image_key= naming the image feature"
+    )
+
+
+def _check_label_type(record: Mapping[str, Any], key: str, source: str) -> None:
+    """The label feature is one int64 class id."""
+    values = record[key]
+    if len(values) == 1 and isinstance(values[0], int):
+        return
+    raise SourceError(
+        f"feature {key!r} in {source} (record 0) is {describe(values)}, not one int64 class id; pass label_key= "
+        "naming the integer class feature, or label_key='' to read the images without labels"
+    )
+
+
+def canonical(features: dict[str, list[Any]], keys: Schema) -> dict[str, list[Any]]:
+    """A parsed record ({key: values}) with its image, dimensions and label under our keys,
+    whatever keys it was written with: the one place Python-side readers (previews, reports,
+    verify, IndexedRecords) learn another writer's layout. A float list of pixels becomes a RAW
+    uint8 image (0..1 floats scaled to 0..255); an encoded image without `image/format` gets the
+    format its bytes show."""
+    if keys.is_ours:
+        return features
+    out = dict(features)
+    for ours, theirs in ((HEIGHT, keys.height_key), (WIDTH, keys.width_key), (CHANNELS, keys.channels_key)):
+        if theirs and theirs in features:
+            out[ours] = features[theirs]
+    if keys.label_key and keys.label_key in features:
+        out[LABEL] = features[keys.label_key]
+    values = features.get(keys.image_key, [])
+    if keys.pixels_as_floats:
+        out.update(_raw_pixels(values, out))
+    elif values:
+        out[ENCODED] = values
+        if FORMAT not in features:
+            out[FORMAT] = [(sniff_format(values[0]) or "unknown").upper().encode()]
+    return out
+
+
+def _raw_pixels(values: list[float], dims: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """Float pixels (0..1 or 0..255, dimensions given or a square guessed, as the tf.data reader
+    does) as our RAW image features."""
+    floats = np.asarray(values, np.float32)
+    n = floats.size
+    height = int(dims.get(HEIGHT, [0])[0]) or math.isqrt(n)
+    width = int(dims.get(WIDTH, [0])[0]) or n // max(height, 1)
+    channels = n // max(height * width, 1)
+    if n and floats.max() <= 1.0:
+        floats = floats * 255.0
+    pixels = np.clip(np.round(floats), 0, 255).astype(np.uint8)
+    return {ENCODED: [pixels.tobytes()], FORMAT: [b"RAW"], HEIGHT: [height], WIDTH: [width], CHANNELS: [channels]}

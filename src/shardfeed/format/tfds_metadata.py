@@ -34,8 +34,12 @@ _FEATURES = "tensorflow_datasets.core.features."
 def reason_not_written(data: dict[str, Any]) -> str | None:
     """Why a manifest's folder gets no TFDS metadata, or None when it does."""
     settings = data["settings"]
+    if not schema.Schema.of_manifest(data.get("schema")).is_ours:
+        return f"the records keep the image and label under other keys than TFDS's features ({schema.ENCODED})"
     if settings.get("compression"):
         return "TFDS does not read gzip-compressed TFRecords"
+    if "name_template" in settings and settings["name_template"] is None:
+        return f"the shard names do not follow TFDS's {TFDS_TEMPLATE}"
     if settings.get("name_template", DEFAULT_TEMPLATE) != DEFAULT_TEMPLATE:
         return f"shard names {settings['name_template']!r} are not TFDS's {TFDS_TEMPLATE}"
     if "RAW" in data.get("image_formats", {}):
@@ -77,6 +81,8 @@ def features(data: dict[str, Any]) -> dict[str, Any]:
     encoding = "jpeg" if formats.get("JPEG", 0) >= sum(formats.values()) / 2 else "png"
     connectors: dict[str, Any] = {}
     for key, kind in data["features"].items():
+        if key not in schema.FEATURE_KEYS:  # other writers' extras (boxes, ...): TFDS parses only those listed
+            continue
         if key == schema.ENCODED:
             image = {"dtype": "uint8", "encodingFormat": encoding, "shape": {"dimensions": ["-1", "-1", "3"]}}
             connectors[key] = {"image": image, "pythonClassName": _FEATURES + "image_feature.Image"}

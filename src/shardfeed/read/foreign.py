@@ -77,6 +77,44 @@ def split_in_name(file: str) -> str | None:
     return words.pop() if len(words) == 1 else None
 
 
+def splits_of_files(folder: str, files: list[str], pattern: str | None = None) -> dict[str, str | None]:
+    """{file: the split its name carries}: by `pattern` (a regex searched in the file name; its
+    group named `split`, else its first group, else the whole match), or by `split_in_name`.
+    None for every file when no name carries a split (one unsplit set).
+
+    Raises:
+        SourceError: some names carry a split and others do not (it lists what was seen), or
+            `pattern` is not a valid regular expression.
+    """
+    if pattern is None:
+        by_file = {f: split_in_name(f) for f in files}
+    else:
+        try:
+            regex = re.compile(pattern)
+        except re.error as e:
+            raise SourceError(f"--split-pattern {pattern!r} is not a regular expression: {e}") from None
+        by_file = {f: _matched_split(regex, os.path.basename(f)) for f in files}
+    named = {s for s in by_file.values() if s is not None}
+    unnamed = [os.path.basename(f) for f, s in by_file.items() if s is None]
+    if named and unnamed:
+        rule = f"the pattern {pattern!r}" if pattern else "their names"
+        raise SourceError(
+            f"cannot tell the splits of the TFRecords in {folder!r} apart: by {rule}, some files carry a split "
+            f"({sorted(named)}) and others do not ({unnamed[:5]}); pass the files of one split as a glob or "
+            "list, e.g. load('FOLDER/validation-*'), or give a split pattern (adopt --split-pattern)"
+        )
+    return by_file
+
+
+def _matched_split(regex: re.Pattern[str], name: str) -> str | None:
+    match = regex.search(name)
+    if match is None:
+        return None
+    if "split" in regex.groupindex:
+        return match.group("split")
+    return match.group(1) if regex.groups else match.group(0)
+
+
 def files_of_split(folder: str, files: list[str], split: str) -> list[str]:
     """The files of `folder` that hold `split`, told by their names.
 
@@ -88,17 +126,10 @@ def files_of_split(folder: str, files: list[str], split: str) -> list[str]:
         SourceError: `split` is not among the splits the names carry, or some names carry a
             split and others do not (the message lists what was seen).
     """
-    by_file = {f: split_in_name(f) for f in files}
+    by_file = splits_of_files(folder, files)
     named = {s for s in by_file.values() if s is not None}
     if not named:
         return files
-    unnamed = [os.path.basename(f) for f, s in by_file.items() if s is None]
-    if unnamed:
-        raise SourceError(
-            f"cannot tell the splits of the TFRecords in {folder!r} apart: some file names carry a split "
-            f"({sorted(named)}) and others do not ({unnamed[:5]}); pass the files of one split as a glob or "
-            "list, e.g. load('FOLDER/validation-*')"
-        )
     if split not in named:
         raise SourceError(
             f"no {split!r} split in {folder!r}: its file names carry the splits {sorted(named)}; pass one of those"

@@ -63,6 +63,7 @@ class IndexedRecords:
         info = self.manifest.split(split)
         shardset.from_manifest(self.manifest, split).check_files()
         self.split = split
+        self.keys = self.manifest.keys
         self.files = [fileio.join(self.manifest.path, s.file) for s in info.shards]
         shard_ids, offsets, sizes = [], [], []
         for number, shard in enumerate(info.shards):
@@ -139,10 +140,17 @@ class IndexedRecords:
 
     def image(self, index: int) -> np.ndarray:
         """Record `index`'s image decoded to a uint8 [H, W, C] array."""
-        return decode_image(self.example(index))
+        return decode_image(self._ours(self.example(index)))
 
     def label(self, index: int) -> int:
-        return int(self.example(index)[schema.LABEL]) - self.manifest.label_offset
+        return int(self._ours(self.example(index))[schema.LABEL]) - self.manifest.label_offset
+
+    def _ours(self, example: dict[str, Any]) -> dict[str, Any]:
+        """An example under our keys (records of an adopted folder may use others: `schema.canonical`)."""
+        if self.keys.is_ours:
+            return example
+        wrapped = {k: v if isinstance(v, list) else [v] for k, v in example.items()}
+        return {k: v[0] if len(v) == 1 else v for k, v in schema.canonical(wrapped, self.keys).items()}
 
     def order(
         self, seed: int, epoch: int = 0, *, num_workers: int = 1, worker_index: int = 0, even: str = "drop"
@@ -159,6 +167,7 @@ class IndexedRecords:
         return GlobalOrderSampler(len(self), seed, num_workers, worker_index, even, epoch)
 
     def _image_and_label(self, example: dict[str, Any]) -> tuple[np.ndarray, int]:
+        example = self._ours(example)
         label = example.get(schema.LABEL)
         return decode_image(example), -1 if label is None else int(label) - self.manifest.label_offset
 

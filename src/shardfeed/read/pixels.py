@@ -17,6 +17,17 @@ def to_rgb(image: np.ndarray) -> np.ndarray:
     return image if image.shape[-1] == 3 else np.repeat(image[..., :1], 3, axis=-1)
 
 
+def with_dimensions(features: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """A parsed record (our keys) with image/height and image/width, read from the image's header
+    when the writer stored none (other people's records often carry only the bytes)."""
+    if schema.HEIGHT in features and schema.WIDTH in features:
+        return features
+    size = image_limits.header_size(features.get(schema.ENCODED, [b""])[0])
+    if size is None:
+        return features
+    return {**features, schema.WIDTH: [size[0]], schema.HEIGHT: [size[1]]}
+
+
 def decode_image(example: dict[str, Any], max_pixels: int | None = image_limits.DEFAULT_MAX_PIXELS) -> np.ndarray:
     """The image of a parsed example as uint8 [H, W, C] (JPEG via simplejpeg, else Pillow/raw).
 

@@ -7,6 +7,7 @@ read off their first record.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -110,10 +111,11 @@ def open_split(
     if is_converted_folder(path):
         m = manifest.opened(path)
         shards = from_manifest(m, split)
-        default = Schema()
+        keys = m.keys
         formats = m.data.get("image_formats") or {}
-        return shards, Schema(
-            label_key=default.label_key if m.labels is not None else None,
+        return shards, dataclasses.replace(
+            keys,
+            label_key=keys.label_key if m.labels is not None else None,
             label_offset=m.label_offset,
             all_jpeg=set(formats) == {"JPEG"},
             max_side=m.data.get("image_max_side"),

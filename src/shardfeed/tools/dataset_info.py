@@ -11,7 +11,7 @@ from shardfeed.errors import SourceError
 from shardfeed.format import manifest, schema, tfrecord
 from shardfeed.format.example_proto import parse_example
 from shardfeed.read import shardset as reader
-from shardfeed.read.sampling import sample_records
+from shardfeed.read.sampling import sample_examples
 from shardfeed.write.convert import non_jpeg_note
 
 HISTOGRAM_WIDTH = 40
@@ -24,6 +24,7 @@ def info(
     seed: int = 0,
     image_key: str | None = None,
     label_key: str | None = None,
+    label_offset: int = 0,
 ) -> dict[str, Any]:
     """A JSON-ready description of a dataset.
 
@@ -31,11 +32,11 @@ def info(
     stats from up to `sample` records per split (picked at random through the index files, so
     nothing else is read), and the settings it was written with. For other TFRecords: files,
     record counts, the feature names and types of the first record, and label counts if
-    `label_key` is given.
+    `label_key` is given (less `label_offset`), with a note when they look 1-based.
     """
     if reader.is_converted_folder(path):
         return _ours(str(path), sample, seed)
-    return _foreign(path, image_key, label_key)
+    return _foreign(path, image_key, label_key, label_offset)
 
 
 def _ours(path: str, sample: int, seed: int) -> dict[str, Any]:
@@ -62,6 +63,8 @@ def _ours(path: str, sample: int, seed: int) -> dict[str, Any]:
         "bytes": sum(s["bytes"] for s in splits.values()),
         "settings": data["settings"],
         "source": data["source"],
+        "schema": data.get("schema"),
+        "label_range": data.get("label_range"),
         "conversions": data["conversions"],
         "skipped": data["num_skipped"],
         "duplicate_groups": data["num_duplicates"],
@@ -74,12 +77,11 @@ def _ours(path: str, sample: int, seed: int) -> dict[str, Any]:
 def _image_stats(m: manifest.Manifest, split: str, sample: int, seed: int) -> dict[str, Any]:
     """Height/width/format/channel stats over a random sample of records, read by index offset."""
     heights, widths, formats, channels = [], [], Counter[str](), Counter[int]()
-    for record in sample_records(m.path, split, sample, seed):
-        f = parse_example(record)
-        heights.append(int(f.get(schema.HEIGHT, [0])[0]))
-        widths.append(int(f.get(schema.WIDTH, [0])[0]))
-        formats[f.get(schema.FORMAT, [b"?"])[0].decode()] += 1
-        channels[int(f.get(schema.CHANNELS, [0])[0])] += 1
+    for f in sample_examples(m, split, sample, seed):
+        heights.append(int(f.get(schema.HEIGHT, 0)))
+        widths.append(int(f.get(schema.WIDTH, 0)))
+        formats[f.get(schema.FORMAT, b"?").decode()] += 1
+        channels[int(f.get(schema.CHANNELS, 0))] += 1
     if not heights:
         return {"sampled": 0}
 
@@ -95,7 +97,9 @@ def _image_stats(m: manifest.Manifest, split: str, sample: int, seed: int) -> di
     }
 
 
-def _foreign(path: str | Sequence[str], image_key: str | None, label_key: str | None) -> dict[str, Any]:
+def _foreign(
+    path: str | Sequence[str], image_key: str | None, label_key: str | None, label_offset: int
+) -> dict[str, Any]:
     shards = reader.from_files(path)
     first = next((f for f, n in zip(shards.files, shards.counts, strict=True) if n), None)
     features: dict[str, str] = {}
@@ -109,14 +113,22 @@ def _foreign(path: str | Sequence[str], image_key: str | None, label_key: str | 
         for file in shards.files:
             for blob in tfrecord.read_records(file, compression=shards.compression):
                 labels.update(parse_example(blob).get(label_key, []))
+    note = None
+    if labels and label_offset == 0 and min(labels) >= 1:
+        note = (
+            f"labels run {min(labels)}..{max(labels)} and none is 0: if they are 1-based (Inception's "
+            "build_image_data.py, keras_imagenet), read them with label_offset=1 (--label-offset 1)"
+        )
     return {
+        "label_note": note,
         "path": path if isinstance(path, str) else list(path),
         "kind": "tfrecord",
         "files": [{"file": f, "records": n} for f, n in zip(shards.files, shards.counts, strict=True)],
         "records": shards.num_records,
         "features": features,
         "image_key": image_key,
-        "class_counts": {str(k): v for k, v in sorted(labels.items())} if label_key else None,
+        "class_counts": {str(k - label_offset): v for k, v in sorted(labels.items())} if label_key else None,
+        "label_offset": label_offset,
     }
 
 
@@ -136,6 +148,8 @@ def format_info(data: dict[str, Any]) -> str:
         lines += [f"  feature {k}: {t}" for k, t in data["features"].items()]
         if data.get("class_counts"):
             lines += _histogram(data["class_counts"])
+        if data.get("label_note"):
+            lines.append(f"  note: {data['label_note']}")
         return "\n".join(lines)
     lines.append(
         f"  {_plural(data['records'], 'record')}, {data['bytes'] / 1e6:,.1f} MB, "
@@ -150,8 +164,11 @@ def format_info(data: dict[str, Any]) -> str:
     for name, split in data["splits"].items():
         lines += _split_details(name, split)
     settings = data["settings"]
-    lines.append("  settings: " + ", ".join(f"{k}={_setting(v)}" for k, v in settings.items() if k != "image"))
-    lines.append("  image settings: " + ", ".join(f"{k}={_setting(v)}" for k, v in settings["image"].items()))
+    shown = {k: v for k, v in settings.items() if k not in ("image", "adopt")}
+    lines.append("  settings: " + ", ".join(f"{k}={_setting(v)}" for k, v in shown.items()))
+    if "image" in settings:
+        lines.append("  image settings: " + ", ".join(f"{k}={_setting(v)}" for k, v in settings["image"].items()))
+    lines += _label_lines(data)
     if data["conversions"]:
         lines.append("  converted on write: " + ", ".join(f"{k} {v:,}" for k, v in data["conversions"].items()))
     lines.append(
@@ -162,6 +179,25 @@ def format_info(data: dict[str, Any]) -> str:
     if note:
         lines.append(f"  note: {note}")
     return "\n".join(lines)
+
+
+def _label_lines(data: dict[str, Any]) -> list[str]:
+    """Where the records came from when another program wrote them, and the label base."""
+    lines = []
+    source, keys = data["source"], data.get("schema") or {}
+    if source.get("kind") == "adopted":
+        lines.append(
+            f"  adopted from {_setting(source['path'])}: image in {keys.get('image_key')!r}, "
+            f"label in {keys.get('label_key')!r}"
+        )
+    if data["labels"] is not None:
+        offset = data["label_offset"]
+        stored = data.get("label_range") or [offset, offset + len(data["labels"]) - 1]
+        lines.append(
+            f"  labels: stored {stored[0]}..{stored[1]}, label_offset {offset}: "
+            f"`load` gives {stored[0] - offset}..{stored[1] - offset}"
+        )
+    return lines
 
 
 def _split_details(name: str, split: dict[str, Any]) -> list[str]:

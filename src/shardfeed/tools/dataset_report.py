@@ -17,9 +17,8 @@ from collections import defaultdict
 from typing import Any
 
 from shardfeed.format import fileio, manifest, schema
-from shardfeed.format.example_proto import parse_example
 from shardfeed.read.pixels import decode_image, to_rgb
-from shardfeed.read.sampling import sample_records
+from shardfeed.read.sampling import sample_examples
 from shardfeed.tools import html_page as h
 from shardfeed.write import image_limits
 
@@ -43,7 +42,9 @@ def dataset_report(path: str, output: str | None = None, *, seed: int = 0, extra
         _class_counts(m),
         _samples(m, sample),
         _sizes(sample),
-        _problems(report, m.data["source"]["path"], m.data["settings"]["image"].get("max_pixels", DEFAULT_LIMIT)),
+        _problems(
+            report, m.data["source"]["path"], m.data["settings"].get("image", {}).get("max_pixels", DEFAULT_LIMIT)
+        ),
         extra,
         h.section("Settings", h.table(["setting", "value"], _settings_rows(m.data["settings"]))),
     ]
@@ -59,8 +60,7 @@ def _sample(m: manifest.Manifest, seed: int) -> list[dict[str, Any]]:
     out = []
     for name in m.split_names:
         count = max(1, round(SAMPLE * m.split(name).num_records / total))
-        for record in sample_records(m.path, name, count, seed):
-            example = {k: v[0] if len(v) == 1 else v for k, v in parse_example(record).items()}
+        for example in sample_examples(m, name, count, seed):
             example["split"] = name
             out.append(example)
     return out
@@ -115,7 +115,10 @@ def _samples(m: manifest.Manifest, sample: list[dict[str, Any]]) -> str:
     parts = []
     for name in shown:
         tiles = [
-            h.figure(h.thumbnail(to_rgb(decode_image(e))), f"{e[schema.FILENAME].decode()} ({e['split']})")
+            h.figure(
+                h.thumbnail(to_rgb(decode_image(e))),
+                f"{e.get(schema.FILENAME, b'?').decode(errors='replace')} ({e['split']})",
+            )
             for e in by_class[name]
         ]
         parts.append(f'<h3>{h.esc(name)}</h3><div class="grid">{"".join(tiles)}</div>')

@@ -14,10 +14,9 @@ import numpy as np
 
 from shardfeed.errors import OptionError
 from shardfeed.format import manifest, schema
-from shardfeed.format.example_proto import parse_example
 from shardfeed.read.options import ReadOptions
 from shardfeed.read.pixels import decode_image, to_rgb
-from shardfeed.read.sampling import sample_records
+from shardfeed.read.sampling import sample_examples
 
 
 @dataclass
@@ -44,17 +43,17 @@ def sample_tiles(
     if augmented:
         return _augmented_tiles(m, split, count, seed, image_size)
     tiles = []
-    for record in sample_records(path, split, count, seed):
-        f = parse_example(record)
-        example = {k: v[0] if len(v) == 1 else v for k, v in f.items()}
-        tiles.append(Tile(f[schema.FILENAME][0].decode(), _caption(f, m), to_rgb(decode_image(example))))
+    for example in sample_examples(m, split, count, seed):
+        key = example.get(schema.FILENAME, b"").decode(errors="replace")
+        tiles.append(Tile(key, _caption(example, key, m), to_rgb(decode_image(example))))
     return tiles
 
 
-def _caption(features: dict[str, list[Any]], m: manifest.Manifest) -> str:
+def _caption(example: dict[str, Any], key: str, m: manifest.Manifest) -> str:
+    """The class name, or for unlabeled data the file name (empty when the records carry none)."""
     if m.labels is None:
-        return str(features[schema.FILENAME][0].decode()).rsplit("/", 1)[-1]
-    return m.labels[int(features[schema.LABEL][0]) - m.label_offset]
+        return key.rsplit("/", 1)[-1]
+    return m.labels[int(example[schema.LABEL]) - m.label_offset]
 
 
 def _augmented_tiles(m: manifest.Manifest, split: str, count: int, seed: int, image_size: int) -> list[Tile]:

@@ -80,6 +80,7 @@ class _ShardTask:
     labels: list[str] | None
     label_offset: int
     decode: bool
+    keys: schema.Schema
 
 
 @dataclass
@@ -121,6 +122,7 @@ def verify(path: str, *, workers: int | None = None, decode: bool = True, progre
             m.labels,
             m.label_offset,
             decode,
+            m.keys,
         )
         for split in m.split_names
         for s in m.split(split).shards
@@ -179,7 +181,7 @@ def verify_shard(task: _ShardTask) -> _ShardOutcome:
         return out
     offsets: list[tuple[int, int]] = []
     with fileio.open_binary(path, "rb") as raw:
-        tee = _HashingReader(raw)  # streamed: memory stays at one record, whatever the shard size
+        tee = fileio.HashingReader(raw)  # streamed: memory stays at one record, whatever the shard size
         stream: Any = gzip.GzipFile(fileobj=cast(BinaryIO, tee), mode="rb") if task.compression == "gzip" else tee
         try:
             for index, (offset, record) in enumerate(tfrecord.iter_records(stream, name=task.file)):
@@ -203,27 +205,9 @@ def verify_shard(task: _ShardTask) -> _ShardOutcome:
     return out
 
 
-class _HashingReader:
-    """A read-only stream that hashes and counts the bytes read through it."""
-
-    def __init__(self, raw: Any) -> None:
-        self.raw, self.sha256, self.size = raw, hashlib.sha256(), 0
-
-    def read(self, n: int = -1) -> bytes:
-        data = self.raw.read(n)
-        self.sha256.update(data)
-        self.size += len(data)
-        return bytes(data)
-
-    def drain(self) -> None:
-        """Reads the rest (bytes after a damaged record still count towards size and hash)."""
-        while self.read(1 << 20):
-            pass
-
-
 def _check_record(task: _ShardTask, index: int, record: bytes, out: _ShardOutcome) -> None:
     try:
-        features = parse_example(record)
+        features = schema.canonical(parse_example(record), task.keys)
     except ValueError as e:
         out.problems.append(Problem(str(e), task.file, index))
         return
@@ -234,7 +218,7 @@ def _check_record(task: _ShardTask, index: int, record: bytes, out: _ShardOutcom
 
     image = one(schema.ENCODED)
     if image is None:
-        out.problems.append(Problem(f"record has no {schema.ENCODED}", task.file, index))
+        out.problems.append(Problem(f"record has no {task.keys.image_key}", task.file, index))
         return
     if one(schema.SHA256) not in (None, hashlib.sha256(image).hexdigest().encode()):
         out.problems.append(Problem(f"image bytes do not match {schema.SHA256}", task.file, index))

@@ -16,8 +16,7 @@ import statistics
 from dataclasses import dataclass
 
 from shardfeed.format import manifest, schema
-from shardfeed.format.example_proto import parse_example
-from shardfeed.read.sampling import sample_records
+from shardfeed.read.sampling import sample_examples
 
 TINY_SET = 500
 PHOTO_SIDE = 128
@@ -59,9 +58,8 @@ def choose_augment(
 def median_short_side(data: str | manifest.Manifest, split: str, *, seed: int = 0) -> float:
     """The median of min(height, width) over a random sample of the split's records."""
     sides = []
-    for record in sample_records(data, split, SAMPLE, seed):
-        features = parse_example(record)
-        height = int(features.get(schema.HEIGHT, [0])[0])
-        width = int(features.get(schema.WIDTH, [0])[0])
+    for features in sample_examples(data, split, SAMPLE, seed):
+        height = int(features.get(schema.HEIGHT, 0))
+        width = int(features.get(schema.WIDTH, 0))
         sides.append(min(height, width))
     return float(statistics.median(sides)) if sides else 0.0

@@ -16,17 +16,9 @@ import simplejpeg
 from PIL import Image, ImageOps
 
 from shardfeed.errors import OptionError
+from shardfeed.format.image_format import sniff_format
 from shardfeed.write import image_limits, jpeg_decode, jpeg_header, png_check
 
-_MAGIC = [
-    (b"\xff\xd8\xff", "jpeg"),
-    (b"\x89PNG\r\n\x1a\n", "png"),
-    (b"GIF87a", "gif"),
-    (b"GIF89a", "gif"),
-    (b"BM", "bmp"),
-    (b"II*\x00", "tiff"),
-    (b"MM\x00*", "tiff"),
-]
 _JPEG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
 IMAGE_FORMATS = ("keep", "jpeg", "png")
 ARRAY_ENCODINGS = ("png", "raw")
@@ -97,16 +89,6 @@ class PreparedImage:
     channels: int
     conversion: str | None = None  # why the source bytes were re-encoded, if they were
     warning: str | None = None  # kept, but the decoder complained
-
-
-def sniff_format(data: bytes) -> str | None:
-    """The image format from the content's magic bytes, or None."""
-    for magic, name in _MAGIC:
-        if data.startswith(magic):
-            return name
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "webp"
-    return None
 
 
 def prepare_file_image(data: bytes, name: str, options: ImageOptions) -> PreparedImage:
@@ -197,7 +179,7 @@ def check_stored_image(data: bytes, fmt: str, height: int, width: int, channels:
                 return problem
     except (BadImageError, ValueError, OSError) as e:
         return f"image does not decode: {e}"
-    if (h, w) != (height, width):
+    if (height or width) and (h, w) != (height, width):  # 0: the record does not say (other writers)
         return f"image is {h}x{w} but the record says {height}x{width}"
     return None
 

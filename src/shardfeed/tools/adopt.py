@@ -1,0 +1,301 @@
+"""adopt: what a converted folder has, for TFRecords another program wrote, without rewriting them.
+
+    shardfeed adopt data/flowers-tfrecords                 # in place: manifest.json, index/ beside them
+    shardfeed adopt 'data/*.tfrec' --out data/adopted      # hard links (copies across filesystems) in OUT
+
+Every record is read once: its framing and CRCs checked, its image and label features checked
+against the schema read off the first record, its label, class text and image header counted.
+The manifest written (`source.kind` 'adopted', a `schema` entry naming the keys, the label range
+and offset) makes every command read the folder as a converted one: info, verify, show, report,
+bench, train, IndexedRecords, global shuffle, exact resume, even splits. Damaged records are
+listed by file, record and byte, and nothing is written. Re-running on an unchanged folder writes
+nothing; a shard whose size or SHA-256 changed is named, and the folder is adopted again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import re
+import shutil
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from shardfeed.errors import ManifestError, SourceError
+from shardfeed.format import fileio, manifest, schema, tfds_metadata, tfrecord
+from shardfeed.format.schema import Schema
+from shardfeed.read import foreign
+from shardfeed.tools.foreign_scan import (
+    AdoptOptions,
+    ShardScan,
+    ShardTask,
+    class_names,
+    read_schema,
+    refuse_damage,
+    scan_all,
+)
+from shardfeed.version import __version__
+from shardfeed.write import folder_lock, shards
+
+__all__ = ["ADOPTED", "AdoptOptions", "AdoptResult", "adopt"]
+
+ADOPTED = "adopted"  # the manifest's source.kind for an adopted folder
+UNSPLIT = "train"  # the split of files whose names carry none
+_DEFAULT_NAME = re.compile(r"^(?P<split>[A-Za-z]+)-\d{5}-of-\d{5}$")  # tfds_metadata.DEFAULT_TEMPLATE
+
+
+@dataclass
+class AdoptResult:
+    """What `adopt` did: the folder now readable, whether anything was written, what changed since
+    the last adoption, and warnings (a likely 1-based label set, files left as they were)."""
+
+    folder: str
+    written: bool
+    splits: dict[str, int]
+    changes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        counts = ", ".join(f"{name} {n:,}" for name, n in self.splits.items())
+        if not self.written:
+            head = f"{self.folder}: unchanged since it was adopted ({counts} records); nothing written"
+        else:
+            head = f"adopted {self.folder}: {counts} records"
+        lines = [head, *(f"  changed: {c}" for c in self.changes), *(f"  warning: {w}" for w in self.warnings)]
+        return "\n".join(lines)
+
+
+def adopt(
+    source: str | list[str], out: str | None = None, options: AdoptOptions | None = None, *, progress: bool = True
+) -> AdoptResult:
+    """Makes TFRecords another program wrote readable as a converted folder (module docstring).
+
+    Args:
+        source: a folder of TFRecords (adopted in place unless `out` is given), or a glob or list
+            of files (then `out` is needed).
+        out: a folder to hold hard links to the files (copies when links cannot be made) and the
+            manifest; the source is left untouched.
+        options: keys, label offset, split rule (`AdoptOptions`).
+        progress: a progress bar on stderr.
+
+    Raises:
+        SourceError: damaged records (each named by file, record and byte), features of the wrong
+            type, labels below the offset, splits that cannot be told apart, a glob without `out`.
+        ManifestError: the folder is a shardfeed conversion already.
+    """
+    options = options or AdoptOptions()
+    in_place = isinstance(source, str) and os.path.isdir(source)
+    if out is None and not in_place:
+        raise SourceError(f"{source!r} is not one folder: pass --out DIR (out=) for the adopted folder")
+    folder = out or cast(str, source)
+    previous = _previous_adoption(folder)
+    files, compression = foreign.find_files(source)
+    _check_names(files)
+    splits = foreign.splits_of_files(str(source), files, options.split_pattern)
+    fileio.makedirs(folder)
+    with folder_lock.hold(folder):
+        if previous is not None:
+            changes = _changes(previous, files, options)
+            if not changes:
+                counts = {name: previous.split(name).num_records for name in previous.split_names}
+                return AdoptResult(folder, False, counts)
+        else:
+            changes = []
+        keys = read_schema(files, compression, options)
+        text_key = None if keys.label_key is None else schema.TEXT
+        tasks = [ShardTask(f, compression, keys, text_key) for f in files]
+        scans = scan_all(tasks, options.workers, progress)
+        refuse_damage(scans)
+        labels, warnings = class_names(scans, files, keys, options)
+        data = _manifest(source, files, splits, scans, keys, labels, compression, options)
+        if out is not None:
+            _link_files(files, out)
+        for scan in scans:
+            name = os.path.basename(scan.path)
+            fileio.makedirs(os.path.dirname(shards.index_path(folder, name)))
+            fileio.write_text_atomic(shards.index_path(folder, name), tfrecord.format_index(scan.sizes))
+        warnings += _write_side_files(folder, data, previous)
+        _write_report(folder, data, warnings)
+        manifest.write(folder, data)
+    counts = {name: info["num_records"] for name, info in data["splits"].items()}
+    return AdoptResult(folder, True, counts, changes, warnings)
+
+
+def _previous_adoption(folder: str) -> manifest.Manifest | None:
+    """The manifest of an earlier adoption of `folder`, or None.
+
+    Raises:
+        ManifestError: `folder` is a shardfeed conversion (it needs no adopting).
+    """
+    if not fileio.exists(fileio.join(folder, manifest.MANIFEST_NAME)):
+        return None
+    m = manifest.read(folder, check=False)
+    if m.data["source"].get("kind") != ADOPTED:
+        raise ManifestError(
+            f"{folder!r} is a shardfeed conversion already (its manifest.json was written by `shardfeed convert`); "
+            "every command reads it as it is: nothing to adopt"
+        )
+    return m
+
+
+def _check_names(files: list[str]) -> None:
+    """One folder holds the adopted files by name: two files of the same name would collide."""
+    seen: dict[str, str] = {}
+    for f in files:
+        name = os.path.basename(f)
+        if name in seen:
+            raise SourceError(f"two files are named {name!r} ({seen[name]} and {f}); adopt them into separate folders")
+        seen[name] = f
+
+
+def _changes(previous: manifest.Manifest, files: list[str], options: AdoptOptions) -> list[str]:
+    """What differs from the earlier adoption: options, files added or gone, sizes, SHA-256s."""
+    before, now = previous.data["settings"].get("adopt") or {}, options.recorded()
+    changes = [f"{k} {before.get(k)!r} -> {now[k]!r}" for k in now if before.get(k) != now[k]]
+    known = {s.file: s for name in previous.split_names for s in previous.split(name).shards}
+    current = {os.path.basename(f): f for f in files}
+    changes += [f"{name}: new file" for name in sorted(set(current) - set(known))]
+    changes += [f"{name}: gone" for name in sorted(set(known) - set(current))]
+    for name in sorted(set(known) & set(current)):
+        size = fileio.size(current[name])
+        if size != known[name].num_bytes:
+            changes.append(f"{name}: {known[name].num_bytes:,} -> {size:,} bytes")
+        elif _sha256(current[name]) != known[name].sha256:
+            changes.append(f"{name}: same size, other bytes (SHA-256 differs)")
+    return changes
+
+
+def _sha256(path: str) -> str:
+    with fileio.open_binary(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()  # type: ignore[arg-type]
+
+
+def _manifest(
+    source: str | list[str],
+    files: list[str],
+    splits: dict[str, str | None],
+    scans: list[ShardScan],
+    keys: Schema,
+    labels: list[str] | None,
+    compression: str | None,
+    options: AdoptOptions,
+) -> dict[str, Any]:
+    """The manifest of the adopted folder (the fields `convert` writes, `source.kind` 'adopted')."""
+    split_data: dict[str, dict[str, Any]] = {}
+    for file, scan in sorted(zip(files, scans, strict=True), key=lambda pair: os.path.basename(pair[0])):
+        entry = split_data.setdefault(
+            splits[file] or UNSPLIT, {"num_records": 0, "num_bytes": 0, "class_counts": {}, "shards": []}
+        )
+        name = os.path.basename(file)
+        entry["num_records"] += len(scan.sizes)
+        entry["num_bytes"] += scan.num_bytes
+        for label, n in scan.labels.items():
+            if labels is not None:
+                class_name = labels[label - options.label_offset]
+                entry["class_counts"][class_name] = entry["class_counts"].get(class_name, 0) + n
+        entry["shards"].append(
+            {
+                "file": name,
+                "index_file": os.path.relpath(shards.index_path("", name)),
+                "num_records": len(scan.sizes),
+                "num_bytes": scan.num_bytes,
+                "sha256": scan.sha256,
+            }
+        )
+    all_labels = sorted({label for s in scans for label in s.labels})
+    formats: Counter[str] = sum((s.formats for s in scans), Counter())
+    short: Counter[int] = sum((s.short_sides for s in scans), Counter())
+    features: dict[str, str] = {}
+    for s in scans:
+        features = {**s.features, **features}
+    listing = "".join(f"{sh['file']}:{sh['sha256']}\n" for sp in split_data.values() for sh in sp["shards"])
+    fingerprint = hashlib.sha256(listing.encode())
+    names = {os.path.basename(f) for f in files}
+    return {
+        "format": manifest.FORMAT_NAME,
+        "version": manifest.MANIFEST_VERSION,
+        "created_by": f"shardfeed {__version__}",
+        "source": {
+            "kind": ADOPTED,
+            "path": source if isinstance(source, str) else list(source),
+            "fingerprint": fingerprint.hexdigest(),
+            "num_inputs": sum(len(s.sizes) for s in scans),
+        },
+        "settings": {
+            "compression": compression,
+            "name_template": tfds_metadata.DEFAULT_TEMPLATE if all(_DEFAULT_NAME.match(n) for n in names) else None,
+            "adopt": options.recorded(),
+        },
+        "labels": labels,
+        "label_offset": options.label_offset if labels is not None else 0,
+        "label_range": [all_labels[0], all_labels[-1]] if all_labels else None,
+        "features": dict(sorted(features.items())),
+        "schema": keys.record_keys(),
+        "splits": split_data,
+        "conversions": {},
+        "image_formats": dict(sorted(formats.items())),
+        "image_max_side": max((s.max_side for s in scans), default=0),
+        "image_short_sides": {str(k): v for k, v in sorted(short.items())},
+        "num_skipped": 0,
+        "num_duplicates": 0,
+        "num_dropped_duplicates": 0,
+        "report": manifest.REPORT_NAME,
+    }
+
+
+def _link_files(files: list[str], out: str) -> None:
+    """Each file into `out` under its name: a hard link, or a copy where links cannot be made
+    (another filesystem, a filesystem without them). A file already there and the same is kept."""
+    for f in files:
+        target = os.path.join(out, os.path.basename(f))
+        if os.path.exists(target):
+            if os.path.samefile(f, target):
+                continue
+            os.remove(target)
+        try:
+            os.link(f, target)
+        except OSError as e:
+            if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                raise
+            shutil.copyfile(f, target + ".incomplete")
+            os.replace(target + ".incomplete", target)
+
+
+def _write_report(folder: str, data: dict[str, Any], warnings: list[str]) -> None:
+    """report.json as `convert` writes it (nothing skipped or converted: the records are used as
+    they are), with adopt's warnings, so `shardfeed report` reads an adopted folder too."""
+    report = {
+        "source": data["source"]["path"],
+        "skipped": [],
+        "converted": [],
+        "warnings": [{"file": "", "warning": w} for w in warnings],
+        "duplicates": [],
+        "dropped_duplicates": [],
+    }
+    fileio.write_text_atomic(fileio.join(folder, manifest.REPORT_NAME), manifest.dumps(report))
+
+
+def _labels_text(data: dict[str, Any]) -> str:
+    return "".join(f"{i + data['label_offset']}:{n}\n" for i, n in enumerate(data["labels"] or []))
+
+
+def _write_side_files(folder: str, data: dict[str, Any], previous: manifest.Manifest | None) -> list[str]:
+    """labels.txt (unless one another program wrote is there: TF-slim's is kept) and the TFDS
+    metadata where the schema allows; warnings for what was left alone."""
+    warnings = []
+    labels_path = fileio.join(folder, manifest.LABELS_NAME)
+    if data["labels"] is not None:
+        existing = fileio.read_bytes(labels_path).decode(errors="replace") if fileio.exists(labels_path) else None
+        ours = existing is None or (previous is not None and existing == _labels_text(previous.data))
+        if ours:
+            manifest.write_labels(folder, data["labels"], data["label_offset"])
+        elif existing != _labels_text(data):
+            warnings.append(f"{labels_path} was there already and is left as it is (the manifest holds the names)")
+    reason = tfds_metadata.reason_not_written(data)
+    if reason is None:
+        with contextlib.suppress(OSError):
+            tfds_metadata.write(folder, data)
+    return warnings

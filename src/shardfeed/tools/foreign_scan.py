@@ -1,0 +1,246 @@
+"""Other people's TFRecords read through once, for `adopt`: each record's framing, CRCs, image and
+label features checked, and what the records hold counted (labels, class texts, formats, image
+sides, feature types). Damage is collected as 'FILE: record N at byte B: why', never raised
+mid-way, so one run lists every damaged record."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, BinaryIO, cast
+
+from shardfeed.errors import OptionError, SourceError
+from shardfeed.format import fileio, manifest, schema, tfrecord
+from shardfeed.format.example_proto import parse_example
+from shardfeed.format.image_format import sniff_format
+from shardfeed.format.schema import Schema
+from shardfeed.write import image_limits
+from shardfeed.write.pool import WorkerPool
+
+MAX_PROBLEMS = 20  # damaged records listed per shard (the rest counted)
+
+
+@dataclass(frozen=True)
+class AdoptOptions:
+    """How to read the foreign records (what `convert` would have decided).
+
+    Attributes:
+        image_key: the feature holding the encoded image or float pixels (default image/encoded).
+        label_key: the integer class feature (default image/class/label; '' for unlabeled data).
+        label_offset: subtracted from stored labels, so the model sees 0..K-1 (1 for Inception's
+            build_image_data.py and keras_imagenet, whose labels run 1..K).
+        split_pattern: a regex searched in each file name; its group `split` (else its first
+            group) is the file's split. Default: the split word in the name (train-, validation_,
+            -test.tfrecord); files whose names carry none are one split, 'train'.
+        labels_file: class names, `id:name` per line with the stored ids (TF-slim's and our
+            labels.txt) or one name per line for ids 0, 1, ... after the offset. Default: a
+            labels.txt beside the shards when there is one, else image/class/text, else the ids.
+        workers: processes reading shards (default: all cores).
+    """
+
+    image_key: str | None = None
+    label_key: str | None = None
+    label_offset: int = 0
+    split_pattern: str | None = None
+    labels_file: str | None = None
+    workers: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.label_offset, int) or self.label_offset < 0:
+            raise OptionError(f"label_offset must be a non-negative integer, got {self.label_offset!r}")
+        if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
+            raise OptionError(f"workers must be a positive integer, got {self.workers!r}")
+
+    def recorded(self) -> dict[str, Any]:
+        """What the manifest records (a re-run with other values adopts again)."""
+        return {k: v for k, v in asdict(self).items() if k != "workers"}
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    path: str
+    compression: str | None
+    keys: Schema
+    text_key: str | None
+
+
+@dataclass
+class ShardScan:
+    """One shard read through: its bytes' hash and size, each record's size, and what the records
+    hold (labels, class texts, formats, image sides, feature types)."""
+
+    path: str
+    num_bytes: int = 0
+    sha256: str = ""
+    sizes: list[int] = field(default_factory=list)
+    labels: Counter[int] = field(default_factory=Counter)
+    texts: dict[int, set[str]] = field(default_factory=dict)
+    formats: Counter[str] = field(default_factory=Counter)
+    max_side: int = 0
+    short_sides: Counter[int] = field(default_factory=Counter)
+    features: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+def read_schema(files: list[str], compression: str | None, options: AdoptOptions) -> Schema:
+    """The schema read off the first record (types checked: `schema.foreign_schema`)."""
+    for f in files:
+        first = next(iter(tfrecord.read_records(f, compression=compression)), None)
+        if first is not None:
+            return schema.foreign_schema(parse_example(first), f, options.image_key, options.label_key)
+    raise SourceError(f"the TFRecord files {files[:3]} hold no records")
+
+
+def scan_all(tasks: list[ShardTask], workers: int | None, progress: bool) -> list[ShardScan]:
+    """Every shard scanned, in parallel processes, in `tasks` order."""
+    from tqdm import tqdm
+
+    workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
+    with WorkerPool(workers) as pool:
+        results = pool.map(scan_shard, tasks) if pool is not None else map(scan_shard, tasks)
+        return list(tqdm(results, total=len(tasks), unit="shard", desc="adopt", disable=not progress))
+
+
+def scan_shard(task: ShardTask) -> ShardScan:
+    """Reads one shard through (runs in a worker process); damage and wrong records go to
+    `problems` as 'FILE: record N at byte B: why'."""
+    scan = ShardScan(task.path)
+    with fileio.open_binary(task.path, "rb") as raw:
+        tee = fileio.HashingReader(raw)
+        stream: Any = gzip.GzipFile(fileobj=cast(BinaryIO, tee), mode="rb") if task.compression == "gzip" else tee
+        offset = 0
+        try:
+            for offset, data in tfrecord.iter_records(stream, name=task.path):
+                _scan_record(task, scan, data, offset)
+                scan.sizes.append(len(data))
+        except (tfrecord.CorruptRecordError, EOFError, OSError) as e:
+            scan.problems.append(str(e))
+        tee.drain()
+    scan.num_bytes, scan.sha256 = tee.size, tee.sha256.hexdigest()
+    return scan
+
+
+def _scan_record(task: ShardTask, scan: ShardScan, data: bytes, offset: int) -> None:
+    where = f"{task.path}: record {len(scan.sizes)} at byte {offset}"
+    try:
+        features = parse_example(data)
+    except tfrecord.CorruptRecordError as e:
+        _problem(scan, f"{where}: {e}")
+        return
+    for key, values in features.items():
+        if values and key not in scan.features:
+            scan.features[key] = schema.type_name(values[0])
+    keys = task.keys
+    image = features.get(keys.image_key)
+    if not image or isinstance(image[0], float) != keys.pixels_as_floats:
+        kind = "float pixels" if keys.pixels_as_floats else "encoded image bytes"
+        _problem(scan, f"{where}: feature {keys.image_key!r} is {schema.describe(image or [])}, not {kind}")
+        return
+    if keys.label_key is not None:
+        label = features.get(keys.label_key)
+        if not label or len(label) != 1 or not isinstance(label[0], int):
+            _problem(scan, f"{where}: feature {keys.label_key!r} is {schema.describe(label or [])}, not one int64")
+            return
+        scan.labels[label[0]] += 1
+        text = features.get(task.text_key or "")
+        if text and isinstance(text[0], bytes):
+            scan.texts.setdefault(label[0], set()).add(text[0].decode(errors="replace"))
+    if keys.pixels_as_floats:
+        ours = schema.canonical(features, keys)
+        size: tuple[int, int] | None = (int(ours[schema.WIDTH][0]), int(ours[schema.HEIGHT][0]))
+        scan.formats["RAW"] += 1
+    else:
+        size = image_limits.header_size(image[0])
+        scan.formats[(sniff_format(image[0]) or "unknown").upper()] += 1
+    if size is not None:
+        scan.max_side = max(scan.max_side, *size)
+        scan.short_sides[manifest.side_bucket(min(size))] += 1
+
+
+def _problem(scan: ShardScan, message: str) -> None:
+    if len(scan.problems) < MAX_PROBLEMS:
+        scan.problems.append(message)
+    elif len(scan.problems) == MAX_PROBLEMS:
+        scan.problems.append(f"{scan.path}: more records like these (only the first {MAX_PROBLEMS} listed)")
+
+
+def refuse_damage(scans: list[ShardScan]) -> None:
+    """Nothing is written for a folder with damaged or unreadable records."""
+    problems = [p for s in scans for p in s.problems]
+    if problems:
+        listed = "\n  ".join(problems[:50])
+        more = f"\n  ... and {len(problems) - 50} more" if len(problems) > 50 else ""
+        raise SourceError(
+            f"{len(problems)} damaged or unreadable records; nothing was written (the shards stay as they are; "
+            f"rewrite or remove these files, then adopt again):\n  {listed}{more}"
+        )
+
+
+def class_names(
+    scans: list[ShardScan], files: list[str], keys: Schema, options: AdoptOptions
+) -> tuple[list[str] | None, list[str]]:
+    """The class names (index = stored id - offset) and warnings.
+
+    Names come from the labels file, else from one image/class/text per label, else the ids.
+
+    Raises:
+        SourceError: labels below the offset; a label with two class texts; a name used twice.
+    """
+    if keys.label_key is None:
+        return None, []
+    counts: Counter[int] = sum((s.labels for s in scans), Counter())
+    offset = options.label_offset
+    if not counts:
+        return [], []
+    low, high = min(counts), max(counts)
+    if low < offset:
+        below = sum(n for label, n in counts.items() if label < offset)
+        raise SourceError(
+            f"{below:,} records have labels below the label offset {offset} (the lowest is {low}): with "
+            f"--label-offset {offset} they would read as {low - offset}; adopt with --label-offset {max(low, 0)} "
+            "or without one"
+        )
+    named = _labels_file(files, options)
+    texts: dict[int, set[str]] = {}
+    for s in scans:
+        for label, names in s.texts.items():
+            texts.setdefault(label, set()).update(names)
+    clashing = {label: sorted(names) for label, names in texts.items() if len(names) > 1}
+    if clashing and not named:
+        label, found = next(iter(sorted(clashing.items())))
+        raise SourceError(
+            f"label {label} has more than one class text in {schema.TEXT} ({found}); pass a labels file "
+            "(--labels FILE) naming each id"
+        )
+    top = max([high, *named]) if named else high
+    names_list = [named.get(i) or (texts[i].pop() if i in texts else str(i)) for i in range(offset, top + 1)]
+    twice = sorted(n for n, k in Counter(names_list).items() if k > 1)
+    if twice:
+        raise SourceError(f"class names {twice[:5]} stand for more than one label id; pass --labels FILE")
+    warnings = []
+    if offset == 0 and low >= 1:
+        warnings.append(
+            f"labels run {low}..{high} and none is 0: if they are 1-based (Inception's build_image_data.py, "
+            "keras_imagenet), adopt again with --label-offset 1; as it is, class 0 has no records"
+        )
+    return names_list, warnings
+
+
+def _labels_file(files: list[str], options: AdoptOptions) -> dict[int, str]:
+    """{stored id: name} from --labels or a labels.txt beside the shards (empty when neither)."""
+    path = options.labels_file
+    if path is None:
+        beside = os.path.join(os.path.dirname(files[0]), manifest.LABELS_NAME)
+        path = beside if os.path.isfile(beside) else None
+    if path is None:
+        return {}
+    try:
+        lines = [line.strip() for line in fileio.read_bytes(path).decode().splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as e:
+        raise SourceError(f"labels file {path} cannot be read: {e}") from None
+    pairs = [line.split(":", 1) for line in lines]
+    if all(len(p) == 2 and p[0].strip().isdigit() for p in pairs):
+        return {int(i): name.strip() for i, name in pairs}
+    return {i + options.label_offset: name for i, name in enumerate(lines)}
