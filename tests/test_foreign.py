@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from conftest import crops, jpeg_bytes, photos
 
-from shardfeed import load, steps_per_epoch
-from shardfeed.errors import SourceError
+from shardfeed import ReadOptions, load, steps_per_epoch
+from shardfeed.errors import ManifestError, SourceError
 from shardfeed.read.foreign import split_in_name
 
 
@@ -76,7 +76,6 @@ def test_the_split_a_file_name_carries(name: str, split: str | None) -> None:
 def test_a_foreign_folder_is_read_per_split(tmp_path: Path, names: tuple[str, ...]) -> None:
     """`load(folder, split=...)` on a build_image_data.py folder read every record of both splits
     (validation silently trained on); now each split is its own files, and steps agree."""
-    from shardfeed import ReadOptions
 
     folder = _folder(tmp_path / "f", dict(zip(names, (5, 4, 3), strict=True)))
     (folder / "labels.txt").write_text("1:cat\n2:dog\n")
@@ -107,7 +106,6 @@ def test_names_without_splits_are_one_set(tmp_path: Path) -> None:
 def test_one_based_labels_are_shifted_by_the_read_option(tmp_path: Path) -> None:
     """build_image_data.py writes labels 1..K (0 is background): Keras then refused label K as
     out of range [0, K). `ReadOptions(label_offset=1)` gives the model 0..K-1."""
-    from shardfeed import ReadOptions
     from shardfeed.errors import OptionError
 
     folder = _folder(tmp_path / "f", {"train-00000-of-00001": 6})
@@ -120,3 +118,84 @@ def test_one_based_labels_are_shifted_by_the_read_option(tmp_path: Path) -> None
     assert labels(ReadOptions(label_offset=1)) == {0, 1}
     with pytest.raises(OptionError, match="label_offset must be a non-negative integer"):
         ReadOptions(label_offset=-1)
+
+
+def _one_record_file(path: Path, features: dict[str, object]) -> str:
+    import tensorflow as tf
+
+    def feature(value: object) -> tf.train.Feature:
+        if isinstance(value, bytes):
+            return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))  # type: ignore[list-item]
+
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        example = tf.train.Example(features=tf.train.Features(feature={k: feature(v) for k, v in features.items()}))
+        writer.write(example.SerializeToString())
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("features", "read", "expected"),
+    [
+        (  # a label written as its class name
+            {"image": b"", "label": b"cat"},
+            {"image_key": "image", "label_key": "label"},
+            "feature 'label' in {file} (record 0) is a bytes list of 1 value, not one int64 class id",
+        ),
+        (  # pixels as the bytes of a float32 array
+            {"image": np.zeros((4, 4), np.float32).tobytes(), "label": 1},
+            {"image_key": "image", "label_key": "label"},
+            "feature 'image' in {file} (record 0) holds 64 bytes that are not an encoded image",
+        ),
+        (  # the image key names the label
+            {"image": b"", "label": 1},
+            {"image_key": "label", "label_key": ""},
+            "feature 'label' in {file} (record 0) is an int64 list of 1 value, not one encoded image",
+        ),
+    ],
+)
+def test_type_mismatches_are_found_when_the_dataset_is_built(
+    tmp_path: Path, features: dict[str, object], read: dict[str, str], expected: str
+) -> None:
+    """Found from the first record, before iteration: TF's error came at iteration time and named
+    no file."""
+
+    if features.get("image") == b"":
+        features = {**features, "image": jpeg_bytes(crops(photos()["chelsea"], 1, seed=0)[0])}
+    file = _one_record_file(tmp_path / "data.tfrecord", features)
+    with pytest.raises(SourceError) as e:
+        load(file, read=ReadOptions(**read))
+    assert expected.format(file=file) in str(e.value)
+
+
+def test_a_foreign_folder_is_pointed_at_adopt(tmp_path: Path) -> None:
+    """What needs a manifest (IndexedRecords, train, report) says how to get one for foreign shards;
+    verify and show read them as they are."""
+    from shardfeed import IndexedRecords
+    from shardfeed.tools import show, verify
+    from shardfeed.tools.foreign_scan import AdoptOptions
+
+    folder = _folder(tmp_path / "f", {"train-00000-of-00001": 3, "validation-00000-of-00001": 2})
+    with pytest.raises(ManifestError, match="shardfeed adopt"):
+        IndexedRecords(str(folder))
+    report = verify(str(folder), progress=False, foreign_keys=AdoptOptions(label_offset=1))
+    assert report.ok and report.foreign and report.records == 5
+    tiles = show(str(folder), None, split="validation", rows=1, cols=2, read=ReadOptions(label_offset=1))
+    assert sorted(t.caption for t in tiles) == ["0", "1"]
+
+
+def test_verify_names_a_damaged_foreign_record(tmp_path: Path) -> None:
+    from shardfeed.format import tfrecord
+    from shardfeed.tools import verify
+
+    folder = _folder(tmp_path / "f", {"data.tfrecord": 3})
+    shard = folder / "data.tfrecord"
+    with open(shard, "rb") as f:
+        offsets = [o for o, _ in tfrecord.iter_records(f)]
+    data = bytearray(shard.read_bytes())
+    data[offsets[2] + 30] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    report = verify(str(folder), progress=False)
+    assert [str(p) for p in report.problems] == [
+        f"dataset: {shard}: record 2 at byte {offsets[2]}: data checksum mismatch (corrupt shard)"
+    ]

@@ -8,6 +8,7 @@ from typing import Any
 
 from shardfeed.cli.options import add_pixel_limit_flag, from_args, image_fields
 from shardfeed.format import fileio
+from shardfeed.format.schema import PRESETS
 from shardfeed.write.convert import convert
 from shardfeed.write.images import ARRAY_ENCODINGS, CHECKS, IMAGE_FORMATS, ImageOptions
 from shardfeed.write.options import ConvertOptions
@@ -67,9 +68,21 @@ def _split_flags(g: Any) -> None:
     g.add_argument("--shards", help="shards per split: N, or train=16,validation=4")
     g.add_argument("--shard-size", help="target shard size, e.g. 128MB (default: mean shard <= 200 MB)")
     g.add_argument("--by-class", action="store_true", help="one shard set per class")
-    g.add_argument("--name-template", help="shard names, default '{split}-{shard:05d}-of-{num_shards:05d}'")
+    g.add_argument(
+        "--name-template",
+        help="shard names, default '{split}-{shard:05d}-of-{num_shards:05d}'; TF-slim readers find "
+        "'flowers_{split}_{shard:05d}-of-{num_shards:05d}.tfrecord' (docs/interop.md)",
+    )
+    g.add_argument(
+        "--schema",
+        choices=sorted(PRESETS),
+        help="write the layout other readers expect: inception (labels 1..K, JPEG), tfds (image/label keys), "
+        "recipe (image/class keys, .tfrec, JPEG); see docs/interop.md",
+    )
     g.add_argument("--compression", choices=["gzip"], help="compress shards")
-    g.add_argument("--label-offset", type=int, help="add to class ids (1: 0 is background)")
+    g.add_argument(
+        "--label-offset", type=int, help="add to class ids (1: 0 is background, as Inception readers expect)"
+    )
     g.add_argument("--dedupe", action="store_true", help="drop exact duplicate images (keep the first)")
 
 

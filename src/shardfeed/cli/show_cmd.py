@@ -6,6 +6,8 @@ import argparse
 import logging
 from typing import Any
 
+from shardfeed.cli.options import add_record_key_flags, from_args
+from shardfeed.read.options import ReadOptions
 from shardfeed.tools.preview import show
 
 log = logging.getLogger("shardfeed")
@@ -13,7 +15,7 @@ log = logging.getLogger("shardfeed")
 
 def register(sub: Any) -> None:
     p = sub.add_parser("show", help="draw sample images with their class names")
-    p.add_argument("path", help="converted folder")
+    p.add_argument("path", help="converted folder, or a folder/glob of TFRecords another program wrote")
     p.add_argument("-o", "--output", default="samples.png", help="PNG to write (default samples.png)")
     p.add_argument("--split", help="default: train, else the held-out split, else the only one")
     p.add_argument("--rows", type=int, default=4)
@@ -22,6 +24,7 @@ def register(sub: Any) -> None:
     p.add_argument("--image-size", type=int, default=160, help="augmented: pipeline output size")
     p.add_argument("--augmented", action="store_true", help="show what the training pipeline feeds the model")
     p.add_argument("--tensorboard", metavar="LOGDIR", help="also write TensorBoard image summaries")
+    add_record_key_flags(p)
     p.set_defaults(run=run)
 
 
@@ -36,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
         augmented=args.augmented,
         image_size=args.image_size,
         tensorboard=args.tensorboard,
+        read=from_args(ReadOptions, args),
     )
     log.info(
         "Wrote %d images to %s%s",

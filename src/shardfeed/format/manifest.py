@@ -23,6 +23,7 @@ labels.txt: one `id:name` line per class, ids including label_offset.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,7 @@ MANIFEST_NAME = "manifest.json"
 LABELS_NAME = "labels.txt"
 REPORT_NAME = "report.json"
 FORMAT_NAME = "shardfeed"
+ADOPTED = "adopted"  # source.kind of a folder `shardfeed adopt` described (records another program wrote)
 MANIFEST_VERSION = 1
 
 
@@ -73,6 +75,22 @@ class Manifest:
         return int(self.data.get("label_offset", 0))
 
     @property
+    def adopted(self) -> bool:
+        """The records were written by another program (`shardfeed adopt`), not by `convert`."""
+        return self.data["source"].get("kind") == ADOPTED
+
+    def stored_label_range(self) -> tuple[int, int] | None:
+        """The first and last class ids the records store (adopt counts them; `convert` writes
+        0..K-1 plus its label offset); None for unlabeled data."""
+        return label_range(self.data)
+
+    def rewrite_hint(self) -> str:
+        """What writes this folder's manifest again after its shards changed."""
+        if self.adopted:
+            return f"`shardfeed adopt {self.path}` again"
+        return "convert again (--overwrite)"
+
+    @property
     def keys(self) -> Schema:
         """Which record features hold the image and label: ours, or (an adopted folder, a
         `--schema` preset) those the manifest's `schema` entry names."""
@@ -108,6 +126,16 @@ class Manifest:
 
     def shard_paths(self, split: str) -> list[str]:
         return [fileio.join(self.path, shard.file) for shard in self.split(split).shards]
+
+
+def label_range(data: dict[str, Any]) -> tuple[int, int] | None:
+    """`Manifest.stored_label_range` of a manifest's data (for writers holding the dict)."""
+    if data.get("labels") is None:
+        return None
+    if data.get("label_range"):
+        return data["label_range"][0], data["label_range"][1]
+    offset = int(data.get("label_offset", 0))
+    return offset, offset + len(data["labels"]) - 1
 
 
 def side_bucket(side: int) -> int:
@@ -153,6 +181,12 @@ def not_converted(folder: str) -> ManifestError:
         )
     if not fileio.exists(folder):
         return ManifestError(f"{folder!r} does not exist; pass a folder written by `shardfeed convert`")
+    if holds_records(folder):
+        return ManifestError(
+            f"{folder!r} holds TFRecords another program wrote (no {MANIFEST_NAME}): `load` reads them as they are; "
+            f"for every other command run `shardfeed adopt {folder}` first (with --image-key/--label-key/"
+            "--label-offset when they differ from ImageNet's keys and 0-based labels)"
+        )
     if holds_images(folder):
         return ManifestError(
             f"{folder!r} is a folder of images, not a converted folder (no {MANIFEST_NAME}): convert it first, "
@@ -161,6 +195,23 @@ def not_converted(folder: str) -> ManifestError:
     return ManifestError(
         f"no {MANIFEST_NAME} in {folder!r}: it is not a converted folder; run `shardfeed convert SOURCE {folder}` first"
     )
+
+
+def holds_records(folder: str, limit: int = 200) -> bool:
+    """Whether the first `limit` entries of `folder` include a TFRecord file (its first 12 bytes
+    are a record header whose length checksum holds)."""
+    from shardfeed.format import tfrecord
+
+    if not fileio.isdir(folder) or fileio.is_remote(folder):
+        return False
+    for name in sorted(fileio.listdir(folder))[:limit]:
+        path = fileio.join(folder, name)
+        if name.startswith(".") or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as f:
+            if tfrecord.is_record_header(f.read(12)):
+                return True
+    return False
 
 
 def holds_images(folder: str, limit: int = 200) -> bool:

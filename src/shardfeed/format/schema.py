@@ -62,9 +62,14 @@ FEATURE_KEYS = (*IMAGE_TYPES, *LABEL_TYPES)
 FOREIGN_DIMENSIONS = {HEIGHT: ("height",), WIDTH: ("width",), CHANNELS: ("channels", "depth")}
 
 
-def feature_types(labelled: bool) -> dict[str, str]:
-    """The manifest's `features` entry: record key -> type."""
-    return {**IMAGE_TYPES, **(LABEL_TYPES if labelled else {})}
+def feature_types(labelled: bool, keys: Schema | None = None) -> dict[str, str]:
+    """The manifest's `features` entry: record key -> type (the image and label under `keys`'
+    names when a preset renames them)."""
+    types = {**IMAGE_TYPES, **(LABEL_TYPES if labelled else {})}
+    if keys is None or keys.is_ours:
+        return types
+    renamed = {ENCODED: keys.image_key, LABEL: keys.label_key or LABEL}
+    return dict(sorted((renamed.get(k, k), t) for k, t in types.items()))
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,44 @@ class Schema:
         if unknown:
             raise ManifestError(f"manifest.json's schema has fields this shardfeed does not know: {unknown}")
         return dataclasses.replace(cls(), **entry)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A record layout other readers expect, chosen at convert time (`convert --schema NAME`):
+    their keys, their label base, shard names they find, and JPEG when they decode only JPEG."""
+
+    keys: Schema
+    label_offset: int
+    name_template: str | None  # None: ours, '{split}-{shard:05d}-of-{num_shards:05d}'
+    jpeg: bool
+    readers: str
+
+
+PRESETS = {
+    "inception": Preset(
+        Schema(),
+        1,
+        None,
+        True,
+        "TF models' Inception build_image_data readers and keras_imagenet: labels 1..K, JPEG only",
+    ),
+    "tfds": Preset(
+        Schema(image_key="image", label_key="label"),
+        0,
+        None,
+        False,
+        "TFDS's own feature names (image, label): code written against tfds.load reads the folder "
+        "through tfds.builder_from_directory unchanged",
+    ),
+    "recipe": Preset(
+        Schema(image_key="image", label_key="class"),
+        0,
+        "{split}{shard:02d}-{num_shards}.tfrec",
+        True,
+        "the Keras cats-vs-dogs TFRecord recipe: image and class keys, *.tfrec files, JPEG only",
+    ),
+}
 
 
 RECORD_KEY_FIELDS = ("image_key", "label_key", "height_key", "width_key", "channels_key", "pixels_as_floats")

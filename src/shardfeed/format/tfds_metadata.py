@@ -20,12 +20,18 @@ import json
 import re
 from typing import Any
 
-from shardfeed.format import fileio, schema
+from shardfeed.format import fileio, manifest, schema
 
 INFO_NAME = "dataset_info.json"
 FEATURES_NAME = "features.json"
 LABELS_NAME = schema.LABEL.replace("/", ".") + ".labels.txt"
-FILES = (INFO_NAME, FEATURES_NAME, LABELS_NAME)
+# Every file this module may write (an overwrite removes them): the labels file is named after the
+# label feature, ours or a `--schema` preset's.
+FILES = (
+    INFO_NAME,
+    FEATURES_NAME,
+    *sorted({(p.keys.label_key or schema.LABEL).replace("/", ".") + ".labels.txt" for p in schema.PRESETS.values()}),
+)
 DEFAULT_TEMPLATE = "{split}-{shard:05d}-of-{num_shards:05d}"
 TFDS_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}"
 _FEATURES = "tensorflow_datasets.core.features."
@@ -34,8 +40,6 @@ _FEATURES = "tensorflow_datasets.core.features."
 def reason_not_written(data: dict[str, Any]) -> str | None:
     """Why a manifest's folder gets no TFDS metadata, or None when it does."""
     settings = data["settings"]
-    if not schema.Schema.of_manifest(data.get("schema")).is_ours:
-        return f"the records keep the image and label under other keys than TFDS's features ({schema.ENCODED})"
     if settings.get("compression"):
         return "TFDS does not read gzip-compressed TFRecords"
     if "name_template" in settings and settings["name_template"] is None:
@@ -55,7 +59,7 @@ def write(output_dir: str, data: dict[str, Any]) -> bool:
     fileio.write_text_atomic(fileio.join(output_dir, INFO_NAME), _dumps(dataset_info(data, name)))
     fileio.write_text_atomic(fileio.join(output_dir, FEATURES_NAME), _dumps(features(data)))
     if data["labels"] is not None:
-        fileio.write_text_atomic(fileio.join(output_dir, LABELS_NAME), "\n".join(class_names(data)) + "\n")
+        fileio.write_text_atomic(fileio.join(output_dir, labels_name(data)), "\n".join(class_names(data)) + "\n")
     return True
 
 
@@ -72,6 +76,11 @@ def dataset_info(data: dict[str, Any], name: str) -> dict[str, Any]:
     ]
     source = data["source"]
     description = f"Converted by {data['created_by']} from a {source['kind']} source ({source['num_inputs']} inputs)."
+    stored = manifest.label_range(data)
+    if stored is not None:
+        key = schema.Schema.of_manifest(data.get("schema")).label_key or schema.LABEL
+        offset = data.get("label_offset", 0)
+        description += f" {key} holds class ids {stored[0]}..{stored[1]} (label offset {offset})."
     return {"description": description, "fileFormat": "tfrecord", "name": name, "splits": splits, "version": "1.0.0"}
 
 
@@ -80,13 +89,15 @@ def features(data: dict[str, Any]) -> dict[str, Any]:
     formats = data.get("image_formats", {})
     encoding = "jpeg" if formats.get("JPEG", 0) >= sum(formats.values()) / 2 else "png"
     connectors: dict[str, Any] = {}
+    keys = schema.Schema.of_manifest(data.get("schema"))
+    known = {*schema.FEATURE_KEYS, keys.image_key, keys.label_key}
     for key, kind in data["features"].items():
-        if key not in schema.FEATURE_KEYS:  # other writers' extras (boxes, ...): TFDS parses only those listed
+        if key not in known:  # other writers' extras (boxes, ...): TFDS parses only those listed
             continue
-        if key == schema.ENCODED:
+        if key == keys.image_key:
             image = {"dtype": "uint8", "encodingFormat": encoding, "shape": {"dimensions": ["-1", "-1", "3"]}}
             connectors[key] = {"image": image, "pythonClassName": _FEATURES + "image_feature.Image"}
-        elif key == schema.LABEL:
+        elif key == keys.label_key:
             connectors[key] = {
                 "classLabel": {"numClasses": str(len(class_names(data)))},
                 "pythonClassName": _FEATURES + "class_label_feature.ClassLabel",
@@ -104,6 +115,12 @@ def features(data: dict[str, Any]) -> dict[str, Any]:
         "featuresDict": {"features": connectors},
         "pythonClassName": _FEATURES + "features_dict.FeaturesDict",
     }
+
+
+def labels_name(data: dict[str, Any]) -> str:
+    """The ClassLabel's names file: TFDS names it after the feature ('label.labels.txt')."""
+    label_key = schema.Schema.of_manifest(data.get("schema")).label_key or schema.LABEL
+    return label_key.replace("/", ".") + ".labels.txt"
 
 
 def class_names(data: dict[str, Any]) -> list[str]:

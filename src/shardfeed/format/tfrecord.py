@@ -38,6 +38,15 @@ def frame(data: bytes) -> bytes:
     return length + struct.pack("<I", masked_crc(length)) + data + struct.pack("<I", masked_crc(data))
 
 
+def is_record_header(header: bytes) -> bool:
+    """Whether 12 bytes are a TFRecord header: a length and its masked CRC32C (a file starting
+    with one is, with near certainty, a TFRecord file)."""
+    if len(header) < _HEADER.size:
+        return False
+    _, length_crc = _HEADER.unpack(header[: _HEADER.size])
+    return masked_crc(header[:8]) == length_crc
+
+
 def iter_records(stream: BinaryIO, *, name: str = "<stream>", check_crc: bool = True) -> Iterator[tuple[int, bytes]]:
     """Yields (offset, data) for each record of an uncompressed TFRecord stream.
 

@@ -58,9 +58,10 @@ class ShardSet:
                 continue
             if self.sizes is not None and size != self.sizes[i]:
                 changed.append(f"{file} is {size:,} bytes, the manifest says {self.sizes[i]:,}")
+        rewrite = self.manifest.rewrite_hint() if self.manifest is not None else "convert again (--overwrite)"
         fix = (
-            "the folder was changed after it was written: run `shardfeed verify`, then convert again "
-            "(--overwrite), or read the rest with ReadOptions(skip_corrupt=True)"
+            f"the folder was changed after it was written: run `shardfeed verify`, then {rewrite}, "
+            "or read the rest with ReadOptions(skip_corrupt=True)"
         )
         if missing:
             shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")

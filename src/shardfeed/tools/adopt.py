@@ -40,9 +40,8 @@ from shardfeed.tools.foreign_scan import (
 from shardfeed.version import __version__
 from shardfeed.write import folder_lock, shards
 
-__all__ = ["ADOPTED", "AdoptOptions", "AdoptResult", "adopt"]
+__all__ = ["AdoptOptions", "AdoptResult", "adopt"]
 
-ADOPTED = "adopted"  # the manifest's source.kind for an adopted folder
 UNSPLIT = "train"  # the split of files whose names carry none
 _DEFAULT_NAME = re.compile(r"^(?P<split>[A-Za-z]+)-\d{5}-of-\d{5}$")  # tfds_metadata.DEFAULT_TEMPLATE
 
@@ -133,7 +132,7 @@ def _previous_adoption(folder: str) -> manifest.Manifest | None:
     if not fileio.exists(fileio.join(folder, manifest.MANIFEST_NAME)):
         return None
     m = manifest.read(folder, check=False)
-    if m.data["source"].get("kind") != ADOPTED:
+    if not m.adopted:
         raise ManifestError(
             f"{folder!r} is a shardfeed conversion already (its manifest.json was written by `shardfeed convert`); "
             "every command reads it as it is: nothing to adopt"
@@ -219,7 +218,7 @@ def _manifest(
         "version": manifest.MANIFEST_VERSION,
         "created_by": f"shardfeed {__version__}",
         "source": {
-            "kind": ADOPTED,
+            "kind": manifest.ADOPTED,
             "path": source if isinstance(source, str) else list(source),
             "fingerprint": fingerprint.hexdigest(),
             "num_inputs": sum(len(s.sizes) for s in scans),

@@ -7,6 +7,7 @@ would see it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from shardfeed.format import manifest, schema
 from shardfeed.read.options import ReadOptions
 from shardfeed.read.pixels import decode_image, to_rgb
 from shardfeed.read.sampling import sample_examples
+from shardfeed.read.shardset import is_converted_folder
 
 
 @dataclass
@@ -83,6 +85,7 @@ def show(
     augmented: bool = False,
     image_size: int = 160,
     tensorboard: str | None = None,
+    read: ReadOptions | None = None,
 ) -> list[Tile]:
     """Draws `rows` x `cols` sample images with their class names.
 
@@ -92,19 +95,45 @@ def show(
         split: default train, else the held-out split, else the only one.
         augmented: show the training pipeline's output instead of the stored images.
         tensorboard: a log folder to also write the images to as TensorBoard image summaries.
+        read: for TFRecords another program wrote (`path` a folder, glob or list without a
+            manifest): their keys and label offset; the first records of the split are shown,
+            captioned with their label ids, at `image_size`.
 
     Returns:
         The tiles drawn, in grid order (row by row).
     """
     if rows < 1 or cols < 1:
         raise OptionError(f"rows and cols must be >= 1, got {rows}x{cols}")
-    split = split or manifest.read(path).main_split()
-    tiles = sample_tiles(path, split=split, count=rows * cols, seed=seed, augmented=augmented, image_size=image_size)
+    if is_converted_folder(path):
+        split = split or manifest.read(path).main_split()
+        tiles = sample_tiles(
+            path, split=split, count=rows * cols, seed=seed, augmented=augmented, image_size=image_size
+        )
+    else:
+        split = split or "train"
+        tiles = _foreign_tiles(path, split, rows * cols, seed, augmented, image_size, read or ReadOptions())
     if output:
         draw_grid(tiles, rows, cols, output, f"{path} [{split}]" + (" augmented" if augmented else ""))
     if tensorboard:
         _to_tensorboard(tiles, tensorboard, split, image_size)
     return tiles
+
+
+def _foreign_tiles(
+    path: str, split: str, count: int, seed: int, augmented: bool, image_size: int, read: ReadOptions
+) -> list[Tile]:
+    """The first batch `load` reads from other people's TFRecords, captioned with label ids (no
+    manifest, so no class names: `shardfeed adopt` gives them)."""
+    from shardfeed.read.dataset import load
+
+    read = dataclasses.replace(read, drop_remainder=False)
+    ds = load(path, split=split, batch_size=count, image_size=image_size, training=augmented, seed=seed, read=read)
+    batch = next(iter(ds))
+    images, labels = batch if isinstance(batch, tuple) else (batch, None)
+    return [
+        Tile("", "" if labels is None else str(int(labels[i])), to_rgb(images[i].numpy()))
+        for i in range(int(images.shape[0]))
+    ]
 
 
 def draw_grid(tiles: list[Tile], rows: int, cols: int, output: str, title: str) -> None:

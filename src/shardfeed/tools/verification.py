@@ -16,11 +16,15 @@ import hashlib
 import os
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO, cast
 
 from shardfeed.format import fileio, manifest, schema, tfrecord
 from shardfeed.format.example_proto import parse_example
+from shardfeed.read import foreign
+from shardfeed.read.shardset import is_converted_folder
+from shardfeed.tools.foreign_scan import AdoptOptions, ShardTask, read_schema, scan_all
 from shardfeed.write.images import check_stored_image
 from shardfeed.write.pool import WorkerPool
 from shardfeed.write.shards import INCOMPLETE
@@ -49,6 +53,7 @@ class VerifyReport:
     records: int = 0
     images_decoded: int = 0
     seconds: float = 0.0
+    foreign: bool = False  # TFRecords another program wrote: no manifest to check against
 
     @property
     def ok(self) -> bool:
@@ -58,7 +63,13 @@ class VerifyReport:
         return {**asdict(self), "ok": self.ok}
 
     def summary(self) -> str:
-        head = f"{self.path}: {self.shards} shards, {self.records} records, {self.images_decoded} images decoded"
+        if self.foreign:
+            head = (
+                f"{self.path}: {self.shards} files, {self.records} records, framing, CRCs and feature types checked "
+                "(no manifest: `shardfeed adopt` it, then verify decodes every image against the manifest)"
+            )
+        else:
+            head = f"{self.path}: {self.shards} shards, {self.records} records, {self.images_decoded} images decoded"
         if self.ok:
             return f"{head}: OK ({self.seconds:.1f}s)"
         lines = [f"{head}: {len(self.problems)} problems"] + [f"  {p}" for p in self.problems[:200]]
@@ -91,15 +102,28 @@ class _ShardOutcome:
     class_counts: Counter[str] = field(default_factory=Counter)
 
 
-def verify(path: str, *, workers: int | None = None, decode: bool = True, progress: bool = True) -> VerifyReport:
+def verify(
+    path: str | Sequence[str],
+    *,
+    workers: int | None = None,
+    decode: bool = True,
+    progress: bool = True,
+    foreign_keys: AdoptOptions | None = None,
+) -> VerifyReport:
     """Checks a converted folder completely; see the module docstring for what is checked.
 
     Args:
-        path: the converted folder.
+        path: the converted folder, or other people's TFRecords (a folder, glob or list: their
+            framing, CRCs and feature types are checked, record by record; `adopt` them to
+            check them against a manifest).
         workers: processes checking shards in parallel (default: all cores).
         decode: decode every image (default); False checks framing, parsing and hashes only.
         progress: a progress bar on stderr.
+        foreign_keys: for other people's TFRecords, their image/label keys and label offset.
     """
+    if not is_converted_folder(path):
+        return _verify_foreign(path, foreign_keys or AdoptOptions(), workers, progress)
+    assert isinstance(path, str)  # narrowed: a converted folder is a path here
     start = time.monotonic()
     m = manifest.read(path, check=False)
     report = VerifyReport(path)
@@ -147,6 +171,21 @@ def verify(path: str, *, workers: int | None = None, decode: bool = True, progre
                     f"split {split!r}: class counts {dict(counts[split])} differ from the manifest's {dict(expected)}"
                 )
             )
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def _verify_foreign(path: str | Sequence[str], keys: AdoptOptions, workers: int | None, progress: bool) -> VerifyReport:
+    """Other people's TFRecords read through once with adopt's scan: damaged records and
+    records whose image or label feature has the wrong type, each by file, record and byte."""
+    start = time.monotonic()
+    files, compression = foreign.find_files(path)
+    schema_found = read_schema(files, compression, keys)
+    tasks = [ShardTask(f, compression, schema_found, None) for f in files]
+    scans = scan_all(tasks, workers, progress)
+    report = VerifyReport(path if isinstance(path, str) else ", ".join(path), foreign=True)
+    report.shards, report.records = len(scans), sum(len(s.sizes) for s in scans)
+    report.problems = [Problem(p) for s in scans for p in s.problems]
     report.seconds = time.monotonic() - start
     return report
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.errors import ConvertError, OptionError, SourceError
-from shardfeed.format import fileio, manifest, tfds_metadata
+from shardfeed.format import fileio, manifest, schema, tfds_metadata
 from shardfeed.format.manifest import Manifest
 from shardfeed.write import dedupe, folder_lock, folder_state, local_runner, merge, shards
 from shardfeed.write.encode import EncodingSpec, SkippedItem
@@ -115,6 +115,7 @@ class ConversionResult:
                 f"  warning: {upscaled:,} images were smaller than the centre crop and were upscaled (listed in "
                 "report.json); use a smaller --center-crop or --resize to at least the crop size"
             )
+        lines += label_base_lines(self.manifest)
         note = non_jpeg_note(data.get("image_formats", {}))
         if note:
             lines.append(f"  {note}")
@@ -122,6 +123,20 @@ class ConversionResult:
         if no_tfds:
             lines.append(f"  no TFDS metadata (dataset_info.json): {no_tfds}")
         return "\n".join(lines)
+
+
+def label_base_lines(m: manifest.Manifest) -> list[str]:
+    """The label base written, said once: readers disagree on it (docs/interop.md has the table),
+    and a reader with the other base shifts every label without an error."""
+    stored = m.stored_label_range()
+    if stored is None:
+        return []
+    if m.label_offset == 0:
+        advice = "0-based, as Keras, TFDS and the Model Garden read them; for readers that expect 1..K "
+        advice += "(Inception's build_image_data readers, keras_imagenet) convert with --label-offset 1"
+    else:
+        advice = f"class id + {m.label_offset}; shardfeed's readers subtract it (the manifest says so)"
+    return [f"  labels: {m.keys.label_key or schema.LABEL} holds {stored[0]}..{stored[1]} ({advice})"]
 
 
 def non_jpeg_note(formats: dict[str, int]) -> str | None:

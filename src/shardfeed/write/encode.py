@@ -8,7 +8,7 @@ the shard-size estimate, so the three cannot disagree.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shardfeed.format import fileio, schema
 from shardfeed.format.example_proto import FeatureValue, serialize_example
@@ -27,17 +27,19 @@ class EncodingSpec:
         class_names: the label names (index = class id), None for unlabeled data.
         image: image checks and write-time transforms.
         label_offset: added to class ids in image/class/label.
+        keys: where the image and label go (ours, or a `--schema` preset's names).
     """
 
     base: str
     class_names: list[str] | None
     image: images.ImageOptions
     label_offset: int = 0
+    keys: schema.Schema = field(default_factory=schema.Schema)
 
     @classmethod
     def of(cls, discovery: Discovery, options: ConvertOptions) -> EncodingSpec:
         """The spec of a conversion: the source's base and classes with the options' image settings."""
-        return cls(discovery.base, discovery.class_names, options.image, options.label_offset)
+        return cls(discovery.base, discovery.class_names, options.image, options.label_offset, options.keys)
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,7 @@ def encode_item(item: Item, spec: EncodingSpec) -> EncodedRecord | SkippedItem:
     except images.BadImageError as e:
         return SkippedItem(item.key, str(e))
     features: dict[str, FeatureValue] = {
-        schema.ENCODED: prepared.data,
+        spec.keys.image_key: prepared.data,
         schema.FORMAT: prepared.format,
         schema.HEIGHT: prepared.height,
         schema.WIDTH: prepared.width,
@@ -115,7 +117,7 @@ def encode_item(item: Item, spec: EncodingSpec) -> EncodedRecord | SkippedItem:
         schema.SHA256: source_sha if prepared.data is raw_data else hashlib.sha256(prepared.data).hexdigest(),
     }
     if item.label >= 0 and spec.class_names is not None:
-        features[schema.LABEL] = item.label + spec.label_offset
+        features[spec.keys.label_key or schema.LABEL] = item.label + spec.label_offset
         features[schema.TEXT] = spec.class_names[item.label]
         features[schema.SYNSET] = spec.class_names[item.label]
     data = serialize_example(features)

@@ -7,11 +7,13 @@ so a finished folder is never silently rewritten with other settings. How the pr
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shardfeed.errors import OptionError
+from shardfeed.format.schema import PRESETS, Schema
 from shardfeed.write import sharding, splits
 from shardfeed.write.images import ImageOptions
 
@@ -38,6 +40,9 @@ class ConvertOptions:
         label_offset: added to class ids (1 for readers that reserve 0 for background).
         dedupe: drop exact duplicate images (the later key in sorted order is dropped).
         image: image checks and write-time transforms (`ImageOptions`).
+        schema: a record layout other readers expect (`schema.PRESETS`: 'inception', 'tfds',
+            'recipe'): its keys, and its label offset, shard names and JPEG re-encoding where
+            `label_offset`, `name_template` and `image.format` are left at their defaults.
     """
 
     split: str | Mapping[str, float] | None = None
@@ -51,8 +56,17 @@ class ConvertOptions:
     label_offset: int = 0
     dedupe: bool = False
     image: ImageOptions = field(default_factory=ImageOptions)
+    schema: str | None = None
 
     def __post_init__(self) -> None:
+        if self.schema is not None:
+            if self.schema not in PRESETS:
+                raise OptionError(f"schema must be one of {sorted(PRESETS)}, got {self.schema!r}")
+            preset = PRESETS[self.schema]
+            if self.label_offset == 0:
+                object.__setattr__(self, "label_offset", preset.label_offset)
+            if preset.jpeg and isinstance(self.image, ImageOptions) and self.image.image_format == "keep":
+                object.__setattr__(self, "image", dataclasses.replace(self.image, image_format="jpeg"))
         if self.shards is not None and self.shard_size is not None:
             raise OptionError("pass shards or shard_size, not both")
         if self.split is not None:
@@ -74,6 +88,8 @@ class ConvertOptions:
         """The shard name template in force."""
         if self.name_template:
             return self.name_template
+        if self.schema is not None and PRESETS[self.schema].name_template:
+            return PRESETS[self.schema].name_template  # type: ignore[return-value]
         return sharding.DEFAULT_BY_CLASS_TEMPLATE if self.by_class else sharding.DEFAULT_TEMPLATE
 
     def split_fractions(self, labelled: bool) -> dict[str, float]:
@@ -96,4 +112,10 @@ class ConvertOptions:
             "label_offset": self.label_offset,
             "dedupe": self.dedupe,
             "image": asdict(self.image),
+            **({"schema": self.schema} if self.schema else {}),
         }
+
+    @property
+    def keys(self) -> Schema:
+        """The record keys written: ours, or the preset's."""
+        return PRESETS[self.schema].keys if self.schema else Schema()
