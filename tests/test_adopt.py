@@ -144,6 +144,11 @@ def test_inception_folder_per_split(inception_folder: tuple[Path, Written]) -> N
         labels = Counter(int(x) for _, y in ds for x in y)
         assert labels == Counter(c for (_, c), n in written[split].items() for _ in range(n))
     assert not set(written["train"]) & set(written["validation"])  # no leakage
+    import tensorflow_datasets as tfds  # Inception's keys and names: TFDS reads the adopted folder too
+
+    builder = tfds.builder_from_directory(str(root))
+    assert builder.info.features["image/class/label"].names == ["unused_0", *CLASSES]
+    assert sum(1 for _ in builder.as_dataset(split="validation")) == sum(written["validation"].values())
 
 
 def test_kwotsin_layout_with_labels_txt_and_image_tree(tmp_path: Path) -> None:

@@ -184,6 +184,33 @@ def test_a_foreign_folder_is_pointed_at_adopt(tmp_path: Path) -> None:
     assert sorted(t.caption for t in tiles) == ["0", "1"]
 
 
+def test_bench_takes_the_keys_of_foreign_records(tmp_path: Path) -> None:
+    """The error used to say "pass image_key= in ReadConfig", a flag bench did not have."""
+    import subprocess
+    import sys
+
+    file = _one_record_file(tmp_path / "cat_dog00-1.tfrec", {"image": jpeg_bytes(photos()["chelsea"]), "class": 1})
+    bench = [
+        sys.executable,
+        "-m",
+        "shardfeed",
+        "bench",
+        file,
+        "--batch-size",
+        "1",
+        "--image-size",
+        "32",
+        "--eval",
+        "--epochs",
+        "4",
+    ]
+    refused = subprocess.run(bench, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 1 and "--image-key" in refused.stderr and "Traceback" not in refused.stderr
+    done = subprocess.run([*bench, "--image-key", "image", "--label-key", "class"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert "shardfeed.load" in done.stdout
+
+
 def test_verify_names_a_damaged_foreign_record(tmp_path: Path) -> None:
     from shardfeed.format import tfrecord
     from shardfeed.tools import verify

@@ -64,6 +64,7 @@ class IndexedRecords:
         shardset.from_manifest(self.manifest, split).check_files()
         self.split = split
         self.keys = self.manifest.keys
+        self._keys_are_ours = self.keys.is_ours  # asked per record
         self.files = [fileio.join(self.manifest.path, s.file) for s in info.shards]
         shard_ids, offsets, sizes = [], [], []
         for number, shard in enumerate(info.shards):
@@ -147,7 +148,7 @@ class IndexedRecords:
 
     def _ours(self, example: dict[str, Any]) -> dict[str, Any]:
         """An example under our keys (records of an adopted folder may use others: `schema.canonical`)."""
-        if self.keys.is_ours:
+        if self._keys_are_ours:
             return example
         wrapped = {k: v if isinstance(v, list) else [v] for k, v in example.items()}
         return {k: v[0] if len(v) == 1 else v for k, v in schema.canonical(wrapped, self.keys).items()}
