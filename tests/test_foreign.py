@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -114,8 +116,14 @@ def test_one_based_labels_are_shifted_by_the_read_option(tmp_path: Path) -> None
         ds = load(str(folder), training=False, batch_size=3, image_size=16, read=read)
         return {int(v) for _, batch_labels in ds for v in batch_labels.numpy()}
 
-    assert labels(ReadOptions()) == {1, 2}
-    assert labels(ReadOptions(label_offset=1)) == {0, 1}
+    with pytest.warns(UserWarning, match=r"run 1\.\.2 and none is 0: if they are 1-based"):
+        assert labels(ReadOptions()) == {1, 2}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once the offset is given, either way
+        assert labels(ReadOptions(label_offset=1)) == {0, 1}
+        assert labels(ReadOptions(label_offset=0)) == {1, 2}
+    sidecar = json.loads((folder / ".shardfeed-counts.json").read_text())
+    assert sidecar["train-00000-of-00001"]["labels"] == {"image/class/label": [1, 2]}  # one pass, kept
     with pytest.raises(OptionError, match="label_offset must be a non-negative integer"):
         ReadOptions(label_offset=-1)
 

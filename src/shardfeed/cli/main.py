@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Sequence
 
 from shardfeed.cli import (
@@ -67,6 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if not args.verbose:
         quiet_tensorflow()
+    warnings.showwarning = _show_warning
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminated)  # `kill`: the same clean stop as Ctrl-C
     try:
@@ -89,6 +91,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.error("error: %s", tensorflow_message(e))
             return 1
         raise
+
+
+def _show_warning(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
+    """A warning as one line, as errors are ('warning: ...'), without the file and source line."""
+    log.warning("warning: %s", message)
 
 
 def _terminated(*_: object) -> None:

@@ -12,10 +12,12 @@ import json
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.errors import SourceError
 from shardfeed.format import fileio, manifest, tfrecord
+from shardfeed.format.example_proto import Example
 from shardfeed.lazy import tensorflow
 
 COUNTS_SIDECAR = ".shardfeed-counts.json"
@@ -137,8 +139,18 @@ def files_of_split(folder: str, files: list[str], split: str) -> list[str]:
     return [f for f, s in by_file.items() if s == split]
 
 
-def count_records(path: str, compression: str | None) -> int:
-    """Records in a file, from the sidecar when the file has not changed since it was counted.
+@dataclass(frozen=True)
+class FileCount:
+    """A file's record count and, when a label feature was named, its lowest and highest label."""
+
+    records: int
+    labels: tuple[int, int] | None = None
+
+
+def count_records(path: str, compression: str | None, label_key: str | None = None) -> FileCount:
+    """Records in a file (and the range of `label_key`'s values), from the sidecar when the file
+    has not changed since it was counted. The labels come from the same pass (about 5 us a record
+    more than counting alone), so a 1-based set can be told without a second read.
 
     Raises:
         CorruptRecordError: the file is corrupt (named, with the record).
@@ -154,10 +166,44 @@ def count_records(path: str, compression: str | None) -> int:
             cache = {}
     name = os.path.basename(path)
     entry = cache.get(name)
-    if entry and entry["stamp"] == stamp:
-        return int(entry["records"])
-    count = sum(1 for _ in tfrecord.read_records(path, compression=compression))
-    cache[name] = {"stamp": stamp, "records": count}
+    if entry and entry["stamp"] == stamp and (not label_key or label_key in entry.get("labels", {})):
+        known = entry.get("labels", {}).get(label_key) if label_key else None
+        return FileCount(int(entry["records"]), (known[0], known[1]) if known else None)
+    count, low, high = 0, None, None
+    for data in tfrecord.read_records(path, compression=compression):
+        count += 1
+        if label_key:
+            label = _label_of(data, label_key)
+            if label is not None:
+                low = label if low is None else min(low, label)
+                high = label if high is None else max(high, label)
+    labels = (low, high) if low is not None and high is not None else None
+    kept = entry.get("labels", {}) if entry and entry["stamp"] == stamp else {}
+    if label_key:
+        kept = {**kept, label_key: list(labels) if labels else None}
+    cache[name] = {"stamp": stamp, "records": count, "labels": kept}
     with contextlib.suppress(OSError):  # a read-only data folder: count again next time
         fileio.write_text_atomic(sidecar, json.dumps(cache, sort_keys=True, indent=1))
-    return count
+    return FileCount(count, labels)
+
+
+def _label_of(data: bytes, key: str) -> int | None:
+    """One record's int64 `key` value, or None (absent, another type, unparsable)."""
+    example = Example()
+    try:
+        example.ParseFromString(data)
+    except Exception:  # a bad record: counting is not the place to say so (the reader names it)
+        return None
+    feature = example.features.feature.get(key)
+    values = feature.int64_list.value if feature is not None else []
+    return int(values[0]) if len(values) == 1 else None
+
+
+def one_based_warning(files: list[str], labels: tuple[int, int]) -> str:
+    """The warning for foreign labels read without an offset whose lowest is above 0."""
+    shown = ", ".join(os.path.basename(f) for f in files[:3]) + (" ..." if len(files) > 3 else "")
+    return (
+        f"labels in {shown} run {labels[0]}..{labels[1]} and none is 0: if they are 1-based (Inception's "
+        "build_image_data.py, keras_imagenet), read them with ReadOptions(label_offset=1) (--label-offset 1); "
+        "pass label_offset=0 to say they are not"
+    )

@@ -13,12 +13,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.errors import OptionError
 from shardfeed.format.schema import FILENAME, Schema
-from shardfeed.read import shardset
+from shardfeed.read import foreign, shardset
 from shardfeed.read.options import DecodeOptions, ReadOptions, ServiceOptions
 from shardfeed.read.order import WorkerShare
 from shardfeed.read.shardset import DataPath, ShardSet
@@ -134,6 +135,8 @@ def resolve(
         schema = dataclasses.replace(schema, filename_key=FILENAME)
     if read.label_offset is not None:
         schema = dataclasses.replace(schema, label_offset=read.label_offset)
+    elif shards.label_range is not None and shards.label_range[0] >= 1 and not counting:
+        warnings.warn(foreign.one_based_warning(shards.files, shards.label_range), UserWarning, stacklevel=3)
     plan = ReadPlan(
         split=split,
         read=read,

@@ -33,6 +33,7 @@ class ShardSet:
     compression: str | None
     manifest: manifest.Manifest | None = None
     sizes: list[int] | None = None
+    label_range: tuple[int, int] | None = None  # foreign files: the lowest and highest stored label
 
     @property
     def num_records(self) -> int:
@@ -123,12 +124,17 @@ def open_split(
             short_sides=_short_sides(m.data.get("image_short_sides")),
         )
     assert not isinstance(path, manifest.Manifest)  # narrows the type: is_converted_folder said so
-    shards = from_files(path, compression=compression, split=split)
-    first = next((f for f, n in zip(shards.files, shards.counts, strict=True) if n), None)
-    if first is None:
-        raise SourceError(f"the TFRecord files {shards.files[:3]} hold no records")
-    record = parse_example(next(iter(tfrecord.read_records(first, compression=shards.compression))))
-    return shards, foreign_schema(record, first, image_key, label_key)
+    files, compression = _split_files(path, compression, split)
+    first, record = next(
+        ((f, r) for f in files for r in tfrecord.read_records(f, compression=compression)), (None, None)
+    )
+    if first is None or record is None:
+        raise SourceError(f"the TFRecord files {files[:3]} hold no records")
+    schema = foreign_schema(parse_example(record), first, image_key, label_key)
+    counts = [foreign.count_records(f, compression, schema.label_key) for f in files]
+    ranges = [c.labels for c in counts if c.labels is not None]
+    label_range = (min(r[0] for r in ranges), max(r[1] for r in ranges)) if ranges else None
+    return ShardSet(files, [c.records for c in counts], compression, label_range=label_range), schema
 
 
 def _short_sides(counts: dict[str, int] | None) -> tuple[tuple[int, int], ...] | None:
@@ -154,7 +160,13 @@ def from_files(path: str | Sequence[str], *, compression: str | None = None, spl
         SourceError: nothing matches; the folder's splits cannot be told apart or lack `split`.
         CorruptRecordError: a file is corrupt (named, with the record).
     """
+    files, compression = _split_files(path, compression, split)
+    return ShardSet(files, [foreign.count_records(f, compression).records for f in files], compression)
+
+
+def _split_files(path: str | Sequence[str], compression: str | None, split: str | None) -> tuple[list[str], str | None]:
+    """The files of `split` (all of them for a glob or list) and their compression."""
     files, compression = foreign.find_files(path, compression=compression)
     if split is not None and isinstance(path, str) and os.path.isdir(path):
         files = foreign.files_of_split(path, files, split)
-    return ShardSet(files, [foreign.count_records(f, compression) for f in files], compression)
+    return files, compression
