@@ -36,7 +36,7 @@ OPTIONS: list[tuple[Callable[[], Any], str]] = [
     (lambda: ReadOptions(shuffle="random"), r"shuffle must be one of \['buffer', 'global'\]"),
     (lambda: ReadOptions(num_workers=2, worker_index=2), r"worker_index must be in 0\.\.1 for 2 workers"),
     (lambda: ReadOptions(shuffle="global", cache=True), "cache= does not apply with shuffle='global'"),
-    (lambda: ReadOptions(start_step=3), "epoch and start_step need shuffle='global'"),
+    (lambda: ReadOptions(start_step=3), "epoch, start_step and start_record need shuffle='global'"),
     (lambda: DecodeOptions(channels=2), "channels must be 1 or 3"),
     (lambda: ServiceOptions("grpc://h:1", mode="everywhere"), "service mode must be one of"),
     (lambda: ServiceOptions("http://h:1"), "service must look like grpc://HOST:PORT"),

@@ -278,8 +278,8 @@ def test_even_splits_give_every_worker_the_same_count(by_class: Path) -> None:
     ("kwargs", "message"),
     [
         ({"shuffle": "perfect"}, r"shuffle must be one of \['buffer', 'global'\]"),
-        ({"start_step": 2, "seed": 1}, "epoch and start_step need shuffle='global'"),
-        ({"shuffle": "global", "epoch": 1}, "epoch and start_step need a seed"),
+        ({"start_step": 2, "seed": 1}, "epoch, start_step and start_record need shuffle='global'"),
+        ({"shuffle": "global", "epoch": 1}, "epoch, start_step and start_record need a seed"),
         ({"even": "even"}, "even must be None, 'drop' or 'pad'"),
         ({"shuffle": "global", "cache": True}, "cache= does not apply with shuffle='global'"),
         ({"even": "drop", "skip_corrupt": True}, "skip_corrupt= does not apply with shuffle='global' or even"),

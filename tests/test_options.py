@@ -39,7 +39,7 @@ def test_convert_options_errors(kwargs: dict, message: str) -> None:
         ({"shuffle_buffer": -1}, "shuffle_buffer must be a non-negative integer"),
         ({"num_workers": 2, "worker_index": 2}, r"worker_index must be in 0\.\.1 for 2 workers, got 2"),
         ({"compression": "zlib"}, r"compression must be one of \[None, 'gzip'\]"),
-        ({"epoch": -1, "shuffle": "global"}, "epoch and start_step must be >= 0"),
+        ({"epoch": -1, "shuffle": "global"}, "epoch, start_step and start_record must be >= 0"),
     ],
 )
 def test_read_config_errors(kwargs: dict, message: str) -> None:

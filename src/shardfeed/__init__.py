@@ -2,7 +2,7 @@
 
 The top level holds what a data pipeline needs every day: `convert` (with `ConvertOptions`,
 `ImageOptions` and the source classes), `adopt` (other people's TFRecords, `AdoptOptions`),
-`load`/`steps_per_epoch` (with `ReadOptions`, `DecodeOptions`, `ServiceOptions`, `Augment`), the
+`load`/`steps_per_epoch` (with `ReadOptions`, `DecodeOptions`, `ServiceOptions`, `Augment`, `Mixture`), the
 TensorFlow-free reader `IndexedRecords`, the manifest and the errors. Tools live in
 `shardfeed.tools` (info, verify, show, shuffle_report, bench), Keras training in
 `shardfeed.training` (train, TrainOptions, evaluate, predict, fit_resumable, models); both are
@@ -27,6 +27,7 @@ from shardfeed.read.augment import Augment as Augment
 from shardfeed.read.dataset import load as load
 from shardfeed.read.dataset import steps_per_epoch as steps_per_epoch
 from shardfeed.read.indexed import IndexedRecords as IndexedRecords
+from shardfeed.read.mixture import Mixture as Mixture
 from shardfeed.read.options import DecodeOptions as DecodeOptions
 from shardfeed.read.options import ReadOptions as ReadOptions
 from shardfeed.read.options import ServiceOptions as ServiceOptions
@@ -60,6 +61,7 @@ __all__ = [
     "IndexedRecords",
     "Manifest",
     "ManifestError",
+    "Mixture",
     "OptionError",
     "ReadOptions",
     "RunFolderError",

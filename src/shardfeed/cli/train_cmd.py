@@ -40,6 +40,16 @@ def register(sub: Any) -> None:
         f"default {TrainOptions.shuffle}",
     )
     p.add_argument(
+        "--balance",
+        choices=["class"],
+        help="imbalanced classes: read each class equally often per epoch (small classes repeat; global order)",
+    )
+    p.add_argument(
+        "--class-weight",
+        choices=["balanced"],
+        help="imbalanced classes: weight the loss by n / (classes x class count), from the manifest",
+    )
+    p.add_argument(
         "--save-every",
         type=int,
         metavar="STEPS",
@@ -88,6 +98,8 @@ def summary(metrics: dict[str, Any]) -> str:
         )
     else:
         lines.append("  validation: none (no validation split)")
+    if metrics.get("imbalance_remedy"):
+        lines.append(f"  imbalance: {metrics['imbalance_remedy']}")
     if metrics.get("input_verdict"):
         lines.append(f"  input: {metrics['input_verdict']}")
     if "accuracy" in metrics:

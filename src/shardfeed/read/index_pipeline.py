@@ -19,8 +19,10 @@ import numpy as np
 
 from shardfeed.lazy import tensorflow
 from shardfeed.read.indexed import IndexedRecords
-from shardfeed.read.order import buffer_shuffle, global_order
+from shardfeed.read.mixture import MixedRecords, MixedSplit
+from shardfeed.read.order import balanced_order, buffer_shuffle, global_order, mixture_order
 from shardfeed.read.plan import ReadPlan
+from shardfeed.read.record_labels import record_labels
 
 INDEXED_CHUNK = 64  # records per Python call when reading by index
 
@@ -37,13 +39,22 @@ def indexed_records(plan: ReadPlan) -> Any:
     read = plan.read
     if plan.shards.manifest is None:  # the plan only reads by index for converted folders
         raise TypeError("indexed_records needs a plan over a converted folder")
-    records = IndexedRecords(plan.shards.manifest, plan.split)
-    n, epoch, skip = len(records), read.epoch, read.start_step * plan.batch_size
+    records: IndexedRecords | MixedRecords
+    if plan.mixture is not None:
+        records = MixedRecords(plan.mixture, plan.split)
+    else:
+        records = IndexedRecords(plan.shards.manifest, plan.split)
+    n, epoch, skip = plan.epoch_records, read.epoch, read.start_step * plan.batch_size
     positions = plan.share.positions(n)
-    orders = _EpochOrders(records, plan.base_seed, shuffled=read.order == "global" and plan.training)
+    resumed = plan.share.positions(n, read.start_record)  # the first epoch's: after what all workers read
+    labels = record_labels(plan.shards.manifest, plan.split) if read.balance and plan.training else None
+    orders = _EpochOrders(
+        n, plan.base_seed, shuffled=read.order == "global" and plan.training, labels=labels, mixture=plan.mixture
+    )
 
     def read_chunk(epoch_number: np.ndarray, begin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        chosen = positions[int(begin) : int(begin) + INDEXED_CHUNK]
+        mine = resumed if int(epoch_number) == epoch else positions
+        chosen = mine[int(begin) : int(begin) + INDEXED_CHUNK]
         order = orders.get(int(epoch_number))
         blobs = np.array([records.record(int(order[p])) for p in chosen], dtype=object)
         keys = int(epoch_number) * n + chosen
@@ -51,7 +62,10 @@ def indexed_records(plan: ReadPlan) -> Any:
 
     def chunks(epoch_number: Any) -> Any:
         first = tf.where(epoch_number == epoch, tf.constant(skip, tf.int64), tf.constant(0, tf.int64))
-        begins = tf.data.Dataset.range(first, len(positions), INDEXED_CHUNK)
+        last = tf.where(
+            epoch_number == epoch, tf.constant(len(resumed), tf.int64), tf.constant(len(positions), tf.int64)
+        )
+        begins = tf.data.Dataset.range(first, last, INDEXED_CHUNK)
         return begins.map(lambda begin: (epoch_number, begin))
 
     def read_chunks(epoch_number: Any, begin: Any) -> tuple[Any, Any]:
@@ -67,7 +81,7 @@ def indexed_records(plan: ReadPlan) -> Any:
         .map(read_chunks, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         .unbatch()
     )
-    if plan.training and read.order == "buffer":  # even splits, asked for a buffer
+    if plan.training and read.order == "buffer" and plan.mixture is None:  # even splits, asked for a buffer
         ds = buffer_shuffle(ds, read.buffer_size(len(positions)), plan.seed)
     return ds
 
@@ -91,10 +105,12 @@ def _epoch_numbers(epoch: int, repeat: bool) -> Any:
 
 
 class _EpochOrders:
-    """The read order of recent epochs, computed once per epoch (an argsort of all records)."""
+    """The read order of recent epochs (record numbers, or a mixture's ids), computed once per epoch."""
 
-    def __init__(self, records: IndexedRecords, seed: int, shuffled: bool) -> None:
-        self.records, self.seed, self.shuffled = records, seed, shuffled
+    def __init__(
+        self, n: int, seed: int, shuffled: bool, labels: np.ndarray | None = None, mixture: MixedSplit | None = None
+    ) -> None:
+        self.n, self.seed, self.shuffled, self.labels, self.mixture = n, seed, shuffled, labels, mixture
         self._cache: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
 
@@ -103,6 +119,12 @@ class _EpochOrders:
             if epoch not in self._cache:
                 if len(self._cache) >= 2:  # parallel reads straddle at most one epoch boundary
                     del self._cache[min(self._cache)]
-                n = len(self.records)
-                self._cache[epoch] = global_order(n, self.seed, epoch) if self.shuffled else np.arange(n)
+                n = self.n
+                if self.mixture is not None:
+                    mix = self.mixture
+                    self._cache[epoch] = mixture_order(mix.sizes, mix.counts, self.seed, epoch)
+                elif self.labels is not None:
+                    self._cache[epoch] = balanced_order(self.labels, self.seed, epoch)
+                else:
+                    self._cache[epoch] = global_order(n, self.seed, epoch) if self.shuffled else np.arange(n)
             return self._cache[epoch]

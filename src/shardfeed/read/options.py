@@ -24,6 +24,7 @@ DEFAULT_SHUFFLE_BUFFER = 4096  # serialized records: ~4096 x 110 KB = 450 MB at 
 DTYPES = ("uint8", "float32")
 DCT_METHODS = ("INTEGER_FAST", "INTEGER_ACCURATE", "")
 COMPRESSIONS = (None, "gzip")
+BALANCES = (None, "class")
 SERVICE_MODES = ("distributed_epoch", "parallel_epochs", "file", "data", "file_or_data", "hint")
 
 
@@ -43,6 +44,12 @@ class ReadOptions:
         cache: keep the serialized records in memory (True) or in a cache file (a path).
         epoch, start_step: with shuffle='global', start at this epoch and skip this many batches
             of it (exact mid-epoch resume; see `shardfeed.training.fit_resumable`).
+        start_record: with shuffle='global', the records of `epoch` that all workers together
+            have read already (a `ResumeState`'s records_consumed): this run's workers share the
+            rest, whatever their number was before (elastic resume; instead of start_step).
+        balance: 'class' reads each training epoch with the same number of records per class
+            (`order.balanced_order`: small classes repeated, large ones sampled anew each epoch,
+            no rejection); read by index, in a seeded global order. None: records as they are.
         num_workers, worker_index: this input pipeline's share (without a distribution strategy;
             `load(input_context=...)` sets both). Whole shards per worker unless `even`.
         even: split records, not shards, across workers so each reads the same count: 'drop' the
@@ -67,6 +74,8 @@ class ReadOptions:
     cache: bool | str = False
     epoch: int = 0
     start_step: int = 0
+    start_record: int = 0
+    balance: str | None = None
     num_workers: int = 1
     worker_index: int = 0
     even: str | None = None
@@ -85,12 +94,28 @@ class ReadOptions:
             raise OptionError(f"shuffle must be one of {list(SHUFFLES)}, got {self.shuffle!r}")
         if self.shuffle_buffer is not None and (not isinstance(self.shuffle_buffer, int) or self.shuffle_buffer < 0):
             raise OptionError(f"shuffle_buffer must be a non-negative integer, got {self.shuffle_buffer!r}")
-        if self.epoch < 0 or self.start_step < 0:
-            raise OptionError(f"epoch and start_step must be >= 0, got {self.epoch}, {self.start_step}")
-        if (self.epoch or self.start_step) and self.order != "global":
+        if self.epoch < 0 or self.start_step < 0 or self.start_record < 0:
             raise OptionError(
-                "epoch and start_step need shuffle='global' (only a global order is a pure function "
-                "of (seed, epoch), so only it can be resumed exactly)"
+                f"epoch, start_step and start_record must be >= 0, got {self.epoch}, {self.start_step}, "
+                f"{self.start_record}"
+            )
+        if self.start_step and self.start_record:
+            raise OptionError(
+                "start_step and start_record both say where to resume: pass start_record (records all workers "
+                "read, from a ResumeState) or start_step (batches of this worker), not both"
+            )
+        if self.balance not in BALANCES:
+            raise OptionError(f"balance must be one of {list(BALANCES)}, got {self.balance!r}")
+        if self.balance and self.shuffle == "buffer":
+            raise OptionError(
+                "balance='class' chooses every record of an epoch by index in a seeded order; a shuffle buffer "
+                "cannot: drop shuffle='buffer'"
+            )
+        if (self.epoch or self.start_step or self.start_record) and self.order != "global":
+            raise OptionError(
+                "epoch, start_step and start_record need shuffle='global' (only a global order is a pure "
+                "function of (seed, epoch), so only it can be resumed exactly); buffer-shuffled reading "
+                "cannot resume mid-epoch, on the same number of workers or another"
             )
         WorkerShare(self.num_workers, self.worker_index, self.even)  # validates the three
         if self.compression not in COMPRESSIONS:
@@ -120,12 +145,12 @@ class ReadOptions:
     @property
     def order(self) -> str:
         """The shuffle in force: 'global' with even splits unless 'buffer' was asked for."""
-        return self.shuffle or ("global" if self.even is not None else "buffer")
+        return self.shuffle or ("global" if self.even is not None or self.balance else "buffer")
 
     @property
     def by_index(self) -> bool:
         """Records are read through the index files (global order or even splits)."""
-        return self.order == "global" or self.even is not None
+        return self.order == "global" or self.even is not None or self.balance is not None
 
     def buffer_size(self, num_records: int) -> int:
         """Records in the shuffle buffer: `shuffle_buffer` (default 4096), capped at the records

@@ -43,6 +43,65 @@ def global_order(num_records: int, seed: int, epoch: int) -> np.ndarray:
     return np.argsort(keys, kind="stable").astype(np.int64)
 
 
+def balanced_order(labels: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+    """Record numbers for one class-balanced epoch: a pure function of (labels, seed, epoch).
+
+    The epoch keeps the split's length n, shared equally by the classes that have records: each
+    gets n // K positions (the first n % K classes of a seeded class order one more). A class
+    with fewer records than its share repeats every record floor(share / count) times and adds a
+    seeded choice of the rest, without repeats; a larger class contributes a seeded choice of
+    `share` records, a new one each epoch. The positions are then shuffled (seeded), so the
+    proportions hold exactly per epoch, with no rejection.
+    """
+    n = len(labels)
+    classes, inverse = np.unique(labels, return_inverse=True)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    salt = _splitmix64(np.array([(seed & 0xFFFFFFFFFFFFFFFF) ^ 0xB1A5], np.uint64))[0]
+    salt = _splitmix64(np.array([salt ^ np.uint64(epoch & 0xFFFFFFFFFFFFFFFF)], np.uint64))[0]
+    keys = _splitmix64(np.arange(n, dtype=np.uint64) ^ salt)  # one seeded key per record
+    base, extra = divmod(n, len(classes))
+    class_rank = np.argsort(_splitmix64(np.arange(len(classes), dtype=np.uint64) ^ salt), kind="stable")
+    shares = np.full(len(classes), base, np.int64)
+    shares[class_rank[:extra]] += 1
+    chosen = []
+    for c in range(len(classes)):
+        members = np.flatnonzero(inverse == c)
+        members = members[np.argsort(keys[members], kind="stable")]  # this epoch's seeded order
+        repeats, rest = divmod(int(shares[c]), len(members))
+        chosen.append(np.concatenate([np.tile(members, repeats), members[:rest]]))
+    picked = np.concatenate(chosen).astype(np.int64)
+    shuffle_keys = _splitmix64(np.arange(len(picked), dtype=np.uint64) ^ (salt ^ np.uint64(0x5EED)))
+    return picked[np.argsort(shuffle_keys, kind="stable")]
+
+
+def mixture_order(sizes: list[int], counts: list[int], seed: int, epoch: int) -> np.ndarray:
+    """One mixed epoch: ids into the sources laid end to end (source i's records numbered from
+    sum(sizes[:i])), a pure function of (sizes, counts, seed, epoch).
+
+    Source i gives exactly counts[i] records per mixed epoch, in a seeded interleaving of all
+    sources' places. Each source's records come from its own endless stream of global orders
+    (seed + i): the k-th of source i in mixed epoch e is its stream's record e * counts[i] + k, so
+    a source smaller than its count repeats a whole order before any record comes back, and a
+    larger one moves on through its order from one mixed epoch to the next.
+    """
+    bases = np.cumsum([0, *sizes])[:-1]
+    tags = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    salt = _splitmix64(np.array([(seed & 0xFFFFFFFFFFFFFFFF) ^ 0x313C], np.uint64))[0]
+    salt = _splitmix64(np.array([salt ^ np.uint64(epoch & 0xFFFFFFFFFFFFFFFF)], np.uint64))[0]
+    tags = tags[np.argsort(_splitmix64(np.arange(len(tags), dtype=np.uint64) ^ salt), kind="stable")]
+    out = np.empty(len(tags), np.int64)
+    for i, (size, count) in enumerate(zip(sizes, counts, strict=True)):
+        stream = epoch * count + np.arange(count, dtype=np.int64)  # positions in source i's stream
+        own_epochs, positions = np.divmod(stream, size)
+        picked = np.empty(count, np.int64)
+        for own in np.unique(own_epochs):
+            mask = own_epochs == own
+            picked[mask] = global_order(size, seed + i, int(own))[positions[mask]]
+        out[tags == i] = bases[i] + picked
+    return out
+
+
 @dataclass(frozen=True)
 class WorkerShare:
     """Which part of a split one input pipeline reads: worker `index` of `count`.
@@ -71,14 +130,22 @@ class WorkerShare:
         """More than one worker shares the split."""
         return self.count > 1
 
-    def records(self, num_records: int) -> int:
-        """How many positions of an epoch this worker reads (`even` split; 'drop' by default)."""
-        return num_records // self.count if self.even != "pad" else -(-num_records // self.count)
+    def records(self, num_records: int, start: int = 0) -> int:
+        """How many positions of an epoch this worker reads (`even` split; 'drop' by default),
+        from position `start` on (the records all workers consumed before a resume)."""
+        left = max(num_records - start, 0)
+        return left // self.count if self.even != "pad" else -(-left // self.count)
 
-    def positions(self, num_records: int) -> np.ndarray:
-        """The positions of an epoch's order this worker reads (`even` split; 'drop' by default)."""
-        per_worker = self.records(num_records)
-        return (np.arange(per_worker, dtype=np.int64) * self.count + self.index) % max(num_records, 1)
+    def positions(self, num_records: int, start: int = 0) -> np.ndarray:
+        """The positions of an epoch's order this worker reads (`even` split; 'drop' by default).
+
+        Worker i of N reads positions start + i, start + i + N, ...: after K batches of b records
+        each, N workers together have read exactly the first start + N·K·b positions. That prefix
+        is what makes a resume elastic: M workers continue from it (`start`), each reading every
+        M-th of the positions left, and the epoch's records are read once, whatever N and M.
+        """
+        per_worker = self.records(num_records, start)
+        return (start + np.arange(per_worker, dtype=np.int64) * self.count + self.index) % max(num_records, 1)
 
     def shard_numbers(self, num_shards: int) -> range:
         """The whole shards this worker reads (round robin).

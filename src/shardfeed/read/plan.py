@@ -20,6 +20,7 @@ from typing import Any
 from shardfeed.errors import OptionError
 from shardfeed.format.schema import FILENAME, Schema
 from shardfeed.read import foreign, shardset
+from shardfeed.read.mixture import MixedSplit, Mixture, open_mixture
 from shardfeed.read.options import DecodeOptions, ReadOptions, ServiceOptions
 from shardfeed.read.order import WorkerShare
 from shardfeed.read.shardset import DataPath, ShardSet
@@ -55,11 +56,17 @@ class ReadPlan:
     batch_size: int
     repeat: bool = False
     service: ServiceOptions | None = None
+    mixture: MixedSplit | None = None
 
     @property
     def by_index(self) -> bool:
-        """Records are read through the index files (global order or even splits)."""
-        return self.read.by_index
+        """Records are read through the index files (global order, even splits, a mixture)."""
+        return self.read.by_index or self.mixture is not None
+
+    @property
+    def epoch_records(self) -> int:
+        """Records of one epoch of the whole split (all workers): a mixture's mixed epoch."""
+        return self.mixture.epoch_length if self.mixture is not None else self.shards.num_records
 
     @property
     def deterministic(self) -> bool:
@@ -77,7 +84,7 @@ class ReadPlan:
     def records_per_pass(self) -> int:
         """Records this worker reads in one full epoch (before any filter or skipped corrupt record)."""
         if self.by_index:
-            return self.share.records(self.shards.num_records)  # the count, not the positions array
+            return self.share.records(self.epoch_records)  # the count, not the positions array
         return self.worker_shards.num_records
 
     def batches_per_pass(self) -> int:
@@ -91,7 +98,9 @@ class ReadPlan:
         repeated, not resumed mid-epoch, nothing dropped at read time, not split across service
         workers."""
         read = self.read
-        return not (self.repeat or self.service or read.filter_fn or read.skip_corrupt or read.start_step)
+        return not (
+            self.repeat or self.service or read.filter_fn or read.skip_corrupt or read.start_step or read.start_record
+        )
 
 
 def resolve(
@@ -128,9 +137,13 @@ def resolve(
             )
         share = WorkerShare(input_context.num_input_pipelines, input_context.input_pipeline_id, read.even)
         batch_size = input_context.get_per_replica_batch_size(batch_size)
-    shards, schema = shardset.open_split(
-        path, split, image_key=read.image_key, label_key=read.label_key, compression=read.compression
-    )
+    mixed = open_mixture(path, split) if isinstance(path, Mixture) else None
+    if mixed is not None:
+        shards, schema = _mixed_shards(mixed, split)
+    else:
+        shards, schema = shardset.open_split(
+            path, split, image_key=read.image_key, label_key=read.label_key, compression=read.compression
+        )
     if read.with_filenames:
         schema = dataclasses.replace(schema, filename_key=FILENAME)
     if read.label_offset is not None:
@@ -149,6 +162,7 @@ def resolve(
         batch_size=batch_size,
         repeat=repeat,
         service=service,
+        mixture=mixed,
     )
     _check_start_step(plan)
     if not read.skip_corrupt:
@@ -167,12 +181,23 @@ def _check_applies(
 ) -> None:
     """The rules on whether the options apply to this data, seed and service (checked before
     anything is opened or counted)."""
-    if (read.epoch or read.start_step) and seed is None and not counting:
-        raise OptionError("epoch and start_step need a seed: the order must be the one the interrupted run saw")
+    if (read.epoch or read.start_step or read.start_record) and seed is None and not counting:
+        raise OptionError(
+            "epoch, start_step and start_record need a seed: the order must be the one the interrupted run saw"
+        )
+    if isinstance(path, Mixture):
+        if read.balance or read.even or read.shuffle == "buffer":
+            raise OptionError(
+                "a Mixture reads its own seeded order (by index): balance=, even= and shuffle='buffer' do not "
+                "apply to it"
+            )
+        if service is not None:
+            raise OptionError("a Mixture reads by index in Python, which tf.data service workers cannot run")
+        return
     if read.by_index and not shardset.is_converted_folder(path):
         raise OptionError(
-            "shuffle='global' and even splits read through the index files of a converted folder; "
-            f"{path!r} has no manifest.json"
+            "shuffle='global', even splits and balance='class' read through the index files of a converted "
+            f"folder; {path!r} has no manifest.json (`shardfeed adopt` writes one for other people's TFRecords)"
         )
     if counting and read.filter_fn is not None:
         raise OptionError(
@@ -200,11 +225,34 @@ def _check_service(read: ReadOptions, decode: DecodeOptions) -> None:
         raise OptionError("cache= would cache on each worker separately; drop cache= when reading through a service")
 
 
+def _mixed_shards(mixed: MixedSplit, split: str) -> tuple[ShardSet, Schema]:
+    """Every source's shards as one set (so one stat checks them all), and the first source's
+    schema: labels arrive in the mixture's label map, stored with the first source's offset."""
+    parts = [shardset.from_manifest(m, split) for m in mixed.manifests]
+    files = [f for p in parts for f in p.files]
+    counts = [c for p in parts for c in p.counts]
+    sizes = [s for p in parts for s in p.sizes or []]
+    shards = ShardSet(files, counts, None, mixed.manifests[0], sizes)
+    _, first = shardset.open_split(mixed.manifests[0], split)
+    return shards, first
+
+
 def _check_start_step(plan: ReadPlan) -> None:
-    """A resume point inside this worker's epoch."""
+    """A resume point inside this worker's epoch; balance only where it means something."""
     skip, records = plan.read.start_step * plan.batch_size, plan.records_per_pass()
     if skip > records:
         raise OptionError(f"start_step skips {skip} records but this worker has {records} per epoch")
+    if plan.read.start_record > plan.epoch_records:
+        raise OptionError(
+            f"start_record {plan.read.start_record} is past the {plan.epoch_records} records of an epoch of "
+            f"split {plan.split!r}"
+        )
+    if plan.mixture is not None and not plan.training:
+        raise OptionError("a Mixture is a training stream; evaluate each source on its own (load(folder, ...))")
+    if plan.read.balance and not plan.training:
+        raise OptionError("balance='class' is a training sampler; evaluation reads every record once")
+    if plan.read.balance and plan.shards.manifest is not None and plan.shards.manifest.labels is None:
+        raise OptionError(f"balance='class' needs labels; {plan.shards.manifest.path} holds unlabeled images")
 
 
 def _check_batch_size(batch_size: int) -> None:

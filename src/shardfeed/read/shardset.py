@@ -11,7 +11,7 @@ import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 from shardfeed.errors import SourceError
 from shardfeed.format import fileio, manifest, tfrecord
@@ -20,7 +20,8 @@ from shardfeed.format.schema import Schema, foreign_schema
 from shardfeed.read import foreign
 from shardfeed.read.order import WorkerShare
 
-DataPath = str | Sequence[str] | manifest.Manifest  # a converted folder (or its manifest), or TFRecords
+# a converted folder (or its manifest), other people's TFRecords, or a `read.mixture.Mixture` of folders
+DataPath = str | Sequence[str] | manifest.Manifest | Any
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from shardfeed.errors import OptionError
 from shardfeed.format.schema import ENCODED, LABEL, Schema
 from shardfeed.lazy import tensorflow
 from shardfeed.read.augment import Augment, random_crop_window
+from shardfeed.read.mixture import Mixture
 from shardfeed.read.options import DecodeOptions, ReadOptions
 
 KINDS = ("shardfeed", "plain_tfdata", "keras_folder", "decode_ceiling", "parse", "raw_parse", "raw_read")
@@ -64,6 +65,8 @@ class PipelineSpec:
     service: str | None = None
     max_batches: int | None = None
     warmup_batches: int = 2
+    mix_with: list[str] = field(default_factory=list)  # more converted folders: a Mixture with `path`
+    mix_weights: list[float] = field(default_factory=list)  # one per folder, `path` first
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -95,8 +98,11 @@ def build(spec: PipelineSpec) -> Any:
 def _shardfeed(spec: PipelineSpec) -> Any:
     from shardfeed.read.dataset import load
 
+    path: Any = spec.path
+    if spec.mix_with:
+        path = Mixture((spec.path, *spec.mix_with), tuple(spec.mix_weights), union_labels=True)
     return load(
-        spec.path,
+        path,
         split=spec.split,
         batch_size=spec.batch_size,
         image_size=spec.image_size,

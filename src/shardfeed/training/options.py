@@ -42,6 +42,10 @@ class TrainOptions:
             run continues mid-epoch at exactly the next batch (`fit_resumable`).
         service: read the training data through a tf.data service dispatcher, "grpc://HOST:PORT"
             (`shardfeed serve`): decoding and augmentation run on its workers.
+        balance: 'class': each epoch reads every class equally often (`ReadOptions(balance=...)`,
+            in the global order); small classes repeat.
+        class_weight: 'balanced': Keras class weights n / (K x n_c) from the manifest's counts.
+            The two standard remedies for imbalance; one or the other.
     """
 
     model: str = "small_cnn"
@@ -59,15 +63,26 @@ class TrainOptions:
     shuffle: str = "buffer"
     save_every: int | None = None
     service: str | None = None
+    balance: str | None = None
+    class_weight: str | None = None
 
     def __post_init__(self) -> None:
+        if self.balance not in (None, "class"):
+            raise OptionError(f"balance must be None or 'class', got {self.balance!r} (--balance)")
+        if self.class_weight not in (None, "balanced"):
+            raise OptionError(f"class_weight must be None or 'balanced', got {self.class_weight!r} (--class-weight)")
+        if self.balance and self.class_weight:
+            raise OptionError(
+                "balance='class' and class_weight='balanced' both correct the same imbalance (applied together "
+                "they over-correct it); pick one"
+            )
         if self.augment not in (AUTO, *AUGMENT_PRESETS):
             raise OptionError(f"augment must be one of {[AUTO, *AUGMENT_PRESETS]}, got {self.augment!r}")
         if self.model not in MODELS:
             raise OptionError(f"model must be one of {list(MODELS)}, got {self.model!r}")
         if self.shuffle not in SHUFFLES:
             raise OptionError(f"shuffle must be one of {list(SHUFFLES)}, got {self.shuffle!r}")
-        if self.save_every is not None and (self.shuffle != "global" or self.save_every < 1):
+        if self.save_every is not None and (not self.global_order or self.save_every < 1):
             raise OptionError(
                 f"save_every={self.save_every} needs shuffle='global' and at least 1 step: only a global order "
                 "can be resumed at an exact step"
@@ -79,6 +94,20 @@ class TrainOptions:
         if not self.learning_rate > 0:
             raise OptionError(f"learning_rate must be > 0, got {self.learning_rate} (--learning-rate)")
         _ = self.decode  # validates channels and crop_fraction
+
+    @property
+    def imbalance_remedy(self) -> str | None:
+        """What corrects class imbalance in this run, in words (for the summary and report)."""
+        if self.balance:
+            return "class-balanced sampling (--balance class: every class the same records per epoch)"
+        if self.class_weight:
+            return "class weights (--class-weight balanced: n / (classes x class count), from the manifest)"
+        return None
+
+    @property
+    def global_order(self) -> bool:
+        """Training reads the seeded global order (asked for, or needed by balanced sampling)."""
+        return self.shuffle == "global" or self.balance is not None
 
     @property
     def decode(self) -> DecodeOptions:

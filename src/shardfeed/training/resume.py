@@ -1,9 +1,18 @@
 """Exact mid-epoch resume for Keras: the input position after K batches is known.
 
 With `load(seed=S, read=ReadOptions(shuffle="global"))` the order of an epoch is a pure function of (S, epoch), so
-a checkpoint only needs (epoch, step) beside the model. `fit_resumable` saves both every
+a checkpoint only needs (epoch, records read) beside the model. `fit_resumable` saves them every
 `save_every` steps (model file first, then an atomically replaced `resume.json` naming it), and on
-restart continues at exactly the next batch: no record twice, none skipped.
+restart continues at exactly the next batch: no record twice, none skipped. resume.json is small
+and readable:
+
+    {"model": ".../resume-0001-0000040.keras", "seed": 0, "epoch": 1, "step": 40,
+     "records_consumed": 5120, "global_batch": 128, "num_workers": 2}
+
+`records_consumed` counts what all workers read together (N workers read a prefix of the epoch's
+order: `WorkerShare.positions`), so a run saved with N workers resumes with M: each of the M
+reads every M-th of the records left (`ReadOptions(start_record=...)`). Buffer-shuffled reading
+cannot do this, and `ReadOptions` says so.
 
     model = shardfeed.training.fit_resumable(build_model, "data/flowers", "runs/a", epochs=10,
                                              batch_size=64, seed=0, save_every=200, image_size=224)
@@ -22,6 +31,7 @@ from shardfeed.errors import OptionError
 from shardfeed.lazy import tensorflow
 from shardfeed.read.augment import Augment
 from shardfeed.read.options import DecodeOptions, ReadOptions
+from shardfeed.read.plan import resolve
 from shardfeed.read.shardset import DataPath
 from shardfeed.training.inputs import RunInputs
 from shardfeed.training.models import load_model
@@ -31,12 +41,22 @@ STATE_NAME = "resume.json"
 
 @dataclass(frozen=True)
 class ResumePoint:
-    """Where an interrupted run stands: the model file and the next (epoch, step) to train."""
+    """Where an interrupted run stands: the model file, the next (epoch, step) to train, and the
+    records of that epoch all workers have read (0 in files from before it was recorded: then
+    step x global batch)."""
 
     model: str
     epoch: int
     step: int
     seed: int
+    records_consumed: int = 0
+    global_batch: int = 0
+    num_workers: int = 1
+
+    @property
+    def records(self) -> int:
+        """Records of `epoch` read by all workers together."""
+        return self.records_consumed or self.step * self.global_batch
 
 
 def forget_resume_point(run_dir: str) -> None:
@@ -90,29 +110,31 @@ def fit_resumable(
     import keras
 
     os.makedirs(run_dir, exist_ok=True)
-    net, epoch, step = _starting_model(keras, model, run_dir, seed)
+    read = read or ReadOptions()
+    workers = read.num_workers
+    net, epoch, consumed = _starting_model(keras, model, run_dir, seed)
     inputs = RunInputs(data, batch_size, image_size, seed=seed, augment=augment, decode=decode)
     steps = inputs.steps_per_epoch(split)
 
-    def stream(epoch: int, step: int, repeat: bool) -> Any:
-        at = dataclasses.replace(
-            read or ReadOptions(), shuffle="global", drop_remainder=True, epoch=epoch, start_step=step
-        )
+    def stream(epoch: int, start_record: int, repeat: bool) -> Any:
+        at = dataclasses.replace(read, shuffle="global", drop_remainder=True, epoch=epoch, start_record=start_record)
         return inputs.training(split, read=at, repeat=repeat)
 
-    saver = _snapshot_callback(keras, run_dir, steps, save_every, seed)
+    saver = _snapshot_callback(keras, run_dir, steps, save_every, seed, batch_size * workers, workers)
     extra = list(callbacks or [])
-    if step and epoch < epochs:  # finish the interrupted epoch first, from the next batch on
-        saver.offset = step
+    if consumed and epoch < epochs:  # finish the interrupted epoch first, from the next batch on
+        total = resolve(data, split=split, read=read, batch_size=batch_size, training=True, counting=True).epoch_records
+        left = read.share.records(total, consumed) // batch_size
+        saver.offset, saver.base_records = steps - left, consumed
         net.fit(
-            stream(epoch, step, repeat=False),
+            stream(epoch, consumed, repeat=False),
             epochs=epoch + 1,
             initial_epoch=epoch,
-            steps_per_epoch=steps - step,
+            steps_per_epoch=left,
             callbacks=[saver, *extra],
             **fit_options,
         )
-        epoch, saver.offset = epoch + 1, 0
+        epoch, saver.offset, saver.base_records = epoch + 1, 0, 0
     if epoch < epochs:
         net.fit(
             stream(epoch, 0, repeat=True),
@@ -126,7 +148,8 @@ def fit_resumable(
 
 
 def _starting_model(keras: Any, model: Any, run_dir: str, seed: int) -> tuple[Any, int, int]:
-    """(model, epoch, step) to continue from: the last snapshot, or `model` (built if a function)."""
+    """(model, epoch, records of it consumed) to continue from: the last snapshot, or `model`
+    (built if a function)."""
     point = read_resume_point(run_dir)
     if point is None:
         return (model() if callable(model) and not isinstance(model, keras.Model) else model), 0, 0
@@ -135,16 +158,19 @@ def _starting_model(keras: Any, model: Any, run_dir: str, seed: int) -> tuple[An
             f"{run_dir} was trained with seed {point.seed}; resuming with seed {seed} would change the "
             "order of the epoch it stopped in"
         )
-    return load_model(point.model), point.epoch, point.step
+    return load_model(point.model), point.epoch, point.records
 
 
-def _snapshot_callback(keras: Any, run_dir: str, steps: int, save_every: int, seed: int) -> Any:
+def _snapshot_callback(
+    keras: Any, run_dir: str, steps: int, save_every: int, seed: int, global_batch: int, workers: int
+) -> Any:
     class Snapshot(keras.callbacks.Callback):
-        """Saves the model and the (epoch, step) it has reached, in that order."""
+        """Saves the model and the (epoch, step, records consumed) it has reached, in that order."""
 
         def __init__(self) -> None:
             super().__init__()
-            self.offset = 0
+            self.offset = 0  # steps of the epoch done before this fit (a resumed epoch)
+            self.base_records = 0  # records of the epoch all workers read before this fit
             self.epoch = 0
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
@@ -155,11 +181,12 @@ def _snapshot_callback(keras: Any, run_dir: str, steps: int, save_every: int, se
             if done % save_every and done != steps:
                 return
             epoch, step = (self.epoch + 1, 0) if done == steps else (self.epoch, done)
+            records = 0 if step == 0 else self.base_records + (done - self.offset) * global_batch
             path = os.path.join(run_dir, f"resume-{epoch:04d}-{step:07d}.keras")
             self.model.save(path)
             tmp = os.path.join(run_dir, STATE_NAME + ".incomplete")
             with open(tmp, "w") as f:
-                json.dump(asdict(ResumePoint(path, epoch, step, seed)), f)
+                json.dump(asdict(ResumePoint(path, epoch, step, seed, records, global_batch, workers)), f, indent=1)
             os.replace(tmp, os.path.join(run_dir, STATE_NAME))
             for name in os.listdir(run_dir):  # older snapshots are no longer referenced
                 if name.startswith("resume-") and name.endswith(".keras") and os.path.join(run_dir, name) != path:

@@ -59,6 +59,8 @@ class RunRecord:
     validation_split: str | None
     class_names: list[str]
     shuffle: str = "buffer"
+    balance: str | None = None  # imbalance remedies (absent in run.json files written before them)
+    class_weight: str | None = None
 
     @classmethod
     def of(cls, data: str, options: TrainOptions, class_names: list[str], validation_split: str | None) -> RunRecord:

@@ -179,7 +179,11 @@ class _TrainingRun:
     def train_stream(self) -> Any:
         """The repeating training stream; a global order continues the sequence of epoch orders."""
         o = self.options
-        read = ReadOptions(shuffle=o.shuffle, epoch=self.initial_epoch if o.shuffle == "global" else 0)
+        read = ReadOptions(
+            shuffle="global" if o.global_order else o.shuffle,
+            balance=o.balance,
+            epoch=self.initial_epoch if o.global_order else 0,
+        )
         return self.inputs.training(o.train_split, read=read, service=o.service)
 
     def fit(self, verbose: int) -> dict[str, Any]:
@@ -195,7 +199,10 @@ class _TrainingRun:
         probe = input_probe(self.train_stream, min(self.steps, PROBE_BATCHES))
         callbacks = [*self._callbacks(monitor="val_accuracy" if val_ds is not None else "accuracy"), probe]
         start = time.monotonic()
-        net = self._fit({"validation_data": val_ds, "callbacks": callbacks, "verbose": verbose})
+        fit = {"validation_data": val_ds, "callbacks": callbacks, "verbose": verbose}
+        if o.class_weight:
+            fit["class_weight"] = balanced_class_weights(self.manifest, o.train_split)
+        net = self._fit(fit)
         seconds = time.monotonic() - start - probe.seconds
         net.save(self.folder.file(MODEL))
         trained = max((o.epochs - self.initial_epoch) * self.steps - self.initial_step, 0)  # steps
@@ -211,6 +218,7 @@ class _TrainingRun:
             "train_images_per_second": trained * o.batch_size / seconds if seconds and trained else 0.0,
             "steps_per_epoch": self.steps,
             "input_verdict": probe.verdict,
+            "imbalance_remedy": o.imbalance_remedy,
         }
         self.folder.write_metrics(metrics)
         plot_curves(self.folder.path, self.folder.file(CURVES))
@@ -233,6 +241,7 @@ class _TrainingRun:
                 image_size=o.image_size,
                 augment=o.augmentation,
                 decode=o.decode,
+                read=ReadOptions(balance=o.balance),
                 **fit,
             )
         net = load_model(self.folder.last_checkpoint) if self.resume else self.build()
@@ -315,3 +324,13 @@ def _final_metrics(net: Any) -> dict[str, float]:
     """The last epoch's logged metrics (empty when no epoch ran)."""
     history = getattr(net, "history", None)
     return {k: float(v[-1]) for k, v in history.history.items()} if history and history.history else {}
+
+
+def balanced_class_weights(m: manifest.Manifest, split: str) -> dict[int, float]:
+    """Keras `class_weight` for `split`: n / (K x n_c) per class with records (scikit-learn's
+    'balanced'), from the manifest's counts: nothing is read."""
+    counts = m.split(split).class_counts
+    names = m.labels or []
+    present = {i: counts[name] for i, name in enumerate(names) if counts.get(name)}
+    total, classes = sum(present.values()), len(present)
+    return {i: total / (classes * n) for i, n in present.items()}
