@@ -1,12 +1,16 @@
-"""What class-balanced reading costs: load(balance="class") against load(shuffle="global").
+"""What class-balanced reading and mixing cost, against load(shuffle="global") of one folder.
 
     .venv/bin/python bench/bench_sampling.py [--images 3000] [--rounds 5] [--json docs/bench_sampling.json]
 
-Both read by index in a seeded order of the whole split (224x224 uint8, batch 64, training
-augmentation); balanced reading also reads every record's label once (kept in
-index/train.labels.npy) and builds each epoch's balanced order. Each run in a fresh process,
-rounds interleaved (global, balanced, global, ...): best and median images/s, CPU ms per image,
-and the balanced/global ratios (target >= 0.95). The first label pass is timed on its own.
+All read by index in a seeded order (224x224 uint8, batch 64, training augmentation):
+  global     one folder, shuffle="global" (the baseline);
+  balanced   the same folder, balance="class": also reads every record's label once (kept in
+             index/train.labels.npy) and builds each epoch's balanced order;
+  mixed      Mixture([folder, second], weights=(0.75, 0.25)), the second folder a corpus of other
+             photos whose classes are numbered in reverse, so every record taken from it has its
+             label rewritten (the costly case).
+Each run in a fresh process, rounds interleaved: best and median images/s, CPU ms per image, and
+the ratios to `global` (target >= 0.95). The first label pass is timed on its own.
 """
 
 from __future__ import annotations
@@ -23,6 +27,24 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.bench_load import convert_once, measured
 from bench.corpus import build_corpus
 from bench.report import emit
+
+
+def _reversed_classes(work: str, images: int) -> str:
+    """A second converted corpus whose class names sort the other way round (z9_, z8_, ...), so
+    the mixture's label map renumbers all of its records."""
+    from shardfeed import ConvertOptions, convert
+
+    out = os.path.join(work, f"mix_second{images}")
+    if not os.path.exists(os.path.join(out, "manifest.json")):
+        src = build_corpus(os.path.join(work, f"mix_corpus{images}"), images, seed=1)
+        renamed = os.path.join(work, f"mix_renamed{images}")
+        if not os.path.exists(renamed):
+            os.makedirs(renamed)
+            names = sorted(os.listdir(src))
+            for i, name in enumerate(names):  # class_0 -> z9_class_0, ...: reversed sort order
+                os.symlink(os.path.join(src, name), os.path.join(renamed, f"z{len(names) - 1 - i}_{name}"))
+        convert(renamed, out, ConvertOptions(split="train=1", shards=8), progress=False)
+    return out
 
 
 def main() -> None:
@@ -45,9 +67,11 @@ def main() -> None:
     start = time.perf_counter()
     labels = record_labels(read_manifest(data), "train")
     first_pass = time.perf_counter() - start
+    second = _reversed_classes(args.workdir, args.images // 3)
     specs = {
         "global": P("shardfeed", data, read={"shuffle": "global"}),
         "balanced": P("shardfeed", data, read={"balance": "class"}),
+        "mixed": P("shardfeed", data, mix_with=[second], mix_weights=[0.75, 0.25]),
     }
     results: dict[str, Any] = {
         "bench": "sampling",

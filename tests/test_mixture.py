@@ -110,3 +110,59 @@ def test_a_small_source_repeats_whole_orders() -> None:
     ids = np.concatenate([mixture_order([10, 3], [10, 7], seed=1, epoch=e) for e in range(3)])
     small = Counter(int(i) - 10 for i in ids if i >= 10)
     assert sorted(small.values()) == [7, 7, 7]  # 21 places over 3 epochs: each of the 3 records 7 times
+
+
+def test_train_on_two_folders(folders: tuple[str, str], tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "shardfeed", "train", *folders, "--mix-weights", "0.75,0.25", "--out", str(out)]
+    cmd += [
+        "--model",
+        "small_cnn",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--image-size",
+        "32",
+        "--validation-split",
+        "none",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads((out / "run.json").read_text())
+    assert record["class_names"] == ["astronaut", "coffee", "rocket"]
+    assert record["mixture"]["weights"] == [0.75, 0.25] and len(record["mixture"]["sources"]) == 2
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["steps_per_epoch"] == 53 // 8
+
+
+def test_records_without_class_names_are_relabelled(tmp_path: Path) -> None:
+    """Adopted TF-slim folders carry no image/class/text: a source whose ids name other classes
+    has its labels rewritten into the mixture's map as records are read."""
+    import hashlib
+
+    from test_adopt import CLASSES, _write, tfslim
+
+    from shardfeed import adopt
+    from shardfeed.format.example_proto import parse_example
+    from shardfeed.read.mixture import MixedRecords, open_mixture
+
+    a, _ = _write(tmp_path / "a", {"train-00000-of-00001": ("train", 2)}, tfslim)
+    (a / "labels.txt").write_text("".join(f"{i}:{n}\n" for i, n in enumerate(CLASSES)))
+    b, written_b = _write(tmp_path / "b", {"train-00000-of-00001": ("train", 1)}, tfslim)
+    (b / "labels.txt").write_text("".join(f"{i}:{n}\n" for i, n in enumerate(CLASSES[::-1])))  # ids name others
+    for folder in (a, b):
+        adopt(str(folder), progress=False)
+    mixed = open_mixture(Mixture((str(a), str(b)), weights=(1, 1)), "train")
+    assert not mixed.by_text and mixed.label_maps[0] is None and mixed.label_maps[1] == {0: 3, 1: 2, 2: 1, 3: 0}
+    records = MixedRecords(mixed, "train")
+    stored_b = {digest: c for (digest, c) in written_b["train"]}
+    relabelled = {}
+    for i in range(int(records.bases[1]), len(records)):
+        features = parse_example(records.record(i))
+        relabelled[hashlib.sha256(features["image/encoded"][0]).hexdigest()] = features["image/class/label"][0]
+    assert relabelled == {digest: 3 - c for digest, c in stored_b.items()}

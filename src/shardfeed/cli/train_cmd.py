@@ -9,6 +9,8 @@ from dataclasses import replace
 from typing import Any
 
 from shardfeed.cli.options import from_args
+from shardfeed.errors import OptionError
+from shardfeed.read.mixture import Mixture
 from shardfeed.read.options import SHUFFLES
 from shardfeed.training.models import MODELS
 from shardfeed.training.options import AUGMENT_PRESETS, AUTO, TrainOptions
@@ -19,7 +21,15 @@ log = logging.getLogger("shardfeed")
 
 def register(sub: Any) -> None:
     p = sub.add_parser("train", help="train a classifier on converted shards")
-    p.add_argument("path", help="converted folder")
+    p.add_argument(
+        "path",
+        nargs="+",
+        help="converted folder; several: trained on as a mixture (--mix-weights), validated on the first",
+    )
+    p.add_argument(
+        "--mix-weights",
+        help="with several folders: their proportions, e.g. 0.7,0.3 (default equal); classes united by name",
+    )
     p.add_argument("--out", required=True, help="run folder (checkpoints, logs, model, metrics)")
     p.add_argument("--model", choices=MODELS, help=f"default {TrainOptions.model}")
     p.add_argument("--epochs", type=int, help=f"default {TrainOptions.epochs}")
@@ -81,7 +91,13 @@ def run(args: argparse.Namespace) -> int:
     if args.validation_split == "none":
         options = replace(options, validation_split=None)
     verbose = 1 if sys.stdout.isatty() else 2  # a progress bar per epoch on a terminal, a line per epoch in logs
-    metrics = train(args.path, args.out, options, weights=args.weights, resume=args.resume, verbose=verbose)
+    data: str | Mixture = args.path[0]
+    if len(args.path) > 1:
+        weights = [float(w) for w in args.mix_weights.split(",")] if args.mix_weights else [1.0] * len(args.path)
+        data = Mixture(tuple(args.path), tuple(weights), union_labels=True)
+    elif args.mix_weights:
+        raise OptionError("--mix-weights needs several folders to mix")
+    metrics = train(data, args.out, options, weights=args.weights, resume=args.resume, verbose=verbose)
     log.info("%s\nRun folder: %s (metrics.json has every figure)", summary(metrics), args.out)
     return 0
 

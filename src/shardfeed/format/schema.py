@@ -87,6 +87,7 @@ class Schema:
     all_jpeg: bool = False  # every image is a JPEG (the manifest counts formats): no sniffing, no dimensions
     max_side: int | None = None  # the longest image side, when the manifest knows it
     short_sides: tuple[tuple[int, int], ...] | None = None  # (side bucket, images), ditto
+    label_names: tuple[str, ...] | None = None  # label = index of image/class/text in these (a mixture's map)
 
     @property
     def is_ours(self) -> bool:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardfeed.format.schema import Schema
+from shardfeed.format.schema import TEXT, Schema
 from shardfeed.lazy import tensorflow
 from shardfeed.read.augment import Augment, photometric, random_crop_window
 from shardfeed.read.options import DecodeOptions
@@ -42,7 +42,9 @@ def feature_spec(schema: Schema) -> dict[str, Any]:
     for key in (schema.height_key, schema.width_key, schema.channels_key):
         if key:
             spec[key] = tf.io.FixedLenFeature([], tf.int64, default_value=0)
-    if schema.label_key:
+    if schema.label_names:
+        spec[TEXT] = tf.io.FixedLenFeature([], tf.string, default_value="")
+    elif schema.label_key:
         spec[schema.label_key] = tf.io.FixedLenFeature([], tf.int64)
     if schema.filename_key:
         spec[schema.filename_key] = tf.io.FixedLenFeature([], tf.string, default_value="")
@@ -68,6 +70,7 @@ def record_decoder(schema: Schema, options: Preprocess) -> Callable[..., Any]:
     tf = tensorflow()
     schema = parsed_schema(schema)
     spec = feature_spec(schema)
+    by_name = _name_table(schema.label_names) if schema.label_names else None
 
     @tf.autograph.experimental.do_not_convert  # explicit tf.cond throughout; nothing to convert
     def decode_record(serialized: Any, seed: Any) -> Any:
@@ -80,13 +83,22 @@ def record_decoder(schema: Schema, options: Preprocess) -> Callable[..., Any]:
             parsed[k] if k else zero for k in (schema.height_key, schema.width_key, schema.channels_key)
         )
         out: tuple[Any, ...] = (decode_one(data, height, width, channels, seed, schema=schema, options=options),)
-        if schema.label_key is not None:
+        if by_name is not None:
+            out += (by_name.lookup(parsed[TEXT]),)
+        elif schema.label_key is not None:
             out += (parsed[schema.label_key] - schema.label_offset,)
         if schema.filename_key is not None:
             out += (parsed[schema.filename_key],)
         return out if len(out) > 1 else out[0]
 
     return decode_record
+
+
+def _name_table(names: tuple[str, ...]) -> Any:
+    """Class name -> id in `names` (-1 for a name not there: a record of no class of the map)."""
+    tf = tensorflow()
+    keys, ids = tf.constant(list(names)), tf.range(len(names), dtype=tf.int64)
+    return tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, ids), default_value=-1)
 
 
 def decode_one(

@@ -10,7 +10,9 @@ pure function of (seed, epoch): `ReadOptions(epoch=, start_record=)` resume it e
 resume state needs nothing more than for one folder. Labels are reconciled by class name: the
 sources must name the same classes, or, with `union_labels=True`, the label map is the first
 source's classes followed by each new class in source order (stated in `Mixture.class_names`).
-Records whose stored label differs from its id in that map are rewritten as they are read.
+The decoder looks each record's label up by its class name (image/class/text, which `convert`
+writes), so nothing is rewritten; records without class names (some adopted folders) whose
+stored label differs from its id in the map are rewritten as they are read.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class MixedSplit:
     counts: list[int]
     class_names: list[str]
     label_maps: list[dict[int, int] | None] = field(default_factory=list)  # stored -> stored id; None: same
+    by_text: bool = False  # every record names its class (image/class/text): labels looked up by name
 
     @property
     def epoch_length(self) -> int:
@@ -76,8 +79,20 @@ def open_mixture(mix: Mixture, split: str) -> MixedSplit:
     for m in manifests:
         if m.labels is None:
             raise OptionError(f"{m.path} holds unlabeled images; a Mixture mixes labelled training data")
-        if m.compression == "gzip" or not m.keys.is_ours:
-            raise OptionError(f"{m.path}: a Mixture reads by index, which needs uncompressed shards with our keys")
+        keys = m.keys
+        if (
+            m.compression == "gzip"
+            or keys.pixels_as_floats
+            or (keys.image_key, keys.label_key)
+            != (
+                schema.ENCODED,
+                schema.LABEL,
+            )
+        ):
+            raise OptionError(
+                f"{m.path}: a Mixture reads by index, which needs uncompressed shards with encoded images under "
+                f"{schema.ENCODED} and labels under {schema.LABEL}"
+            )
     sizes = [m.split(split).num_records for m in manifests]
     if not all(sizes):
         raise OptionError(
@@ -85,15 +100,16 @@ def open_mixture(mix: Mixture, split: str) -> MixedSplit:
         )
     names = _class_names(manifests, mix.union_labels)
     offset = manifests[0].label_offset
+    by_text = all(schema.TEXT in (m.data.get("features") or {}) for m in manifests)
     maps: list[dict[int, int] | None] = []
     for m in manifests:
         own = {i + m.label_offset: names.index(name) + offset for i, name in enumerate(m.labels or [])}
-        maps.append(None if all(k == v for k, v in own.items()) else own)
+        maps.append(None if by_text or all(k == v for k, v in own.items()) else own)
     total = sum(mix.weights)
     shares = [w / total for w in mix.weights]
     length = sizes[0] / shares[0]
     counts = [sizes[0], *(max(1, round(s * length)) for s in shares[1:])]
-    return MixedSplit(manifests, sizes, counts, names, maps)
+    return MixedSplit(manifests, sizes, counts, names, maps, by_text)
 
 
 def _class_names(manifests: list[manifest.Manifest], union: bool) -> list[str]:

@@ -234,6 +234,8 @@ def _mixed_shards(mixed: MixedSplit, split: str) -> tuple[ShardSet, Schema]:
     sizes = [s for p in parts for s in p.sizes or []]
     shards = ShardSet(files, counts, None, mixed.manifests[0], sizes)
     _, first = shardset.open_split(mixed.manifests[0], split)
+    if mixed.by_text:
+        first = dataclasses.replace(first, label_names=tuple(mixed.class_names), label_offset=0)
     return shards, first
 
 

@@ -19,6 +19,8 @@ class RunInputs:
     Attributes:
         data: a converted folder, or its `Manifest` (read once per run).
         batch_size, image_size, seed, augment, decode: as for `load`.
+        train_data: what the training stream reads when it is not `data` (a `Mixture` whose
+            first source is `data`: evaluation reads that source alone).
     """
 
     data: DataPath
@@ -27,6 +29,12 @@ class RunInputs:
     seed: int | None = None
     augment: bool | Augment | None = None
     decode: DecodeOptions | None = None
+    train_data: DataPath | None = None
+
+    @property
+    def trained_on(self) -> DataPath:
+        """What the training stream reads (`train_data`, else `data`)."""
+        return self.train_data if self.train_data is not None else self.data
 
     def training(
         self,
@@ -38,7 +46,7 @@ class RunInputs:
     ) -> Any:
         """The training stream of `split` (augmented, shuffled, whole batches)."""
         return load(
-            self.data,
+            self.trained_on,
             split=split,
             batch_size=self.batch_size,
             image_size=self.image_size,
@@ -65,4 +73,4 @@ class RunInputs:
 
     def steps_per_epoch(self, split: str, read: ReadOptions | None = None) -> int:
         """Batches of one training epoch of `split` (what `training` yields per epoch)."""
-        return steps_per_epoch(self.data, split, self.batch_size, training=True, read=read)
+        return steps_per_epoch(self.trained_on, split, self.batch_size, training=True, read=read)

@@ -17,6 +17,7 @@ from typing import Any
 from shardfeed.errors import OptionError, RunFolderError, SourceError, tensorflow_message
 from shardfeed.format import manifest
 from shardfeed.lazy import tensorflow
+from shardfeed.read.mixture import Mixture, open_mixture
 from shardfeed.read.options import ReadOptions
 from shardfeed.tools.bottleneck import PROBE_BATCHES, input_probe
 from shardfeed.training.augment_choice import choose_augment
@@ -34,7 +35,7 @@ DISAGREEMENT = 0.15  # training-mode vs inference-mode accuracy gap worth a warn
 
 
 def train(
-    data: str,
+    data: str | Mixture,
     out: str,
     options: TrainOptions | None = None,
     *,
@@ -45,7 +46,8 @@ def train(
     """Trains a classifier on converted shards and writes a run folder (training/run_folder.py).
 
     Args:
-        data: a converted folder.
+        data: a converted folder, or a `Mixture` of them (trained on in its proportions, labels in
+            its union label map; validated and evaluated on its first source's held-out split).
         out: the run folder.
         options: model, epochs, batch size, augmentation, ... (`TrainOptions`; default: its defaults).
         weights: local weights to start from (see `build_model`).
@@ -77,14 +79,22 @@ class _TrainingRun:
     """One training run: the data (its manifest read once), the run folder, the options resolved
     against the data, the inputs, and where training starts."""
 
-    def __init__(self, data: str, folder: RunFolder, options: TrainOptions, *, weights: str | None, resume: bool):
-        self.data, self.folder, self.weights, self.resume = data, folder, weights, resume
+    def __init__(
+        self, data: str | Mixture, folder: RunFolder, options: TrainOptions, *, weights: str | None, resume: bool
+    ):
+        self.mixture = data if isinstance(data, Mixture) else None
+        self.data = _first_source(data)
+        self.folder, self.weights, self.resume = folder, weights, resume
         self.keras: Any = None  # imported by `fit`, not before (the checks above run without TensorFlow)
-        self.manifest = manifest.read(data)
+        self.manifest = manifest.read(self.data)
         self.options = self._resolved(options)  # checks the data before TensorFlow loads
-        self.record = RunRecord.of(data, self.options, self._class_names(), self._validation_split())
+        self.record = RunRecord.of(self.data, self.options, self._class_names(), self._validation_split())
+        if self.mixture is not None:
+            self.record = replace(self.record, mixture=_described(self.mixture))
         o = self.options
-        self.inputs = RunInputs(self.manifest, o.batch_size, o.image_size, o.seed, o.augmentation, o.decode)
+        self.inputs = RunInputs(
+            self.manifest, o.batch_size, o.image_size, o.seed, o.augmentation, o.decode, train_data=self.mixture
+        )
         self.steps = self._check_training_set()
         self.initial_epoch, self.initial_step = self._starting_point()
 
@@ -100,6 +110,11 @@ class _TrainingRun:
     def _class_names(self) -> list[str]:
         if self.manifest.labels is None:
             raise SourceError(f"{self.data} holds unlabeled data (no classes to learn); convert a labelled source")
+        if self.mixture is not None:
+            names = open_mixture(self.mixture, self.options.train_split).class_names
+            if names != self.manifest.labels:
+                log.info("classes: the union of the mixed folders' classes, %d: %s", len(names), names)
+            return names
         return self.manifest.labels
 
     def _validation_split(self) -> str | None:
@@ -179,10 +194,11 @@ class _TrainingRun:
     def train_stream(self) -> Any:
         """The repeating training stream; a global order continues the sequence of epoch orders."""
         o = self.options
+        ordered = o.global_order or self.mixture is not None  # a mixture reads its own seeded order
         read = ReadOptions(
-            shuffle="global" if o.global_order else o.shuffle,
+            shuffle="global" if ordered else o.shuffle,
             balance=o.balance,
-            epoch=self.initial_epoch if o.global_order else 0,
+            epoch=self.initial_epoch if ordered else 0,
         )
         return self.inputs.training(o.train_split, read=read, service=o.service)
 
@@ -231,7 +247,7 @@ class _TrainingRun:
         if o.save_every:
             return fit_resumable(
                 self.build,
-                self.manifest,
+                self.inputs.train_data if self.inputs.train_data is not None else self.manifest,
                 self.folder.checkpoints,
                 epochs=o.epochs,
                 batch_size=o.batch_size,
@@ -334,3 +350,17 @@ def balanced_class_weights(m: manifest.Manifest, split: str) -> dict[int, float]
     present = {i: counts[name] for i, name in enumerate(names) if counts.get(name)}
     total, classes = sum(present.values()), len(present)
     return {i: total / (classes * n) for i, n in present.items()}
+
+
+def _first_source(data: str | Mixture) -> str:
+    """The folder a run validates and evaluates on: `data`, or a mixture's first source."""
+    if not isinstance(data, Mixture):
+        return data
+    first = data.sources[0]
+    return first if isinstance(first, str) else first.path
+
+
+def _described(mix: Mixture) -> dict[str, Any]:
+    """A mixture as run.json records it."""
+    sources = [s if isinstance(s, str) else s.path for s in mix.sources]
+    return {"sources": [os.path.abspath(s) for s in sources], "weights": list(mix.weights)}
