@@ -138,6 +138,14 @@ def test_train_on_two_folders(folders: tuple[str, str], tmp_path: Path) -> None:
     assert record["mixture"]["weights"] == [0.75, 0.25] and len(record["mixture"]["sources"]) == 2
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["steps_per_epoch"] == 53 // 8
+    evaluated = subprocess.run(  # the model knows 3 classes, the first folder 2: evaluated on them
+        [sys.executable, "-m", "shardfeed", "evaluate", str(out), "--split", "train", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert json.loads(evaluated.stdout)["examples"] == 40
 
 
 def test_records_without_class_names_are_relabelled(tmp_path: Path) -> None:

@@ -215,3 +215,17 @@ def test_a_one_epoch_run_reads_the_manifest_at_most_twice(
     monkeypatch.setattr(manifest, "read", lambda path: reads.append(path) or real(path))
     train(str(digits_data[0]), str(tmp_path / "r"), TrainOptions(epochs=1, image_size=16), verbose=0)
     assert 1 <= len(reads) <= 2, reads
+
+
+def test_precision_follows_the_hardware_unless_asked() -> None:
+    """'auto' is float16 compute on a GPU (not testable here beyond this rule), float32 without."""
+    from shardfeed.errors import OptionError
+    from shardfeed.training import TrainOptions
+
+    assert TrainOptions().compute_precision(gpu=True) == "mixed"
+    assert TrainOptions().compute_precision(gpu=False) == "float32"
+    assert TrainOptions(precision="float32").compute_precision(gpu=True) == "float32"
+    assert TrainOptions(precision="mixed").compute_precision(gpu=False) == "mixed"
+    assert TrainOptions(mixed_precision=True).compute_precision(gpu=False) == "mixed"  # the former switch
+    with pytest.raises(OptionError, match="contradict"):
+        TrainOptions(mixed_precision=True, precision="float32")

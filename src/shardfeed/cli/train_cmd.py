@@ -68,7 +68,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--crop-fraction", type=float, help=f"evaluation centre crop (default {TrainOptions.crop_fraction})")
     p.add_argument("--channels", type=int, choices=[1, 3], help=f"default {TrainOptions.channels}")
-    p.add_argument("--mixed-precision", action="store_true", help="float16 compute (GPUs with tensor cores)")
+    p.add_argument(
+        "--precision",
+        choices=["auto", "mixed", "float32"],
+        help="auto (default): float16 compute with float32 logits when a GPU is present, else float32",
+    )
+    p.add_argument("--mixed-precision", action="store_true", default=None, help="the same as --precision mixed")
     p.add_argument("--weights", help="local weights file to start from")
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
     p.add_argument(
@@ -114,6 +119,12 @@ def summary(metrics: dict[str, Any]) -> str:
         )
     else:
         lines.append("  validation: none (no validation split)")
+    if metrics.get("per_class_recall"):
+        worst = sorted(metrics["per_class_recall"].items(), key=lambda kv: kv[1])[:5]
+        shown = ", ".join(f"{name} {value:.2f}" for name, value in worst)
+        lines.append(
+            f"  per-class recall (classes {metrics['imbalance_ratio']:.1f}x imbalanced; lowest first): {shown}"
+        )
     if metrics.get("imbalance_remedy"):
         lines.append(f"  imbalance: {metrics['imbalance_remedy']}")
     if metrics.get("input_verdict"):

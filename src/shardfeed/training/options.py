@@ -18,6 +18,9 @@ AUGMENT_PRESETS = {
 AUTO = "auto"
 
 
+PRECISIONS = ("auto", "mixed", "float32")
+
+
 @dataclass(frozen=True)
 class TrainOptions:
     """How `train` trains.
@@ -32,7 +35,9 @@ class TrainOptions:
             no flip), 'none'.
         crop_fraction: evaluation centre crop (see `DecodeOptions`).
         channels: 3 or 1.
-        mixed_precision: float16 compute (on GPUs with tensor cores); outputs stay float32.
+        mixed_precision: force float16 compute (the former switch; the same as precision='mixed').
+        precision: 'auto' (float16 compute with float32 logits when a GPU is present, else
+            float32; the choice is printed), 'mixed' or 'float32'.
         train_split: the split trained on.
         validation_split: evaluated after each epoch: 'auto' (validation, else val/valid/test/eval/dev,
             whichever the data has; none, said, if it has none), a split name, or None to skip.
@@ -58,6 +63,7 @@ class TrainOptions:
     crop_fraction: float = DecodeOptions.crop_fraction
     channels: int = 3
     mixed_precision: bool = False
+    precision: str = "auto"
     train_split: str = "train"
     validation_split: str | None = AUTO
     shuffle: str = "buffer"
@@ -67,6 +73,10 @@ class TrainOptions:
     class_weight: str | None = None
 
     def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise OptionError(f"precision must be one of {list(PRECISIONS)}, got {self.precision!r} (--precision)")
+        if self.mixed_precision and self.precision == "float32":
+            raise OptionError("mixed_precision=True and precision='float32' contradict each other; pass one")
         if self.balance not in (None, "class"):
             raise OptionError(f"balance must be None or 'class', got {self.balance!r} (--balance)")
         if self.class_weight not in (None, "balanced"):
@@ -94,6 +104,14 @@ class TrainOptions:
         if not self.learning_rate > 0:
             raise OptionError(f"learning_rate must be > 0, got {self.learning_rate} (--learning-rate)")
         _ = self.decode  # validates channels and crop_fraction
+
+    def compute_precision(self, gpu: bool) -> str:
+        """'mixed' or 'float32': what this run computes in on a machine with (or without) a GPU."""
+        if self.mixed_precision or self.precision == "mixed":
+            return "mixed"
+        if self.precision == "float32":
+            return "float32"
+        return "mixed" if gpu else "float32"
 
     @property
     def imbalance_remedy(self) -> str | None:

@@ -62,6 +62,7 @@ class RunRecord:
     balance: str | None = None  # imbalance remedies (absent in run.json files written before them)
     class_weight: str | None = None
     mixture: dict[str, Any] | None = None  # {sources, weights} when trained on a Mixture (data: its first)
+    precision: str = "auto"
 
     @classmethod
     def of(cls, data: str, options: TrainOptions, class_names: list[str], validation_split: str | None) -> RunRecord:

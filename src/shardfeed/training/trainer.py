@@ -21,6 +21,7 @@ from shardfeed.read.mixture import Mixture, open_mixture
 from shardfeed.read.options import ReadOptions
 from shardfeed.tools.bottleneck import PROBE_BATCHES, input_probe
 from shardfeed.training.augment_choice import choose_augment
+from shardfeed.training.imbalance import IMBALANCE_RATIO, balanced_class_weights, imbalance_ratio, per_class_recall
 from shardfeed.training.inputs import RunInputs
 from shardfeed.training.models import build_model, load_model
 from shardfeed.training.options import AUTO, TrainOptions
@@ -209,7 +210,7 @@ class _TrainingRun:
 
         self.keras, o = keras, self.options
         keras.utils.set_random_seed(o.seed)
-        keras.mixed_precision.set_global_policy("mixed_float16" if o.mixed_precision else "float32")
+        precision = self._precision(keras)
         validation = self.record.validation_split
         val_ds = self.inputs.evaluation(validation) if validation else None
         probe = input_probe(self.train_stream, min(self.steps, PROBE_BATCHES))
@@ -235,10 +236,33 @@ class _TrainingRun:
             "steps_per_epoch": self.steps,
             "input_verdict": probe.verdict,
             "imbalance_remedy": o.imbalance_remedy,
+            "precision": precision,
+            **self._per_class_recall(net, val_ds),
         }
         self.folder.write_metrics(metrics)
         plot_curves(self.folder.path, self.folder.file(CURVES))
         return metrics
+
+    def _precision(self, keras: Any) -> str:
+        """Sets Keras' dtype policy for the run and says which it is and why."""
+        gpu = bool(tensorflow().config.list_physical_devices("GPU"))
+        precision = self.options.compute_precision(gpu)
+        keras.mixed_precision.set_global_policy("mixed_float16" if precision == "mixed" else "float32")
+        if precision == "mixed":
+            why = "a GPU is present" if gpu and self.options.precision == "auto" else "asked for"
+            log.info("precision: mixed_float16 (%s; logits stay float32; --precision float32 turns it off)", why)
+        else:
+            why = "no GPU" if not gpu and self.options.precision == "auto" else "asked for"
+            log.info("precision: float32 (%s)", why)
+        return precision
+
+    def _per_class_recall(self, net: Any, val_ds: Any) -> dict[str, Any]:
+        """Per-class validation recall when the training classes are imbalanced (`imbalance.py`)."""
+        counts = self.manifest.split(self.options.train_split).class_counts
+        ratio = imbalance_ratio(counts)
+        if val_ds is None or ratio <= IMBALANCE_RATIO:
+            return {}
+        return {"imbalance_ratio": ratio, "per_class_recall": per_class_recall(net, val_ds, self.record.class_names)}
 
     def _fit(self, fit: dict[str, Any]) -> Any:
         """Fits a new (or, with `resume`, the last checkpointed) model; with save_every, through
@@ -340,16 +364,6 @@ def _final_metrics(net: Any) -> dict[str, float]:
     """The last epoch's logged metrics (empty when no epoch ran)."""
     history = getattr(net, "history", None)
     return {k: float(v[-1]) for k, v in history.history.items()} if history and history.history else {}
-
-
-def balanced_class_weights(m: manifest.Manifest, split: str) -> dict[int, float]:
-    """Keras `class_weight` for `split`: n / (K x n_c) per class with records (scikit-learn's
-    'balanced'), from the manifest's counts: nothing is read."""
-    counts = m.split(split).class_counts
-    names = m.labels or []
-    present = {i: counts[name] for i, name in enumerate(names) if counts.get(name)}
-    total, classes = sum(present.values()), len(present)
-    return {i: total / (classes * n) for i, n in present.items()}
 
 
 def _first_source(data: str | Mixture) -> str:
