@@ -74,7 +74,11 @@ def register(sub: Any) -> None:
         help="auto (default): float16 compute with float32 logits when a GPU is present, else float32",
     )
     p.add_argument("--mixed-precision", action="store_true", default=None, help="the same as --precision mixed")
-    p.add_argument("--weights", help="local weights file to start from")
+    p.add_argument(
+        "--weights",
+        help="imagenet (Keras downloads and caches them), none (random; the default), or a local file: backbone "
+        "weights without the top, or a whole model's",
+    )
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
     p.add_argument(
         "--service", help="read through a tf.data service dispatcher, grpc://HOST:PORT (see `shardfeed serve`)"

@@ -6,12 +6,45 @@ model file alone is enough to predict named classes.
 
 from __future__ import annotations
 
+import os
+import re
+import socket
+from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.errors import OptionError
 from shardfeed.lazy import tensorflow
 
-MODELS = ("small_cnn", "mobilenet_v2", "resnet50")
+
+@dataclass(frozen=True)
+class Backbone:
+    """A keras.applications backbone: its constructor, the input range its weights expect, and the
+    size its ImageNet weights were trained at. The preprocessing lives inside the model, so a
+    saved model.keras needs nothing else to predict.
+
+    preprocessing: 'tf' (pixels scaled to [-1, 1]), 'caffe' (RGB to BGR, ImageNet channel means
+    subtracted), 'builtin' (the application's own layers; it takes 0..255).
+    """
+
+    application: str
+    preprocessing: str
+    input_size: int
+
+
+BACKBONES = {
+    "mobilenet_v2": Backbone("MobileNetV2", "tf", 224),
+    "mobilenet_v3_small": Backbone("MobileNetV3Small", "builtin", 224),
+    "mobilenet_v3_large": Backbone("MobileNetV3Large", "builtin", 224),
+    "resnet50": Backbone("ResNet50", "caffe", 224),
+    "resnet50_v2": Backbone("ResNet50V2", "tf", 224),
+    "efficientnet_v2_b0": Backbone("EfficientNetV2B0", "builtin", 224),
+    "efficientnet_v2_s": Backbone("EfficientNetV2S", "builtin", 384),
+    "convnext_tiny": Backbone("ConvNeXtTiny", "builtin", 224),
+}
+MODELS = ("small_cnn", *BACKBONES)
+IMAGENET = "imagenet"
+DOWNLOAD_TIMEOUT = 20.0  # seconds a weights download may stall before it counts as no network
+_CAFFE_MEANS = (103.939, 116.779, 123.68)  # BGR, what keras.applications.resnet50.preprocess_input subtracts
 
 
 def _keras() -> Any:
@@ -41,15 +74,35 @@ def _class_names_layer() -> Any:
     return ClassNames
 
 
-_CLASS_NAMES: Any = None
+def _caffe_layer() -> Any:
+    keras = _keras()
+
+    @keras.saving.register_keras_serializable(package="shardfeed", name="CaffePreprocess")
+    class CaffePreprocess(keras.layers.Layer):  # type: ignore[name-defined]
+        """RGB 0..255 to BGR minus the ImageNet channel means (ResNet50's 'caffe' weights)."""
+
+        def call(self, inputs: Any) -> Any:
+            x = keras.ops.cast(inputs, self.compute_dtype)[..., ::-1]
+            return x - keras.ops.convert_to_tensor(_CAFFE_MEANS, dtype=self.compute_dtype)
+
+    return CaffePreprocess
+
+
+_LAYERS: dict[str, Any] = {}
 
 
 def class_names_layer() -> Any:
     """The registered `ClassNames` layer class (registered once, on first use)."""
-    global _CLASS_NAMES
-    if _CLASS_NAMES is None:
-        _CLASS_NAMES = _class_names_layer()
-    return _CLASS_NAMES
+    if "class_names" not in _LAYERS:
+        _LAYERS["class_names"] = _class_names_layer()
+    return _LAYERS["class_names"]
+
+
+def caffe_layer() -> Any:
+    """The registered `CaffePreprocess` layer class (registered once, on first use)."""
+    if "caffe" not in _LAYERS:
+        _LAYERS["caffe"] = _caffe_layer()
+    return _LAYERS["caffe"]
 
 
 def build_model(
@@ -58,44 +111,114 @@ def build_model(
     """A classifier: uint8 [H, W, C] in, class probabilities out (float32, also under mixed precision).
 
     Args:
-        name: 'small_cnn' (the cats-vs-dogs recipe's CNN), 'mobilenet_v2' or 'resnet50'
-            (keras.applications, random init: no weights are downloaded).
-        weights: a local weights file: for the applications, backbone weights without the top
-            (e.g. *_notop.h5); for small_cnn, a full model weights file.
+        name: 'small_cnn' (the cats-vs-dogs recipe's CNN) or a keras.applications backbone
+            (`BACKBONES`), with its own preprocessing inside the model.
+        weights: None or 'none' (random initialisation), 'imagenet' (Keras downloads and caches
+            them; without a network: an OptionError naming the file and where to put it), or a
+            local file: backbone weights without the top (e.g. *_notop.h5) or the whole model's.
 
     Raises:
-        ValueError: unknown model name.
+        OptionError: unknown model name; weights that cannot be had or do not fit the model.
     """
     keras = _keras()
     if name not in MODELS:
         raise OptionError(f"model must be one of {list(MODELS)}, got {name!r}")
+    weights = None if weights in (None, "none") else weights
     inputs = keras.Input((*image_size, channels), dtype="uint8", name="image")
+    whole_model_file = None
     if name == "small_cnn":
-        x = keras.layers.Rescaling(1 / 255.0)(inputs)  # casts the uint8 input too
-        for filters in (32, 64, 128):
-            x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
-            # momentum 0.9, not Keras' 0.99: with 0.99 a few hundred steps leave ~4% of the initial
-            # variance (1.0) in the moving average, which swamped real variances of ~0.01 and put
-            # inference-mode accuracy at chance on the digits demo while training accuracy was 0.96.
-            x = keras.layers.BatchNormalization(momentum=0.9)(x)
-            x = keras.layers.Activation("relu")(x)
-            x = keras.layers.MaxPooling2D()(x)
-        x = keras.layers.GlobalAveragePooling2D()(x)
-        x = keras.layers.Dropout(0.3)(x)
+        if weights == IMAGENET:
+            raise OptionError("small_cnn has no ImageNet weights; pick a keras.applications --model for them")
+        x, whole_model_file = _small_cnn(keras, inputs), weights
     else:
-        x = keras.layers.Rescaling(1 / 127.5, offset=-1.0)(inputs)
-        app = keras.applications.MobileNetV2 if name == "mobilenet_v2" else keras.applications.ResNet50
-        backbone = app(include_top=False, weights=weights, input_shape=(*image_size, 3), pooling="avg")
-        if channels == 1:
-            x = keras.layers.Concatenate()([x, x, x])
-        x = backbone(x)
+        x, whole_model_file = _with_backbone(keras, inputs, name, image_size, channels, weights)
     x = keras.layers.Dense(len(class_names), name="logits")(x)
     x = keras.layers.Activation("softmax", dtype="float32", name="probabilities")(x)
     outputs = class_names_layer()(class_names, name="class_names", dtype="float32")(x)
     model = keras.Model(inputs, outputs, name=name)
-    if weights and name == "small_cnn":
-        model.load_weights(weights)
+    if whole_model_file:
+        try:
+            model.load_weights(whole_model_file)
+        except Exception as e:  # Keras raises ValueError/KeyError/OSError, naming the layer and shapes
+            raise OptionError(
+                f"weights file {whole_model_file} does not fit the {name} model for {len(class_names)} classes at "
+                f"{image_size[0]}x{image_size[1]}x{channels}: {_first_line(e)}"
+            ) from None
     return model
+
+
+def _small_cnn(keras: Any, inputs: Any) -> Any:
+    x = keras.layers.Rescaling(1 / 255.0)(inputs)  # casts the uint8 input too
+    for filters in (32, 64, 128):
+        x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
+        # momentum 0.9, not Keras' 0.99: with 0.99 a few hundred steps leave ~4% of the initial
+        # variance (1.0) in the moving average, which swamped real variances of ~0.01 and put
+        # inference-mode accuracy at chance on the digits demo while training accuracy was 0.96.
+        x = keras.layers.BatchNormalization(momentum=0.9)(x)
+        x = keras.layers.Activation("relu")(x)
+        x = keras.layers.MaxPooling2D()(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.layers.Dropout(0.3)(x)
+
+
+def _with_backbone(
+    keras: Any, inputs: Any, name: str, image_size: tuple[int, int], channels: int, weights: str | None
+) -> tuple[Any, str | None]:
+    """The backbone's pooled features of `inputs`, its preprocessing in front; and the weights
+    file to load into the whole model when `weights` is not the backbone's own."""
+    spec = BACKBONES[name]
+    x = keras.layers.Concatenate()([inputs, inputs, inputs]) if channels == 1 else inputs
+    if spec.preprocessing == "tf":
+        x = keras.layers.Rescaling(1 / 127.5, offset=-1.0)(x)
+    elif spec.preprocessing == "caffe":
+        x = caffe_layer()()(x)
+    else:
+        x = keras.layers.Rescaling(1.0)(x)  # a float copy of 0..255; the backbone scales it itself
+    kwargs: dict[str, Any] = {"include_top": False, "input_shape": (*image_size, 3), "pooling": "avg"}
+    if spec.preprocessing == "builtin":
+        kwargs["include_preprocessing"] = True
+    app = getattr(keras.applications, spec.application)
+    if weights == IMAGENET:
+        return _imagenet(app, kwargs, name)(x), None
+    backbone = app(weights=None, **kwargs)
+    if weights is None:
+        return backbone(x), None
+    try:
+        backbone.load_weights(weights)
+    except Exception:  # not backbone weights: perhaps the whole model's (tried once it is built)
+        return backbone(x), weights
+    return backbone(x), None
+
+
+def _imagenet(app: Any, kwargs: dict[str, Any], name: str) -> Any:
+    """The backbone with ImageNet weights (from the Keras cache, else downloaded into it).
+
+    Raises:
+        OptionError: they cannot be downloaded (no network): the file Keras wanted, where to put
+            it, and the other choices.
+    """
+    before = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(DOWNLOAD_TIMEOUT)  # a blocked network fails in seconds, not minutes
+    try:
+        return app(weights=IMAGENET, **kwargs)
+    except Exception as e:  # Keras' get_file raises a bare Exception("URL fetch failure on URL: ...")
+        text = str(e)
+        url = re.search(r"https?://\S+?\.h5", text)
+        wanted = f"{url.group(0).rsplit('/', 1)[-1]} (from {url.group(0)})" if url else "its ImageNet weights file"
+        reason = _first_line(e).rsplit(": ", 1)[-1] if url else _first_line(e)
+        cache = os.path.join(os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras"), "models")
+        raise OptionError(
+            f"ImageNet weights for {name} could not be had ({reason}): Keras wanted {wanted}; put that file "
+            f"in {cache} (Keras' cache, read without a network), or pass --weights FILE with a local copy, or "
+            "--weights none to start from random weights"
+        ) from None
+    finally:
+        socket.setdefaulttimeout(before)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:300] if text else type(error).__name__
 
 
 def model_class_names(model: Any) -> list[str]:
@@ -107,4 +230,5 @@ def load_model(path: str) -> Any:
     """Loads a `.keras` model saved by `train` (our custom layer registered first)."""
     keras = _keras()
     class_names_layer()
+    caffe_layer()
     return keras.saving.load_model(path)
