@@ -14,8 +14,8 @@ import pytest
 from shardfeed import ConvertOptions, IndexedRecords, convert
 from shardfeed.training import read_resume_point
 
-TRAIN = """
-import sys, time
+LOGGED_MODEL = """
+import os, sys, time
 import keras, shardfeed, shardfeed.training
 data, run_dir, log = sys.argv[1], sys.argv[2], sys.argv[3]
 
@@ -26,7 +26,7 @@ class Logged(keras.Model):
         x, y, files = data
         with open(log, "a") as f:
             f.write(",".join(v.decode() for v in files.numpy()) + "\\n")
-        time.sleep(0.15)
+        time.sleep(float(os.environ.get("STEP_SECONDS", "0.15")))
         return super().train_step((x, y))
 
 def build():
@@ -36,10 +36,14 @@ def build():
     model = Logged(inputs, keras.layers.Dense(4, activation="softmax")(x))
     model.compile("adam", "sparse_categorical_crossentropy", run_eagerly=True)
     return model
-
+"""
+TRAIN = (
+    LOGGED_MODEL
+    + """
 shardfeed.training.fit_resumable(build, data, run_dir, epochs=2, batch_size=4, seed=7, save_every=2,
                                  image_size=16, read=shardfeed.ReadOptions(with_filenames=True), verbose=0)
 """
+)
 
 
 @pytest.mark.slow
@@ -91,31 +95,15 @@ def test_positions_left_after_n_workers_are_shared_by_m(before: int, after: int,
     assert seen == list(range(n - (n - consumed) % after))
 
 
-ELASTIC = """
-import sys, time
-import keras, shardfeed, shardfeed.training
-data, run_dir, log, workers, index = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-
-@keras.saving.register_keras_serializable(package="test")
-class Logged(keras.Model):
-    def train_step(self, data):
-        x, y, files = data
-        with open(log, "a") as f:
-            f.write(",".join(v.decode() for v in files.numpy()) + "\\n")
-        time.sleep(0.2)
-        return super().train_step((x, y))
-
-def build():
-    inputs = keras.Input((16, 16, 3), dtype="uint8")
-    x = keras.layers.GlobalAveragePooling2D()(keras.layers.Rescaling(1 / 255.0)(inputs))
-    model = Logged(inputs, keras.layers.Dense(4, activation="softmax")(x))
-    model.compile("adam", "sparse_categorical_crossentropy", run_eagerly=True)
-    return model
-
+ELASTIC = (
+    LOGGED_MODEL
+    + """
+workers, index = int(sys.argv[4]), int(sys.argv[5])
 read = shardfeed.ReadOptions(with_filenames=True, num_workers=workers, worker_index=index)
 shardfeed.training.fit_resumable(build, data, run_dir, epochs=1, batch_size=2, seed=5, save_every=5,
                                  image_size=16, read=read, verbose=0)
 """
+)
 
 
 @pytest.mark.slow
@@ -127,7 +115,7 @@ def test_two_workers_killed_mid_epoch_resume_as_three(photo_tree: Path, tmp_path
 
     data = tmp_path / "data"
     convert(str(photo_tree), str(data), ConvertOptions(split="train=1", shards=3), workers=1, progress=False)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", STEP_SECONDS="0.3")  # slow enough to stop both before step 10
 
     def start(workers: int, index: int, run_dir: Path) -> subprocess.Popen[str]:
         log = tmp_path / f"log-{workers}-{index}"
