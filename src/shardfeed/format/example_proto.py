@@ -105,6 +105,23 @@ def serialize_example(features: dict[str, FeatureValue]) -> bytes:
     return example.SerializeToString(deterministic=True)
 
 
+def single_int64(data: bytes, key: str) -> int | None:
+    """The one int64 value of feature `key` in serialized Example bytes, parsing nothing else
+    into Python; None when the feature is absent, of another type or holds several values.
+
+    Raises:
+        CorruptRecordError: the bytes are not a valid Example message.
+    """
+    example = Example()
+    try:
+        example.ParseFromString(data)
+    except Exception as e:  # protobuf raises its own DecodeError type
+        raise CorruptRecordError(f"record is not a valid tf.train.Example: {e}") from e
+    feature = example.features.feature.get(key)
+    values = feature.int64_list.value if feature is not None else []
+    return int(values[0]) if len(values) == 1 else None
+
+
 def parse_example(data: bytes) -> dict[str, list[Any]]:
     """Parses serialized `tf.train.Example` bytes into {key: list of values}.
 

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardfeed.errors import SourceError
+from shardfeed.errors import CorruptRecordError, SourceError
 from shardfeed.format import fileio, manifest, tfrecord
-from shardfeed.format.example_proto import Example
+from shardfeed.format.example_proto import single_int64
 from shardfeed.lazy import tensorflow
 
 COUNTS_SIDECAR = ".shardfeed-counts.json"
@@ -189,14 +189,10 @@ def count_records(path: str, compression: str | None, label_key: str | None = No
 
 def _label_of(data: bytes, key: str) -> int | None:
     """One record's int64 `key` value, or None (absent, another type, unparsable)."""
-    example = Example()
     try:
-        example.ParseFromString(data)
-    except Exception:  # a bad record: counting is not the place to say so (the reader names it)
+        return single_int64(data, key)
+    except CorruptRecordError:  # a bad record: counting is not the place to say so (the reader names it)
         return None
-    feature = example.features.feature.get(key)
-    values = feature.int64_list.value if feature is not None else []
-    return int(values[0]) if len(values) == 1 else None
 
 
 def one_based_warning(files: list[str], labels: tuple[int, int]) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 
 from shardfeed.errors import CorruptRecordError
 from shardfeed.format import fileio, manifest, schema, tfrecord
-from shardfeed.format.example_proto import Example
+from shardfeed.format.example_proto import single_int64
 from shardfeed.write.shards import INDEX_DIR
 
 _CACHE: dict[tuple[str, str, str], np.ndarray] = {}
@@ -62,11 +62,11 @@ def _read(m: manifest.Manifest, split: str) -> np.ndarray:
     out = []
     for file in m.shard_paths(split):
         for number, data in enumerate(tfrecord.read_records(file, compression=m.compression)):
-            example = Example()
-            example.ParseFromString(data)
-            feature = example.features.feature.get(label_key)
-            values = feature.int64_list.value if feature is not None else []
-            if len(values) != 1:
+            try:
+                label = single_int64(data, label_key)
+            except CorruptRecordError as e:
+                raise CorruptRecordError(f"shard {file} record {number}: {e}") from e
+            if label is None:
                 raise CorruptRecordError(f"shard {file} record {number} has no {label_key} label")
-            out.append(int(values[0]))
+            out.append(label)
     return np.array(out, np.int64)

@@ -135,7 +135,7 @@ def _foreign(
 def _kind(values: list[Any]) -> str:
     if not values:
         return "empty"
-    kind = {bytes: "bytes", int: "int64", float: "float"}.get(type(values[0]), "?")
+    kind = schema.type_name(values[0])
     return kind if len(values) == 1 else f"{kind}[{len(values)}]"
 
 
