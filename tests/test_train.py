@@ -132,7 +132,7 @@ def test_application_models_build_and_run(name: str) -> None:
 
 
 def test_train_errors(digits_data: tuple[Path, Path], tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"model must be one of \['small_cnn', 'mobilenet_v2', 'mobilenet_v3_small'"):
+    with pytest.raises(ValueError, match=r"model must be one of \['auto', 'small_cnn', 'mobilenet_v2'"):
         train(str(digits_data[0]), str(tmp_path / "r"), TrainOptions(model="vgg"), verbose=0)
     with pytest.raises(ValueError, match="augment must be one of"):
         train(str(digits_data[0]), str(tmp_path / "r"), TrainOptions(augment="heavy"), verbose=0)

@@ -31,7 +31,11 @@ def register(sub: Any) -> None:
         help="with several folders: their proportions, e.g. 0.7,0.3 (default equal); classes united by name",
     )
     p.add_argument("--out", required=True, help="run folder (checkpoints, logs, model, metrics)")
-    p.add_argument("--model", choices=MODELS, help=f"default {TrainOptions.model}")
+    p.add_argument(
+        "--model",
+        choices=[AUTO, *MODELS],
+        help=f"default {TrainOptions.model}; auto: picked from the data's size and image sizes (docs/training.md)",
+    )
     p.add_argument("--epochs", type=int, help=f"default {TrainOptions.epochs}")
     p.add_argument("--batch-size", type=int, help=f"default {TrainOptions.batch_size}")
     p.add_argument("--image-size", type=int, help=f"square input size in pixels (default {TrainOptions.image_size})")
@@ -74,11 +78,7 @@ def register(sub: Any) -> None:
         help="auto (default): float16 compute with float32 logits when a GPU is present, else float32",
     )
     p.add_argument("--mixed-precision", action="store_true", default=None, help="the same as --precision mixed")
-    p.add_argument(
-        "--weights",
-        help="imagenet (Keras downloads and caches them), none (random; the default), or a local file: backbone "
-        "weights without the top, or a whole model's",
-    )
+    _add_weights_flags(p)
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
     p.add_argument(
         "--service", help="read through a tf.data service dispatcher, grpc://HOST:PORT (see `shardfeed serve`)"
@@ -95,6 +95,32 @@ def register(sub: Any) -> None:
     )
 
 
+def _add_weights_flags(p: argparse.ArgumentParser) -> None:
+    """--weights and the fine-tuning schedule's flags (training/fine_tune.py)."""
+    p.add_argument(
+        "--weights",
+        help="imagenet (Keras downloads and caches them), none (random), or a local file: backbone weights "
+        "without the top, or a whole model's; default auto: imagenet for the keras.applications backbones, "
+        "none for small_cnn",
+    )
+    p.add_argument(
+        "--head-epochs",
+        type=int,
+        help="from pre-trained weights: epochs training only the head, backbone frozen, before fine-tuning "
+        "(default: half the epochs; 0: fine-tune from the start)",
+    )
+    p.add_argument(
+        "--fine-tune-from",
+        help="the first backbone layer (name prefix) fine-tuning unfreezes; 'all' for every layer; default: "
+        "the backbone's last stage",
+    )
+    p.add_argument(
+        "--fine-tune-learning-rate",
+        type=float,
+        help="fine-tuning's starting rate (default: --learning-rate x 0.1, or x 0.01 for EfficientNetV2/ConvNeXt)",
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     options = from_args(TrainOptions, args)
     if args.validation_split == "none":
@@ -106,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         data = Mixture(tuple(args.path), tuple(weights), union_labels=True)
     elif args.mix_weights:
         raise OptionError("--mix-weights needs several folders to mix")
-    metrics = train(data, args.out, options, weights=args.weights, resume=args.resume, verbose=verbose)
+    metrics = train(data, args.out, options, resume=args.resume, verbose=verbose)
     log.info("%s\nRun folder: %s (metrics.json has every figure)", summary(metrics), args.out)
     return 0
 
@@ -129,6 +155,11 @@ def summary(metrics: dict[str, Any]) -> str:
         lines.append(
             f"  per-class recall (classes {metrics['imbalance_ratio']:.1f}x imbalanced; lowest first): {shown}"
         )
+    if (metrics.get("phases") and len(metrics["phases"]) > 1) or metrics.get("weights", "none") != "none":
+        phases = "; ".join(
+            f"{p['name']} epochs {p['start'] + 1}-{p['end']} at {p['learning_rate']:g}" for p in metrics["phases"]
+        )
+        lines.append(f"  from weights {metrics['weights']}: {phases}")
     if metrics.get("imbalance_remedy"):
         lines.append(f"  imbalance: {metrics['imbalance_remedy']}")
     if metrics.get("input_verdict"):

@@ -18,28 +18,35 @@ from shardfeed.lazy import tensorflow
 
 @dataclass(frozen=True)
 class Backbone:
-    """A keras.applications backbone: its constructor, the input range its weights expect, and the
-    size its ImageNet weights were trained at. The preprocessing lives inside the model, so a
-    saved model.keras needs nothing else to predict.
+    """A keras.applications backbone: its constructor, the input range its weights expect, the
+    size its ImageNet weights were trained at, and its fine-tuning defaults (training/fine_tune.py).
+    The preprocessing lives inside the model, so a saved model.keras needs nothing else to predict.
 
     preprocessing: 'tf' (pixels scaled to [-1, 1]), 'caffe' (RGB to BGR, ImageNet channel means
     subtracted), 'builtin' (the application's own layers; it takes 0..255).
+    fine_tune_from: the name prefix of the first layer phase 2 unfreezes: the last stage (stride
+    32) of each network, or for MobileNetV2 the TF transfer-learning tutorial's layer 100 (block 11).
+    fine_tune_rate: phase 2's learning rate as a share of phase 1's: 1/10 as in the TF tutorial;
+    1/100 for EfficientNetV2 and ConvNeXt, whose fine-tuning recipes (Keras' EfficientNet example,
+    the ConvNeXt paper's 5e-5 after 4e-3 pre-training) go much lower.
     """
 
     application: str
     preprocessing: str
     input_size: int
+    fine_tune_from: str
+    fine_tune_rate: float = 0.1
 
 
 BACKBONES = {
-    "mobilenet_v2": Backbone("MobileNetV2", "tf", 224),
-    "mobilenet_v3_small": Backbone("MobileNetV3Small", "builtin", 224),
-    "mobilenet_v3_large": Backbone("MobileNetV3Large", "builtin", 224),
-    "resnet50": Backbone("ResNet50", "caffe", 224),
-    "resnet50_v2": Backbone("ResNet50V2", "tf", 224),
-    "efficientnet_v2_b0": Backbone("EfficientNetV2B0", "builtin", 224),
-    "efficientnet_v2_s": Backbone("EfficientNetV2S", "builtin", 384),
-    "convnext_tiny": Backbone("ConvNeXtTiny", "builtin", 224),
+    "mobilenet_v2": Backbone("MobileNetV2", "tf", 224, "block_11_"),
+    "mobilenet_v3_small": Backbone("MobileNetV3Small", "builtin", 224, "expanded_conv_8_"),
+    "mobilenet_v3_large": Backbone("MobileNetV3Large", "builtin", 224, "expanded_conv_12_"),
+    "resnet50": Backbone("ResNet50", "caffe", 224, "conv5_"),
+    "resnet50_v2": Backbone("ResNet50V2", "tf", 224, "conv5_"),
+    "efficientnet_v2_b0": Backbone("EfficientNetV2B0", "builtin", 224, "block6a_", 0.01),
+    "efficientnet_v2_s": Backbone("EfficientNetV2S", "builtin", 384, "block6a_", 0.01),
+    "convnext_tiny": Backbone("ConvNeXtTiny", "builtin", 224, "convnext_tiny_downsampling_block_2", 0.01),
 }
 MODELS = ("small_cnn", *BACKBONES)
 IMAGENET = "imagenet"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from shardfeed.errors import OptionError
 from shardfeed.read.augment import Augment
 from shardfeed.read.options import SHUFFLES, DecodeOptions
-from shardfeed.training.models import MODELS
+from shardfeed.training.models import BACKBONES, IMAGENET, MODELS
 
 AUGMENT_PRESETS = {
     "inception": Augment(),
@@ -51,6 +51,16 @@ class TrainOptions:
             in the global order); small classes repeat.
         class_weight: 'balanced': Keras class weights n / (K x n_c) from the manifest's counts.
             The two standard remedies for imbalance; one or the other.
+        weights: what the model starts from: 'auto' (ImageNet's for a keras.applications backbone,
+            as keras.applications itself defaults to; random for small_cnn), 'imagenet', 'none'
+            (random) or a local file (backbone weights without the top, or the whole model's).
+        head_epochs: from pre-trained weights, the epochs of phase 1 (backbone frozen, only the
+            head learns); None: half the epochs, at least 1; 0: fine-tune from the first epoch.
+            See training/fine_tune.py.
+        fine_tune_from: the name prefix of the first backbone layer phase 2 unfreezes: 'auto'
+            (the backbone's last stage, `Backbone.fine_tune_from`), 'all', or a layer name.
+        fine_tune_learning_rate: phase 2's starting rate; None: learning_rate x the backbone's
+            `fine_tune_rate` (1/10, or 1/100 for EfficientNetV2 and ConvNeXt).
     """
 
     model: str = "small_cnn"
@@ -71,6 +81,10 @@ class TrainOptions:
     service: str | None = None
     balance: str | None = None
     class_weight: str | None = None
+    weights: str = AUTO
+    head_epochs: int | None = None
+    fine_tune_from: str = AUTO
+    fine_tune_learning_rate: float | None = None
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -88,8 +102,16 @@ class TrainOptions:
             )
         if self.augment not in (AUTO, *AUGMENT_PRESETS):
             raise OptionError(f"augment must be one of {[AUTO, *AUGMENT_PRESETS]}, got {self.augment!r}")
-        if self.model not in MODELS:
-            raise OptionError(f"model must be one of {list(MODELS)}, got {self.model!r}")
+        if self.model not in (AUTO, *MODELS):
+            raise OptionError(f"model must be one of {[AUTO, *MODELS]}, got {self.model!r}")
+        if self.head_epochs is not None and not 0 <= self.head_epochs <= self.epochs:
+            raise OptionError(
+                f"head_epochs must be between 0 and epochs={self.epochs}, got {self.head_epochs} (--head-epochs)"
+            )
+        if self.fine_tune_learning_rate is not None and not self.fine_tune_learning_rate > 0:
+            raise OptionError(
+                f"fine_tune_learning_rate must be > 0, got {self.fine_tune_learning_rate} (--fine-tune-learning-rate)"
+            )
         if self.shuffle not in SHUFFLES:
             raise OptionError(f"shuffle must be one of {list(SHUFFLES)}, got {self.shuffle!r}")
         if self.save_every is not None and (not self.global_order or self.save_every < 1):
@@ -104,6 +126,12 @@ class TrainOptions:
         if not self.learning_rate > 0:
             raise OptionError(f"learning_rate must be > 0, got {self.learning_rate} (--learning-rate)")
         _ = self.decode  # validates channels and crop_fraction
+
+    def weights_for(self, model: str) -> str | None:
+        """The weights `model` starts from: None (random), 'imagenet' or a file ('auto' resolved)."""
+        if self.weights == AUTO:
+            return IMAGENET if model in BACKBONES else None
+        return None if self.weights == "none" else self.weights
 
     def compute_precision(self, gpu: bool) -> str:
         """'mixed' or 'float32': what this run computes in on a machine with (or without) a GPU."""

@@ -89,6 +89,7 @@ def fit_resumable(
     decode: DecodeOptions | None = None,
     read: ReadOptions | None = None,
     callbacks: list[Any] | None = None,
+    start: Callable[[Any], Any] | None = None,
     **fit_options: Any,
 ) -> Any:
     """`model.fit` on `load(data, seed=seed)` in global order that resumes exactly after a crash.
@@ -101,6 +102,8 @@ def fit_resumable(
         image_size, augment, decode: as for `load`.
         read: more read settings (workers, with_filenames, ...); the order is always the global
             one, whole batches only, starting where the run stands.
+        start: applied to the model training starts with, new or resumed, before it trains (and
+            returning it): e.g. setting the trainable layers and compiling for a fine-tuning phase.
         fit_options: more `model.fit` arguments (validation_data, verbose, ...).
 
     Returns:
@@ -113,6 +116,8 @@ def fit_resumable(
     read = read or ReadOptions()
     workers = read.num_workers
     net, epoch, consumed = _starting_model(keras, model, run_dir, seed)
+    if start is not None and epoch < epochs:
+        net = start(net)
     inputs = RunInputs(data, batch_size, image_size, seed=seed, augment=augment, decode=decode)
     steps = inputs.steps_per_epoch(split)
 

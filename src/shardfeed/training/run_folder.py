@@ -63,6 +63,11 @@ class RunRecord:
     class_weight: str | None = None
     mixture: dict[str, Any] | None = None  # {sources, weights} when trained on a Mixture (data: its first)
     precision: str = "auto"
+    weights: str = "none"  # what the model started from, resolved ('auto' is never recorded)
+    head_epochs: int | None = None  # the fine-tuning settings as asked; `phases` as resolved
+    fine_tune_from: str = "auto"
+    fine_tune_learning_rate: float | None = None
+    phases: list[dict[str, Any]] | None = None
 
     @classmethod
     def of(cls, data: str, options: TrainOptions, class_names: list[str], validation_split: str | None) -> RunRecord:

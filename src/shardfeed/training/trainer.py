@@ -8,7 +8,6 @@ file in it), the inputs (training/inputs.py, the one place datasets are built) a
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from dataclasses import replace
@@ -21,8 +20,11 @@ from shardfeed.read.mixture import Mixture, open_mixture
 from shardfeed.read.options import ReadOptions
 from shardfeed.tools.bottleneck import PROBE_BATCHES, input_probe
 from shardfeed.training.augment_choice import choose_augment
+from shardfeed.training.fine_tune import Phase, in_phase, parameter_counts, phase_log_callback, schedule, set_phase
 from shardfeed.training.imbalance import IMBALANCE_RATIO, balanced_class_weights, imbalance_ratio, per_class_recall
+from shardfeed.training.inference_check import final_metrics, inference_check
 from shardfeed.training.inputs import RunInputs
+from shardfeed.training.model_choice import choose_model
 from shardfeed.training.models import build_model, load_model
 from shardfeed.training.options import AUTO, TrainOptions
 from shardfeed.training.resume import fit_resumable, forget_resume_point, read_resume_point
@@ -31,8 +33,6 @@ from shardfeed.training.run_report import plot_curves
 
 log = logging.getLogger("shardfeed")
 TOP_K = 5
-INFERENCE_SAMPLE = 1024  # training images re-scored in inference mode at the end
-DISAGREEMENT = 0.15  # training-mode vs inference-mode accuracy gap worth a warning
 
 
 def train(
@@ -51,7 +51,8 @@ def train(
             its union label map; validated and evaluated on its first source's held-out split).
         out: the run folder.
         options: model, epochs, batch size, augmentation, ... (`TrainOptions`; default: its defaults).
-        weights: local weights to start from (see `build_model`).
+        weights: what the model starts from, when given: overrides `options.weights` ('imagenet',
+            'none' or a local file; see `build_model`).
         resume: continue from checkpoints/last.keras at the epoch after the last one logged (or,
             with save_every, at the exact step of the last snapshot).
         verbose: Keras' fit verbosity.
@@ -64,7 +65,10 @@ def train(
             (checked before TensorFlow loads).
         RunFolderError: `resume` with nothing to resume from.
     """
-    run = _TrainingRun(data, RunFolder(out), options or TrainOptions(), weights=weights, resume=resume)
+    options = options or TrainOptions()
+    if weights is not None:
+        options = replace(options, weights=weights)
+    run = _TrainingRun(data, RunFolder(out), options, resume=resume)
     run.folder.write_record(run.record)
     run.folder.write_status("running")
     try:
@@ -80,16 +84,25 @@ class _TrainingRun:
     """One training run: the data (its manifest read once), the run folder, the options resolved
     against the data, the inputs, and where training starts."""
 
-    def __init__(
-        self, data: str | Mixture, folder: RunFolder, options: TrainOptions, *, weights: str | None, resume: bool
-    ):
+    def __init__(self, data: str | Mixture, folder: RunFolder, options: TrainOptions, *, resume: bool):
         self.mixture = data if isinstance(data, Mixture) else None
         self.data = _first_source(data)
-        self.folder, self.weights, self.resume = folder, weights, resume
+        self.folder, self.resume = folder, resume
         self.keras: Any = None  # imported by `fit`, not before (the checks above run without TensorFlow)
         self.manifest = manifest.read(self.data)
         self.options = self._resolved(options)  # checks the data before TensorFlow loads
+        self.weights = self.options.weights_for(self.options.model)
+        self.schedule = schedule(
+            self.options.model,
+            pretrained=self.weights is not None,
+            epochs=self.options.epochs,
+            learning_rate=self.options.learning_rate,
+            head_epochs=self.options.head_epochs,
+            fine_tune_from=self.options.fine_tune_from,
+            fine_tune_learning_rate=self.options.fine_tune_learning_rate,
+        )
         self.record = RunRecord.of(self.data, self.options, self._class_names(), self._validation_split())
+        self.record = replace(self.record, weights=self.weights or "none", phases=self.schedule.as_json())
         if self.mixture is not None:
             self.record = replace(self.record, mixture=_described(self.mixture))
         o = self.options
@@ -100,8 +113,13 @@ class _TrainingRun:
         self.initial_epoch, self.initial_step = self._starting_point()
 
     def _resolved(self, options: TrainOptions) -> TrainOptions:
-        """`options` with augment='auto' replaced by the preset the data calls for (and why, logged)."""
+        """`options` with model='auto' and augment='auto' replaced by what the data calls for
+        (and why, logged)."""
         self.manifest.split(options.train_split)  # exists, or a message listing those that do
+        if options.model == AUTO:
+            model = choose_model(self.manifest, options.train_split, seed=options.seed)
+            log.info("model: %s, chosen for %s (--model to override)", model.model, model.reason)
+            options = replace(options, model=model.model)
         if options.augment != AUTO:
             return options
         choice = choose_augment(self.manifest, options.train_split, seed=options.seed)
@@ -192,15 +210,13 @@ class _TrainingRun:
             forget_resume_point(snapshots)  # a fresh run: fit_resumable must not pick up an old one
         return 0, 0
 
-    def train_stream(self) -> Any:
-        """The repeating training stream; a global order continues the sequence of epoch orders."""
+    def train_stream(self, epoch: int | None = None) -> Any:
+        """The repeating training stream from `epoch` (default: where the run starts); a global
+        order continues the sequence of epoch orders."""
         o = self.options
         ordered = o.global_order or self.mixture is not None  # a mixture reads its own seeded order
-        read = ReadOptions(
-            shuffle="global" if ordered else o.shuffle,
-            balance=o.balance,
-            epoch=self.initial_epoch if ordered else 0,
-        )
+        epoch = self.initial_epoch if epoch is None else epoch
+        read = ReadOptions(shuffle="global" if ordered else o.shuffle, balance=o.balance, epoch=epoch if ordered else 0)
         return self.inputs.training(o.train_split, read=read, service=o.service)
 
     def fit(self, verbose: int) -> dict[str, Any]:
@@ -224,8 +240,8 @@ class _TrainingRun:
         net.save(self.folder.file(MODEL))
         trained = max((o.epochs - self.initial_epoch) * self.steps - self.initial_step, 0)  # steps
         metrics = {
-            **_final_metrics(net),
-            **self._inference_check(net),
+            **final_metrics(net),
+            **inference_check(net, self.inputs, o.train_split, o.batch_size),
             "augment": o.augment,
             "validation_split": validation,
             "epochs": o.epochs,
@@ -236,6 +252,8 @@ class _TrainingRun:
             "steps_per_epoch": self.steps,
             "input_verdict": probe.verdict,
             "imbalance_remedy": o.imbalance_remedy,
+            "weights": self.record.weights,
+            "phases": self.schedule.as_json(),
             "precision": precision,
             **self._per_class_recall(net, val_ds),
         }
@@ -265,105 +283,83 @@ class _TrainingRun:
         return {"imbalance_ratio": ratio, "per_class_recall": per_class_recall(net, val_ds, self.record.class_names)}
 
     def _fit(self, fit: dict[str, Any]) -> Any:
-        """Fits a new (or, with `resume`, the last checkpointed) model; with save_every, through
-        `fit_resumable`, which snapshots mid-epoch and resumes at the exact step."""
-        o = self.options
-        if o.save_every:
-            return fit_resumable(
-                self.build,
-                self.inputs.train_data if self.inputs.train_data is not None else self.manifest,
-                self.folder.checkpoints,
-                epochs=o.epochs,
-                batch_size=o.batch_size,
-                seed=o.seed,
-                split=o.train_split,
-                save_every=o.save_every,
-                image_size=o.image_size,
-                augment=o.augmentation,
-                decode=o.decode,
-                read=ReadOptions(balance=o.balance),
-                **fit,
-            )
-        net = load_model(self.folder.last_checkpoint) if self.resume else self.build()
-        net.fit(
-            self.train_stream(),
-            epochs=o.epochs,
-            initial_epoch=self.initial_epoch,
-            steps_per_epoch=self.steps,
-            **fit,
-        )
+        """Fits a new (or, with `resume`, the last checkpointed) model phase by phase (`fine_tune.py`);
+        with save_every, through `fit_resumable`, which snapshots mid-epoch and resumes at the exact step."""
+        net, phases = None, self.schedule.remaining(self.initial_epoch)
+        for number, phase in enumerate(phases, start=len(self.schedule.phases) - len(phases) + 1):
+            self.phase_log.phase = number
+            if self.options.save_every:
+                net = self._fit_resumable(phase, number, fit)
+            else:
+                if net is None:
+                    net = load_model(self.folder.last_checkpoint) if self.resume else self._new_model()
+                net = self.enter(net, phase, number)
+                start = max(phase.start, self.initial_epoch)
+                stream = self.train_stream(start)
+                net.fit(stream, epochs=phase.end, initial_epoch=start, steps_per_epoch=self.steps, **fit)
+            self.csv_log.append = True  # the next phase's epochs go below this one's
         return net
 
-    def build(self) -> Any:
-        """A new model for the run, compiled with its optimizer, loss and metrics."""
-        keras, o, names = self.keras, self.options, self.record.class_names
-        net = build_model(o.model, names, self.record.image_size, channels=o.channels, weights=self.weights)
-        metrics: list[Any] = ["accuracy"]
-        if len(names) > TOP_K:  # with fewer classes top-5 is always 1.0: noise
-            metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(k=TOP_K, name=f"top{TOP_K}"))
-        # cosine decay to zero over the whole run: the last epochs settle instead of
-        # jittering (digits demo: validation accuracy swung 0.87-0.96 at a constant rate)
-        schedule = keras.optimizers.schedules.CosineDecay(o.learning_rate, o.epochs * self.steps)
-        net.compile(
-            optimizer=keras.optimizers.Adam(schedule),
-            loss=keras.losses.SparseCategoricalCrossentropy(),
-            metrics=metrics,
+    def _fit_resumable(self, phase: Phase, number: int, fit: dict[str, Any]) -> Any:
+        """One phase through `fit_resumable`: it starts from the last snapshot when there is one
+        (the previous phase's last epoch, or a mid-phase step) and `enter`s the phase."""
+        o = self.options
+        assert o.save_every is not None  # only called for save_every runs
+        return fit_resumable(
+            self._new_model,
+            self.inputs.train_data if self.inputs.train_data is not None else self.manifest,
+            self.folder.checkpoints,
+            epochs=phase.end,
+            batch_size=o.batch_size,
+            seed=o.seed,
+            split=o.train_split,
+            save_every=o.save_every,
+            image_size=o.image_size,
+            augment=o.augmentation,
+            decode=o.decode,
+            read=ReadOptions(balance=o.balance),
+            start=lambda net: self.enter(net, phase, number),
+            **fit,
         )
+
+    def _new_model(self) -> Any:
+        """A new model for the run, from its starting weights (compiled by `enter`)."""
+        o, names, size = self.options, self.record.class_names, self.record.image_size
+        return build_model(o.model, names, size, channels=o.channels, weights=self.weights)
+
+    def enter(self, net: Any, phase: Phase, number: int) -> Any:
+        """`net` set up for `phase`: its trainable flags, and compiled with the phase's optimizer
+        (a cosine decay to zero over the phase). A model already in the phase (resumed from its
+        checkpoint) keeps its optimizer and its place in the decay."""
+        keras, names = self.keras, self.record.class_names
+        if not self.resume or getattr(net, "optimizer", None) is None or not in_phase(net, phase):
+            set_phase(net, phase)
+            metrics: list[Any] = ["accuracy"]
+            if len(names) > TOP_K:  # with fewer classes top-5 is always 1.0: noise
+                metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(k=TOP_K, name=f"top{TOP_K}"))
+            # cosine decay to zero over the phase: the last epochs settle instead of jittering
+            # (digits demo: validation accuracy swung 0.87-0.96 at a constant rate)
+            decay = keras.optimizers.schedules.CosineDecay(phase.learning_rate, (phase.end - phase.start) * self.steps)
+            net.compile(
+                optimizer=keras.optimizers.Adam(decay),
+                loss=keras.losses.SparseCategoricalCrossentropy(),
+                metrics=metrics,
+            )
+        log.info("%s", phase.describe(number, len(self.schedule.phases), *parameter_counts(net)))
         return net
 
     def _callbacks(self, *, monitor: str) -> list[Any]:
-        """Checkpoints (last and best), the CSV log and TensorBoard."""
+        """The phase logger, checkpoints (last and best), the CSV log and TensorBoard."""
         keras, folder = self.keras, self.folder
+        self.phase_log = phase_log_callback()
+        self.csv_log = keras.callbacks.CSVLogger(folder.file(LOG), append=self.resume)
         return [
+            self.phase_log,  # first: it adds the phase and learning rate to the logs the others write
             keras.callbacks.ModelCheckpoint(folder.last_checkpoint),
             keras.callbacks.ModelCheckpoint(folder.best_checkpoint, monitor=monitor, mode="max", save_best_only=True),
-            keras.callbacks.CSVLogger(folder.file(LOG), append=self.resume),
+            self.csv_log,
             keras.callbacks.TensorBoard(folder.file(TENSORBOARD)),
         ]
-
-    def _inference_check(self, net: Any) -> dict[str, Any]:
-        """Re-scores up to INFERENCE_SAMPLE training images in inference mode, and warns when that,
-        the training-mode accuracy Keras printed, and the validation accuracy disagree.
-
-        With BatchNorm the training-mode figure can be far above the model's (0.89 while fitting,
-        0.20 in inference mode, seen on a short run); validation figures are always inference-mode.
-        """
-        batches = math.ceil(INFERENCE_SAMPLE / self.options.batch_size)
-        sample = self.inputs.evaluation(self.options.train_split).take(batches)
-        inference = float(net.evaluate(sample, verbose=0, return_dict=True)["accuracy"])
-        final = _final_metrics(net)
-        for message in _disagreements(final.get("accuracy"), inference, final.get("val_accuracy")):
-            log.warning("warning: %s (docs/training.md, 'Honest numbers')", message)
-        return {"train_accuracy_inference": inference}
-
-
-def _disagreements(fitted: float | None, inference: float, validation: float | None) -> list[str]:
-    """What the three accuracies say when they are more than DISAGREEMENT apart."""
-    messages = []
-    if fitted is not None and fitted - inference > DISAGREEMENT:
-        messages.append(
-            f"training accuracy was {fitted:.3f} while fitting but the model scores {inference:.3f} on training "
-            "images in inference mode: BatchNorm's moving statistics have not caught up with the weights (too few "
-            "steps, or a learning rate too high); trust the validation figures, train longer"
-        )
-    elif fitted is not None and inference - fitted > DISAGREEMENT:
-        messages.append(
-            f"training accuracy was {fitted:.3f} while fitting (augmented images, dropout) and {inference:.3f} in "
-            "inference mode: the augmentation is much harder than the task; if validation is low too, try a "
-            "milder --augment"
-        )
-    if validation is not None and inference - validation > DISAGREEMENT:
-        messages.append(
-            f"the model scores {inference:.3f} on training images but {validation:.3f} on validation: it overfits "
-            "(more data or augmentation, fewer epochs) or the splits differ"
-        )
-    return messages
-
-
-def _final_metrics(net: Any) -> dict[str, float]:
-    """The last epoch's logged metrics (empty when no epoch ran)."""
-    history = getattr(net, "history", None)
-    return {k: float(v[-1]) for k, v in history.history.items()} if history and history.history else {}
 
 
 def _first_source(data: str | Mixture) -> str:
