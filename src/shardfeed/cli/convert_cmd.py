@@ -84,6 +84,19 @@ def _split_flags(g: Any) -> None:
         "--label-offset", type=int, help="add to class ids (1: 0 is background, as Inception readers expect)"
     )
     g.add_argument("--dedupe", action="store_true", help="drop exact duplicate images (keep the first)")
+    g.add_argument(
+        "--split-rule",
+        choices=["stratified", "hash"],
+        help="stratified (default): exact split sizes, class proportions kept; hash: each image's split from its "
+        "key alone, so it keeps its split when the dataset grows (needed by --append)",
+    )
+    g.add_argument(
+        "--append",
+        action="store_true",
+        default=None,
+        help="add the source's new images to a finished conversion as a new generation of shards (old shards "
+        "untouched; converted with --split-rule hash or from a pre-split source)",
+    )
 
 
 def _image_flags(g: Any) -> None:

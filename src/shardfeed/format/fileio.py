@@ -110,8 +110,13 @@ def write_bytes(path: str, data: bytes) -> None:
 
 def write_text_atomic(path: str, text: str) -> None:
     """Writes a text file under a temporary name and renames it, so readers never see half."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    """Writes a file under a temporary name and renames it, so readers never see half."""
     tmp = path + ".incomplete"
-    write_bytes(tmp, text.encode("utf-8"))
+    write_bytes(tmp, data)
     rename(tmp, path)
 
 

@@ -65,15 +65,7 @@ def write(output_dir: str, data: dict[str, Any]) -> bool:
 
 def dataset_info(data: dict[str, Any], name: str) -> dict[str, Any]:
     """dataset_info.json: the DatasetInfo proto as JSON (int64 fields as strings, as protobuf does)."""
-    splits = [
-        {
-            "filepathTemplate": TFDS_TEMPLATE,
-            "name": split,
-            "numBytes": str(info["num_bytes"]),
-            "shardLengths": [str(shard["num_records"]) for shard in info["shards"]],
-        }
-        for split, info in data["splits"].items()
-    ]
+    splits = [entry for split, info in data["splits"].items() for entry in _generation_splits(split, info)]
     source = data["source"]
     description = f"Converted by {data['created_by']} from a {source['kind']} source ({source['num_inputs']} inputs)."
     stored = manifest.label_range(data)
@@ -82,6 +74,25 @@ def dataset_info(data: dict[str, Any], name: str) -> dict[str, Any]:
         offset = data.get("label_offset", 0)
         description += f" {key} holds class ids {stored[0]}..{stored[1]} (label offset {offset})."
     return {"description": description, "fileFormat": "tfrecord", "name": name, "splits": splits, "version": "1.0.0"}
+
+
+def _generation_splits(split: str, info: dict[str, Any]) -> list[dict[str, Any]]:
+    """A split's TFDS entries: its first generation under its own name, each appended generation
+    (`convert --append`: shards named split-gNNNN-...) as split_gNNNN, since TFDS reads one shard
+    sequence per split."""
+    generations: dict[int, list[dict[str, Any]]] = {}
+    for shard in info["shards"]:
+        found = re.match(re.escape(split) + r"-g(\d{4})-", shard["file"])
+        generations.setdefault(int(found.group(1)) if found else 0, []).append(shard)
+    return [
+        {
+            "filepathTemplate": TFDS_TEMPLATE if g == 0 else f"{split}-g{g:04d}-{{SHARD_X_OF_Y}}",
+            "name": split if g == 0 else f"{split}_g{g:04d}",
+            "numBytes": str(sum(shard["num_bytes"] for shard in shards)),
+            "shardLengths": [str(shard["num_records"]) for shard in shards],
+        }
+        for g, shards in sorted(generations.items())
+    ]
 
 
 def features(data: dict[str, Any]) -> dict[str, Any]:

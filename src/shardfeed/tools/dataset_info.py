@@ -71,6 +71,7 @@ def _ours(path: str, sample: int, seed: int) -> dict[str, Any]:
         "dropped_duplicates": data.get("num_dropped_duplicates", 0),
         "image_formats": data.get("image_formats"),
         "created_by": data["created_by"],
+        "generations": data.get("generations"),
     }
 
 
@@ -178,7 +179,23 @@ def format_info(data: dict[str, Any]) -> str:
     note = non_jpeg_note(data.get("image_formats") or {})
     if note:
         lines.append(f"  note: {note}")
+    lines += generation_lines(data.get("generations"))
     return "\n".join(lines)
+
+
+def generation_lines(generations: list[dict[str, Any]] | None) -> list[str]:
+    """The history of `convert --append`, a line a generation (nothing for a folder written once)."""
+    if not generations:
+        return []
+    lines = [f"  generations: {len(generations)} (convert --append)"]
+    for g in generations:
+        records = ", ".join(f"{name} {n:,}" for name, n in g["records"].items())
+        changed = f", {g['changed']} changed in the source" if g.get("changed") else ""
+        lines.append(
+            f"    g{g['generation']:04d}  {g.get('time') or 'time unknown'}  {sum(g['records'].values()):,} records "
+            f"({records}) from {g['source']['num_inputs']:,} inputs, {g.get('skipped', 0)} skipped{changed}"
+        )
+    return lines
 
 
 def _label_lines(data: dict[str, Any]) -> list[str]:

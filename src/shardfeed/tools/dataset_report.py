@@ -45,6 +45,7 @@ def dataset_report(path: str, output: str | None = None, *, seed: int = 0, extra
         _problems(
             report, m.data["source"]["path"], m.data["settings"].get("image", {}).get("max_pixels", DEFAULT_LIMIT)
         ),
+        _generations(m.data.get("generations"), report.get("changed", [])),
         extra,
         h.section("Settings", h.table(["setting", "value"], _settings_rows(m.data["settings"]))),
     ]
@@ -52,6 +53,30 @@ def dataset_report(path: str, output: str | None = None, *, seed: int = 0, extra
     with open(output, "w", encoding="utf-8") as f:
         f.write(h.page(f"shardfeed report: {path}", [s for s in sections if s]))
     return output
+
+
+def _generations(generations: list[dict[str, Any]] | None, changed: list[dict[str, str]]) -> str:
+    """The history of `convert --append` and the source files whose bytes changed since."""
+    if not generations:
+        return ""
+    rows = [
+        [
+            f"g{g['generation']:04d}",
+            h.esc(g.get("time") or "unknown"),
+            ", ".join(f"{h.esc(name)} {n:,}" for name, n in g["records"].items()),
+            f"{g['source']['num_inputs']:,}",
+            f"{g.get('skipped', 0):,}",
+            f"{g.get('changed', 0):,}",
+        ]
+        for g in generations
+    ]
+    table = h.table(["generation", "time (UTC)", "records added", "inputs", "skipped", "changed"], rows, (3, 4, 5))
+    parts = [table]
+    if changed:
+        note = "changed in the source since converted (their records keep the bytes converted):"
+        parts.append(f"<p>{len(changed)} files {h.esc(note)}</p>")
+        parts.append(h.table(["file"], [[h.esc(c["file"])] for c in changed[:100]]))
+    return h.section("Generations", *parts)
 
 
 def _sample(m: manifest.Manifest, seed: int) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ from shardfeed.errors import ConvertError, OptionError, SourceError
 from shardfeed.format import fileio, manifest, schema, tfds_metadata
 from shardfeed.format.manifest import Manifest
 from shardfeed.write import dedupe, folder_lock, folder_state, local_runner, merge, shards
+from shardfeed.write.append import Append, AppendOutcome, appendable, write_inputs
 from shardfeed.write.encode import EncodingSpec, SkippedItem
 from shardfeed.write.images import UPSCALED
 from shardfeed.write.items import Discovery
@@ -57,6 +58,7 @@ class ConversionResult:
     already_complete: bool = False
     seconds: float = 0.0
     requested_splits: tuple[str, ...] = ()  # the splits --split asked for (none for a pre-split source)
+    appended: AppendOutcome | None = None  # what `append=True` added to a finished folder
 
     @classmethod
     def of(
@@ -88,6 +90,8 @@ class ConversionResult:
         """A few human-readable lines about the conversion."""
         if self.already_complete:
             return f"{self.output_dir}: already converted with these settings; nothing to do."
+        if self.appended is not None:
+            return self.appended.summary(self.output_dir, self.manifest)
         lines = [f"Wrote {self.num_written} of {self.num_inputs} images to {self.output_dir} in {self.seconds:.1f}s"]
         for name in self.manifest.split_names:
             info = self.manifest.split(name)
@@ -251,6 +255,8 @@ class _Conversion:
                 )
             self._fail_if_strict(discovery.skipped)
             state = folder_state.conversion_state(discovery, self.options)
+            if self.options.append and fileio.exists(fileio.join(self.output_dir, manifest.MANIFEST_NAME)):
+                return self._append(discovery, state, pool, start)
             existing = folder_state.check_output(
                 self.output_dir,
                 state,
@@ -268,7 +274,7 @@ class _Conversion:
             plans = plan_shards(discovery, self.options, dropped_keys={k for k, _ in dropped})
             try:
                 folder_state.start(self.output_dir, state)
-                results, resumed = self._write_all(plans, spec, pool)
+                results, resumed = self.write_all(plans, spec, pool)
                 self._finish(state, discovery, results, dropped)
             except OSError as e:
                 if e.errno not in DISK_FULL:
@@ -279,6 +285,25 @@ class _Conversion:
         )
         if not discovery.presplit:
             result.requested_splits = tuple(self.options.split_fractions(labelled=discovery.class_names is not None))
+        return result
+
+    def _append(
+        self, discovery: Discovery, state: dict[str, Any], pool: Executor | None, start: float
+    ) -> ConversionResult:
+        """`append=True` on a finished folder: the next generation (write/append.py)."""
+        try:
+            outcome = Append(self, discovery, state, pool).run()
+        except OSError as e:
+            if e.errno not in DISK_FULL:
+                raise
+            raise ConvertError(self._disk_full(e, discovery)) from e
+        result = ConversionResult.of(
+            manifest.read(self.output_dir),
+            shards_written=outcome.shards_written,
+            shards_resumed=outcome.shards_resumed,
+            start=start,
+        )
+        result.appended = outcome
         return result
 
     def _finish(
@@ -293,6 +318,8 @@ class _Conversion:
         data = merge.merge_manifest(state, duplicates, discovery, self.options, results, dropped)
         merge.write_report(self.output_dir, duplicates, discovery, results, dropped)
         manifest.write_labels(self.output_dir, discovery.class_names, self.options.label_offset)
+        if appendable(discovery, self.options):
+            write_inputs(self.output_dir, self.work_dir, results, generation=0)
         tfds_metadata.write(self.output_dir, data)
         manifest.write(self.output_dir, data)
         fileio.rmtree(self.work_dir)
@@ -321,7 +348,7 @@ class _Conversion:
                 f"{key}: {reason} (strict=True, --strict: every input must be usable; {len(skipped)} are not)"
             )
 
-    def _write_all(
+    def write_all(
         self, plans: list[ShardPlan], spec: EncodingSpec, pool: Executor | None
     ) -> tuple[list[shards.ShardResult], int]:
         """Writes every shard not already committed; returns all shard results in plan order."""

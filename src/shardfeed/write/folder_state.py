@@ -84,6 +84,7 @@ def _resolved(state: dict[str, Any], labelled: bool) -> dict[str, Any]:
         settings["split"] = splits.default_fractions(labelled)
     # An image option added since the folder was written counts as its default (max_pixels).
     settings["image"] = {**asdict(ImageOptions()), **settings.get("image", {})}
+    settings.setdefault("split_rule", "stratified")
     return {**state, "settings": settings}
 
 
@@ -102,6 +103,11 @@ def _refuse_or_clean(
         raise ConvertError(
             f"{output_dir!r} holds {what} with other settings or inputs ({difference}); pass overwrite=True "
             "(--overwrite) to replace it, or choose another output folder"
+            + (
+                "; to add new images to it instead, append=True (--append)"
+                if difference == "the input files differ" and what == "a finished conversion"
+                else ""
+            )
         )
     remove_conversion(output_dir)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -76,7 +77,7 @@ def duplicate_groups(work_dir: str, results: list[shards.ShardResult]) -> list[d
     find candidate duplicates, then the keys of just those records.
     """
     prefixes = [
-        np.array([int(digest[:16], 16) for _, digest in _read_part(work_dir, r).records], dtype=np.uint64)
+        np.array([int(digest[:16], 16) for _, digest in read_part(work_dir, r).records], dtype=np.uint64)
         for r in results
     ]
     flat = np.concatenate(prefixes) if prefixes else np.zeros(0, np.uint64)
@@ -84,11 +85,21 @@ def duplicate_groups(work_dir: str, results: list[shards.ShardResult]) -> list[d
     repeated = set(values[counts > 1].tolist())
     if not repeated:
         return []
+    candidates = (
+        (key, digest, result.split)
+        for result in results
+        for key, digest in read_part(work_dir, result).records
+        if int(digest[:16], 16) in repeated
+    )
+    return groups_of(candidates)
+
+
+def groups_of(records: Iterable[tuple[str, str, str]]) -> list[dict[str, Any]]:
+    """Duplicate groups among (key, source sha256, split) records: every digest held by more than
+    one key, with its splits, `leak` when they differ."""
     by_hash: dict[str, list[tuple[str, str]]] = {}
-    for result in results:
-        for key, digest in _read_part(work_dir, result).records:
-            if int(digest[:16], 16) in repeated:
-                by_hash.setdefault(digest, []).append((key, result.split))
+    for key, digest, split in records:
+        by_hash.setdefault(digest, []).append((key, split))
     groups = []
     for digest in sorted(by_hash):
         members = sorted(by_hash[digest])
@@ -105,7 +116,8 @@ def duplicate_groups(work_dir: str, results: list[shards.ShardResult]) -> list[d
     return groups
 
 
-def _read_part(work_dir: str, result: shards.ShardResult) -> shards.ShardResult:
+def read_part(work_dir: str, result: shards.ShardResult) -> shards.ShardResult:
+    """A shard's partial manifest, with its per-record (key, source sha256) list."""
     return shards.ShardResult.from_json(fileio.read_bytes(shards.part_path(work_dir, result.file)).decode())
 
 

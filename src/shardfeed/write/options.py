@@ -43,6 +43,13 @@ class ConvertOptions:
         schema: a record layout other readers expect (`schema.PRESETS`: 'inception', 'tfds',
             'recipe'): its keys, and its label offset, shard names and JPEG re-encoding where
             `label_offset`, `name_template` and `image.format` are left at their defaults.
+        split_rule: 'stratified' (default: split sizes exact for the whole set, each class in
+            proportion; adding images can move others) or 'hash' (each image's split from a
+            seeded hash of its key alone, as TFDS and Google's data pipelines split: sizes follow
+            the fractions only on average, but an image keeps its split however the set grows;
+            what `append` needs).
+        append: add the source's new images to a finished conversion as a new generation of
+            shards (write/append.py); not a setting of the bytes, so not in the manifest's settings.
     """
 
     split: str | Mapping[str, float] | None = None
@@ -57,8 +64,17 @@ class ConvertOptions:
     dedupe: bool = False
     image: ImageOptions = field(default_factory=ImageOptions)
     schema: str | None = None
+    split_rule: str = "stratified"
+    append: bool = False
 
     def __post_init__(self) -> None:
+        if self.split_rule not in splits.SPLIT_RULES:
+            raise OptionError(f"split_rule must be one of {list(splits.SPLIT_RULES)}, got {self.split_rule!r}")
+        if self.append and self.dedupe:
+            raise OptionError(
+                "dedupe=True with append=True is not supported: an appended image that copies an existing one is "
+                "reported as a duplicate (report.json) instead; convert without --dedupe"
+            )
         if self.schema is not None:
             if self.schema not in PRESETS:
                 raise OptionError(f"schema must be one of {sorted(PRESETS)}, got {self.schema!r}")
@@ -113,6 +129,7 @@ class ConvertOptions:
             "dedupe": self.dedupe,
             "image": asdict(self.image),
             **({"schema": self.schema} if self.schema else {}),
+            **({"split_rule": self.split_rule} if self.split_rule != "stratified" else {}),
         }
 
     @property

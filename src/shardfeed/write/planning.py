@@ -62,6 +62,8 @@ def _split_items(items: list[Item], discovery: Discovery, options: ConvertOption
             )
         return splits.group_presplit(items)
     fractions = options.split_fractions(labelled=discovery.class_names is not None)
+    if options.split_rule == "hash":
+        return splits.assign_by_hash(items, fractions, seed=options.seed)
     return splits.assign_splits(items, fractions, seed=options.seed, stratify=options.stratify)
 
 

@@ -7,6 +7,7 @@ stable key, never by file-system or worker order, so it is reproducible anywhere
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -19,6 +20,7 @@ T = TypeVar("T", bound=Item)
 DEFAULT_SPLIT = "train=0.8,validation=0.2"
 UNLABELED_SPLIT = "test=1"
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+SPLIT_RULES = ("stratified", "hash")
 
 
 def parse_split_spec(spec: str | Mapping[str, float]) -> dict[str, float]:
@@ -131,6 +133,19 @@ def stratified_counts(
             row_need[r] -= moved
             col_need[j] -= moved
     return cells
+
+
+def assign_by_hash(items: Sequence[T], fractions: Mapping[str, float], *, seed: int) -> dict[str, list[T]]:
+    """Assigns each item by a seeded hash of its key alone (the 'hash' split rule): the same key
+    gets the same split in any set it is part of, so a growing dataset never moves an image."""
+    names = list(fractions)
+    bounds = list(itertools.accumulate(fractions.values()))
+    out: dict[str, list[T]] = {name: [] for name in names}
+    for item in items:
+        u = int.from_bytes(order_key(seed, f"split\0{item.key}"), "big") / 2**64
+        index = next((i for i, bound in enumerate(bounds) if u < bound), len(names) - 1)
+        out[names[index]].append(item)
+    return out
 
 
 def group_presplit(items: Sequence[T]) -> dict[str, list[T]]:

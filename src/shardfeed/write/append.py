@@ -1,0 +1,351 @@
+"""`convert --append`: a finished conversion grows by a generation of new shards.
+
+    source now   -> items whose key no generation has converted (new), and the rest (known)
+    known        -> hashed again: changed bytes under an old key are reported, never rewritten
+    new          -> planned with the folder's own settings and split rule into shards named
+                    with the generation after the split: train-g0001-00000-of-00004
+    shards       -> written and committed as `convert` writes them (resumable: .shardfeed/ holds
+                    the append's state; old shards and the manifest are untouched until the end)
+    manifest     -> the old one, each split's shard list extended, `generations` (the history),
+                    report.json with the new skips, conversions, changes and duplicate groups over
+                    every generation; written last
+
+An image keeps its split because appendable folders split by a rule that looks at the key alone:
+the 'hash' split rule, or the source's own split folders. Each generation's inputs (key, SHA-256
+of the source bytes, split) are kept in index/inputs-gNNNN.json.gz, which is how the next append
+knows what was converted and whether its bytes changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import itertools
+import json
+import os
+import time
+from collections.abc import Iterable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardfeed.errors import ConvertError
+from shardfeed.format import fileio, manifest, tfds_metadata
+from shardfeed.write import folder_state, merge, shards
+from shardfeed.write.encode import EncodingSpec, hash_items
+from shardfeed.write.items import Discovery, Item
+from shardfeed.write.options import ConvertOptions
+from shardfeed.write.planning import plan_shards
+from shardfeed.write.pool import CHUNK_SIZE, map_ordered
+
+GENERATION = "-g{generation:04d}"
+Known = dict[str, tuple[str, str]]  # key -> (source sha256, split) of every converted input
+
+
+def generation_template(template: str, generation: int) -> str:
+    """The shard names of a generation: the folder's template with -gNNNN after the split (our
+    `{split}-*` globs and DALI's file lists still take them; TFDS gets one split per generation)."""
+    return template.replace("{split}", "{split}" + GENERATION.format(generation=generation), 1)
+
+
+def inputs_file(generation: int) -> str:
+    """The file (relative to the folder) listing a generation's inputs."""
+    return f"{shards.INDEX_DIR}/inputs-g{generation:04d}.json.gz"
+
+
+def appendable(discovery: Discovery, options: ConvertOptions) -> bool:
+    """Whether a conversion's splits survive growth: a pre-split source, or the 'hash' rule."""
+    return discovery.presplit or options.split_rule == "hash"
+
+
+def write_inputs(output_dir: str, work_dir: str, results: list[shards.ShardResult], generation: int) -> None:
+    """index/inputs-gNNNN.json.gz: [key, source SHA-256, split] of every record written."""
+    rows = [[key, digest, r.split] for r in results for key, digest in merge.read_part(work_dir, r).records]
+    data = gzip.compress(json.dumps(sorted(rows)).encode(), mtime=0)
+    fileio.write_bytes_atomic(fileio.join(output_dir, inputs_file(generation)), data)
+
+
+def read_inputs(output_dir: str, generation: int) -> list[tuple[str, str, str]]:
+    """A generation's inputs, as written by `write_inputs`."""
+    path = fileio.join(output_dir, inputs_file(generation))
+    return [tuple(row) for row in json.loads(gzip.decompress(fileio.read_bytes(path)))]
+
+
+@dataclass
+class AppendOutcome:
+    """What an append did, for the summary."""
+
+    generation: int
+    added: dict[str, int] = field(default_factory=dict)
+    known: int = 0
+    changed: list[dict[str, str]] = field(default_factory=list)
+    duplicates_of_existing: int = 0
+    shards_written: int = 0
+    shards_resumed: int = 0
+
+    def summary(self, output_dir: str, m: manifest.Manifest) -> str:
+        """The lines `convert --append` prints."""
+        if not self.added:
+            lines = [f"{output_dir}: nothing new to append ({self.known:,} images already converted)."]
+        else:
+            added = ", ".join(f"{name} {n:,}" for name, n in sorted(self.added.items()))
+            lines = [
+                f"Appended generation {self.generation} to {output_dir}: {sum(self.added.values()):,} new images "
+                f"({added}) in {self.shards_written + self.shards_resumed} shards; {self.known:,} already converted "
+                "were left as they are",
+            ]
+            lines += [f"  {name}: {m.split(name).num_records:,} records in all" for name in m.split_names]
+            if self.shards_resumed:
+                lines.append(f"  resumed: {self.shards_resumed} shards were already complete")
+            if self.duplicates_of_existing:
+                lines.append(
+                    f"  {self.duplicates_of_existing} new images repeat the bytes of converted ones (report.json "
+                    "'duplicates', with leak flags)"
+                )
+            if tfds_metadata.reason_not_written(m.data) is None:
+                entries = [e["name"] for e in tfds_metadata.dataset_info(m.data, "")["splits"]]
+                whole = ", ".join(
+                    "+".join(e for e in entries if e == name or e.startswith(name + "_g")) for name in m.split_names
+                )
+                lines.append(f"  TFDS reads each generation as a split of its own; whole splits: {whole}")
+        if self.changed:
+            lines.append(
+                f"  warning: {len(self.changed)} converted images have changed bytes in the source; their records "
+                "keep the old ones (report.json 'changed'); convert anew to take the new ones"
+            )
+        return "\n".join(lines)
+
+
+class Append:
+    """One `convert --append` run over a finished folder (the conversion supplies the writing)."""
+
+    def __init__(self, conversion: Any, discovery: Discovery, state: dict[str, Any], pool: Executor | None) -> None:
+        self.conversion, self.discovery, self.state, self.pool = conversion, discovery, state, pool
+        self.out, self.options = conversion.output_dir, conversion.options
+        self.work_dir = folder_state.work_dir(self.out)
+        self.old = manifest.read(self.out)
+        self.history = history(self.old)
+        self.generation = len(self.history)
+
+    def run(self) -> AppendOutcome:
+        """Checks, plans, writes and merges the next generation (nothing when nothing is new)."""
+        self._check()
+        spec = EncodingSpec.of(self.discovery, self.options)
+        known = {
+            key: (digest, split) for g in range(self.generation) for key, digest, split in read_inputs(self.out, g)
+        }
+        new = [i for i in self.discovery.items if i.key not in known]
+        outcome = AppendOutcome(self.generation, known=len(self.discovery.items) - len(new))
+        outcome.changed = self._changed([i for i in self.discovery.items if i.key in known], known, spec)
+        self._clean_unfinished()
+        if not new:
+            self._record_changes(outcome)
+            return outcome
+        options = dataclasses.replace(
+            self.options, name_template=generation_template(self.options.template, self.generation)
+        )
+        plans = plan_shards(dataclasses.replace(self.discovery, items=new), options)
+        folder_state.start(self.out, {**self.state, "append": self.generation})
+        results, resumed = self.conversion.write_all(plans, spec, self.pool)
+        outcome.shards_written, outcome.shards_resumed = len(results) - resumed, resumed
+        for r in results:
+            outcome.added[r.split] = outcome.added.get(r.split, 0) + r.num_records
+        self._finish(results, known, outcome)
+        return outcome
+
+    def _check(self) -> None:
+        """Refuses an append that could move an image's split or shift a label.
+
+        Raises:
+            ConvertError: other settings, a split rule that depends on the whole set, other classes,
+                or a folder written before its inputs were listed.
+        """
+        previous = {"source": self.state["source"], "settings": self.old.data["settings"]}
+        labelled = self.discovery.class_names is not None
+        if not folder_state.same_conversion(previous, self.state, labelled=labelled):
+            difference = folder_state.describe_difference(previous, self.state, labelled=labelled)
+            raise ConvertError(
+                f"{self.out!r} was converted with other settings ({difference}); an append uses the folder's own "
+                "settings: pass the same options (or none of those that differ)"
+            )
+        if not appendable(self.discovery, self.options):
+            raise ConvertError(
+                f"{self.out!r} was split with the 'stratified' rule, which sizes the splits over the whole set: with "
+                "more images some old ones would belong to another split. Convert once with --split-rule hash (each "
+                "image's split from its key alone), then --append"
+            )
+        if self.discovery.class_names != self.old.labels:
+            added = sorted(set(self.discovery.class_names or []) - set(self.old.labels or []))
+            gone = sorted(set(self.old.labels or []) - set(self.discovery.class_names or []))
+            raise ConvertError(
+                f"the source's classes differ from {self.out!r}'s (new: {added}, gone: {gone}): the class ids of the "
+                "written records would no longer match the label map; convert the whole source anew"
+            )
+        missing = [g for g in range(self.generation) if not fileio.exists(fileio.join(self.out, inputs_file(g)))]
+        if missing:
+            raise ConvertError(
+                f"{self.out!r} has no list of the inputs of generation {missing[0]} ({inputs_file(missing[0])}; "
+                "written since shardfeed 0.9): convert anew to append later"
+            )
+
+    def _changed(
+        self, items: list[Item], known: dict[str, tuple[str, str]], spec: EncodingSpec
+    ) -> list[dict[str, str]]:
+        """Known keys whose source bytes are no longer what was converted (hashed in the pool)."""
+        chunks = (items[i : i + CHUNK_SIZE * 4] for i in range(0, len(items), CHUNK_SIZE * 4))
+        tasks = ((None, (chunk, spec)) for chunk in chunks)
+        workers = self.conversion.run_settings.workers
+        hashes = itertools.chain.from_iterable(
+            result for _, result in map_ordered(self.pool, hash_items, tasks, workers)
+        )
+        return [
+            {"file": item.key, "converted_sha256": known[item.key][0], "now_sha256": digest or "unreadable"}
+            for item, digest in zip(items, hashes, strict=True)
+            if digest != known[item.key][0]
+        ]
+
+    def _clean_unfinished(self) -> None:
+        """Removes what an interrupted append of another source or generation left: shards it
+        committed that no manifest names (a matching one is resumed by `write_all` instead)."""
+        state_file = fileio.join(self.work_dir, folder_state.STATE_NAME)
+        if not fileio.exists(state_file):
+            return
+        previous = json.loads(fileio.read_bytes(state_file))
+        if previous == json.loads(manifest.dumps({**self.state, "append": self.generation})):
+            return
+        in_manifest = {s.file for name in self.old.split_names for s in self.old.split(name).shards}
+        parts = fileio.join(self.work_dir, "parts")
+        names = (
+            {n[: -len(".json")] for n in fileio.listdir(parts) if n.endswith(".json")} if fileio.isdir(parts) else set()
+        )
+        for name in names - in_manifest:
+            for path in (fileio.join(self.out, name), shards.index_path(self.out, name)):
+                if fileio.exists(path):
+                    fileio.remove(path)
+        fileio.rmtree(self.work_dir)
+
+    def _finish(
+        self, results: list[shards.ShardResult], known: dict[str, tuple[str, str]], outcome: AppendOutcome
+    ) -> None:
+        """Inputs list, report, TFDS metadata, then the manifest (last); the work folder goes."""
+        write_inputs(self.out, self.work_dir, results, self.generation)
+        new_rows = read_inputs(self.out, self.generation)
+        everything = [(k, d, s) for k, (d, s) in known.items()] + new_rows
+        duplicates = merge.groups_of(everything)
+        new_keys = {k for k, _, _ in new_rows}
+        outcome.duplicates_of_existing = sum(
+            1 for g in duplicates if set(g["files"]) & new_keys and set(g["files"]) - new_keys
+        )
+        data = self._merged_manifest(results, duplicates, outcome)
+        self._write_report(results, duplicates, outcome)
+        tfds_metadata.write(self.out, data)
+        manifest.write(self.out, data)
+        fileio.rmtree(self.work_dir)
+
+    def _merged_manifest(
+        self, results: list[shards.ShardResult], duplicates: list[dict[str, Any]], outcome: AppendOutcome
+    ) -> dict[str, Any]:
+        """The old manifest with the new generation's shards, counts and history entry."""
+        new = merge.merge_manifest(self.state, duplicates, self.discovery, self.options, results, [])
+        data = dict(self.old.data)
+        splits = {name: dict(info) for name, info in data["splits"].items()}
+        for name, info in new["splits"].items():
+            entry = splits.setdefault(name, {"num_records": 0, "num_bytes": 0, "class_counts": {}, "shards": []})
+            entry["num_records"] += info["num_records"]
+            entry["num_bytes"] += info["num_bytes"]
+            entry["class_counts"] = _summed(entry["class_counts"], info["class_counts"])
+            entry["shards"] = entry["shards"] + info["shards"]
+        data.update(
+            source=self.state["source"],
+            splits=splits,
+            conversions=_summed(data["conversions"], new["conversions"]),
+            image_formats=_summed(data.get("image_formats", {}), new["image_formats"]),
+            num_skipped=data["num_skipped"] + new["num_skipped"],
+            num_duplicates=len(duplicates),
+            generations=[*self.history, self._entry(outcome, new)],
+        )
+        if "image_max_side" in data and "image_max_side" in new:
+            data["image_max_side"] = max(data["image_max_side"], new["image_max_side"])
+        if "image_short_sides" in data and "image_short_sides" in new:
+            data["image_short_sides"] = _summed(data["image_short_sides"], new["image_short_sides"])
+        return data
+
+    def _entry(self, outcome: AppendOutcome, new: dict[str, Any]) -> dict[str, Any]:
+        """This generation in the manifest's history."""
+        return {
+            "generation": self.generation,
+            "time": _utc(time.time()),
+            "source": self.state["source"],
+            "records": dict(sorted(outcome.added.items())),
+            "shards": {name: len(info["shards"]) for name, info in sorted(new["splits"].items())},
+            "skipped": new["num_skipped"],
+            "known": outcome.known,
+            "changed": len(outcome.changed),
+        }
+
+    def _write_report(
+        self, results: list[shards.ShardResult], duplicates: list[dict[str, Any]], outcome: AppendOutcome
+    ) -> None:
+        """report.json: the old entries, this generation's skips and conversions, the changed
+        files, and duplicate groups over every generation."""
+        old = _read_report(self.out)
+        merge.write_report(self.out, duplicates, self.discovery, results, [])
+        new = _read_report(self.out)
+        report = {
+            **new,
+            "skipped": _union(old.get("skipped", []), new["skipped"]),
+            "converted": _union(old.get("converted", []), new["converted"]),
+            "warnings": _union(old.get("warnings", []), new["warnings"]),
+            "dropped_duplicates": old.get("dropped_duplicates", []),
+            "changed": _union(old.get("changed", []), outcome.changed),
+        }
+        fileio.write_text_atomic(fileio.join(self.out, manifest.REPORT_NAME), manifest.dumps(report))
+
+    def _record_changes(self, outcome: AppendOutcome) -> None:
+        """With nothing new, only report.json learns of changed files."""
+        if not outcome.changed:
+            return
+        report = _read_report(self.out)
+        report["changed"] = _union(report.get("changed", []), outcome.changed)
+        fileio.write_text_atomic(fileio.join(self.out, manifest.REPORT_NAME), manifest.dumps(report))
+
+
+def history(m: manifest.Manifest) -> list[dict[str, Any]]:
+    """The folder's generations, oldest first; a folder never appended to is generation 0."""
+    if m.data.get("generations"):
+        return list(m.data["generations"])
+    path = fileio.join(m.path, manifest.MANIFEST_NAME)
+    mtime = os.path.getmtime(path) if not fileio.is_remote(path) else None
+    return [
+        {
+            "generation": 0,
+            "time": _utc(mtime) if mtime else None,
+            "source": m.data["source"],
+            "records": {name: m.split(name).num_records for name in m.split_names},
+            "shards": {name: len(m.split(name).shards) for name in m.split_names},
+            "skipped": m.data.get("num_skipped", 0),
+            "known": 0,
+            "changed": 0,
+        }
+    ]
+
+
+def _utc(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def _summed(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in sorted(set(a) | set(b))}
+
+
+def _union(old: Iterable[dict[str, Any]], new: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Report entries of both lists, each once (a file skipped again is not listed twice)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for entry in [*old, *new]:
+        seen[json.dumps(entry, sort_keys=True)] = entry
+    return [seen[k] for k in sorted(seen)]
+
+
+def _read_report(output_dir: str) -> dict[str, Any]:
+    path = fileio.join(output_dir, manifest.REPORT_NAME)
+    return json.loads(fileio.read_bytes(path)) if fileio.exists(path) else {}
