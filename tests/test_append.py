@@ -1,0 +1,206 @@
+"""convert --append: a folder grows by generations of shards, in real processes on real photos.
+Old shards keep their bytes, an image keeps its split, a killed append resumes to the bytes of an
+uninterrupted one, the union of generations is read once per epoch (also by TFDS)."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from shardfeed import ConvertOptions, convert, load
+from shardfeed.errors import ConvertError, OptionError
+from shardfeed.read.options import ReadOptions
+from shardfeed.write.items import Item
+from shardfeed.write.splits import assign_by_hash
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.corpus import build_corpus
+
+FLAGS = ["--split-rule", "hash", "--format", "png", "--shards", "4", "--workers", "2", "-q", "--no-report"]
+
+
+def _convert(source: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    cmd = [sys.executable, "-m", "shardfeed", "convert", str(source), str(out), *FLAGS, *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+
+
+def _grow(source: Path, pool: list[Path], count: int) -> None:
+    """Moves the next `count` images of `pool` into `source` (same class folder, same name)."""
+    for path in pool[:count]:
+        target = source / path.parent.name / path.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, target)
+    del pool[:count]
+
+
+def _hashes(out: Path) -> dict[str, str]:
+    """SHA-256 of every shard and index file (not the manifest or reports, which hold times)."""
+    files = [p for p in out.iterdir() if "-of-" in p.name] + list((out / "index").iterdir())
+    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+def _inputs(out: Path) -> dict[str, str]:
+    """key -> split over every generation's inputs list."""
+    rows = [
+        r
+        for p in sorted((out / "index").glob("inputs-g*.json.gz"))
+        for r in json.loads(gzip.decompress(p.read_bytes()))
+    ]
+    return {key: split for key, _, split in rows}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    root = Path(build_corpus(str(tmp_path_factory.mktemp("append") / "all"), 900, classes=4))
+    return sorted(root.rglob("*.jpg"), key=lambda p: hashlib.sha256(p.name.encode()).digest())
+
+
+def _three_generations(corpus: list[Path], work: Path, kill_third: bool) -> tuple[Path, Path, dict[str, str]]:
+    """Source and folder after a conversion, an append, and a third step (killed and resumed
+    when asked); the shard hashes after the second step."""
+    pool, source, out = list(corpus), work / "src", work / "out"
+    _grow(source, pool, 300)
+    assert _convert(source, out).returncode == 0
+    _grow(source, pool, 150)
+    before = _hashes(out)
+    done = _convert(source, out, "--append")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert all(_hashes(out)[name] == digest for name, digest in before.items()), "an old shard changed"
+    second = _hashes(out)
+    _grow(source, pool, 450)
+    if kill_third:
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        cmd = [sys.executable, "-m", "shardfeed", "convert", str(source), str(out), *FLAGS, "--append"]
+        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+        parts, deadline = out / ".shardfeed" / "parts", time.monotonic() + 120
+        while time.monotonic() < deadline and len(list(parts.glob("*.json")) if parts.is_dir() else []) < 2:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        assert len(json.loads((out / "manifest.json").read_text())["generations"]) == 2, "killed too late"
+        time.sleep(1)
+    done = _convert(source, out, "--append")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return source, out, second
+
+
+def test_append_twice_then_kill_and_resume_a_third(corpus: list[Path], tmp_path: Path) -> None:
+    _, reference, _ = _three_generations(corpus, tmp_path / "reference", kill_third=False)
+    source, out, second = _three_generations(corpus, tmp_path / "killed", kill_third=True)
+    hashes = _hashes(out)
+    assert hashes == _hashes(reference)  # the resumed third generation is byte-identical
+    assert all(hashes[name] == digest for name, digest in second.items())  # and left the others alone
+    m = json.loads((out / "manifest.json").read_text())
+    assert [sum(g["records"].values()) for g in m["generations"]] == [300, 150, 450]
+    assert sum(s["num_records"] for s in m["splits"].values()) == 900
+    assert any(s["file"].startswith("train-g0002-") for s in m["splits"]["train"]["shards"])
+    info = subprocess.run([sys.executable, "-m", "shardfeed", "info", str(out)], capture_output=True, text=True)
+    assert "generations: 3 (convert --append)" in info.stdout and "g0002" in info.stdout
+
+    # an image's split is the one a conversion of the whole source from scratch gives it
+    whole = tmp_path / "whole"
+    assert _convert(source, whole).returncode == 0
+    assert _inputs(whole) == _inputs(out)
+
+    # every record of every generation read once per epoch, in the global order
+    keys = _inputs(out)
+    read = ReadOptions(shuffle="global", with_filenames=True, drop_remainder=False)
+    seen = [
+        f.decode()
+        for _, _, files in load(str(out), split="train", batch_size=50, image_size=32, seed=1, read=read)
+        for f in files.numpy()
+    ]
+    assert sorted(seen) == sorted(k for k, s in keys.items() if s == "train")
+    # resumed after 100 records on 3 workers, split evenly: the rest of the same order, each record once
+    # (even='drop' leaves out the last (rest % 3) positions, so the workers take equal steps)
+    rest = []
+    for worker in range(3):
+        share = ReadOptions(
+            shuffle="global",
+            with_filenames=True,
+            drop_remainder=False,
+            start_record=100,
+            num_workers=3,
+            even="drop",
+            worker_index=worker,
+        )
+        batches = load(str(out), split="train", batch_size=50, image_size=32, seed=1, read=share)
+        rest += [f.decode() for _, _, files in batches for f in files.numpy()]
+    assert sorted(rest) == sorted(seen[100 : 100 + 3 * ((len(seen) - 100) // 3)])
+
+    # TFDS reads each generation as a split of its own; their sum is the whole split
+    import tensorflow_datasets as tfds
+
+    builder = tfds.builder_from_directory(str(out))
+    names = [n for n in builder.info.splits if n == "train" or n.startswith("train_g")]
+    assert sorted(names) == ["train", "train_g0001", "train_g0002"]
+    assert builder.info.splits["+".join(names)].num_examples == len(seen)
+
+
+def test_append_refuses_what_would_move_splits_or_shift_labels(corpus: list[Path], tmp_path: Path) -> None:
+    pool, source = list(corpus), tmp_path / "src"
+    _grow(source, pool, 40)
+    stratified = tmp_path / "stratified"
+    convert(str(source), str(stratified), ConvertOptions(shards=1), workers=1, progress=False)
+    _grow(source, pool, 10)
+    with pytest.raises(ConvertError, match="split with the 'stratified' rule"):
+        convert(str(source), str(stratified), ConvertOptions(shards=1, append=True), workers=1, progress=False)
+    with pytest.raises(ConvertError, match=r"the input files differ\); .*append=True \(--append\)"):
+        convert(str(source), str(stratified), ConvertOptions(shards=1), workers=1, progress=False)
+    hashed = tmp_path / "hashed"
+    options = ConvertOptions(shards=1, split_rule="hash")
+    convert(str(source), str(hashed), options, workers=1, progress=False)
+    with pytest.raises(ConvertError, match=r"other settings \(seed: 0 -> 1\)"):
+        convert(str(source), str(hashed), ConvertOptions(shards=1, split_rule="hash", seed=1, append=True), workers=1)
+    (source / "zebra").mkdir()
+    shutil.copy(pool[0], source / "zebra" / "z.jpg")
+    with pytest.raises(ConvertError, match=r"classes differ .*new: \['zebra'\]"):
+        convert(str(source), str(hashed), ConvertOptions(shards=1, split_rule="hash", append=True), workers=1)
+    with pytest.raises(OptionError, match="dedupe=True with append=True"):
+        ConvertOptions(dedupe=True, append=True)
+
+
+def test_changed_and_duplicate_images_are_reported_not_rewritten(corpus: list[Path], tmp_path: Path) -> None:
+    pool, source, out = list(corpus), tmp_path / "src", tmp_path / "out"
+    _grow(source, pool, 40)
+    options = ConvertOptions(shards=1, split_rule="hash", append=True)
+    convert(str(source), str(out), options, workers=1, progress=False)  # no folder yet: a conversion
+    before = _hashes(out)
+    changed = sorted(source.rglob("*.jpg"))[0]
+    changed.write_bytes(sorted(source.rglob("*.jpg"))[1].read_bytes())  # new bytes under an old key
+    copy = source / changed.parent.name / "copy-of-another.jpg"
+    shutil.copy(sorted(source.rglob("*.jpg"))[2], copy)  # a new key holding converted bytes
+    result = convert(str(source), str(out), options, workers=1, progress=False)
+    assert result.appended is not None and result.appended.added and result.appended.known == 40
+    assert all(_hashes(out)[name] == digest for name, digest in before.items())
+    summary = result.summary()
+    assert "1 converted images have changed bytes" in summary and "repeat the bytes of converted ones" in summary
+    report = json.loads((out / "report.json").read_text())
+    key = str(changed.relative_to(source))
+    assert [c["file"] for c in report["changed"]] == [key]
+    assert any(str(copy.relative_to(source)) in g["files"] for g in report["duplicates"])
+    again = convert(str(source), str(out), options, workers=1, progress=False)
+    assert again.appended is not None and not again.appended.added and "nothing new to append" in again.summary()
+
+
+def test_the_hash_rule_keeps_each_split_as_the_set_grows() -> None:
+    items = [Item(f"c/{i}.jpg", i % 3, None, 1) for i in range(3000)]
+    fractions = {"train": 0.8, "validation": 0.2}
+    small = assign_by_hash(items[:1000], fractions, seed=0)
+    large = assign_by_hash(items, fractions, seed=0)
+    where = {i.key: name for name, members in large.items() for i in members}
+    assert all(where[i.key] == name for name, members in small.items() for i in members)
+    assert 0.77 < len(large["train"]) / 3000 < 0.83  # 3,000 draws at p=0.8: sd 0.007
+    other = assign_by_hash(items, fractions, seed=1)
+    assert {i.key for i in other["train"]} != {i.key for i in large["train"]}
