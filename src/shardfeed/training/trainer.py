@@ -20,7 +20,15 @@ from shardfeed.read.mixture import Mixture, open_mixture
 from shardfeed.read.options import ReadOptions
 from shardfeed.tools.bottleneck import PROBE_BATCHES, input_probe
 from shardfeed.training.augment_choice import choose_augment
-from shardfeed.training.fine_tune import Phase, in_phase, parameter_counts, phase_log_callback, schedule, set_phase
+from shardfeed.training.fine_tune import (
+    WHOLE,
+    Phase,
+    in_phase,
+    parameter_counts,
+    phase_log_callback,
+    schedule,
+    set_phase,
+)
 from shardfeed.training.imbalance import IMBALANCE_RATIO, balanced_class_weights, imbalance_ratio, per_class_recall
 from shardfeed.training.inference_check import final_metrics, inference_check
 from shardfeed.training.inputs import RunInputs
@@ -345,7 +353,8 @@ class _TrainingRun:
                 loss=keras.losses.SparseCategoricalCrossentropy(),
                 metrics=metrics,
             )
-        log.info("%s", phase.describe(number, len(self.schedule.phases), *parameter_counts(net)))
+        if phase.name != WHOLE:  # from random weights there is nothing to say: every layer learns, as ever
+            log.info("%s", phase.describe(number, len(self.schedule.phases), *parameter_counts(net)))
         return net
 
     def _callbacks(self, *, monitor: str) -> list[Any]:
