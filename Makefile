@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # CPU TensorFlow by default; GPU users: make install EXTRAS=gpu,dev (see README).
 EXTRAS ?= cpu,dev
 
-.PHONY: install demo test lint typecheck bench clean
+.PHONY: install demo test lint typecheck bench clean dali
 
 install: $(STAMP)
 
@@ -28,6 +28,10 @@ typecheck: install
 
 test: lint typecheck
 	$(VENV)/bin/pytest -n 2 -q
+
+# Optional: NVIDIA DALI for decoding on the GPU (decoder="dali", train --decode-on gpu); see the script.
+dali: install
+	bash scripts/install_dali.sh $(PY)
 
 bench: install
 	$(PY) bench/bench_convert.py

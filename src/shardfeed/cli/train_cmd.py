@@ -79,6 +79,11 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--mixed-precision", action="store_true", default=None, help="the same as --precision mixed")
     _add_weights_flags(p)
+    p.add_argument(
+        "--decode-on",
+        choices=["cpu", "gpu"],
+        help="decode JPEGs with TensorFlow on the CPU (default) or NVIDIA DALI's nvJPEG on the GPU (`make dali`)",
+    )
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
     p.add_argument(
         "--service", help="read through a tf.data service dispatcher, grpc://HOST:PORT (see `shardfeed serve`)"

@@ -86,6 +86,11 @@ def load(
         service=service,
         decode=decode,
     )
+    if decode.decoder == "dali":
+        from shardfeed.read.dali import dali_dataset
+
+        ds = dali_dataset(plan, size, resolve_augment(augment, plan.training), decode)
+        return ds.map(decode.map_fn) if decode.map_fn is not None else ds
     records = index_pipeline.indexed_records(plan) if plan.by_index else shard_pipeline.shard_records(plan)
     preprocess = Preprocess(size, resolve_augment(augment, plan.training), decode)
     ds = _batched(records, plan, preprocess)

@@ -169,6 +169,9 @@ class ReadOptions:
         return training if self.drop_remainder is None else self.drop_remainder
 
 
+DECODERS = ("tf", "dali")
+
+
 @dataclass(frozen=True)
 class DecodeOptions:
     """How `load` turns records into pixels (beyond the output size and augmentation).
@@ -185,6 +188,11 @@ class DecodeOptions:
             the result is less aliased than a plain bilinear resize from full size. False:
             always decode at full resolution.
         map_fn: applied to each decoded batch, (images, labels) -> (images, labels).
+        decoder: 'tf' (default: TensorFlow on the CPU, read/decode.py) or 'dali' (NVIDIA DALI,
+            read/dali.py: nvJPEG on a GPU, for hosts whose CPUs cannot decode fast enough;
+            `make dali` installs it).
+        device: with decoder='dali': 'gpu' (default) or 'cpu' (DALI's CPU decoder: tests, hosts
+            without a GPU; slower than decoder='tf').
     """
 
     channels: int = 3
@@ -194,8 +202,14 @@ class DecodeOptions:
     antialias: bool = False
     dct_scaling: bool = True
     map_fn: Callable[..., Any] | None = None
+    decoder: str = "tf"
+    device: str = "gpu"
 
     def __post_init__(self) -> None:
+        if self.decoder not in DECODERS:
+            raise OptionError(f"decoder must be one of {list(DECODERS)}, got {self.decoder!r}")
+        if self.device not in ("gpu", "cpu"):
+            raise OptionError(f"device must be 'gpu' or 'cpu', got {self.device!r}")
         if self.dtype not in DTYPES:
             raise OptionError(f"dtype must be one of {list(DTYPES)}, got {self.dtype!r}")
         if self.channels not in (1, 3):

@@ -61,6 +61,8 @@ class TrainOptions:
             (the backbone's last stage, `Backbone.fine_tune_from`), 'all', or a layer name.
         fine_tune_learning_rate: phase 2's starting rate; None: learning_rate x the backbone's
             `fine_tune_rate` (1/10, or 1/100 for EfficientNetV2 and ConvNeXt).
+        decode_on: 'cpu' (TensorFlow's decoder, the default) or 'gpu' (NVIDIA DALI's nvJPEG,
+            read/dali.py; `make dali` installs it) for training and evaluation.
     """
 
     model: str = "small_cnn"
@@ -85,8 +87,11 @@ class TrainOptions:
     head_epochs: int | None = None
     fine_tune_from: str = AUTO
     fine_tune_learning_rate: float | None = None
+    decode_on: str = "cpu"
 
     def __post_init__(self) -> None:
+        if self.decode_on not in ("cpu", "gpu"):
+            raise OptionError(f"decode_on must be 'cpu' or 'gpu', got {self.decode_on!r} (--decode-on)")
         if self.precision not in PRECISIONS:
             raise OptionError(f"precision must be one of {list(PRECISIONS)}, got {self.precision!r} (--precision)")
         if self.mixed_precision and self.precision == "float32":
@@ -158,7 +163,8 @@ class TrainOptions:
     @property
     def decode(self) -> DecodeOptions:
         """How the run's images are decoded (the same for training and evaluation)."""
-        return DecodeOptions(channels=self.channels, crop_fraction=self.crop_fraction)
+        decoder = "dali" if self.decode_on == "gpu" else "tf"
+        return DecodeOptions(channels=self.channels, crop_fraction=self.crop_fraction, decoder=decoder)
 
     @property
     def augmentation(self) -> Augment | bool:

@@ -68,6 +68,7 @@ class RunRecord:
     fine_tune_from: str = "auto"
     fine_tune_learning_rate: float | None = None
     phases: list[dict[str, Any]] | None = None
+    decode_on: str = "cpu"
 
     @classmethod
     def of(cls, data: str, options: TrainOptions, class_names: list[str], validation_split: str | None) -> RunRecord:
