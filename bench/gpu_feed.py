@@ -1,0 +1,144 @@
+"""Does the input keep the accelerator busy? Training steps/s of a model fed three ways.
+
+    .venv/bin/python bench/gpu_feed.py [--data DIR] [--models resnet50,mobilenet_v2] [--size 224]
+                                       [--batch 64] [--steps 40] [--rounds 3] [--json FILE]
+
+Feeds, each run a fresh process, rounds interleaved (A B C, A B C, ...):
+
+- synthetic: one batch already on the device, repeated: the model's own limit;
+- load: `shardfeed.load` with TensorFlow's CPU decode (the default path);
+- dali: `shardfeed.load(decode=DecodeOptions(decoder="dali"))`, nvJPEG on the GPU (DALI's CPU
+  mode where no GPU is visible; skipped where DALI is not installed: `make dali`).
+
+Mixed precision on a GPU, float32 without one. Reported per model and feed: images/s (best,
+median), CPU seconds per image, and the ratios load/synthetic and dali/synthetic ("the
+accelerator never waits" means >= 0.95), with the CPU cores `load` would need to reach 0.95 of
+the model's limit on this host (its CPU seconds per image x 0.95 x the synthetic images/s).
+Without --data a corpus of 2,000 real photo crops is built and converted (bench/corpus.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.corpus import build_corpus
+from bench.report import emit
+
+FEEDS = ("synthetic", "load", "dali")
+WARMUP = 5
+
+
+def one_run(feed: str, model: str, data: str, size: int, batch: int, steps: int) -> dict[str, Any]:
+    """One measurement, in this (fresh) process: steps/s of `model` fed by `feed`."""
+    import keras
+    import tensorflow as tf
+
+    import shardfeed
+    from shardfeed.format import manifest
+    from shardfeed.read.options import DecodeOptions
+    from shardfeed.training.models import build_model
+
+    gpu = bool(tf.config.list_physical_devices("GPU"))
+    keras.mixed_precision.set_global_policy("mixed_float16" if gpu else "float32")
+    names = manifest.read(data).labels or ["0"]
+    net = build_model(model, names, (size, size), weights=None)
+    net.compile(keras.optimizers.SGD(0.01), "sparse_categorical_crossentropy")
+    if feed == "synthetic":
+        first = shardfeed.load(data, batch_size=batch, image_size=size, seed=0).take(1).get_single_element()
+        ds = tf.data.Dataset.from_tensors(first).repeat()
+        if gpu:
+            ds = ds.apply(tf.data.experimental.prefetch_to_device("/gpu:0"))
+    else:
+        decode = DecodeOptions(decoder="dali", device="gpu" if gpu else "cpu") if feed == "dali" else None
+        ds = shardfeed.load(data, batch_size=batch, image_size=size, seed=0, repeat=True, decode=decode)
+    net.fit(ds, epochs=1, steps_per_epoch=WARMUP, verbose=0)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu0, t0 = usage.ru_utime + usage.ru_stime, time.perf_counter()
+    net.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)
+    seconds = time.perf_counter() - t0
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    images = steps * batch
+    return {
+        "images_per_second": images / seconds,
+        "cpu_s_per_image": (usage.ru_utime + usage.ru_stime - cpu0) / images,
+        "gpu": gpu,
+    }
+
+
+def fresh(feed: str, model: str, args: argparse.Namespace, data: str) -> dict[str, Any]:
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", feed, "--models", model, "--data", data]
+    cmd += ["--size", str(args.size), "--batch", str(args.batch), "--steps", str(args.steps)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{feed} / {model} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data")
+    parser.add_argument("--models", default="resnet50,mobilenet_v2")
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json")
+    parser.add_argument("--one", choices=FEEDS, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one_run(args.one, args.models, args.data, args.size, args.batch, args.steps)))
+        return
+    data = args.data or _corpus()
+    feeds = [f for f in FEEDS if f != "dali" or importlib.util.find_spec("nvidia.dali") is not None]
+    models = args.models.split(",")
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {m: {f: [] for f in feeds} for m in models}
+    for r in range(args.rounds):
+        for model in models:
+            for feed in feeds:
+                print(f"round {r + 1}/{args.rounds}: {model} / {feed}", file=sys.stderr, flush=True)
+                runs[model][feed].append(fresh(feed, model, args, data))
+    results: dict[str, Any] = {"bench": "gpu_feed", "cores": os.cpu_count(), "size": args.size, "batch": args.batch}
+    results["models"] = {m: _summary(runs[m]) for m in models}
+    emit(results, args.json)
+
+
+def _summary(by_feed: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for feed, measured in by_feed.items():
+        speeds = [m["images_per_second"] for m in measured]
+        out[feed] = {
+            "median_images_per_second": statistics.median(speeds),
+            "best_images_per_second": max(speeds),
+            "cpu_s_per_image": statistics.median(m["cpu_s_per_image"] for m in measured),
+            "gpu": measured[0]["gpu"],
+        }
+    limit = out["synthetic"]["median_images_per_second"]
+    for feed in ("load", "dali"):
+        if feed in out:
+            out[f"{feed}_over_synthetic"] = out[feed]["median_images_per_second"] / limit
+    out["cores_for_load_at_0.95"] = out["load"]["cpu_s_per_image"] * 0.95 * limit
+    return out
+
+
+def _corpus() -> str:
+    root = "/tmp/gpu_feed"
+    source = build_corpus(f"{root}/src", 2000, classes=10)
+    out = f"{root}/shards"
+    if not os.path.exists(f"{out}/manifest.json"):
+        subprocess.run([sys.executable, "-m", "shardfeed", "convert", source, out, "-q", "--no-report"], check=True)
+    return out
+
+
+if __name__ == "__main__":
+    main()
