@@ -105,9 +105,8 @@ def serialize_example(features: dict[str, FeatureValue]) -> bytes:
     return example.SerializeToString(deterministic=True)
 
 
-def single_int64(data: bytes, key: str) -> int | None:
-    """The one int64 value of feature `key` in serialized Example bytes, parsing nothing else
-    into Python; None when the feature is absent, of another type or holds several values.
+def _parsed(data: bytes) -> Example:
+    """Serialized Example bytes as a message.
 
     Raises:
         CorruptRecordError: the bytes are not a valid Example message.
@@ -117,7 +116,17 @@ def single_int64(data: bytes, key: str) -> int | None:
         example.ParseFromString(data)
     except Exception as e:  # protobuf raises its own DecodeError type
         raise CorruptRecordError(f"record is not a valid tf.train.Example: {e}") from e
-    feature = example.features.feature.get(key)
+    return example
+
+
+def single_int64(data: bytes, key: str) -> int | None:
+    """The one int64 value of feature `key` in serialized Example bytes, parsing nothing else
+    into Python; None when the feature is absent, of another type or holds several values.
+
+    Raises:
+        CorruptRecordError: the bytes are not a valid Example message.
+    """
+    feature = _parsed(data).features.feature.get(key)
     values = feature.int64_list.value if feature is not None else []
     return int(values[0]) if len(values) == 1 else None
 
@@ -128,13 +137,8 @@ def parse_example(data: bytes) -> dict[str, list[Any]]:
     Raises:
         ValueError: the bytes are not a valid Example message.
     """
-    example = Example()
-    try:
-        example.ParseFromString(data)
-    except Exception as e:  # protobuf raises its own DecodeError type
-        raise CorruptRecordError(f"record is not a valid tf.train.Example: {e}") from e
     out: dict[str, list[Any]] = {}
-    for key, feature in example.features.feature.items():
+    for key, feature in _parsed(data).features.feature.items():
         kind = feature.WhichOneof("kind")
         out[key] = list(getattr(feature, kind).value) if kind else []
     return out

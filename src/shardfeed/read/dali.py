@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 from typing import Any
 
 from shardfeed.errors import OptionError
@@ -32,7 +33,7 @@ SHUFFLE_FILL = 1024  # DALI's shuffle buffer (records), its reader's default
 INSTALL_HINT = "install it with `make dali` (scripts/install_dali.sh; DALI's TensorFlow plugin compiles at install)"
 
 
-def refusal(plan: ReadPlan, augment: Augment | None, decode: DecodeOptions) -> str | None:
+def refusal(plan: ReadPlan, augment: Augment | None) -> str | None:
     """Why the DALI path cannot give what these options ask for, or None when it can."""
     read = plan.read
     asked = {
@@ -68,7 +69,7 @@ def dali_dataset(plan: ReadPlan, size: tuple[int, int], augment: Augment | None,
     Raises:
         OptionError: DALI is not installed, no GPU for device='gpu', or options it cannot honour.
     """
-    why = refusal(plan, augment, decode)
+    why = refusal(plan, augment)
     if why is not None:
         raise OptionError(f"decoder='dali' cannot honour {why}; use the default decoder for that")
     tf = tensorflow()
@@ -97,8 +98,6 @@ def dali_dataset(plan: ReadPlan, size: tuple[int, int], augment: Augment | None,
 
 def _pipeline(plan: ReadPlan, size: tuple[int, int], augment: Augment | None, decode: DecodeOptions) -> Any:
     """The DALI pipeline: TFRecord reader over this worker's shards, decode, crop, resize, labels."""
-    import os
-
     dali = importlib.import_module("nvidia.dali")
     fn, types, tfrec = dali.fn, dali.types, importlib.import_module("nvidia.dali.tfrecord")
     pipeline_def = dali.pipeline_def

@@ -30,6 +30,13 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
+def _epoch_salt(seed: int, epoch: int, tag: int = 0) -> np.uint64:
+    """One 64-bit value from (seed, epoch), per order kind (`tag`: 0 for the global order, whose
+    value a golden test pins; other constants keep the other orders independent of it)."""
+    salt = _splitmix64(np.array([(seed & 0xFFFFFFFFFFFFFFFF) ^ tag], np.uint64))[0]
+    return _splitmix64(np.array([salt ^ np.uint64(epoch & 0xFFFFFFFFFFFFFFFF)], np.uint64))[0]
+
+
 def global_order(num_records: int, seed: int, epoch: int) -> np.ndarray:
     """The record numbers of one epoch in shuffled order: a pure function of (seed, epoch).
 
@@ -37,8 +44,7 @@ def global_order(num_records: int, seed: int, epoch: int) -> np.ndarray:
     than taken from NumPy's Generator, whose streams may change between NumPy versions; a golden
     test pins the order.
     """
-    salt = _splitmix64(np.array([seed & 0xFFFFFFFFFFFFFFFF], np.uint64))[0]
-    salt = _splitmix64(np.array([salt ^ np.uint64(epoch & 0xFFFFFFFFFFFFFFFF)], np.uint64))[0]
+    salt = _epoch_salt(seed, epoch)
     keys = _splitmix64(np.arange(num_records, dtype=np.uint64) ^ salt)
     return np.argsort(keys, kind="stable").astype(np.int64)
 
@@ -57,8 +63,7 @@ def balanced_order(labels: np.ndarray, seed: int, epoch: int) -> np.ndarray:
     classes, inverse = np.unique(labels, return_inverse=True)
     if n == 0:
         return np.zeros(0, np.int64)
-    salt = _splitmix64(np.array([(seed & 0xFFFFFFFFFFFFFFFF) ^ 0xB1A5], np.uint64))[0]
-    salt = _splitmix64(np.array([salt ^ np.uint64(epoch & 0xFFFFFFFFFFFFFFFF)], np.uint64))[0]
+    salt = _epoch_salt(seed, epoch, 0xB1A5)
     keys = _splitmix64(np.arange(n, dtype=np.uint64) ^ salt)  # one seeded key per record
     base, extra = divmod(n, len(classes))
     class_rank = np.argsort(_splitmix64(np.arange(len(classes), dtype=np.uint64) ^ salt), kind="stable")
@@ -87,8 +92,7 @@ def mixture_order(sizes: list[int], counts: list[int], seed: int, epoch: int) ->
     """
     bases = np.cumsum([0, *sizes])[:-1]
     tags = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    salt = _splitmix64(np.array([(seed & 0xFFFFFFFFFFFFFFFF) ^ 0x313C], np.uint64))[0]
-    salt = _splitmix64(np.array([salt ^ np.uint64(epoch & 0xFFFFFFFFFFFFFFFF)], np.uint64))[0]
+    salt = _epoch_salt(seed, epoch, 0x313C)
     tags = tags[np.argsort(_splitmix64(np.arange(len(tags), dtype=np.uint64) ^ salt), kind="stable")]
     out = np.empty(len(tags), np.int64)
     for i, (size, count) in enumerate(zip(sizes, counts, strict=True)):

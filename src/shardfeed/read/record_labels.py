@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import os
 
 import numpy as np
 
@@ -41,8 +40,7 @@ def record_labels(m: manifest.Manifest, split: str) -> np.ndarray:
         with contextlib.suppress(OSError):  # a read-only folder: read again next time
             buffer = io.BytesIO()
             np.savez(buffer, labels=labels, stamp=np.array(stamp))
-            fileio.write_bytes(path + ".incomplete", buffer.getvalue())
-            os.replace(path + ".incomplete", path)
+            fileio.write_bytes_atomic(path, buffer.getvalue())
     _CACHE[key] = labels
     return labels
 

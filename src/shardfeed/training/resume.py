@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from shardfeed.errors import OptionError
+from shardfeed.format import fileio
 from shardfeed.lazy import tensorflow
 from shardfeed.read.augment import Augment
 from shardfeed.read.options import DecodeOptions, ReadOptions
@@ -189,10 +190,8 @@ def _snapshot_callback(
             records = 0 if step == 0 else self.base_records + (done - self.offset) * global_batch
             path = os.path.join(run_dir, f"resume-{epoch:04d}-{step:07d}.keras")
             self.model.save(path)
-            tmp = os.path.join(run_dir, STATE_NAME + ".incomplete")
-            with open(tmp, "w") as f:
-                json.dump(asdict(ResumePoint(path, epoch, step, seed, records, global_batch, workers)), f, indent=1)
-            os.replace(tmp, os.path.join(run_dir, STATE_NAME))
+            point = ResumePoint(path, epoch, step, seed, records, global_batch, workers)
+            fileio.write_text_atomic(os.path.join(run_dir, STATE_NAME), json.dumps(asdict(point), indent=1))
             for name in os.listdir(run_dir):  # older snapshots are no longer referenced
                 if name.startswith("resume-") and name.endswith(".keras") and os.path.join(run_dir, name) != path:
                     os.remove(os.path.join(run_dir, name))

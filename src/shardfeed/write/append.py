@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import itertools
 import json
 import os
 import time
@@ -32,11 +31,11 @@ from typing import Any
 from shardfeed.errors import ConvertError
 from shardfeed.format import fileio, manifest, tfds_metadata
 from shardfeed.write import folder_state, merge, shards
-from shardfeed.write.encode import EncodingSpec, hash_items
+from shardfeed.write.dedupe import source_hashes
+from shardfeed.write.encode import EncodingSpec
 from shardfeed.write.items import Discovery, Item
 from shardfeed.write.options import ConvertOptions
 from shardfeed.write.planning import plan_shards
-from shardfeed.write.pool import CHUNK_SIZE, map_ordered
 
 GENERATION = "-g{generation:04d}"
 Known = dict[str, tuple[str, str]]  # key -> (source sha256, split) of every converted input
@@ -188,16 +187,9 @@ class Append:
                 "written since shardfeed 0.9): convert anew to append later"
             )
 
-    def _changed(
-        self, items: list[Item], known: dict[str, tuple[str, str]], spec: EncodingSpec
-    ) -> list[dict[str, str]]:
+    def _changed(self, items: list[Item], known: Known, spec: EncodingSpec) -> list[dict[str, str]]:
         """Known keys whose source bytes are no longer what was converted (hashed in the pool)."""
-        chunks = (items[i : i + CHUNK_SIZE * 4] for i in range(0, len(items), CHUNK_SIZE * 4))
-        tasks = ((None, (chunk, spec)) for chunk in chunks)
-        workers = self.conversion.run_settings.workers
-        hashes = itertools.chain.from_iterable(
-            result for _, result in map_ordered(self.pool, hash_items, tasks, workers)
-        )
+        hashes = source_hashes(items, spec, self.pool, self.conversion.run_settings.workers)
         return [
             {"file": item.key, "converted_sha256": known[item.key][0], "now_sha256": digest or "unreadable"}
             for item, digest in zip(items, hashes, strict=True)
@@ -214,19 +206,13 @@ class Append:
         if previous == json.loads(manifest.dumps({**self.state, "append": self.generation})):
             return
         in_manifest = {s.file for name in self.old.split_names for s in self.old.split(name).shards}
-        parts = fileio.join(self.work_dir, "parts")
-        names = (
-            {n[: -len(".json")] for n in fileio.listdir(parts) if n.endswith(".json")} if fileio.isdir(parts) else set()
-        )
-        for name in names - in_manifest:
+        for name in folder_state.unfinished_shards(self.out) - in_manifest:
             for path in (fileio.join(self.out, name), shards.index_path(self.out, name)):
                 if fileio.exists(path):
                     fileio.remove(path)
         fileio.rmtree(self.work_dir)
 
-    def _finish(
-        self, results: list[shards.ShardResult], known: dict[str, tuple[str, str]], outcome: AppendOutcome
-    ) -> None:
+    def _finish(self, results: list[shards.ShardResult], known: Known, outcome: AppendOutcome) -> None:
         """Inputs list, report, TFDS metadata, then the manifest (last); the work folder goes."""
         write_inputs(self.out, self.work_dir, results, self.generation)
         new_rows = read_inputs(self.out, self.generation)
@@ -289,8 +275,7 @@ class Append:
         """report.json: the old entries, this generation's skips and conversions, the changed
         files, and duplicate groups over every generation."""
         old = _read_report(self.out)
-        merge.write_report(self.out, duplicates, self.discovery, results, [])
-        new = _read_report(self.out)
+        new = merge.report_of(duplicates, self.discovery, results, [])
         report = {
             **new,
             "skipped": _union(old.get("skipped", []), new["skipped"]),

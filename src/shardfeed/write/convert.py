@@ -16,10 +16,12 @@ Output folder layout:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -272,14 +274,10 @@ class _Conversion:
                 dedupe.find_duplicates(spec, discovery, pool, self.run_settings.workers) if self.options.dedupe else []
             )
             plans = plan_shards(discovery, self.options, dropped_keys={k for k, _ in dropped})
-            try:
+            with self._disk_full_as_error(discovery):
                 folder_state.start(self.output_dir, state)
                 results, resumed = self.write_all(plans, spec, pool)
                 self._finish(state, discovery, results, dropped)
-            except OSError as e:
-                if e.errno not in DISK_FULL:
-                    raise
-                raise ConvertError(self._disk_full(e, discovery)) from e
         result = ConversionResult.of(
             manifest.read(self.output_dir), shards_written=len(results) - resumed, shards_resumed=resumed, start=start
         )
@@ -291,12 +289,8 @@ class _Conversion:
         self, discovery: Discovery, state: dict[str, Any], pool: Executor | None, start: float
     ) -> ConversionResult:
         """`append=True` on a finished folder: the next generation (write/append.py)."""
-        try:
+        with self._disk_full_as_error(discovery):
             outcome = Append(self, discovery, state, pool).run()
-        except OSError as e:
-            if e.errno not in DISK_FULL:
-                raise
-            raise ConvertError(self._disk_full(e, discovery)) from e
         result = ConversionResult.of(
             manifest.read(self.output_dir),
             shards_written=outcome.shards_written,
@@ -323,6 +317,16 @@ class _Conversion:
         tfds_metadata.write(self.output_dir, data)
         manifest.write(self.output_dir, data)
         fileio.rmtree(self.work_dir)
+
+    @contextlib.contextmanager
+    def _disk_full_as_error(self, discovery: Discovery) -> Iterator[None]:
+        """A full output disk while writing becomes one ConvertError line (`_disk_full`)."""
+        try:
+            yield
+        except OSError as e:
+            if e.errno not in DISK_FULL:
+                raise
+            raise ConvertError(self._disk_full(e, discovery)) from e
 
     def _disk_full(self, error: OSError, discovery: Discovery) -> str:
         """The one line for a full output disk: the folder, what is still needed, what is free.

@@ -137,6 +137,14 @@ def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def unfinished_shards(output_dir: str) -> set[str]:
+    """The shards an unfinished conversion (or append) has committed: its partial manifests' names."""
+    parts_dir = fileio.join(work_dir(output_dir), "parts")
+    if not fileio.isdir(parts_dir):
+        return set()
+    return {n[: -len(".json")] for n in fileio.listdir(parts_dir) if n.endswith(".json")}
+
+
 def remove_conversion(output_dir: str) -> None:
     """Deletes what a shardfeed conversion wrote into `output_dir`, and nothing else."""
     names = set()
@@ -144,9 +152,7 @@ def remove_conversion(output_dir: str) -> None:
     if fileio.exists(manifest_file):
         old = json.loads(fileio.read_bytes(manifest_file))
         names = {s["file"] for split in old.get("splits", {}).values() for s in split["shards"]}
-    parts_dir = fileio.join(work_dir(output_dir), "parts")
-    if fileio.isdir(parts_dir):
-        names |= {n[: -len(".json")] for n in fileio.listdir(parts_dir) if n.endswith(".json")}
+    names |= unfinished_shards(output_dir)
     for name in fileio.listdir(output_dir):
         if name in names or name.endswith(shards.INCOMPLETE):
             fileio.remove(fileio.join(output_dir, name))

@@ -129,8 +129,19 @@ def write_report(
     dropped: list[tuple[str, str]],
 ) -> None:
     """report.json: every input that is not in a shard as it was, with the reason."""
+    report = report_of(duplicates, discovery, results, dropped)
+    fileio.write_text_atomic(fileio.join(output_dir, manifest.REPORT_NAME), manifest.dumps(report))
+
+
+def report_of(
+    duplicates: list[dict[str, Any]],
+    discovery: Discovery,
+    results: list[shards.ShardResult],
+    dropped: list[tuple[str, str]],
+) -> dict[str, Any]:
+    """What report.json says of one conversion (`write_report`)."""
     skipped = sorted(discovery.skipped + [s for r in results for s in r.skipped])
-    report = {
+    return {
         "source": discovery.root,
         "skipped": [{"file": k, "reason": why} for k, why in skipped],
         "converted": [{"file": k, "reason": why} for k, why in sorted(c for r in results for c in r.converted)],
@@ -138,7 +149,6 @@ def write_report(
         "duplicates": duplicates,
         "dropped_duplicates": [{"file": k, "duplicate_of": kept} for k, kept in sorted(dropped)],
     }
-    fileio.write_text_atomic(fileio.join(output_dir, manifest.REPORT_NAME), manifest.dumps(report))
 
 
 def _image_sides(results: list[shards.ShardResult]) -> dict[str, Any]:
