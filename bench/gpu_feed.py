@@ -20,7 +20,6 @@ Without --data a corpus of 2,000 real photo crops is built and converted (bench/
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import resource
@@ -34,6 +33,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.corpus import build_corpus
 from bench.report import emit
+from shardfeed.read import dali
 
 FEEDS = ("synthetic", "load", "dali")
 WARMUP = 5
@@ -100,7 +100,7 @@ def main() -> None:
         print(json.dumps(one_run(args.one, args.models, args.data, args.size, args.batch, args.steps)))
         return
     data = args.data or _corpus()
-    feeds = [f for f in FEEDS if f != "dali" or importlib.util.find_spec("nvidia.dali") is not None]
+    feeds = [f for f in FEEDS if f != "dali" or dali.installed()]
     models = args.models.split(",")
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {m: {f: [] for f in feeds} for m in models}
     for r in range(args.rounds):

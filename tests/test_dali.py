@@ -5,7 +5,6 @@ reason, where DALI is not installed (`make dali`); the refusals run everywhere."
 from __future__ import annotations
 
 import collections
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +12,11 @@ import pytest
 
 from shardfeed import load, steps_per_epoch
 from shardfeed.errors import OptionError
+from shardfeed.read import dali
 from shardfeed.read.augment import Augment
 from shardfeed.read.options import DecodeOptions, ReadOptions
 
-HAVE_DALI = importlib.util.find_spec("nvidia.dali") is not None
+HAVE_DALI = dali.installed()
 needs_dali = pytest.mark.skipif(not HAVE_DALI, reason="NVIDIA DALI is not installed (make dali)")
 DALI_CPU = DecodeOptions(decoder="dali", device="cpu")
 

@@ -18,6 +18,7 @@ install). Options the DALI reader cannot honour are refused with the reason (`re
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
 import os
 from typing import Any
@@ -31,6 +32,14 @@ from shardfeed.write.shards import index_path
 
 SHUFFLE_FILL = 1024  # DALI's shuffle buffer (records), its reader's default
 INSTALL_HINT = "install it with `make dali` (scripts/install_dali.sh; DALI's TensorFlow plugin compiles at install)"
+
+
+def installed() -> bool:
+    """Whether DALI can be imported here (its `nvidia` namespace package may be absent altogether)."""
+    try:
+        return importlib.util.find_spec("nvidia.dali") is not None
+    except ModuleNotFoundError:  # find_spec imports the parent `nvidia` first
+        return False
 
 
 def refusal(plan: ReadPlan, augment: Augment | None) -> str | None:
