@@ -93,7 +93,8 @@ def test_the_gpu_device_without_a_gpu_says_so(photo_shards: Path) -> None:
         DecodeOptions(decoder="nvjpeg")
 
 
-def test_train_decode_on_gpu_without_a_gpu_is_one_line(photo_shards: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["train", "bench"])
+def test_decode_on_gpu_without_a_gpu_is_one_line(photo_shards: Path, tmp_path: Path, command: str) -> None:
     import subprocess
     import sys
 
@@ -101,8 +102,29 @@ def test_train_decode_on_gpu_without_a_gpu_is_one_line(photo_shards: Path, tmp_p
 
     if tf.config.list_physical_devices("GPU"):
         pytest.skip("a GPU is visible here")
-    cmd = [sys.executable, "-m", "shardfeed", "train", str(photo_shards), "--out", str(tmp_path / "r")]
-    cmd += ["--epochs", "1", "--image-size", "32", "--batch-size", "8", "--decode-on", "gpu"]
+    cmd = [sys.executable, "-m", "shardfeed", command, str(photo_shards), "--decode-on", "gpu"]
+    cmd += ["--image-size", "32", "--batch-size", "8"]
+    if command == "train":
+        cmd += ["--out", str(tmp_path / "r"), "--epochs", "1"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "error: decoder='dali' with device='gpu' needs a GPU and TensorFlow sees none" in done.stderr
+
+
+@needs_dali
+def test_bench_with_a_model_measures_the_dali_feed_beside_load(photo_shards: Path) -> None:
+    """Where a GPU and DALI are present `bench --model` measures both decode paths against the model;
+    here dali_feed=True runs that branch in DALI's CPU mode: both feeds in fresh processes."""
+    import shardfeed
+    from shardfeed.training.models import build_model
+
+    net = build_model("small_cnn", ["a", "b", "c", "d"], (32, 32))
+    result = shardfeed.tools.bench(str(photo_shards), batch_size=8, image_size=32, model=net, dali_feed=True, rounds=1)
+    assert result["settings"]["rounds"] == 1 and len(result["dali"]["runs"]) == 1
+    rate = result["model"]["images_per_second"]
+    for feed in ("shardfeed", "dali"):
+        share = result["feeds"][feed]
+        assert share["images_per_second"] == result[feed]["images_per_second"] > 0
+        assert share["of_model"] == pytest.approx(share["images_per_second"] / rate)
+    assert result["gpu_decode"].startswith("GPU decode feeds ")
+    assert result["model"]["cores_for_0.95"] > 0

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from shardfeed.cli.options import add_record_key_flags, from_args
-from shardfeed.read.options import SHUFFLES, ReadOptions
+from shardfeed.read.options import SHUFFLES, DecodeOptions, ReadOptions
 from shardfeed.tools.benchmark import bench
 
 
@@ -39,7 +39,14 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--model",
         metavar="RUN_DIR_OR_MODEL",
-        help="also time this model's training step on one in-memory batch and say whether input is the bottleneck",
+        help="also time this model's training step on one in-memory batch and say whether input is the bottleneck "
+        "(on a GPU host with DALI installed, the GPU decode path is measured beside load)",
+    )
+    p.add_argument(
+        "--decode-on",
+        choices=["cpu", "gpu"],
+        default="cpu",
+        help="measure TensorFlow's CPU decode (default) or NVIDIA DALI's nvJPEG on the GPU (`make dali`)",
     )
     p.add_argument("--service", help="read through a tf.data service dispatcher, grpc://HOST:PORT (shardfeed serve)")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -51,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     net = _model(args.model) if args.model else None
     image_size = tuple(net.input_shape[1:3]) if net is not None else args.image_size
     read = from_args(ReadOptions, args, shuffle=args.shuffle)
+    decode = DecodeOptions(decoder="dali") if args.decode_on == "gpu" else None
     result = bench(
         args.path[0] if len(args.path) == 1 else args.path,
         split=args.split,
@@ -61,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         compare_folder=args.compare_folder,
         augment=args.augment,
         read=read,
+        decode=decode,
         service=args.service,
         rounds=args.rounds,
         model=net,
@@ -98,7 +107,8 @@ def format_bench(result: dict[str, Any]) -> str:
         )
 
     lines = [line("shardfeed.load", result["shardfeed"])]
-    for key, name in (("keras_folder", "image_dataset_from_directory"), ("decode_ceiling", "in-memory decode")):
+    names = {"dali": "load, DALI decode", "keras_folder": "image_dataset_from_directory"}
+    for key, name in {**names, "decode_ceiling": "in-memory decode"}.items():
         if key in result:
             lines.append(line(name, result[key]))
     for key, ratio in result.get("ratios", {}).items():
@@ -107,4 +117,6 @@ def format_bench(result: dict[str, Any]) -> str:
     if "verdict" in result:
         lines.append(f"model training step (one batch in memory) {result['model']['images_per_second']:8.0f} img/s")
         lines.append(result["verdict"])
+    if "gpu_decode" in result:
+        lines.append(result["gpu_decode"])
     return "\n".join(lines)

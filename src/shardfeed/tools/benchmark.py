@@ -13,7 +13,7 @@ from typing import Any
 
 from shardfeed.errors import OptionError
 from shardfeed.read import options
-from shardfeed.read.options import ReadOptions
+from shardfeed.read.options import DecodeOptions, ReadOptions
 from shardfeed.tools import bottleneck
 from shardfeed.tools.fresh_runs import compare, ratio
 from shardfeed.tools.pipelines import PipelineSpec, build
@@ -31,30 +31,38 @@ def bench(
     compare_folder: str | None = None,
     augment: bool | None = None,
     read: ReadOptions | None = None,
+    decode: DecodeOptions | None = None,
     service: str | None = None,
     rounds: int = 3,
     model: Any = None,
+    dali_feed: bool | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Measures `load` on converted shards; with `compare_folder`, the baselines too, and ratios.
 
-    `augment`, `read` and `service` are passed to `load` (see there). Without `compare_folder`,
-    one pass in this process. With it, `load`, `image_dataset_from_directory` on the folder and
-    the in-memory decode ceiling each run `rounds` times, every run in a fresh process, rounds
+    `augment`, `read`, `decode` and `service` are passed to `load` (see there). Alone, one pass
+    in this process. With `compare_folder`, `load`, `image_dataset_from_directory` on the folder
+    and the in-memory decode ceiling each run `rounds` times, every run in a fresh process, rounds
     interleaved (tools/fresh_runs.py): pipelines sharing a process bias each other.
     With `model` (a Keras model), also its training step on one batch of this data held in
-    memory, and the verdict on which of the two limits training (tools/bottleneck.py).
+    memory, the verdict on which of the two limits training and how many cores CPU decoding
+    would need for 95% of the model's rate (tools/bottleneck.py). `dali_feed` (default: when a
+    GPU is visible and DALI is installed) also measures the DALI decode path the same way, in
+    fresh processes interleaved with `load` (on the GPU; DALI's CPU mode where none is visible),
+    and says whether it would help.
 
     Returns:
         {'shardfeed': Throughput dict, 'settings': ..., and with compare_folder
          'keras_folder', 'decode_ceiling' (each with best/median images/s and CPU ms per image)
          and 'ratios' (shardfeed / baseline: by median, best, CPU per image and, with 2+
-         rounds, paired round by round; > 1 is faster); with model, 'model' (its images/s)
-         and 'verdict'}.
+         rounds, paired round by round; > 1 is faster); with model, 'model' (its images/s and
+         the cores for 0.95), 'feeds' (each pipeline's images/s as a share of the model's) and
+         'verdict'; with the DALI feed, 'dali' and 'gpu_decode' (its verdict)}.
     """
-    read = read or ReadOptions()
+    read, decode = read or ReadOptions(), decode or DecodeOptions()
     size = options.image_size(image_size)
     training = (split == "train") if training is None else training
+    host = bottleneck.this_host() if model is not None else None
     result: dict[str, Any] = {
         "settings": {
             "path": path,
@@ -64,51 +72,62 @@ def bench(
             "training": training,
             "epochs": epochs,
             "shuffle": read.order,
+            "decoder": decode.decoder,
             "cores": os.cpu_count(),
             "service": service,
         },
     }
     spec = PipelineSpec(
-        "shardfeed", path, split, batch_size, size, training, augment, epochs, _read_fields(read), service=service
-    )
-    if not compare_folder:
+        "shardfeed", path, split, batch_size, size, training, augment, epochs,
+        _fields(read, "ReadOptions"), _fields(decode, "DecodeOptions"), service=service,
+    )  # fmt: skip
+    specs = {"shardfeed": spec}
+    if compare_folder:
+        for kind in ("keras_folder", "decode_ceiling"):
+            specs[kind] = dataclasses.replace(spec, kind=kind, path=compare_folder, read={}, decode={}, service=None)
+    if host is not None and decode.decoder == "tf" and (dali_feed if dali_feed is not None else host.gpu and host.dali):
+        dali_decode = DecodeOptions(decoder="dali", device="gpu" if host.gpu else "cpu", dtype=decode.dtype)
+        specs["dali"] = dataclasses.replace(spec, decode=_fields(dali_decode, "DecodeOptions"))
+    if len(specs) == 1:
         result["shardfeed"] = measure(build(spec)).as_dict()
     else:
         result["settings"]["rounds"] = rounds
-        result.update(_compared(spec, compare_folder, rounds, progress))
-    if model is not None:
-        batch = next(iter(build(dataclasses.replace(spec, training=True, service=None))))
-        rate = bottleneck.model_rate(model, batch)
-        result["model"] = {"images_per_second": rate}
-        result["verdict"] = bottleneck.verdict(result["shardfeed"]["images_per_second"], rate)
+        result.update(compare(specs, rounds=rounds, progress=progress))
+    if compare_folder:
+        baselines = ("keras_folder", "decode_ceiling")
+        result["ratios"] = {f"vs_{name}": ratio(result["shardfeed"], result[name]) for name in baselines}
+    if model is not None and host is not None:
+        batch = next(iter(build(dataclasses.replace(spec, training=True, decode={}, service=None))))
+        result.update(_against_model(result, bottleneck.model_rate(model, batch), host))
     return result
 
 
-def _compared(
-    spec: PipelineSpec, compare_folder: str, rounds: int, progress: Callable[[str], None] | None
-) -> dict[str, Any]:
-    """`spec` and the two baselines on `compare_folder`, in fresh processes, with the ratios."""
-    result: dict[str, Any] = {}
-    specs = {
-        "shardfeed": spec,
-        "keras_folder": dataclasses.replace(spec, kind="keras_folder", path=compare_folder, read={}, service=None),
-        "decode_ceiling": dataclasses.replace(spec, kind="decode_ceiling", path=compare_folder, read={}, service=None),
+def _against_model(result: dict[str, Any], rate: float, host: bottleneck.Host) -> dict[str, Any]:
+    """The model's rate, each measured feed's share of it, and the verdicts."""
+    ours = result["shardfeed"]
+    cores = bottleneck.cores_needed(rate, ours["cpu_cores_used"] / ours["images_per_second"])
+    feeds = {name: result[name]["images_per_second"] for name in ("shardfeed", "dali") if name in result}
+    answer: dict[str, Any] = {
+        "model": {"images_per_second": rate, f"cores_for_{bottleneck.NEVER_WAITS}": cores},
+        "feeds": {name: {"images_per_second": r, "of_model": r / rate} for name, r in feeds.items()},
+        "verdict": bottleneck.verdict(feeds["shardfeed"], rate, host=host, cores=cores),
     }
-    measured = compare(specs, rounds=rounds, progress=progress)
-    result.update(measured)
-    result["ratios"] = {
-        f"vs_{name}": ratio(measured["shardfeed"], measured[name]) for name in ("keras_folder", "decode_ceiling")
-    }
-    return result
+    if "dali" in feeds:
+        answer["gpu_decode"] = bottleneck.gpu_decode_verdict(feeds["shardfeed"], feeds["dali"], rate)
+    return answer
 
 
-def _read_fields(read: ReadOptions) -> dict[str, Any]:
-    """The ReadOptions fields that differ from the defaults, as JSON values for a fresh process.
+def _fields(chosen: ReadOptions | DecodeOptions, name: str) -> dict[str, Any]:
+    """The fields of an options object that differ from the defaults, as JSON values for a fresh
+    process.
 
     Raises:
         OptionError: a function-valued option (it cannot be sent to another process).
     """
-    fields = {f.name: getattr(read, f.name) for f in dataclasses.fields(read) if getattr(read, f.name) != f.default}
-    if any(callable(v) for v in fields.values()):
-        raise OptionError("bench cannot measure a ReadOptions with filter_fn in a fresh process")
+    fields = {
+        f.name: getattr(chosen, f.name) for f in dataclasses.fields(chosen) if getattr(chosen, f.name) != f.default
+    }
+    functions = [key for key, value in fields.items() if callable(value)]
+    if functions:
+        raise OptionError(f"bench cannot measure a {name} with {functions[0]} in a fresh process")
     return fields

@@ -5,16 +5,20 @@ input work is in it; the pipeline's rate is `load` alone (tools/timing.py). This
 verdict: `shardfeed bench --model` (`tools.bench(model=...)`) and train's probe after its first
 epoch (`input_probe`) both ask it. Training runs at
 about the slower of the two: if that is the pipeline, more accelerator will not help, and the
-ways out are smaller stored images (`convert --resize`), more CPU cores, or decoding on other
-machines (`shardfeed serve` + `load(service=...)`). TensorFlow's profiler has a fuller
-input-pipeline analysis (TensorBoard's tf.data bottleneck analysis); this is the one-line version.
+ways out are smaller stored images (`convert --resize`), more CPU cores (the verdict says how
+many would feed 95% of the model), decoding on other machines (`shardfeed serve` +
+`load(service=...)`), or, on a GPU host, decoding JPEGs on the GPU (read/dali.py). TensorFlow's
+profiler has a fuller input-pipeline analysis (TensorBoard's tf.data bottleneck analysis); this
+is the one-line version.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.lazy import tensorflow
@@ -22,6 +26,7 @@ from shardfeed.tools.timing import measure
 
 log = logging.getLogger("shardfeed")
 MARGIN = 0.9  # within 10% counts as balanced
+NEVER_WAITS = 0.95  # the share of the model's rate at which "the accelerator never waits"
 PROBE_BATCHES = 10  # batches timed by train's probe
 
 
@@ -48,19 +53,70 @@ def model_rate(model: Any, batch: tuple[Any, Any], *, steps: int = 20, warmup: i
     return steps * int(images.shape[0]) / seconds
 
 
-def verdict(pipeline: float, model: float) -> str:
-    """One line saying which side limits training, from the two rates in images/s."""
+@dataclass(frozen=True)
+class Host:
+    """What this host offers besides its CPUs: it decides which ways out a verdict names."""
+
+    cores: int
+    gpu: bool  # TensorFlow sees a GPU
+    dali: bool  # NVIDIA DALI is installed (`make dali`): the GPU decode path can run
+
+
+def this_host() -> Host:
+    """The host this process runs on."""
+    from shardfeed.read import dali
+
+    gpu = bool(tensorflow().config.list_physical_devices("GPU"))
+    return Host(cores=os.cpu_count() or 1, gpu=gpu, dali=dali.installed())
+
+
+def cores_needed(model: float, cpu_seconds_per_image: float, share: float = NEVER_WAITS) -> float:
+    """CPU cores the pipeline's decoding would need to feed `share` of the model's rate (images/s),
+    from its CPU seconds per image: "how many cores for the accelerator never to wait"."""
+    return share * model * cpu_seconds_per_image
+
+
+def verdict(pipeline: float, model: float, *, host: Host | None = None, cores: float | None = None) -> str:
+    """One line saying which side limits training, from the two rates in images/s.
+
+    With `host`, the ways out named are the ones this host has (the GPU decode path where a GPU
+    is visible); with `cores` (cores_needed), how many cores CPU decoding would need.
+    """
     if pipeline < MARGIN * model:
+        need = f"; {NEVER_WAITS:.0%} of it needs ~{cores:.1f} cores of decoding" if cores is not None else ""
+        have = f" (this host has {host.cores})" if cores is not None and host is not None else ""
         return (
-            f"input-bound: the pipeline delivers {pipeline:,.0f} images/s, the model consumes {model:,.0f}/s — "
-            "use convert --resize, more cores, or the tf.data service (shardfeed serve)"
+            f"input-bound: the pipeline delivers {pipeline:,.0f} images/s, the model consumes {model:,.0f}/s"
+            f"{need}{have} — {ways_out(host)}"
         )
     if model < MARGIN * pipeline:
+        gpu = "; decoding on the GPU would not help" if host is not None and host.gpu else ""
         return (
             f"model-bound: the model consumes {model:,.0f} images/s, the pipeline delivers {pipeline:,.0f}/s — "
-            "input is not what limits training"
+            f"input is not what limits training{gpu}"
         )
     return f"balanced: the pipeline delivers {pipeline:,.0f} images/s and the model consumes {model:,.0f}/s"
+
+
+def ways_out(host: Host | None) -> str:
+    """What to do when input limits training, on `host` (None: not known, the CPU-side answers)."""
+    cpu_side = "convert --resize, more cores, or the tf.data service (shardfeed serve)"
+    if host is None or not host.gpu:
+        return f"use {cpu_side}"
+    if not host.dali:
+        return f"this host has a GPU: decode on it (make dali, then train --decode-on gpu), or use {cpu_side}"
+    return f"decode on the GPU (train --decode-on gpu; bench --decode-on gpu measures it), or use {cpu_side}"
+
+
+def gpu_decode_verdict(cpu: float, gpu: float, model: float) -> str:
+    """One line saying whether decoding on the GPU would help, from the images/s of the CPU
+    decode path, the GPU decode path and the model (the issue-28 figures (b)/(a) and (c)/(a))."""
+    shares = f"GPU decode feeds {gpu / model:.2f} of the model's rate, CPU decode {cpu / model:.2f}"
+    if cpu >= NEVER_WAITS * model:
+        return f"{shares}: CPU decode already keeps the accelerator busy; decoding on the GPU would not help"
+    if gpu < cpu / MARGIN:
+        return f"{shares}: decoding on the GPU would not help here"
+    return f"{shares}: decode on the GPU (train --decode-on gpu)"
 
 
 def input_probe(make_dataset: Callable[[], Any], batches: int) -> Any:
@@ -79,8 +135,10 @@ def input_probe(make_dataset: Callable[[], Any], batches: int) -> Any:
                 return
             start = time.monotonic()
             ds = make_dataset()
-            pipeline = measure(ds, max_batches=batches, warmup_batches=1).images_per_second
-            self.verdict = verdict(pipeline, model_rate(self.model, next(iter(ds)), steps=batches))
+            pipeline = measure(ds, max_batches=batches, warmup_batches=1)
+            model = model_rate(self.model, next(iter(ds)), steps=batches)
+            cores = cores_needed(model, pipeline.cpu_cores_used / pipeline.images_per_second)
+            self.verdict = verdict(pipeline.images_per_second, model, host=this_host(), cores=cores)
             self.seconds = time.monotonic() - start
             log.info("after the first epoch: %s", self.verdict)
 

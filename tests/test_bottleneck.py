@@ -1,0 +1,66 @@
+"""The verdicts of tools/bottleneck.py: which side limits training, how many cores CPU decoding
+would need, and the way out this host has (the GPU decode path only where a GPU is visible)."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardfeed.tools.bottleneck import Host, cores_needed, gpu_decode_verdict, this_host, verdict
+
+CPU_ONLY = Host(cores=2, gpu=False, dali=False)
+GPU_NO_DALI = Host(cores=16, gpu=True, dali=False)
+GPU_DALI = Host(cores=16, gpu=True, dali=True)
+
+
+def test_cores_needed_is_the_cpu_time_for_95_percent_of_the_model() -> None:
+    # 2,000 images/s at 0.01 CPU s per image: 95% of it is 1,900 images/s = 19 cores of decoding
+    assert cores_needed(2000.0, 0.01) == pytest.approx(19.0)
+    assert cores_needed(2000.0, 0.01, share=1.0) == pytest.approx(20.0)
+
+
+@pytest.mark.parametrize(
+    ("host", "advice"),
+    [
+        (None, "use convert --resize, more cores, or the tf.data service"),
+        (CPU_ONLY, "use convert --resize, more cores, or the tf.data service"),
+        (GPU_NO_DALI, "this host has a GPU: decode on it (make dali, then train --decode-on gpu)"),
+        (GPU_DALI, "decode on the GPU (train --decode-on gpu; bench --decode-on gpu measures it)"),
+    ],
+)
+def test_an_input_bound_verdict_names_the_ways_out_this_host_has(host: Host | None, advice: str) -> None:
+    line = verdict(300.0, 2000.0, host=host, cores=cores_needed(2000.0, 0.01))
+    assert line.startswith("input-bound: the pipeline delivers 300 images/s, the model consumes 2,000/s")
+    assert "95% of it needs ~19.0 cores of decoding" in line and advice in line
+    assert ("(this host has" in line) == (host is not None)
+    if host is None or not host.gpu:
+        assert "GPU" not in line
+
+
+def test_model_bound_and_balanced_verdicts() -> None:
+    assert verdict(2000.0, 300.0).endswith("input is not what limits training")
+    assert verdict(2000.0, 300.0, host=GPU_DALI).endswith("decoding on the GPU would not help")
+    assert verdict(1000.0, 1050.0, host=GPU_DALI).startswith("balanced:")
+
+
+@pytest.mark.parametrize(
+    ("cpu", "gpu", "ending"),
+    [
+        (1950.0, 2000.0, "CPU decode already keeps the accelerator busy; decoding on the GPU would not help"),
+        (500.0, 520.0, "decoding on the GPU would not help here"),
+        (500.0, 1900.0, "decode on the GPU (train --decode-on gpu)"),
+    ],
+)
+def test_the_gpu_decode_verdict(cpu: float, gpu: float, ending: str) -> None:
+    line = gpu_decode_verdict(cpu, gpu, 2000.0)
+    assert line.startswith(f"GPU decode feeds {gpu / 2000:.2f} of the model's rate, CPU decode {cpu / 2000:.2f}")
+    assert line.endswith(ending)
+
+
+def test_this_host_reports_what_tensorflow_and_the_installed_packages_see() -> None:
+    import tensorflow as tf
+
+    from shardfeed.read import dali
+
+    host = this_host()
+    assert host.gpu == bool(tf.config.list_physical_devices("GPU")) and host.dali == dali.installed()
+    assert host.cores >= 1
