@@ -356,6 +356,36 @@ def test_ctrl_c_during_verify_prints_no_worker_tracebacks(slow_source: tuple[Pat
     assert proc.returncode == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
 
 
+# Starts and stops worker pools until Ctrl-C; exits 130 on it.
+POOL_STARTS = """
+import sys
+try:
+    from shardfeed.write.pool import WorkerPool
+    for _ in range(100):
+        with WorkerPool(4):
+            pass
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_while_workers_start_neither_hangs_nor_prints_their_tracebacks() -> None:
+    """A Ctrl-C that reached a worker before it ignored SIGINT printed its traceback and could hang
+    the pool's start (7 of 20 runs here before SIGINT was blocked across the start)."""
+    for delay in (0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", POOL_STARTS], stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+        time.sleep(delay)
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError(f"Ctrl-C {delay} s after the start hung the worker pool") from None
+        assert proc.returncode in (0, 130) and "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
 # Runs inside a private mount namespace (`unshare -rm`: root there, nothing visible outside):
 # a conversion onto a tmpfs too small for it, then the same after the tmpfs grows, then one onto
 # it remounted read-only. Prints one JSON line of what each saw.

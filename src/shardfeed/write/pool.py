@@ -27,12 +27,19 @@ class WorkerPool:
         if workers > 1:
             # fork is fast and safe while TensorFlow (and its threads) is not loaded here.
             method = "fork" if sys.platform == "linux" and "tensorflow" not in sys.modules else "spawn"
-            self.pool = ProcessPoolExecutor(
-                workers, mp_context=multiprocessing.get_context(method), initializer=worker_setup
-            )
             # Start the workers now, while this process is small: forked later, each would carry
-            # a copy of the item list, and worker memory would grow with the dataset.
-            list(self.pool.map(_warm_up, range(workers)))
+            # a copy of the item list, and worker memory would grow with the dataset. SIGINT is
+            # blocked meanwhile, so the workers start with it blocked (fork and exec keep the mask)
+            # and a Ctrl-C before their worker_setup ran stays pending until they ignore it; a
+            # Ctrl-C here is delivered when it is unblocked.
+            previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                self.pool = ProcessPoolExecutor(
+                    workers, mp_context=multiprocessing.get_context(method), initializer=worker_setup
+                )
+                list(self.pool.map(_warm_up, range(workers)))
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
     def __enter__(self) -> Executor | None:
         return self.pool
@@ -49,10 +56,12 @@ def worker_setup() -> None:
     """Runs first in every pool worker (conversion and verify pools).
 
     Ctrl-C reaches the whole process group: the parent stops the pool and says what happened;
-    workers ignore SIGINT, so they no longer print a KeyboardInterrupt traceback each. On Linux a
+    workers ignore SIGINT, so they no longer print a KeyboardInterrupt traceback each (it is
+    blocked from their start until here: see WorkerPool). On Linux a
     worker also dies with its parent (a killed `convert` used to leave its workers running).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked while the pool started
     if sys.platform == "linux":
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
