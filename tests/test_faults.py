@@ -356,16 +356,24 @@ def test_ctrl_c_during_verify_prints_no_worker_tracebacks(slow_source: tuple[Pat
     assert proc.returncode == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
 
 
-# Starts and stops worker pools until Ctrl-C; exits 130 on it.
+# Starts and stops worker pools until Ctrl-C, then exits 130. The parent only notes the signal:
+# Python's own KeyboardInterrupt can land in a weakref callback and be swallowed ("Exception
+# ignored in ..."), which is not what is tested here; any other process raises it, as Python's
+# default handler would in a worker that has not yet ignored SIGINT.
 POOL_STARTS = """
-import sys
-try:
-    from shardfeed.write.pool import WorkerPool
-    for _ in range(100):
-        with WorkerPool(4):
-            pass
-except KeyboardInterrupt:
-    sys.exit(130)
+import os, signal, sys
+parent, stop = os.getpid(), []
+def on_sigint(signum, frame):
+    if os.getpid() != parent:
+        raise KeyboardInterrupt
+    stop.append(signum)
+signal.signal(signal.SIGINT, on_sigint)
+from shardfeed.write.pool import WorkerPool
+for _ in range(200):
+    with WorkerPool(4):
+        pass
+    if stop:
+        sys.exit(130)
 """
 
 
@@ -383,7 +391,7 @@ def test_ctrl_c_while_workers_start_neither_hangs_nor_prints_their_tracebacks() 
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             raise AssertionError(f"Ctrl-C {delay} s after the start hung the worker pool") from None
-        assert proc.returncode in (0, 130) and "Traceback" not in err and "KeyboardInterrupt" not in err, err
+        assert proc.returncode == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
 
 
 # Runs inside a private mount namespace (`unshare -rm`: root there, nothing visible outside):
