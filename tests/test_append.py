@@ -4,6 +4,7 @@ uninterrupted one, the union of generations is read once per epoch (also by TFDS
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -36,11 +37,12 @@ def _convert(source: Path, out: Path, *extra: str) -> subprocess.CompletedProces
 
 
 def _grow(source: Path, pool: list[Path], count: int) -> None:
-    """Moves the next `count` images of `pool` into `source` (same class folder, same name)."""
+    """Moves the next `count` images of `pool` into `source` (same class folder, same name, same
+    modification time: two sources grown alike list alike, as one source does)."""
     for path in pool[:count]:
         target = source / path.parent.name / path.name
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, target)
+        shutil.copy2(path, target)
     del pool[:count]
 
 
@@ -57,7 +59,7 @@ def _inputs(out: Path) -> dict[str, str]:
         for p in sorted((out / "index").glob("inputs-g*.json.gz"))
         for r in json.loads(gzip.decompress(p.read_bytes()))
     ]
-    return {key: split for key, _, split in rows}
+    return {key: split for key, _, split, *_ in rows}
 
 
 @pytest.fixture(scope="module")
@@ -192,6 +194,40 @@ def test_changed_and_duplicate_images_are_reported_not_rewritten(corpus: list[Pa
     assert any(str(copy.relative_to(source)) in g["files"] for g in report["duplicates"])
     again = convert(str(source), str(out), options, workers=1, progress=False)
     assert again.appended is not None and not again.appended.added and "nothing new to append" in again.summary()
+
+
+def test_known_inputs_are_read_again_only_when_their_listing_changed(corpus: list[Path], tmp_path: Path) -> None:
+    """An append reads a converted input again only when its size or modification time differs
+    from when it was converted (make's and rsync's test); checksum=True reads them all."""
+    pool, source, out = list(corpus), tmp_path / "src", tmp_path / "out"
+    _grow(source, pool, 40)
+    options = ConvertOptions(shards=1, split_rule="hash", append=True)
+    convert(str(source), str(out), options, workers=1, progress=False)
+    rows = json.loads(gzip.decompress((out / "index" / "inputs-g0000.json.gz").read_bytes()))
+    first = sorted(source.rglob("*.jpg"))[0]
+    listed = {r[0]: r[3:] for r in rows}[str(first.relative_to(source))]
+    assert listed == [first.stat().st_size, first.stat().st_mtime_ns]
+
+    unchanged = convert(str(source), str(out), options, workers=1, progress=False).appended
+    assert unchanged is not None and (unchanged.known, unchanged.reread, unchanged.changed) == (40, 0, [])
+    os.utime(first, ns=(first.stat().st_atime_ns, first.stat().st_mtime_ns + 10**9))  # touched, same bytes
+    touched = convert(str(source), str(out), options, workers=1, progress=False)
+    assert touched.appended is not None and (touched.appended.reread, touched.appended.changed) == (1, [])
+    assert "39 converted images unchanged by size and modification time, 1 read again" in touched.summary()
+
+    # other bytes of the same size under a restored time pass the listing test: only checksum finds them
+    second = sorted(source.rglob("*.jpg"))[1]
+    stat, data = second.stat(), bytearray(second.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    second.write_bytes(bytes(data))
+    os.utime(second, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    quick = convert(str(source), str(out), options, workers=1, progress=False).appended
+    assert quick is not None and quick.changed == []
+    thorough = convert(str(source), str(out), dataclasses.replace(options, checksum=True), workers=1, progress=False)
+    assert thorough.appended is not None and thorough.appended.reread == 40
+    assert [c["file"] for c in thorough.appended.changed] == [str(second.relative_to(source))]
+    with pytest.raises(OptionError, match=r"checksum=True \(--checksum\) only applies with append=True"):
+        ConvertOptions(checksum=True)
 
 
 def test_the_hash_rule_keeps_each_split_as_the_set_grows() -> None:

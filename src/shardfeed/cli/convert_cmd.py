@@ -97,6 +97,13 @@ def _split_flags(g: Any) -> None:
         help="add the source's new images to a finished conversion as a new generation of shards (old shards "
         "untouched; converted with --split-rule hash or from a pre-split source)",
     )
+    g.add_argument(
+        "--checksum",
+        action="store_true",
+        default=None,
+        help="with --append: re-read every converted image to find changed bytes, not only those whose size or "
+        "modification time changed",
+    )
 
 
 def _image_flags(g: Any) -> None:

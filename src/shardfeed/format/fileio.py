@@ -152,6 +152,15 @@ def size(path: str) -> int:
     return os.path.getsize(_local(path))
 
 
+def size_and_mtime(path: str) -> tuple[int, int]:
+    """A file's size in bytes and modification time in nanoseconds."""
+    if is_remote(path):
+        info = _gfile().stat(path)
+        return int(info.length), int(info.mtime_nsec)
+    st = os.stat(_local(path))
+    return st.st_size, st.st_mtime_ns
+
+
 def rename(src: str, dst: str) -> None:
     """Renames `src` to `dst`, replacing `dst`."""
     if is_remote(src):

@@ -1,7 +1,9 @@
 """`convert --append`: a finished conversion grows by a generation of new shards.
 
     source now   -> items whose key no generation has converted (new), and the rest (known)
-    known        -> hashed again: changed bytes under an old key are reported, never rewritten
+    known        -> those whose size or modification time differ from when they were converted
+                    (every one with checksum=True) are hashed again: changed bytes under an old
+                    key are reported, never rewritten
     new          -> planned with the folder's own settings and split rule into shards named
                     with the generation after the split: train-g0001-00000-of-00004
     shards       -> written and committed as `convert` writes them (resumable: .shardfeed/ holds
@@ -12,8 +14,9 @@
 
 An image keeps its split because appendable folders split by a rule that looks at the key alone:
 the 'hash' split rule, or the source's own split folders. Each generation's inputs (key, SHA-256
-of the source bytes, split) are kept in index/inputs-gNNNN.json.gz, which is how the next append
-knows what was converted and whether its bytes changed.
+of the source bytes, split, and the file's size and modification time in ns when listed) are kept
+in index/inputs-gNNNN.json.gz, which is how the next append knows what was converted and whether
+its bytes changed.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from shardfeed.write.options import ConvertOptions
 from shardfeed.write.planning import plan_shards
 
 GENERATION = "-g{generation:04d}"
-Known = dict[str, tuple[str, str]]  # key -> (source sha256, split) of every converted input
+Known = dict[str, tuple[str, str, tuple[int, int] | None]]  # key -> (source sha256, split, listed)
+# of every converted input; listed: its (size, mtime_ns) when converted (None: not recorded)
 
 
 def generation_template(template: str, generation: int) -> str:
@@ -58,16 +62,29 @@ def appendable(discovery: Discovery, options: ConvertOptions) -> bool:
 
 
 def write_inputs(output_dir: str, work_dir: str, results: list[shards.ShardResult], generation: int) -> None:
-    """index/inputs-gNNNN.json.gz: [key, source SHA-256, split] of every record written."""
-    rows = [[key, digest, r.split] for r in results for key, digest in merge.read_part(work_dir, r).records]
+    """index/inputs-gNNNN.json.gz: [key, source SHA-256, split, size, mtime_ns] of every record
+    written (size and mtime as listed; 0 where unknown, as for array items)."""
+    rows = [
+        [key, digest, r.split, *listed]
+        for r in results
+        for key, digest, *listed in merge.read_part(work_dir, r).records
+    ]
     data = gzip.compress(json.dumps(sorted(rows)).encode(), mtime=0)
     fileio.write_bytes_atomic(fileio.join(output_dir, inputs_file(generation)), data)
 
 
-def read_inputs(output_dir: str, generation: int) -> list[tuple[str, str, str]]:
-    """A generation's inputs, as written by `write_inputs`."""
+def read_inputs(output_dir: str, generation: int) -> Known:
+    """A generation's inputs, as written by `write_inputs` (rows of 3 before sizes and times were
+    recorded)."""
     path = fileio.join(output_dir, inputs_file(generation))
-    return [tuple(row) for row in json.loads(gzip.decompress(fileio.read_bytes(path)))]
+    rows = json.loads(gzip.decompress(fileio.read_bytes(path)))
+    return {row[0]: (row[1], row[2], (row[3], row[4]) if len(row) == 5 else None) for row in rows}
+
+
+def unchanged_by_listing(item: Item, listed: tuple[int, int] | None) -> bool:
+    """Whether `item` is listed with the size and modification time it was converted with (a
+    file rewritten with other bytes changes one of them, unless a tool restored the time)."""
+    return listed is not None and item.mtime_ns != 0 and listed == (item.size, item.mtime_ns)
 
 
 @dataclass
@@ -77,6 +94,7 @@ class AppendOutcome:
     generation: int
     added: dict[str, int] = field(default_factory=dict)
     known: int = 0
+    reread: int = 0  # known inputs read and hashed to check their bytes
     changed: list[dict[str, str]] = field(default_factory=list)
     duplicates_of_existing: int = 0
     shards_written: int = 0
@@ -107,6 +125,11 @@ class AppendOutcome:
                     "+".join(e for e in entries if e == name or e.startswith(name + "_g")) for name in m.split_names
                 )
                 lines.append(f"  TFDS reads each generation as a split of its own; whole splits: {whole}")
+        if self.known:
+            lines.append(
+                f"  checked: {self.known - self.reread:,} converted images unchanged by size and modification time, "
+                f"{self.reread:,} read again for their bytes" + ("" if self.reread else " (--checksum reads them all)")
+            )
         if self.changed:
             lines.append(
                 f"  warning: {len(self.changed)} converted images have changed bytes in the source; their records "
@@ -130,12 +153,18 @@ class Append:
         """Checks, plans, writes and merges the next generation (nothing when nothing is new)."""
         self._check()
         spec = EncodingSpec.of(self.discovery, self.options)
-        known = {
-            key: (digest, split) for g in range(self.generation) for key, digest, split in read_inputs(self.out, g)
-        }
+        known: Known = {}
+        for g in range(self.generation):
+            known.update(read_inputs(self.out, g))
         new = [i for i in self.discovery.items if i.key not in known]
         outcome = AppendOutcome(self.generation, known=len(self.discovery.items) - len(new))
-        outcome.changed = self._changed([i for i in self.discovery.items if i.key in known], known, spec)
+        unsure = [
+            i
+            for i in self.discovery.items
+            if i.key in known and (self.options.checksum or not unchanged_by_listing(i, known[i.key][2]))
+        ]
+        outcome.reread = len(unsure)
+        outcome.changed = self._changed(unsure, known, spec)
         self._clean_unfinished()
         if not new:
             self._record_changes(outcome)
@@ -216,9 +245,8 @@ class Append:
         """Inputs list, report, TFDS metadata, then the manifest (last); the work folder goes."""
         write_inputs(self.out, self.work_dir, results, self.generation)
         new_rows = read_inputs(self.out, self.generation)
-        everything = [(k, d, s) for k, (d, s) in known.items()] + new_rows
-        duplicates = merge.groups_of(everything)
-        new_keys = {k for k, _, _ in new_rows}
+        duplicates = merge.groups_of((k, d, s) for rows in (known, new_rows) for k, (d, s, _) in rows.items())
+        new_keys = set(new_rows)
         outcome.duplicates_of_existing = sum(
             1 for g in duplicates if set(g["files"]) & new_keys and set(g["files"]) - new_keys
         )
@@ -266,6 +294,7 @@ class Append:
             "shards": {name: len(info["shards"]) for name, info in sorted(new["splits"].items())},
             "skipped": new["num_skipped"],
             "known": outcome.known,
+            "reread": outcome.reread,
             "changed": len(outcome.changed),
         }
 
@@ -310,6 +339,7 @@ def history(m: manifest.Manifest) -> list[dict[str, Any]]:
             "shards": {name: len(m.split(name).shards) for name in m.split_names},
             "skipped": m.data.get("num_skipped", 0),
             "known": 0,
+            "reread": 0,
             "changed": 0,
         }
     ]

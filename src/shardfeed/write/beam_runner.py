@@ -38,7 +38,10 @@ def write_shards(
     plan_dir = fileio.join(target.work_dir, "plans")
     fileio.makedirs(plan_dir)
     for plan in pending:
-        rows = [[i.key, i.label, i.split, i.size, list(i.array_key) if i.array_key else None] for i in plan.items]
+        rows = [
+            [i.key, i.label, i.split, i.size, list(i.array_key) if i.array_key else None, i.mtime_ns]
+            for i in plan.items
+        ]
         fileio.write_text_atomic(fileio.join(plan_dir, plan.file + ".json"), json.dumps(rows))
     with beam.Pipeline(options=PipelineOptions(flags)) as pipeline:
         _ = (
@@ -65,6 +68,6 @@ class _ShardWriter:
     def __call__(self, task: tuple[str, str]) -> str:
         split, file = task
         rows = json.loads(fileio.read_bytes(fileio.join(self.target.work_dir, "plans", file + ".json")))
-        items = [Item(k, label, s, size, tuple(a) if a else None) for k, label, s, size, a in rows]
+        items = [Item(k, label, s, size, tuple(a) if a else None, mtime) for k, label, s, size, a, mtime in rows]
         self.target.write_items(split, file, items)
         return file

@@ -55,6 +55,7 @@ class EncodedRecord:
     image_format: str = ""  # 'JPEG', 'PNG', 'RAW', ... as stored
     max_side: int = 0  # the stored image's longer side, in pixels
     short_side: int = 0  # and its shorter side
+    listed: tuple[int, int] = (0, 0)  # the source file's size and mtime_ns when listed (Item)
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,7 @@ def encode_item(item: Item, spec: EncodingSpec) -> EncodedRecord | SkippedItem:
         prepared.format,
         max(prepared.height, prepared.width),
         min(prepared.height, prepared.width),
+        (item.size, item.mtime_ns),
     )
 
 

@@ -20,6 +20,8 @@ class Item:
         split: the split a pre-split layout put it in, else None.
         size: bytes on disk (for arrays, raw pixel bytes), used to plan shard counts.
         array_key: for array items, the array name inside the file and the row index.
+        mtime_ns: the file's modification time when listed (0: not known, or an array item);
+            with `size`, how an append tells an unchanged input without reading it.
     """
 
     key: str
@@ -27,6 +29,7 @@ class Item:
     split: str | None
     size: int
     array_key: tuple[str, int] | None = None
+    mtime_ns: int = 0
 
 
 @dataclass
@@ -63,8 +66,11 @@ def sorted_labels(names: set[str]) -> list[str]:
     return sorted(names)
 
 
-def stat_size(path: str) -> int:
+def file_item(base: str, key: str, label: int, split: str | None) -> Item:
+    """The item of the file `key` below `base`, with its size and modification time as listed
+    (0 and 0 when it cannot be stat'ed: reading it then says why)."""
     try:
-        return fileio.size(path)
+        size, mtime_ns = fileio.size_and_mtime(fileio.join(base, key))
     except OSError:
-        return 0
+        size, mtime_ns = 0, 0
+    return Item(key, label, split, size, mtime_ns=mtime_ns)

@@ -77,7 +77,7 @@ def duplicate_groups(work_dir: str, results: list[shards.ShardResult]) -> list[d
     find candidate duplicates, then the keys of just those records.
     """
     prefixes = [
-        np.array([int(digest[:16], 16) for _, digest in read_part(work_dir, r).records], dtype=np.uint64)
+        np.array([int(digest[:16], 16) for _, digest, *_ in read_part(work_dir, r).records], dtype=np.uint64)
         for r in results
     ]
     flat = np.concatenate(prefixes) if prefixes else np.zeros(0, np.uint64)
@@ -88,7 +88,7 @@ def duplicate_groups(work_dir: str, results: list[shards.ShardResult]) -> list[d
     candidates = (
         (key, digest, result.split)
         for result in results
-        for key, digest in read_part(work_dir, result).records
+        for key, digest, *_ in read_part(work_dir, result).records
         if int(digest[:16], 16) in repeated
     )
     return groups_of(candidates)
@@ -117,7 +117,7 @@ def groups_of(records: Iterable[tuple[str, str, str]]) -> list[dict[str, Any]]:
 
 
 def read_part(work_dir: str, result: shards.ShardResult) -> shards.ShardResult:
-    """A shard's partial manifest, with its per-record (key, source sha256) list."""
+    """A shard's partial manifest, with its per-record (key, source sha256, size, mtime_ns) list."""
     return shards.ShardResult.from_json(fileio.read_bytes(shards.part_path(work_dir, result.file)).decode())
 
 

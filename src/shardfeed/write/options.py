@@ -50,6 +50,9 @@ class ConvertOptions:
             what `append` needs).
         append: add the source's new images to a finished conversion as a new generation of
             shards (write/append.py); not a setting of the bytes, so not in the manifest's settings.
+        checksum: with `append`, read and hash every already-converted input to find changed
+            bytes; by default only those whose size or modification time differ from when they
+            were converted are read (as make and rsync decide; rsync's --checksum reads all).
     """
 
     split: str | Mapping[str, float] | None = None
@@ -66,6 +69,7 @@ class ConvertOptions:
     schema: str | None = None
     split_rule: str = "stratified"
     append: bool = False
+    checksum: bool = False
 
     def __post_init__(self) -> None:
         if self.split_rule not in splits.SPLIT_RULES:
@@ -75,6 +79,8 @@ class ConvertOptions:
                 "dedupe=True with append=True is not supported: an appended image that copies an existing one is "
                 "reported as a duplicate (report.json) instead; convert without --dedupe"
             )
+        if self.checksum and not self.append:
+            raise OptionError("checksum=True (--checksum) only applies with append=True (--append)")
         if self.schema is not None:
             if self.schema not in PRESETS:
                 raise OptionError(f"schema must be one of {sorted(PRESETS)}, got {self.schema!r}")

@@ -16,7 +16,7 @@ from typing import Any
 from shardfeed.errors import SourceError
 from shardfeed.format import fileio
 from shardfeed.write.array_source import ArraySource
-from shardfeed.write.items import Discovery, Item, sorted_labels, stat_size
+from shardfeed.write.items import Discovery, Item, file_item, sorted_labels
 
 # Top-level folder names that mark an already split class-per-folder tree.
 SPLIT_FOLDER_NAMES = frozenset({"train", "training", "validation", "valid", "val", "test", "testing", "eval", "dev"})
@@ -53,7 +53,7 @@ class FolderSource:
                 skipped.append((rel, f"not inside a class folder (file directly in the {where})"))
                 continue
             split = parts[0] if presplit else None
-            items.append(Item(rel, ids[parts[depth - 1]], split, stat_size(fileio.join(self.root, rel))))
+            items.append(file_item(self.root, rel, ids[parts[depth - 1]], split))
         return Discovery(self.kind, self.root, items, self.root, class_names, skipped, presplit)
 
 
@@ -103,15 +103,7 @@ class FilenameSource:
                 skipped.append((rel, f"file name does not match label pattern {self.pattern!r}"))
         class_names = sorted_labels({label for _, label in labelled})
         ids = {name: i for i, name in enumerate(class_names)}
-        items = [
-            Item(
-                rel,
-                ids[label],
-                None,
-                stat_size(fileio.join(self.root, rel)),
-            )
-            for rel, label in labelled
-        ]
+        items = [file_item(self.root, rel, ids[label], None) for rel, label in labelled]
         return Discovery(self.kind, self.root, items, self.root, class_names, skipped)
 
 
@@ -191,9 +183,7 @@ class CsvSource:
                 rows_ok.append((rel, label, split or None))
         class_names = sorted_labels({label for _, label, _ in rows_ok})
         ids = {n: i for i, n in enumerate(class_names)}
-        items = [
-            Item(rel, ids[label], split, stat_size(fileio.join(base, rel))) for rel, label, split in sorted(rows_ok)
-        ]
+        items = [file_item(base, rel, ids[label], split) for rel, label, split in sorted(rows_ok)]
         presplit = split_i is not None
         if presplit and any(item.split is None for item in items):
             missing = next(item.key for item in items if item.split is None)
@@ -225,7 +215,7 @@ class UnlabeledSource:
         if not fileio.isdir(self.root):
             raise SourceError(f"source folder {self.root!r} does not exist or is not a folder")
         files, skipped = fileio.walk_files(self.root)
-        items = [Item(rel, -1, None, stat_size(fileio.join(self.root, rel))) for rel in files]
+        items = [file_item(self.root, rel, -1, None) for rel in files]
         return Discovery(self.kind, self.root, items, self.root, None, skipped)
 
 
