@@ -6,9 +6,10 @@
 A source of `--images` real photo crops (bench/corpus.py) is converted without its last `--new`
 images (hash split rule) once; then, rounds interleaved, each run a fresh `shardfeed convert`
 process: A converts the whole grown source into an empty folder, B appends the new images to a
-fresh copy of the first conversion. Reported: wall seconds and CPU seconds (the child's user +
-system) of each, best and median, and B's share of A. An append still re-hashes every known
-input to find changed files, which is most of its cost with `--format keep`.
+fresh copy of the first conversion (known inputs whose size and modification time are unchanged
+are not read), C does the same with `--checksum` (every known input read and hashed again).
+Reported: wall seconds and CPU seconds (the child's user + system) of each, best and median, and
+B's and C's shares of A.
 """
 
 from __future__ import annotations
@@ -60,14 +61,15 @@ def main() -> None:
                 os.link(path, root / path.parent.name / path.name)
     flags = ["--split-rule", "hash", "--format", args.format, "-q", "--no-report"]
     subprocess.run([sys.executable, "-m", "shardfeed", "convert", str(old), str(work / "base"), *flags], check=True)
-    runs: dict[str, list[dict[str, float]]] = {"whole": [], "append": []}
+    runs: dict[str, list[dict[str, float]]] = {"whole": [], "append": [], "append_checksum": []}
     for r in range(args.rounds):
         print(f"round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
         shutil.rmtree(work / "whole", ignore_errors=True)
         runs["whole"].append(timed("convert", str(source), str(work / "whole"), *flags))
-        shutil.rmtree(work / "grown", ignore_errors=True)
-        shutil.copytree(work / "base", work / "grown")
-        runs["append"].append(timed("convert", str(source), str(work / "grown"), *flags, "--append"))
+        for name, extra in (("append", []), ("append_checksum", ["--checksum"])):
+            shutil.rmtree(work / "grown", ignore_errors=True)
+            shutil.copytree(work / "base", work / "grown")
+            runs[name].append(timed("convert", str(source), str(work / "grown"), *flags, "--append", *extra))
     results: dict[str, Any] = {
         "bench": "append",
         "cores": os.cpu_count(),
@@ -83,8 +85,10 @@ def main() -> None:
             "median_cpu_s": statistics.median(m["cpu_s"] for m in measured),
             "runs": measured,
         }
-    results["append_share_of_whole_wall"] = results["append"]["median_wall_s"] / results["whole"]["median_wall_s"]
-    results["append_share_of_whole_cpu"] = results["append"]["median_cpu_s"] / results["whole"]["median_cpu_s"]
+    for name in ("append", "append_checksum"):
+        for kind in ("wall", "cpu"):
+            share = results[name][f"median_{kind}_s"] / results["whole"][f"median_{kind}_s"]
+            results[f"{name}_share_of_whole_{kind}"] = share
     emit(results, args.json)
 
 
