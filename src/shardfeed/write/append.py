@@ -245,7 +245,9 @@ class Append:
         """Inputs list, report, TFDS metadata, then the manifest (last); the work folder goes."""
         write_inputs(self.out, self.work_dir, results, self.generation)
         new_rows = read_inputs(self.out, self.generation)
-        duplicates = merge.groups_of((k, d, s) for rows in (known, new_rows) for k, (d, s, _) in rows.items())
+        duplicates = merge.duplicate_groups_in(
+            lambda: ((k, d, s) for rows in (known, new_rows) for k, (d, s, _) in rows.items())
+        )
         new_keys = set(new_rows)
         outcome.duplicates_of_existing = sum(
             1 for g in duplicates if set(g["files"]) & new_keys and set(g["files"]) - new_keys

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -71,27 +71,27 @@ def merge_manifest(
 
 
 def duplicate_groups(work_dir: str, results: list[shards.ShardResult]) -> list[dict[str, Any]]:
-    """Groups of records with identical source bytes; `leak` when a group spans splits.
+    """Groups of records with identical source bytes; `leak` when a group spans splits (the
+    partial manifests streamed by `duplicate_groups_in`)."""
 
-    Streams the partial manifests twice: first 8-byte digest prefixes into one compact array to
-    find candidate duplicates, then the keys of just those records.
-    """
-    prefixes = [
-        np.array([int(digest[:16], 16) for _, digest, *_ in read_part(work_dir, r).records], dtype=np.uint64)
-        for r in results
-    ]
-    flat = np.concatenate(prefixes) if prefixes else np.zeros(0, np.uint64)
+    def records() -> Iterator[tuple[str, str, str]]:
+        for result in results:
+            for key, digest, *_ in read_part(work_dir, result).records:
+                yield key, digest, result.split
+
+    return duplicate_groups_in(records)
+
+
+def duplicate_groups_in(records: Callable[[], Iterable[tuple[str, str, str]]]) -> list[dict[str, Any]]:
+    """`groups_of` the (key, source sha256, split) records `records()` yields, in memory bounded
+    by some 16 bytes a record: a first pass puts 8-byte digest prefixes into one compact array to
+    find candidate duplicates, a second keeps just those records."""
+    flat = np.fromiter((int(digest[:16], 16) for _, digest, _ in records()), dtype=np.uint64)
     values, counts = np.unique(flat, return_counts=True)
     repeated = set(values[counts > 1].tolist())
     if not repeated:
         return []
-    candidates = (
-        (key, digest, result.split)
-        for result in results
-        for key, digest, *_ in read_part(work_dir, result).records
-        if int(digest[:16], 16) in repeated
-    )
-    return groups_of(candidates)
+    return groups_of(r for r in records() if int(r[1][:16], 16) in repeated)
 
 
 def groups_of(records: Iterable[tuple[str, str, str]]) -> list[dict[str, Any]]:
