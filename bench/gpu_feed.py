@@ -1,7 +1,8 @@
 """Does the input keep the accelerator busy? Training steps/s of a model fed three ways.
 
     .venv/bin/python bench/gpu_feed.py [--data DIR] [--models resnet50,mobilenet_v2] [--size 224]
-                                       [--batch 64] [--steps 40] [--rounds 3] [--json FILE]
+                                       [--batch 64] [--steps 40] [--rounds 3] [--cores 2,4,8]
+                                       [--json FILE]
 
 Feeds, each run a fresh process, rounds interleaved (A B C, A B C, ...):
 
@@ -14,6 +15,9 @@ Mixed precision on a GPU, float32 without one. Reported per model and feed: imag
 median), CPU seconds per image, and the ratios load/synthetic and dali/synthetic ("the
 accelerator never waits" means >= 0.95), with the CPU cores `load` would need to reach 0.95 of
 the model's limit on this host (its CPU seconds per image x 0.95 x the synthetic images/s).
+`--cores 2,4,8` adds the load feed run on only that many cores (the process pinned with
+sched_setaffinity before TensorFlow starts, so tf.data's autotuning and TF's thread pools see
+that many), to show how the CPU path scales towards the host's count.
 Without --data a corpus of 2,000 real photo crops is built and converted (bench/corpus.py).
 """
 
@@ -34,13 +38,18 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.corpus import build_corpus
 from bench.report import emit
 from shardfeed.read import dali
+from shardfeed.tools.bottleneck import cores_needed
 
 FEEDS = ("synthetic", "load", "dali")
 WARMUP = 5
 
 
 def one_run(feed: str, model: str, data: str, size: int, batch: int, steps: int) -> dict[str, Any]:
-    """One measurement, in this (fresh) process: steps/s of `model` fed by `feed`."""
+    """One measurement, in this (fresh) process: steps/s of `model` fed by `feed` ('load@N': load
+    on N cores)."""
+    if "@" in feed:
+        feed, cores = feed.split("@")
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: int(cores)])
     import keras
     import tensorflow as tf
 
@@ -73,6 +82,7 @@ def one_run(feed: str, model: str, data: str, size: int, batch: int, steps: int)
         "images_per_second": images / seconds,
         "cpu_s_per_image": (usage.ru_utime + usage.ru_stime - cpu0) / images,
         "gpu": gpu,
+        "cores": len(os.sched_getaffinity(0)),
     }
 
 
@@ -94,13 +104,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json")
-    parser.add_argument("--one", choices=FEEDS, help=argparse.SUPPRESS)
+    parser.add_argument("--cores", default="", help="also the load feed on only these many cores, e.g. 2,4,8")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one_run(args.one, args.models, args.data, args.size, args.batch, args.steps)))
         return
     data = args.data or _corpus()
     feeds = [f for f in FEEDS if f != "dali" or dali.installed()]
+    feeds += [f"load@{n}" for n in args.cores.split(",") if n and int(n) < len(os.sched_getaffinity(0))]
     models = args.models.split(",")
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {m: {f: [] for f in feeds} for m in models}
     for r in range(args.rounds):
@@ -122,12 +134,13 @@ def _summary(by_feed: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "best_images_per_second": max(speeds),
             "cpu_s_per_image": statistics.median(m["cpu_s_per_image"] for m in measured),
             "gpu": measured[0]["gpu"],
+            "cores": measured[0]["cores"],
         }
     limit = out["synthetic"]["median_images_per_second"]
-    for feed in ("load", "dali"):
-        if feed in out:
+    for feed in out.copy():
+        if feed != "synthetic":
             out[f"{feed}_over_synthetic"] = out[feed]["median_images_per_second"] / limit
-    out["cores_for_load_at_0.95"] = out["load"]["cpu_s_per_image"] * 0.95 * limit
+    out["cores_for_load_at_0.95"] = cores_needed(limit, out["load"]["cpu_s_per_image"])
     return out
 
 
