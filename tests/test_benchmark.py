@@ -96,6 +96,20 @@ def test_python_bench_returns_the_verdict_too(digit_shards: Path) -> None:
     assert result["verdict"].split(":")[0] in ("input-bound", "model-bound", "balanced")
 
 
+def test_bench_times_a_grayscale_model_on_grayscale_batches(digit_shards: Path) -> None:
+    """The model's batch is decoded with the bench's own DecodeOptions (it was decoded with the
+    defaults, three channels, which a one-channel model refuses)."""
+    import shardfeed
+    from shardfeed.read.options import DecodeOptions
+    from shardfeed.training.models import build_model
+
+    net = build_model("small_cnn", [str(i) for i in range(10)], (16, 16), channels=1)
+    result = shardfeed.tools.bench(
+        str(digit_shards), batch_size=16, image_size=16, model=net, decode=DecodeOptions(channels=1)
+    )
+    assert result["model"]["images_per_second"] > 0 and result["feeds"]["shardfeed"]["of_model"] > 0
+
+
 def test_too_few_batches_to_time_is_a_clear_error() -> None:
     """A dataset smaller than one training batch used to end `bench` in a StopIteration traceback."""
     import tensorflow as tf

@@ -86,7 +86,7 @@ def bench(
         for kind in ("keras_folder", "decode_ceiling"):
             specs[kind] = dataclasses.replace(spec, kind=kind, path=compare_folder, read={}, decode={}, service=None)
     if host is not None and decode.decoder == "tf" and (dali_feed if dali_feed is not None else host.gpu and host.dali):
-        dali_decode = DecodeOptions(decoder="dali", device="gpu" if host.gpu else "cpu", dtype=decode.dtype)
+        dali_decode = dataclasses.replace(decode, decoder="dali", device="gpu" if host.gpu else "cpu")
         specs["dali"] = dataclasses.replace(spec, decode=_fields(dali_decode, "DecodeOptions"))
     if len(specs) == 1:
         result["shardfeed"] = measure(build(spec)).as_dict()
@@ -97,7 +97,8 @@ def bench(
         baselines = ("keras_folder", "decode_ceiling")
         result["ratios"] = {f"vs_{name}": ratio(result["shardfeed"], result[name]) for name in baselines}
     if model is not None and host is not None:
-        batch = next(iter(build(dataclasses.replace(spec, training=True, decode={}, service=None))))
+        on_cpu = _fields(dataclasses.replace(decode, decoder="tf"), "DecodeOptions")  # the same pixels' shape
+        batch = next(iter(build(dataclasses.replace(spec, training=True, decode=on_cpu, service=None))))
         result.update(_against_model(result, bottleneck.model_rate(model, batch), host))
     return result
 
