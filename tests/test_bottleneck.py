@@ -30,7 +30,7 @@ def test_cores_needed_is_the_cpu_time_for_95_percent_of_the_model() -> None:
 def test_an_input_bound_verdict_names_the_ways_out_this_host_has(host: Host | None, advice: str) -> None:
     line = verdict(300.0, 2000.0, host=host, cores=cores_needed(2000.0, 0.01))
     assert line.startswith("input-bound: the pipeline delivers 300 images/s, the model consumes 2,000/s")
-    assert "95% of it needs ~19.0 cores of decoding" in line and advice in line
+    assert "95% of it needs ~19.0 CPU cores of input work" in line and advice in line
     assert ("(this host has" in line) == (host is not None)
     if host is None or not host.gpu:
         assert "GPU" not in line
@@ -39,7 +39,15 @@ def test_an_input_bound_verdict_names_the_ways_out_this_host_has(host: Host | No
 def test_model_bound_and_balanced_verdicts() -> None:
     assert verdict(2000.0, 300.0).endswith("input is not what limits training")
     assert verdict(2000.0, 300.0, host=GPU_DALI).endswith("decoding on the GPU would not help")
+    assert verdict(2000.0, 300.0, host=GPU_DALI, gpu_decode=True).endswith(
+        "CPU decode may free it (bench --model compares)"
+    )
     assert verdict(1000.0, 1050.0, host=GPU_DALI).startswith("balanced:")
+
+
+def test_a_pipeline_that_already_decodes_on_the_gpu_is_not_told_to() -> None:
+    line = verdict(300.0, 2000.0, host=GPU_DALI, gpu_decode=True)
+    assert line.endswith("decoding already runs on the GPU: use convert --resize (smaller images to read and decode)")
 
 
 @pytest.mark.parametrize(

@@ -99,11 +99,12 @@ def bench(
     if model is not None and host is not None:
         on_cpu = _fields(dataclasses.replace(decode, decoder="tf"), "DecodeOptions")  # the same pixels' shape
         batch = next(iter(build(dataclasses.replace(spec, training=True, decode=on_cpu, service=None))))
-        result.update(_against_model(result, bottleneck.model_rate(model, batch), host))
+        rate = bottleneck.model_rate(model, batch)
+        result.update(_against_model(result, rate, host, gpu_decode=decode.decoder == "dali"))
     return result
 
 
-def _against_model(result: dict[str, Any], rate: float, host: bottleneck.Host) -> dict[str, Any]:
+def _against_model(result: dict[str, Any], rate: float, host: bottleneck.Host, gpu_decode: bool) -> dict[str, Any]:
     """The model's rate, each measured feed's share of it, and the verdicts."""
     ours = result["shardfeed"]
     cores = bottleneck.cores_needed(rate, ours["cpu_cores_used"] / ours["images_per_second"])
@@ -111,7 +112,7 @@ def _against_model(result: dict[str, Any], rate: float, host: bottleneck.Host) -
     answer: dict[str, Any] = {
         "model": {"images_per_second": rate, f"cores_for_{bottleneck.NEVER_WAITS}": cores},
         "feeds": {name: {"images_per_second": r, "of_model": r / rate} for name, r in feeds.items()},
-        "verdict": bottleneck.verdict(feeds["shardfeed"], rate, host=host, cores=cores),
+        "verdict": bottleneck.verdict(feeds["shardfeed"], rate, host=host, cores=cores, gpu_decode=gpu_decode),
     }
     if "dali" in feeds:
         answer["gpu_decode"] = bottleneck.gpu_decode_verdict(feeds["shardfeed"], feeds["dali"], rate)

@@ -76,21 +76,31 @@ def cores_needed(model: float, cpu_seconds_per_image: float, share: float = NEVE
     return share * model * cpu_seconds_per_image
 
 
-def verdict(pipeline: float, model: float, *, host: Host | None = None, cores: float | None = None) -> str:
+def verdict(
+    pipeline: float,
+    model: float,
+    *,
+    host: Host | None = None,
+    cores: float | None = None,
+    gpu_decode: bool = False,
+) -> str:
     """One line saying which side limits training, from the two rates in images/s.
 
     With `host`, the ways out named are the ones this host has (the GPU decode path where a GPU
-    is visible); with `cores` (cores_needed), how many cores CPU decoding would need.
+    is visible); with `cores` (cores_needed), how many CPU cores the pipeline's work would need;
+    `gpu_decode`: the pipeline already decodes on the GPU (DALI).
     """
     if pipeline < MARGIN * model:
-        need = f"; {NEVER_WAITS:.0%} of it needs ~{cores:.1f} cores of decoding" if cores is not None else ""
+        need = f"; {NEVER_WAITS:.0%} of it needs ~{cores:.1f} CPU cores of input work" if cores is not None else ""
         have = f" (this host has {host.cores})" if cores is not None and host is not None else ""
         return (
             f"input-bound: the pipeline delivers {pipeline:,.0f} images/s, the model consumes {model:,.0f}/s"
-            f"{need}{have} — {ways_out(host)}"
+            f"{need}{have} — {ways_out(host, gpu_decode)}"
         )
     if model < MARGIN * pipeline:
         gpu = "; decoding on the GPU would not help" if host is not None and host.gpu else ""
+        if gpu_decode:
+            gpu = "; the model shares the GPU with decoding: CPU decode may free it (bench --model compares)"
         return (
             f"model-bound: the model consumes {model:,.0f} images/s, the pipeline delivers {pipeline:,.0f}/s — "
             f"input is not what limits training{gpu}"
@@ -98,9 +108,12 @@ def verdict(pipeline: float, model: float, *, host: Host | None = None, cores: f
     return f"balanced: the pipeline delivers {pipeline:,.0f} images/s and the model consumes {model:,.0f}/s"
 
 
-def ways_out(host: Host | None) -> str:
-    """What to do when input limits training, on `host` (None: not known, the CPU-side answers)."""
+def ways_out(host: Host | None, gpu_decode: bool = False) -> str:
+    """What to do when input limits training, on `host` (None: not known, the CPU-side answers);
+    `gpu_decode`: decoding already runs on the GPU."""
     cpu_side = "convert --resize, more cores, or the tf.data service (shardfeed serve)"
+    if gpu_decode:
+        return "decoding already runs on the GPU: use convert --resize (smaller images to read and decode)"
     if host is None or not host.gpu:
         return f"use {cpu_side}"
     if not host.dali:
@@ -119,7 +132,7 @@ def gpu_decode_verdict(cpu: float, gpu: float, model: float) -> str:
     return f"{shares}: decode on the GPU (train --decode-on gpu)"
 
 
-def input_probe(make_dataset: Callable[[], Any], batches: int) -> Any:
+def input_probe(make_dataset: Callable[[], Any], batches: int, *, gpu_decode: bool = False) -> Any:
     """A Keras callback that, after the first epoch, times the input pipeline alone (`batches`
     batches of a fresh `make_dataset()`) and the model's step on one in-memory batch, and logs
     the verdict. Its `verdict` is kept for the run's metrics; `seconds` is the time it took
@@ -138,7 +151,9 @@ def input_probe(make_dataset: Callable[[], Any], batches: int) -> Any:
             pipeline = measure(ds, max_batches=batches, warmup_batches=1)
             model = model_rate(self.model, next(iter(ds)), steps=batches)
             cores = cores_needed(model, pipeline.cpu_cores_used / pipeline.images_per_second)
-            self.verdict = verdict(pipeline.images_per_second, model, host=this_host(), cores=cores)
+            self.verdict = verdict(
+                pipeline.images_per_second, model, host=this_host(), cores=cores, gpu_decode=gpu_decode
+            )
             self.seconds = time.monotonic() - start
             log.info("after the first epoch: %s", self.verdict)
 

@@ -237,7 +237,7 @@ class _TrainingRun:
         precision = self._precision(keras)
         validation = self.record.validation_split
         val_ds = self.inputs.evaluation(validation) if validation else None
-        probe = input_probe(self.train_stream, min(self.steps, PROBE_BATCHES))
+        probe = input_probe(self.train_stream, min(self.steps, PROBE_BATCHES), gpu_decode=o.decode_on == "gpu")
         callbacks = [*self._callbacks(monitor="val_accuracy" if val_ds is not None else "accuracy"), probe]
         start = time.monotonic()
         fit = {"validation_data": val_ds, "callbacks": callbacks, "verbose": verbose}
