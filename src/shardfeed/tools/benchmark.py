@@ -81,13 +81,7 @@ def bench(
         "shardfeed", path, split, batch_size, size, training, augment, epochs,
         _fields(read, "ReadOptions"), _fields(decode, "DecodeOptions"), service=service,
     )  # fmt: skip
-    specs = {"shardfeed": spec}
-    if compare_folder:
-        for kind in ("keras_folder", "decode_ceiling"):
-            specs[kind] = dataclasses.replace(spec, kind=kind, path=compare_folder, read={}, decode={}, service=None)
-    if host is not None and decode.decoder == "tf" and (dali_feed if dali_feed is not None else host.gpu and host.dali):
-        dali_decode = dataclasses.replace(decode, decoder="dali", device="gpu" if host.gpu else "cpu")
-        specs["dali"] = dataclasses.replace(spec, decode=_fields(dali_decode, "DecodeOptions"))
+    specs = _specs(spec, decode, compare_folder, host, dali_feed)
     if len(specs) == 1:
         result["shardfeed"] = measure(build(spec)).as_dict()
     else:
@@ -97,15 +91,38 @@ def bench(
         baselines = ("keras_folder", "decode_ceiling")
         result["ratios"] = {f"vs_{name}": ratio(result["shardfeed"], result[name]) for name in baselines}
     if model is not None and host is not None:
-        on_cpu = _fields(dataclasses.replace(decode, decoder="tf"), "DecodeOptions")  # the same pixels' shape
-        batch = next(iter(build(dataclasses.replace(spec, training=True, decode=on_cpu, service=None))))
-        rate = bottleneck.model_rate(model, batch)
-        result.update(_against_model(result, rate, host, gpu_decode=decode.decoder == "dali"))
+        result.update(_against_model(result, spec, decode, model, host))
     return result
 
 
-def _against_model(result: dict[str, Any], rate: float, host: bottleneck.Host, gpu_decode: bool) -> dict[str, Any]:
-    """The model's rate, each measured feed's share of it, and the verdicts."""
+def _specs(
+    spec: PipelineSpec,
+    decode: DecodeOptions,
+    compare_folder: str | None,
+    host: bottleneck.Host | None,
+    dali_feed: bool | None,
+) -> dict[str, PipelineSpec]:
+    """What `bench` measures: `spec`, the baselines on `compare_folder`, and the DALI feed (with a
+    model, on a host with a GPU and DALI, or when asked)."""
+    specs = {"shardfeed": spec}
+    if compare_folder:
+        for kind in ("keras_folder", "decode_ceiling"):
+            specs[kind] = dataclasses.replace(spec, kind=kind, path=compare_folder, read={}, decode={}, service=None)
+    if host is not None and decode.decoder == "tf" and (dali_feed if dali_feed is not None else host.gpu and host.dali):
+        dali_decode = dataclasses.replace(decode, decoder="dali", device="gpu" if host.gpu else "cpu")
+        specs["dali"] = dataclasses.replace(spec, decode=_fields(dali_decode, "DecodeOptions"))
+    return specs
+
+
+def _against_model(
+    result: dict[str, Any], spec: PipelineSpec, decode: DecodeOptions, model: Any, host: bottleneck.Host
+) -> dict[str, Any]:
+    """The model's rate on one batch of `spec` (decoded on the CPU, same shape), each measured
+    feed's share of it, and the verdicts."""
+    on_cpu = _fields(dataclasses.replace(decode, decoder="tf"), "DecodeOptions")
+    batch = next(iter(build(dataclasses.replace(spec, training=True, decode=on_cpu, service=None))))
+    rate = bottleneck.model_rate(model, batch)
+    gpu_decode = decode.decoder == "dali"
     ours = result["shardfeed"]
     cores = bottleneck.cores_needed(rate, ours["cpu_cores_used"] / ours["images_per_second"])
     feeds = {name: result[name]["images_per_second"] for name in ("shardfeed", "dali") if name in result}
