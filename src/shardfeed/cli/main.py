@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import logging
 import os
@@ -10,6 +11,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 from shardfeed.cli import (
     adopt_cmd,
@@ -57,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+INTERRUPT_AGAIN_S = 0.05  # after a swallowed Ctrl-C: long enough for the callback to have returned
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the CLI; exit code 0 ok, 1 failure, 2 usage error."""
     parser = build_parser()
@@ -71,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.showwarning = _show_warning
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminated)  # `kill`: the same clean stop as Ctrl-C
+        sys.unraisablehook = _unraisable
     try:
         code = int(args.run(args) or 0)
         sys.stdout.flush()  # inside the try: a closed pipe fails here, not at interpreter exit
@@ -96,6 +102,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _show_warning(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
     """A warning as one line, as errors are ('warning: ...'), without the file and source line."""
     log.warning("warning: %s", message)
+
+
+def _unraisable(unraisable: Any) -> None:
+    """A Ctrl-C (or SIGTERM) that landed in a garbage-collection callback is not lost: Python
+    can only print it there ("Exception ignored in ...") and carry on (a verify ran on to exit 0
+    after Ctrl-C), so it is raised again in the main thread a moment later, from another thread:
+    raised here, it would land in this hook and be lost the same way. If that one is swallowed
+    too, this runs again."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        again = threading.Timer(INTERRUPT_AGAIN_S, _thread.interrupt_main)
+        again.daemon = True  # a command that has finished by then just ends
+        again.start()
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def _terminated(*_: object) -> None:
