@@ -340,6 +340,13 @@ def test_a_killed_conversion_leaves_no_worker_and_resumes_to_the_same_bytes(
     assert shard_bytes(out) == shard_bytes(reference)
 
 
+def _default_sigint() -> None:
+    """Ctrl-C as in a terminal: a test run started in the background of a shell without job
+    control ignores SIGINT, and its children would inherit that (Python then never raises
+    KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_verify_prints_no_worker_tracebacks(slow_source: tuple[Path, Path]) -> None:
     _, out = slow_source
     proc = subprocess.Popen(
@@ -348,6 +355,7 @@ def test_ctrl_c_during_verify_prints_no_worker_tracebacks(slow_source: tuple[Pat
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=_default_sigint,
     )
     assert proc.stderr is not None
     proc.stderr.read(1)  # the progress bar has started: the workers are checking shards
@@ -400,7 +408,7 @@ SWALLOWED = """
 import sys, time, weakref
 from shardfeed.cli import main
 if sys.argv[1] == "hook":
-    sys.unraisablehook = main._unraisable
+    main.stop_cleanly()
 class Thing:
     pass
 def interrupted(_):

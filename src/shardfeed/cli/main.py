@@ -75,8 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         quiet_tensorflow()
     warnings.showwarning = _show_warning
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminated)  # `kill`: the same clean stop as Ctrl-C
-        sys.unraisablehook = _unraisable
+        stop_cleanly()
     try:
         code = int(args.run(args) or 0)
         sys.stdout.flush()  # inside the try: a closed pipe fails here, not at interpreter exit
@@ -104,14 +103,21 @@ def _show_warning(message: Warning | str, category: type[Warning], *_: object, *
     log.warning("warning: %s", message)
 
 
+def stop_cleanly() -> None:
+    """Ctrl-C and `kill` stop a command the same clean way, and neither is lost (main thread only)."""
+    signal.signal(signal.SIGTERM, _terminated)  # `kill`: the same clean stop as Ctrl-C
+    sys.unraisablehook = _unraisable
+
+
 def _unraisable(unraisable: Any) -> None:
     """A Ctrl-C (or SIGTERM) that landed in a garbage-collection callback is not lost: Python
     can only print it there ("Exception ignored in ...") and carry on (a verify ran on to exit 0
     after Ctrl-C), so it is raised again in the main thread a moment later, from another thread:
     raised here, it would land in this hook and be lost the same way. If that one is swallowed
-    too, this runs again."""
+    too, this runs again. SIGTERM's handler raises it: SIGINT's may be ignored (a process started
+    in the background of a shell without job control), and then interrupt_main does nothing."""
     if isinstance(unraisable.exc_value, KeyboardInterrupt):
-        again = threading.Timer(INTERRUPT_AGAIN_S, _thread.interrupt_main)
+        again = threading.Timer(INTERRUPT_AGAIN_S, _thread.interrupt_main, args=(signal.SIGTERM,))
         again.daemon = True  # a command that has finished by then just ends
         again.start()
         return
