@@ -61,9 +61,10 @@ def appendable(discovery: Discovery, options: ConvertOptions) -> bool:
     return discovery.presplit or options.split_rule == "hash"
 
 
-def write_inputs(output_dir: str, work_dir: str, results: list[shards.ShardResult], generation: int) -> None:
+def write_inputs(output_dir: str, work_dir: str, results: list[shards.ShardResult], generation: int) -> Known:
     """index/inputs-gNNNN.json.gz: [key, source SHA-256, split, size, mtime_ns] of every record
-    written (size and mtime as listed; 0 where unknown, as for array items)."""
+    written (size and mtime as listed; 0 where unknown, as for array items). Returns them as
+    `read_inputs` reads them back."""
     rows = [
         [key, digest, r.split, *listed]
         for r in results
@@ -71,13 +72,18 @@ def write_inputs(output_dir: str, work_dir: str, results: list[shards.ShardResul
     ]
     data = gzip.compress(json.dumps(sorted(rows)).encode(), mtime=0)
     fileio.write_bytes_atomic(fileio.join(output_dir, inputs_file(generation)), data)
+    return _known(rows)
 
 
 def read_inputs(output_dir: str, generation: int) -> Known:
     """A generation's inputs, as written by `write_inputs` (rows of 3 before sizes and times were
     recorded)."""
     path = fileio.join(output_dir, inputs_file(generation))
-    rows = json.loads(gzip.decompress(fileio.read_bytes(path)))
+    return _known(json.loads(gzip.decompress(fileio.read_bytes(path))))
+
+
+def _known(rows: list[list[Any]]) -> Known:
+    """Inputs-list rows as key -> (sha256, split, listed)."""
     return {row[0]: (row[1], row[2], (row[3], row[4]) if len(row) == 5 else None) for row in rows}
 
 
@@ -243,8 +249,7 @@ class Append:
 
     def _finish(self, results: list[shards.ShardResult], known: Known, outcome: AppendOutcome) -> None:
         """Inputs list, report, TFDS metadata, then the manifest (last); the work folder goes."""
-        write_inputs(self.out, self.work_dir, results, self.generation)
-        new_rows = read_inputs(self.out, self.generation)
+        new_rows = write_inputs(self.out, self.work_dir, results, self.generation)
         duplicates = merge.duplicate_groups_in(
             lambda: ((k, d, s) for rows in (known, new_rows) for k, (d, s, _) in rows.items())
         )
