@@ -37,45 +37,133 @@ def build():
     model.compile("adam", "sparse_categorical_crossentropy", run_eagerly=True)
     return model
 """
-TRAIN = (
-    LOGGED_MODEL
-    + """
-shardfeed.training.fit_resumable(build, data, run_dir, epochs=2, batch_size=4, seed=7, save_every=2,
-                                 image_size=16, read=shardfeed.ReadOptions(with_filenames=True), verbose=0)
+
+
+FINGERPRINTED = """
+import os, signal, sys
+import keras, numpy as np, shardfeed, shardfeed.training
+data, run_dir, log, workers, index, kind, batch = sys.argv[1:8]
+kill_at = int(os.environ.get("KILL_AT", "-1"))
+
+class Fingerprinted(keras.Model):  # deliberately not registered with Keras: resume must not need it
+    # logs each batch it trains on (file names, pixel sum); SIGKILLs its own process at step KILL_AT
+    steps = 0
+    def train_step(self, data):
+        x, y, files = data
+        if Fingerprinted.steps == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        Fingerprinted.steps += 1
+        pixels = int(np.sum(x.numpy(), dtype=np.int64))
+        with open(log, "a") as f:
+            f.write(",".join(v.decode() for v in files.numpy()) + " " + str(pixels) + "\\n")
+        return super().train_step((x, y))
+
+def build():
+    inputs = keras.Input((16, 16, 3), dtype="uint8")
+    x = keras.layers.GlobalAveragePooling2D()(keras.layers.Rescaling(1 / 255.0)(inputs))
+    model = Fingerprinted(inputs, keras.layers.Dense(16, activation="softmax")(x))
+    model.compile("adam", "sparse_categorical_crossentropy", run_eagerly=True)
+    return model
+
+read = shardfeed.ReadOptions(with_filenames=True, num_workers=int(workers), worker_index=int(index),
+                             balance="class" if kind == "balance" else None)
+source = shardfeed.Mixture(data.split("+"), weights=(0.75, 0.25), union_labels=True) if "+" in data else data
+shardfeed.training.fit_resumable(build, source, run_dir, epochs=3, batch_size=int(batch), seed=7, save_every=3,
+                                 image_size=16, read=read, verbose=0)
 """
-)
+
+
+@pytest.fixture(scope="module")
+def all_train(photo_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The 44 photos, all in 'train' (a split of 44: a multiple of 4, not of 5)."""
+    data = tmp_path_factory.mktemp("resume") / "data"
+    convert(str(photo_tree), str(data), ConvertOptions(split="train=1", shards=3), workers=1, progress=False)
+    return str(data)
+
+
+def _fingerprints(
+    data: str, run_dir: Path, log: Path, workers: int, index: int, kind: str, batch: int, kill_at: int | None
+) -> list[str]:
+    """Runs the fingerprinting trainer to its end, or until it kills itself at step `kill_at`;
+    returns the batches it trained on."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    if kill_at is not None:
+        env["KILL_AT"] = str(kill_at)
+    argv = [data, str(run_dir), str(log), str(workers), str(index), kind, str(batch)]
+    done = subprocess.run(
+        [sys.executable, "-c", FINGERPRINTED, *argv], env=env, capture_output=True, text=True, timeout=300
+    )
+    expected = -signal.SIGKILL if kill_at is not None else 0
+    assert done.returncode == expected, done.stderr[-3000:]
+    lines = log.read_text().splitlines()
+    log.unlink()
+    return lines
 
 
 @pytest.mark.slow
-def test_sigkill_mid_epoch_then_resume_sees_each_record_once(photo_tree: Path, tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    convert(str(photo_tree), str(data), ConvertOptions(split="train=1", shards=3), workers=1, progress=False)
-    run_dir, log = tmp_path / "run", tmp_path / "steps.log"
-    cmd = [sys.executable, "-c", TRAIN, str(data), str(run_dir), str(log)]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 16):
-        if proc.poll() is not None:
-            pytest.fail(f"training ended before it could be killed: {proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
-        time.sleep(0.02)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    first_run = log.read_text().splitlines()
-    point = read_resume_point(str(run_dir))
-    assert point is not None and (point.epoch, point.step) != (2, 0), "killed too late"
-    assert point.epoch == 1 and 0 < point.step < 11, point  # mid-way through the second epoch
-    log.unlink()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    consumed = first_run[: point.epoch * 11 + point.step] + log.read_text().splitlines()
-    records = IndexedRecords(str(data), "train")
+@pytest.mark.parametrize(
+    ("kind", "batch", "workers", "kill_points"),
+    [
+        ("global", 4, 1, (10,)),  # 44 records, 11 steps an epoch: the split is a multiple of the batch
+        ("global", 5, 1, (6, 10, 15)),  # 8 steps (4 records dropped): after a snapshot, mid-epoch, last batch
+        ("global", 5, 2, (5,)),  # 22 records a worker, 4 steps (2 dropped), each worker killed mid-epoch
+        ("balance", 5, 1, (11,)),  # class-balanced epochs
+        ("mixture", 5, 1, (13,)),  # 44 + 15 mixed records: 11 steps (4 dropped)
+    ],
+)
+def test_killed_and_resumed_runs_train_on_the_uninterrupted_runs_batches(
+    all_train: str, digit_shards: Path, tmp_path: Path, kind: str, batch: int, workers: int, kill_points: tuple[int]
+) -> None:
+    """A run SIGKILLed at step k and restarted trains on exactly the batches (records and
+    augmented pixels) of an uninterrupted run, whatever the split size modulo the batch: the
+    batches up to its last snapshot, then the resumed run's."""
+    data = f"{all_train}+{digit_shards}" if kind == "mixture" else all_train
+    for index in range(workers):
+        ref = _fingerprints(data, tmp_path / f"ref-{index}", tmp_path / "log", workers, index, kind, batch, None)
+        steps = len(ref) // 3
+        assert len(ref) == 3 * steps and steps == {"global": 44 // workers, "balance": 44, "mixture": 59}[kind] // batch
+        for epoch in range(3):  # no record twice within an epoch, unless balance repeats a class
+            names = [n for line in ref[epoch * steps : (epoch + 1) * steps] for n in line.split()[0].split(",")]
+            assert kind == "balance" or len(set(names)) == len(names)
+        for kill_at in kill_points:
+            run_dir = tmp_path / f"run-{index}-{kill_at}"
+            first = _fingerprints(data, run_dir, tmp_path / "log", workers, index, kind, batch, kill_at)
+            assert len(first) == kill_at
+            point = read_resume_point(str(run_dir))
+            assert point is not None
+            resumed_from = point.epoch * steps + point.step
+            assert kill_at - 3 <= resumed_from <= kill_at, (point, kill_at)
+            second = _fingerprints(data, run_dir, tmp_path / "log", workers, index, kind, batch, None)
+            assert first[:resumed_from] + second == ref, (kind, batch, workers, index, kill_at)
+
+
+def test_global_stream_is_each_epochs_order_in_whole_batches(all_train: str) -> None:
+    """load(repeat=True) in global order: epoch e's batches are the first steps_per_epoch x batch
+    records of epoch e's order, whatever the remainder (none completed from the next epoch)."""
+    from shardfeed import ReadOptions, load, steps_per_epoch
+
+    steps = steps_per_epoch(all_train, batch_size=5)
+    assert steps == 8
+    read = ReadOptions(shuffle="global", with_filenames=True)
+    ds = load(all_train, batch_size=5, image_size=8, seed=3, repeat=True, read=read)
+    got = [[f.decode() for f in files.numpy()] for _, _, files in ds.take(3 * steps)]
+    records = IndexedRecords(all_train, "train")
     names = [records.example(i)["image/filename"].decode() for i in range(len(records))]
-    expected = []
-    for epoch in range(2):
-        order = [names[i] for i in records.order(seed=7, epoch=epoch)]
-        expected += [",".join(order[s : s + 4]) for s in range(0, 44, 4)]
-    assert consumed == expected  # every batch of both epochs exactly once, in order
+    for epoch in range(3):
+        order = [names[i] for i in records.order(seed=3, epoch=epoch)]
+        assert got[epoch * steps : (epoch + 1) * steps] == [order[s : s + 5] for s in range(0, 40, 5)]
+
+
+def test_buffer_stream_reads_every_record_once_per_epoch(all_train: str) -> None:
+    """load(repeat=True) with the default buffer shuffle: each epoch's steps_per_epoch batches hold
+    distinct records, and the next epoch starts on a fresh pass."""
+    from shardfeed import ReadOptions, load
+
+    ds = load(all_train, batch_size=5, image_size=8, seed=3, repeat=True, read=ReadOptions(with_filenames=True))
+    got = [[f.decode() for f in files.numpy()] for _, _, files in ds.take(3 * 8)]
+    for epoch in range(3):
+        names = [n for batch in got[epoch * 8 : (epoch + 1) * 8] for n in batch]
+        assert len(set(names)) == 40
 
 
 @pytest.mark.parametrize(

@@ -2,17 +2,19 @@
 
 `load` resolves a `ReadPlan` (plan.py: the split opened once, the worker's share, every
 option rule), hands it to one of two record pipelines, which take the same plan and yield the
-same (serialized record, seed pair) elements:
+same (serialized record, seed pair) elements for one epoch:
 
     shard_pipeline.py  whole shards per worker, interleaved, through a shuffle buffer (default)
     index_pipeline.py  records read by index: the global order, or even splits across workers
 
-then adds the shared tail (what flows through each stage):
+then adds the shared tail to each epoch on its own (what flows through each stage), so a batch never
+mixes two epochs: with `repeat`, epoch after epoch of exactly `steps_per_epoch` batches each:
 
     (record, seed)     -> optional filter on parsed features
     decoded images     -> parse_single_example + decode/crop/augment per record (decode.py),
-                          with the record's own seed pair, fused with the batching by tf.data
-                       -> optional map hook; known cardinality; prefetch(AUTOTUNE)
+                          with the record's own seed pair, fused with the batching by tf.data;
+                          the last partial batch of the epoch dropped when training
+                       -> optional map hook; epochs repeated; known cardinality; prefetch(AUTOTUNE)
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ def load(
         training: shuffle, augment and drop the last partial batch; default: split == 'train'.
         augment: True/None for the default `Augment()` when training, an `Augment`, or False.
         seed: makes shard order, shuffling and augmentation reproducible.
-        repeat: repeat forever (then pass steps_per_epoch to fit); default one pass per iteration.
+        repeat: repeat forever, epoch after epoch, each batched on its own (exactly
+            `steps_per_epoch` batches; pass that to fit); default one pass per iteration.
             Without it, each pass over a global-order dataset reads the next epoch.
         read: which records, in what order (`ReadOptions`: shuffle, workers, resume point, ...).
         decode: how records become pixels (`DecodeOptions`: channels, dtype, crop, ...).
@@ -91,32 +94,49 @@ def load(
 
         ds = dali_dataset(plan, size, resolve_augment(augment, plan.training), decode)
         return ds.map(decode.map_fn) if decode.map_fn is not None else ds
-    records = index_pipeline.indexed_records(plan) if plan.by_index else shard_pipeline.shard_records(plan)
     preprocess = Preprocess(size, resolve_augment(augment, plan.training), decode)
-    ds = _batched(records, plan, preprocess)
+    ds = _finished(_stream(plan, preprocess), plan)
     if plan.service is not None:
         ds = service_lib.distribute(ds, plan.service)
     return ds.prefetch(tensorflow().data.AUTOTUNE)
 
 
-def _batched(ds: Any, plan: ReadPlan, preprocess: Preprocess) -> Any:
-    """The shared tail: (record, seed pair) elements -> decoded batches (of the plan's count when
-    its length is known)."""
+def _stream(plan: ReadPlan, preprocess: Preprocess) -> Any:
+    """The batches of one iteration: one epoch, or with `repeat` one epoch after another. Each
+    epoch is batched on its own, so a batch never mixes two epochs and every epoch yields exactly
+    `batches_per_pass()` batches (`repeat` or not): what `steps_per_epoch` counts, what Keras
+    trains on in each of its epochs, and what an exact resume restarts from."""
     tf = tensorflow()
-    filter_fn, map_fn = plan.read.filter_fn, preprocess.config.map_fn
-    if filter_fn is not None:
-        spec = feature_spec(plan.schema)
-        ds = ds.filter(lambda record, _: filter_fn(tf.io.parse_single_example(record, spec)))
-    deterministic = plan.deterministic
-    decoder = record_decoder(plan.schema, preprocess)
-    ds = ds.map(decoder, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
-    ds = ds.batch(plan.batch_size, drop_remainder=plan.drop_remainder)
-    if map_fn is not None:
-        ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    decoder = record_decoder(plan.schema, preprocess)  # built once, out here: it may hold a lookup table
+    map_fn = preprocess.config.map_fn
+
+    def batches(ds: Any) -> Any:
+        """One epoch's (record, seed pair) elements -> decoded batches."""
+        filter_fn, deterministic = plan.read.filter_fn, plan.deterministic
+        if filter_fn is not None:
+            spec = feature_spec(plan.schema)
+            ds = ds.filter(lambda record, _: filter_fn(tf.io.parse_single_example(record, spec)))
+        ds = ds.map(decoder, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+        ds = ds.batch(plan.batch_size, drop_remainder=plan.drop_remainder)
+        if map_fn is not None:
+            ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+        return ds
+
+    if plan.by_index:
+        epoch = index_pipeline.IndexedEpochs(plan)
+        batched = tf.autograph.experimental.do_not_convert(lambda e: batches(epoch(e)))
+        return index_pipeline.epoch_numbers(plan).flat_map(batched)
+    ds = batches(shard_pipeline.shard_records(plan))
+    return ds.repeat() if plan.repeat else ds
+
+
+def _finished(ds: Any, plan: ReadPlan) -> Any:
+    """The batches with their count stated when known, and the plan's determinism."""
+    tf = tensorflow()
     if plan.known_length:
         ds = ds.apply(tf.data.experimental.assert_cardinality(plan.batches_per_pass()))
     opts = tf.data.Options()
-    opts.deterministic = deterministic
+    opts.deterministic = plan.deterministic
     opts.experimental_optimization.map_parallelization = True
     return ds.with_options(opts)
 

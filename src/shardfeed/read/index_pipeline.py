@@ -1,10 +1,12 @@
 """The by-index pipeline: records read through the index files in a pure (seed, epoch) order.
 
 Used for the global shuffle (a seeded permutation of the whole split each epoch) and for even
-splits (the same record count on every worker). Each element is read by a `tf.numpy_function`
-call that fetches INDEXED_CHUNK records at once through `IndexedRecords`:
+splits (the same record count on every worker). `load` maps each epoch number to its own dataset
+(`IndexedEpochs`) and batches it alone; each element is read by a `tf.numpy_function` call that
+fetches INDEXED_CHUNK records at once through `IndexedRecords`:
 
-    (epoch, chunk start) -> INDEXED_CHUNK serialized records in this epoch's order, this worker's share
+    epoch number         -> chunk starts of this worker's share of the epoch
+    chunk start          -> INDEXED_CHUNK serialized records in this epoch's order
     (record, seed)       -> seed pair (seed, epoch * N + position), made in the same Python call:
                             a pure function, so a resumed run augments identically
 """
@@ -27,63 +29,74 @@ from shardfeed.read.record_labels import record_labels
 INDEXED_CHUNK = 64  # records per Python call when reading by index
 
 
-def indexed_records(plan: ReadPlan) -> Any:
-    """(serialized record, seed pair) elements read by index, from (read.epoch, start_step) on.
+def epoch_numbers(plan: ReadPlan) -> Any:
+    """The epochs one iteration of the dataset reads (`_epoch_numbers`), from `read.epoch` on."""
+    return _epoch_numbers(plan.read.epoch, plan.repeat)
+
+
+class IndexedEpochs:
+    """One epoch's (serialized record, seed pair) elements read by index, for any epoch number:
+    `load` batches each epoch on its own, so no batch ever holds records of two epochs.
 
     Training reads the global order of each epoch (or, with shuffle='buffer' and even splits,
     this worker's records in file order through a shuffle buffer); evaluation reads file order.
-    The seed pair of each record is (seed, epoch * N + position): also a pure function of (seed, epoch), so a
-    resumed run augments exactly as the interrupted one would have.
+    The first epoch (`read.epoch`) starts after `start_step` batches or `start_record` records.
+    The seed pair of each record is (seed, epoch * N + position): also a pure function of (seed,
+    epoch), so a resumed run augments exactly as the interrupted one would have.
     """
-    tf = tensorflow()
-    read = plan.read
-    if plan.shards.manifest is None:  # the plan only reads by index for converted folders
-        raise TypeError("indexed_records needs a plan over a converted folder")
-    records: IndexedRecords | MixedRecords
-    if plan.mixture is not None:
-        records = MixedRecords(plan.mixture, plan.split)
-    else:
-        records = IndexedRecords(plan.shards.manifest, plan.split)
-    n, epoch, skip = plan.epoch_records, read.epoch, read.start_step * plan.batch_size
-    positions = plan.share.positions(n)
-    resumed = plan.share.positions(n, read.start_record)  # the first epoch's: after what all workers read
-    labels = record_labels(plan.shards.manifest, plan.split) if read.balance and plan.training else None
-    orders = _EpochOrders(
-        n, plan.base_seed, shuffled=read.order == "global" and plan.training, labels=labels, mixture=plan.mixture
-    )
 
-    def read_chunk(epoch_number: np.ndarray, begin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        mine = resumed if int(epoch_number) == epoch else positions
-        chosen = mine[int(begin) : int(begin) + INDEXED_CHUNK]
-        order = orders.get(int(epoch_number))
-        blobs = np.array([records.record(int(order[p])) for p in chosen], dtype=object)
-        keys = int(epoch_number) * n + chosen
-        return blobs, np.stack([np.full_like(keys, plan.base_seed), keys], axis=1)
-
-    def chunks(epoch_number: Any) -> Any:
-        first = tf.where(epoch_number == epoch, tf.constant(skip, tf.int64), tf.constant(0, tf.int64))
-        last = tf.where(
-            epoch_number == epoch, tf.constant(len(resumed), tf.int64), tf.constant(len(positions), tf.int64)
+    def __init__(self, plan: ReadPlan) -> None:
+        if plan.shards.manifest is None:  # the plan only reads by index for converted folders
+            raise TypeError("IndexedEpochs needs a plan over a converted folder")
+        read = plan.read
+        self.plan = plan
+        self.records: IndexedRecords | MixedRecords = (
+            MixedRecords(plan.mixture, plan.split)
+            if plan.mixture is not None
+            else IndexedRecords(plan.shards.manifest, plan.split)
         )
-        begins = tf.data.Dataset.range(first, last, INDEXED_CHUNK)
-        return begins.map(lambda begin: (epoch_number, begin))
+        self.n, self.first, self.skip = plan.epoch_records, read.epoch, read.start_step * plan.batch_size
+        self.positions = plan.share.positions(self.n)
+        self.resumed = plan.share.positions(self.n, read.start_record)  # the first epoch's: after what all read
+        labels = record_labels(plan.shards.manifest, plan.split) if read.balance and plan.training else None
+        shuffled = read.order == "global" and plan.training
+        self.orders = _EpochOrders(self.n, plan.base_seed, shuffled=shuffled, labels=labels, mixture=plan.mixture)
 
-    def read_chunks(epoch_number: Any, begin: Any) -> tuple[Any, Any]:
-        blobs, seeds = tf.numpy_function(read_chunk, [epoch_number, begin], (tf.string, tf.int64), stateful=False)
-        return tf.ensure_shape(blobs, [None]), tf.ensure_shape(seeds, [None, 2])
+    def _read_chunk(self, epoch_number: np.ndarray, begin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """INDEXED_CHUNK records of an epoch from position `begin` of this worker's share, with
+        their seed pairs (one Python call)."""
+        epoch = int(epoch_number)
+        mine = self.resumed if epoch == self.first else self.positions
+        chosen = mine[int(begin) : int(begin) + INDEXED_CHUNK]
+        order = self.orders.get(epoch)
+        blobs = np.array([self.records.record(int(order[p])) for p in chosen], dtype=object)
+        keys = epoch * self.n + chosen
+        return blobs, np.stack([np.full_like(keys, self.plan.base_seed), keys], axis=1)
 
-    # (epoch, chunk start) pairs, each read by one Python call of INDEXED_CHUNK records. A
-    # numpy_function map, not from_generator: the generator source cost ~75% more CPU per image
-    # here, even with the records already in memory (see docs/benchmarks.md).
-    ds = (
-        _epoch_numbers(epoch, plan.repeat)
-        .flat_map(chunks)
-        .map(read_chunks, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        .unbatch()
-    )
-    if plan.training and read.order == "buffer" and plan.mixture is None:  # even splits, asked for a buffer
-        ds = buffer_shuffle(ds, read.buffer_size(len(positions)), plan.seed)
-    return ds
+    def __call__(self, epoch_number: Any) -> Any:
+        """The dataset of epoch `epoch_number` (a scalar int64 tensor)."""
+        tf = tensorflow()
+        plan, is_first = self.plan, tf.equal(epoch_number, self.first)
+        begin = tf.where(is_first, tf.constant(self.skip, tf.int64), tf.constant(0, tf.int64))
+        end = tf.where(is_first, tf.constant(len(self.resumed), tf.int64), tf.constant(len(self.positions), tf.int64))
+
+        def read_chunks(begin: Any) -> tuple[Any, Any]:
+            out = tf.numpy_function(self._read_chunk, [epoch_number, begin], (tf.string, tf.int64), stateful=False)
+            return tf.ensure_shape(out[0], [None]), tf.ensure_shape(out[1], [None, 2])
+
+        # chunk starts, each read by one Python call of INDEXED_CHUNK records. A numpy_function
+        # map, not from_generator: the generator source cost ~75% more CPU per image here, even
+        # with the records already in memory (see docs/benchmarks.md).
+        ds = (
+            tf.data.Dataset.range(begin, end, INDEXED_CHUNK)
+            .map(read_chunks, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            .unbatch()
+        )
+        if plan.training and plan.read.order == "buffer" and plan.mixture is None:  # even splits, asked for a buffer
+            # seeded per epoch: a shuffle made anew for each epoch would otherwise repeat one order
+            seed = tf.constant(plan.base_seed % (1 << 40), tf.int64) * 1_000_003 + epoch_number
+            ds = buffer_shuffle(ds, plan.read.buffer_size(len(self.positions)), seed)
+        return ds
 
 
 def _epoch_numbers(epoch: int, repeat: bool) -> Any:

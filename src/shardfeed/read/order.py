@@ -210,7 +210,8 @@ class GlobalOrderSampler:
         return iter(self.order().tolist())
 
 
-def buffer_shuffle(ds: Any, buffer: int, seed: int | None) -> Any:
+def buffer_shuffle(ds: Any, buffer: int, seed: Any) -> Any:
     """`ds` (a tf.data.Dataset) through a shuffle buffer of `buffer` records, reshuffled each
-    iteration; 0 leaves it in order (see `ReadOptions.buffer_size`)."""
+    iteration; 0 leaves it in order (see `ReadOptions.buffer_size`). `seed`: an int, an int64
+    tensor or None."""
     return ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True) if buffer else ds

@@ -2,12 +2,18 @@
 
 With `load(seed=S, read=ReadOptions(shuffle="global"))` the order of an epoch is a pure function of (S, epoch), so
 a checkpoint only needs (epoch, records read) beside the model. `fit_resumable` saves them every
-`save_every` steps (model file first, then an atomically replaced `resume.json` naming it), and on
-restart continues at exactly the next batch: no record twice, none skipped. resume.json is small
-and readable:
+`save_every` steps and at each epoch's end (weights and optimizer state first, then an atomically
+replaced `resume.json` naming them), and on restart continues from the last snapshot at exactly the
+next batch: no record twice, none skipped, the same augmentation. Every epoch is batched on its
+own (`load`), so this holds for any split size, the last partial batch of an epoch being dropped
+in both runs alike. resume.json is small and readable:
 
-    {"model": ".../resume-0001-0000040.keras", "seed": 0, "epoch": 1, "step": 40,
-     "records_consumed": 5120, "global_batch": 128, "num_workers": 2}
+    {"model": ".../resume-0001-0000040.weights.h5", "seed": 0, "epoch": 1, "step": 40,
+     "records_consumed": 5120, "global_batch": 128, "num_workers": 2, "optimizer_variables": 9}
+
+A snapshot is restored into the model `model()` builds (weights, then the optimizer's variables:
+its step count, moments and place in a learning-rate schedule), never deserialized from its
+config, so models with custom layers or classes need no Keras registration to resume.
 
 `records_consumed` counts what all workers read together (N workers read a prefix of the epoch's
 order: `WorkerShare.positions`), so a run saved with N workers resumes with M: each of the M
@@ -27,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from shardfeed.errors import OptionError
+from shardfeed.errors import OptionError, RunFolderError
 from shardfeed.format import fileio
 from shardfeed.lazy import tensorflow
 from shardfeed.read.augment import Augment
@@ -35,7 +41,6 @@ from shardfeed.read.options import DecodeOptions, ReadOptions
 from shardfeed.read.plan import resolve
 from shardfeed.read.shardset import DataPath
 from shardfeed.training.inputs import RunInputs
-from shardfeed.training.models import load_model
 
 STATE_NAME = "resume.json"
 
@@ -53,6 +58,7 @@ class ResumePoint:
     records_consumed: int = 0
     global_batch: int = 0
     num_workers: int = 1
+    optimizer_variables: int = -1  # -1: not recorded (older files)
 
     @property
     def records(self) -> int:
@@ -96,7 +102,9 @@ def fit_resumable(
     """`model.fit` on `load(data, seed=seed)` in global order that resumes exactly after a crash.
 
     Args:
-        model: a compiled model, or a function building one (called only on a fresh start).
+        model: a compiled model, or a function building one; a resumed run restores its last
+            snapshot into this model (weights and optimizer state), so it must be the same
+            architecture, and custom classes need no registration.
         data: a converted folder (or its `Manifest`).
         run_dir: where the resume point and model snapshots live.
         save_every: steps between snapshots (and at each epoch end).
@@ -116,11 +124,14 @@ def fit_resumable(
     os.makedirs(run_dir, exist_ok=True)
     read = read or ReadOptions()
     workers = read.num_workers
-    net, epoch, consumed = _starting_model(keras, model, run_dir, seed)
+    net, point = _starting_model(keras, model, run_dir, seed)
+    epoch, consumed = (point.epoch, point.records) if point is not None else (0, 0)
     if start is not None and epoch < epochs:
         net = start(net)
+    if point is not None:
+        restore(net, point)
     inputs = RunInputs(data, batch_size, image_size, seed=seed, augment=augment, decode=decode)
-    steps = inputs.steps_per_epoch(split)
+    steps = inputs.steps_per_epoch(split, read=dataclasses.replace(read, shuffle="global", drop_remainder=True))
 
     def stream(epoch: int, start_record: int, repeat: bool) -> Any:
         at = dataclasses.replace(read, shuffle="global", drop_remainder=True, epoch=epoch, start_record=start_record)
@@ -153,25 +164,47 @@ def fit_resumable(
     return net
 
 
-def _starting_model(keras: Any, model: Any, run_dir: str, seed: int) -> tuple[Any, int, int]:
-    """(model, epoch, records of it consumed) to continue from: the last snapshot, or `model`
-    (built if a function)."""
+def _starting_model(keras: Any, model: Any, run_dir: str, seed: int) -> tuple[Any, ResumePoint | None]:
+    """The model to train (built if a function) and the resume point to restore into it, if any."""
     point = read_resume_point(run_dir)
-    if point is None:
-        return (model() if callable(model) and not isinstance(model, keras.Model) else model), 0, 0
-    if point.seed != seed:
+    if point is not None and point.seed != seed:
         raise OptionError(
             f"{run_dir} was trained with seed {point.seed}; resuming with seed {seed} would change the "
             "order of the epoch it stopped in"
         )
-    return load_model(point.model), point.epoch, point.records
+    return (model() if callable(model) and not isinstance(model, keras.Model) else model), point
+
+
+def restore(net: Any, point: ResumePoint) -> None:
+    """Loads a snapshot into `net`: its weights, and its optimizer's state when `net` is compiled
+    with an optimizer of the same variables (another fine-tuning phase starts a fresh one).
+
+    Raises:
+        RunFolderError: the snapshot does not fit the model (another architecture or class count).
+    """
+    optimizer, skip = getattr(net, "optimizer", None), []
+    if optimizer is not None:
+        if not optimizer.built:
+            optimizer.build(net.trainable_variables)
+        if point.optimizer_variables >= 0 and len(optimizer.variables) != point.optimizer_variables:
+            skip = [optimizer]
+    try:
+        if skip and point.model.endswith(".weights.h5"):
+            net.load_weights(point.model, objects_to_skip=skip)
+        else:
+            net.load_weights(point.model)
+    except (ValueError, OSError, KeyError) as e:
+        raise RunFolderError(
+            f"snapshot {point.model} does not fit the model being resumed ({str(e).splitlines()[0][:200]}); "
+            "resume with the same model-building code, or start a new run folder"
+        ) from e
 
 
 def _snapshot_callback(
     keras: Any, run_dir: str, steps: int, save_every: int, seed: int, global_batch: int, workers: int
 ) -> Any:
     class Snapshot(keras.callbacks.Callback):
-        """Saves the model and the (epoch, step, records consumed) it has reached, in that order."""
+        """Saves the weights and optimizer state, then the (epoch, step, records consumed) reached."""
 
         def __init__(self) -> None:
             super().__init__()
@@ -188,12 +221,15 @@ def _snapshot_callback(
                 return
             epoch, step = (self.epoch + 1, 0) if done == steps else (self.epoch, done)
             records = 0 if step == 0 else self.base_records + (done - self.offset) * global_batch
-            path = os.path.join(run_dir, f"resume-{epoch:04d}-{step:07d}.keras")
-            self.model.save(path)
-            point = ResumePoint(path, epoch, step, seed, records, global_batch, workers)
+            path = os.path.join(run_dir, f"resume-{epoch:04d}-{step:07d}.weights.h5")
+            self.model.save_weights(path)
+            optimizer = getattr(self.model, "optimizer", None)
+            variables = len(optimizer.variables) if optimizer is not None else -1
+            point = ResumePoint(path, epoch, step, seed, records, global_batch, workers, variables)
             fileio.write_text_atomic(os.path.join(run_dir, STATE_NAME), json.dumps(asdict(point), indent=1))
             for name in os.listdir(run_dir):  # older snapshots are no longer referenced
-                if name.startswith("resume-") and name.endswith(".keras") and os.path.join(run_dir, name) != path:
+                stale = name.startswith("resume-") and name.endswith((".keras", ".h5"))
+                if stale and os.path.join(run_dir, name) != path:
                     os.remove(os.path.join(run_dir, name))
 
     return Snapshot()
