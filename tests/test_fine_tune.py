@@ -54,7 +54,38 @@ def test_schedule_defaults_and_refusals(photo_shards: Path, digit_shards: Path) 
     assert TrainOptions().weights_for("small_cnn") is None
     assert TrainOptions(weights="none").weights_for("resnet50") is None
     assert choose_model(str(digit_shards), "train").model == "small_cnn"  # 8 px digits
-    assert choose_model(str(photo_shards), "train").model == "mobilenet_v3_small"  # a few dozen photos
+    cached = lambda name: "cache"  # noqa: E731
+    assert choose_model(str(photo_shards), "train", source=cached).model == "mobilenet_v3_small"  # a few dozen photos
+
+
+def test_auto_model_offline_picks_a_network_that_learns_from_random_weights(photo_shards: Path, tmp_path: Path) -> None:
+    """Without ImageNet weights (nothing in Keras' cache, no network) or with --weights none, a few
+    dozen photos get small_cnn, and the reason says so; asked-for ImageNet weights keep the backbone."""
+    offline = choose_model(str(photo_shards), "train", source=lambda name: None)
+    assert offline.model == "small_cnn" and "no ImageNet weights for mobilenet_v3_small" in offline.reason
+    assert choose_model(str(photo_shards), "train", weights="none", source=lambda name: "cache").model == "small_cnn"
+    assert choose_model(str(photo_shards), "train", weights="imagenet", source=lambda n: None).model != "small_cnn"
+
+
+def test_imagenet_source_finds_keras_cached_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A notop weights file in KERAS_HOME/models counts as available without a network."""
+    from shardfeed.training import models
+
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    monkeypatch.setattr(models, "WEIGHTS_HOST", ("127.0.0.1", _closed_port()))  # nothing listens: offline
+    assert models.imagenet_source("mobilenet_v3_small") is None
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "weights_mobilenet_v3_small_224_1.0_float_no_top_v2.h5").write_bytes(b"x")
+    assert models.imagenet_source("mobilenet_v3_small") == "cache"
+    assert models.imagenet_source("efficientnet_v2_b0") is None
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @pytest.mark.parametrize("name", sorted(BACKBONES))

@@ -84,6 +84,14 @@ def register(sub: Any) -> None:
         choices=["cpu", "gpu"],
         help="decode JPEGs with TensorFlow on the CPU (default) or NVIDIA DALI's nvJPEG on the GPU (`make dali`)",
     )
+    p.add_argument(
+        "--no-precise-bn",
+        dest="precise_bn",
+        action="store_false",
+        default=None,
+        help="keep Keras' moving BatchNorm statistics instead of recomputing them from training images before "
+        "each validation and at the end",
+    )
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
     p.add_argument(
         "--service", help="read through a tf.data service dispatcher, grpc://HOST:PORT (see `shardfeed serve`)"

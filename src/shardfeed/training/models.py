@@ -36,21 +36,26 @@ class Backbone:
     input_size: int
     fine_tune_from: str
     fine_tune_rate: float = 0.1
+    weights_token: str = ""  # in the name of the ImageNet weights file Keras caches (any input size)
 
 
 BACKBONES = {
-    "mobilenet_v2": Backbone("MobileNetV2", "tf", 224, "block_11_"),
-    "mobilenet_v3_small": Backbone("MobileNetV3Small", "builtin", 224, "expanded_conv_8_"),
-    "mobilenet_v3_large": Backbone("MobileNetV3Large", "builtin", 224, "expanded_conv_12_"),
-    "resnet50": Backbone("ResNet50", "caffe", 224, "conv5_"),
-    "resnet50_v2": Backbone("ResNet50V2", "tf", 224, "conv5_"),
-    "efficientnet_v2_b0": Backbone("EfficientNetV2B0", "builtin", 224, "block6a_", 0.01),
-    "efficientnet_v2_s": Backbone("EfficientNetV2S", "builtin", 384, "block6a_", 0.01),
-    "convnext_tiny": Backbone("ConvNeXtTiny", "builtin", 224, "convnext_tiny_downsampling_block_2", 0.01),
+    "mobilenet_v2": Backbone("MobileNetV2", "tf", 224, "block_11_", weights_token="mobilenet_v2_"),
+    "mobilenet_v3_small": Backbone("MobileNetV3Small", "builtin", 224, "expanded_conv_8_", 0.1, "mobilenet_v3_small"),
+    "mobilenet_v3_large": Backbone("MobileNetV3Large", "builtin", 224, "expanded_conv_12_", 0.1, "mobilenet_v3_large"),
+    "resnet50": Backbone("ResNet50", "caffe", 224, "conv5_", weights_token="resnet50_weights"),
+    "resnet50_v2": Backbone("ResNet50V2", "tf", 224, "conv5_", weights_token="resnet50v2_weights"),
+    "efficientnet_v2_b0": Backbone("EfficientNetV2B0", "builtin", 224, "block6a_", 0.01, "efficientnetv2-b0"),
+    "efficientnet_v2_s": Backbone("EfficientNetV2S", "builtin", 384, "block6a_", 0.01, "efficientnetv2-s"),
+    "convnext_tiny": Backbone(
+        "ConvNeXtTiny", "builtin", 224, "convnext_tiny_downsampling_block_2", 0.01, "convnext_tiny"
+    ),
 }
 MODELS = ("small_cnn", *BACKBONES)
 IMAGENET = "imagenet"
 DOWNLOAD_TIMEOUT = 20.0  # seconds a weights download may stall before it counts as no network
+WEIGHTS_HOST = ("storage.googleapis.com", 443)  # where keras.applications downloads ImageNet weights from
+REACH_TIMEOUT = 3.0  # seconds to connect to it before it counts as unreachable
 _CAFFE_MEANS = (103.939, 116.779, 123.68)  # BGR, what keras.applications.resnet50.preprocess_input subtracts
 
 
@@ -197,6 +202,26 @@ def _with_backbone(
     return backbone(x), None
 
 
+def keras_cache() -> str:
+    """The folder Keras keeps downloaded weights in (and reads without a network)."""
+    return os.path.join(os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras"), "models")
+
+
+def imagenet_source(name: str) -> str | None:
+    """Where `name`'s ImageNet weights would come from: 'cache' (a file in Keras' cache),
+    'network' (the download host answers), or None (neither: offline, nothing cached). Asks no
+    TensorFlow, so `--model auto` decides before it loads."""
+    token = BACKBONES[name].weights_token
+    folder = keras_cache()
+    if token and os.path.isdir(folder) and any(token in f and "top" in f for f in os.listdir(folder)):
+        return "cache"
+    try:
+        socket.create_connection(WEIGHTS_HOST, timeout=REACH_TIMEOUT).close()
+    except OSError:
+        return None
+    return "network"
+
+
 def _imagenet(app: Any, kwargs: dict[str, Any], name: str) -> Any:
     """The backbone with ImageNet weights (from the Keras cache, else downloaded into it).
 
@@ -213,11 +238,11 @@ def _imagenet(app: Any, kwargs: dict[str, Any], name: str) -> Any:
         url = re.search(r"https?://\S+?\.h5", text)
         wanted = f"{url.group(0).rsplit('/', 1)[-1]} (from {url.group(0)})" if url else "its ImageNet weights file"
         reason = _first_line(e).rsplit(": ", 1)[-1] if url else _first_line(e)
-        cache = os.path.join(os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras"), "models")
         raise OptionError(
             f"ImageNet weights for {name} could not be had ({reason}): Keras wanted {wanted}; put that file "
-            f"in {cache} (Keras' cache, read without a network), or pass --weights FILE with a local copy, or "
-            "--weights none to start from random weights"
+            f"in {keras_cache()} (Keras' cache, read without a network), or pass --weights FILE with a local copy; "
+            "or train --model small_cnn, which learns from random weights on small data (what --model auto "
+            f"picks offline); {name} from random weights (--weights none) needs far more images"
         ) from None
     finally:
         socket.setdefaulttimeout(before)

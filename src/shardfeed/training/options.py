@@ -63,6 +63,10 @@ class TrainOptions:
             `fine_tune_rate` (1/10, or 1/100 for EfficientNetV2 and ConvNeXt).
         decode_on: 'cpu' (TensorFlow's decoder, the default) or 'gpu' (NVIDIA DALI's nvJPEG,
             read/dali.py; `make dali` installs it) for training and evaluation.
+        precise_bn: recompute BatchNorm's moving statistics from up to 1,024 training images
+            before each validation and at the end (training/batchnorm.py), so the inference-mode
+            model is as good as its weights even after a few dozen steps; False: Keras' moving
+            averages as they are.
     """
 
     model: str = "small_cnn"
@@ -88,6 +92,7 @@ class TrainOptions:
     fine_tune_from: str = AUTO
     fine_tune_learning_rate: float | None = None
     decode_on: str = "cpu"
+    precise_bn: bool = True
 
     def __post_init__(self) -> None:
         if self.decode_on not in ("cpu", "gpu"):

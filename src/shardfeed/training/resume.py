@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -110,7 +111,8 @@ def fit_resumable(
         save_every: steps between snapshots (and at each epoch end).
         image_size, augment, decode: as for `load`.
         read: more read settings (workers, with_filenames, ...); the order is always the global
-            one, whole batches only, starting where the run stands.
+            one, starting where the run stands; the last partial batch of each epoch is dropped
+            unless drop_remainder=False.
         start: applied to the model training starts with, new or resumed, before it trains (and
             returning it): e.g. setting the trainable layers and compiling for a fine-tuning phase.
         fit_options: more `model.fit` arguments (validation_data, verbose, ...).
@@ -131,17 +133,19 @@ def fit_resumable(
     if point is not None:
         restore(net, point)
     inputs = RunInputs(data, batch_size, image_size, seed=seed, augment=augment, decode=decode)
-    steps = inputs.steps_per_epoch(split, read=dataclasses.replace(read, shuffle="global", drop_remainder=True))
+    read = dataclasses.replace(read, shuffle="global", drop_remainder=read.drops_remainder(training=True))
+    steps = inputs.steps_per_epoch(split, read=read)
 
     def stream(epoch: int, start_record: int, repeat: bool) -> Any:
-        at = dataclasses.replace(read, shuffle="global", drop_remainder=True, epoch=epoch, start_record=start_record)
+        at = dataclasses.replace(read, epoch=epoch, start_record=start_record)
         return inputs.training(split, read=at, repeat=repeat)
 
     saver = _snapshot_callback(keras, run_dir, steps, save_every, seed, batch_size * workers, workers)
     extra = list(callbacks or [])
     if consumed and epoch < epochs:  # finish the interrupted epoch first, from the next batch on
         total = resolve(data, split=split, read=read, batch_size=batch_size, training=True, counting=True).epoch_records
-        left = read.share.records(total, consumed) // batch_size
+        left = read.share.records(total, consumed) / batch_size
+        left = math.floor(left) if read.drop_remainder else math.ceil(left)
         saver.offset, saver.base_records = steps - left, consumed
         net.fit(
             stream(epoch, consumed, repeat=False),

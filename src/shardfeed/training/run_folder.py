@@ -69,6 +69,7 @@ class RunRecord:
     fine_tune_learning_rate: float | None = None
     phases: list[dict[str, Any]] | None = None
     decode_on: str = "cpu"
+    precise_bn: bool = False  # BatchNorm statistics recomputed at the end (absent in older run.json files)
 
     @classmethod
     def of(cls, data: str, options: TrainOptions, class_names: list[str], validation_split: str | None) -> RunRecord:
