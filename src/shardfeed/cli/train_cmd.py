@@ -12,6 +12,7 @@ from shardfeed.cli.options import from_args
 from shardfeed.errors import OptionError
 from shardfeed.read.mixture import Mixture
 from shardfeed.read.options import SHUFFLES
+from shardfeed.training.devices import parse as parse_devices
 from shardfeed.training.models import MODELS
 from shardfeed.training.options import AUGMENT_PRESETS, AUTO, TrainOptions
 from shardfeed.training.trainer import train
@@ -91,6 +92,13 @@ def register(sub: Any) -> None:
         default=None,
         help="keep Keras' moving BatchNorm statistics instead of recomputing them from training images before "
         "each validation and at the end",
+    )
+    p.add_argument(
+        "--devices",
+        type=parse_devices,
+        metavar="N|all",
+        help="train on N (or all) of this host's GPUs with MirroredStrategy, each batch split across them "
+        f"(default {TrainOptions.devices})",
     )
     p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
     p.add_argument(

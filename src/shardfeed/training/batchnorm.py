@@ -21,6 +21,10 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
+
+from shardfeed.lazy import tensorflow
+
 log = logging.getLogger("shardfeed")
 PRECISE_BN_IMAGES = 1024  # images whose batch statistics are averaged (the paper: ~1e3-1e4 suffice)
 
@@ -40,24 +44,37 @@ def batchnorm_layers(net: Any) -> list[Any]:
 def recompute(net: Any, batches: Iterable[Any]) -> int:
     """Sets each trainable BatchNorm layer's moving mean and variance to the average of its batch
     statistics over `batches` ((images, labels, ...) tuples, or images), weighted by their
-    images: the model runs in training mode with momentum seen / (seen + batch) (a running mean).
-    Returns the images used (0: no such layer, nothing run)."""
+    images. The model runs in training mode, compiled once, with momentum 0 (so after each batch
+    a layer's moving statistics are that batch's own), and the averages are summed here; then
+    the momenta are restored. Returns the images used (0: no such layer, nothing run)."""
     layers = batchnorm_layers(net)
     if not layers:
         return 0
+    tf = tensorflow()
     momenta = [layer.momentum for layer in layers]
+    sums = [[np.zeros(layer.moving_mean.shape, np.float64) for _ in range(2)] for layer in layers]
     seen = 0
     try:
+        for layer in layers:
+            layer.momentum = 0.0
+        forward = tf.function(lambda x: net(x, training=True), reduce_retracing=True)
         for batch in batches:
             images = batch[0] if isinstance(batch, tuple | list) else batch
             count = int(images.shape[0])
-            for layer in layers:
-                layer.momentum = seen / (seen + count)
-            net(images, training=True)
+            if not count:
+                continue
+            forward(images)
+            for (mean, var), layer in zip(sums, layers, strict=True):
+                mean += count * np.asarray(layer.moving_mean.numpy(), np.float64)
+                var += count * np.asarray(layer.moving_variance.numpy(), np.float64)
             seen += count
     finally:
         for layer, momentum in zip(layers, momenta, strict=True):
             layer.momentum = momentum
+    if seen:
+        for (mean, var), layer in zip(sums, layers, strict=True):
+            layer.moving_mean.assign((mean / seen).astype(layer.moving_mean.dtype))
+            layer.moving_variance.assign((var / seen).astype(layer.moving_variance.dtype))
     return seen
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from shardfeed.errors import OptionError
 from shardfeed.read.augment import Augment
 from shardfeed.read.options import SHUFFLES, DecodeOptions
+from shardfeed.training.devices import check_spec as check_devices
 from shardfeed.training.models import BACKBONES, IMAGENET, MODELS
 
 AUGMENT_PRESETS = {
@@ -67,6 +68,9 @@ class TrainOptions:
             before each validation and at the end (training/batchnorm.py), so the inference-mode
             model is as good as its weights even after a few dozen steps; False: Keras' moving
             averages as they are.
+        devices: 1 (default), a number, or 'all': train on that many of the host's GPUs with
+            tf.distribute.MirroredStrategy, each batch of batch_size split across them
+            (training/devices.py).
     """
 
     model: str = "small_cnn"
@@ -93,8 +97,10 @@ class TrainOptions:
     fine_tune_learning_rate: float | None = None
     decode_on: str = "cpu"
     precise_bn: bool = True
+    devices: int | str = 1
 
     def __post_init__(self) -> None:
+        check_devices(self.devices)
         if self.decode_on not in ("cpu", "gpu"):
             raise OptionError(f"decode_on must be 'cpu' or 'gpu', got {self.decode_on!r} (--decode-on)")
         if self.precision not in PRECISIONS:

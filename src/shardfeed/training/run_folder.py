@@ -70,6 +70,8 @@ class RunRecord:
     phases: list[dict[str, Any]] | None = None
     decode_on: str = "cpu"
     precise_bn: bool = False  # BatchNorm statistics recomputed at the end (absent in older run.json files)
+    devices: int | str = 1  # as asked (--devices); device_names: those it trained on
+    device_names: list[str] | None = None
 
     @classmethod
     def of(cls, data: str, options: TrainOptions, class_names: list[str], validation_split: str | None) -> RunRecord:

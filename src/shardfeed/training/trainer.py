@@ -21,6 +21,7 @@ from shardfeed.read.options import ReadOptions
 from shardfeed.tools.bottleneck import PROBE_BATCHES, input_probe
 from shardfeed.training.augment_choice import choose_augment
 from shardfeed.training.batchnorm import batches_for, precise_bn_callback
+from shardfeed.training.devices import place
 from shardfeed.training.fine_tune import (
     WHOLE,
     Phase,
@@ -42,7 +43,6 @@ from shardfeed.training.run_report import plot_curves
 
 log = logging.getLogger("shardfeed")
 TOP_K = 5
-TRAIN_READ = ReadOptions(drop_remainder=False)  # every training image each epoch (`_check_training_set`)
 
 
 def train(
@@ -172,11 +172,17 @@ class _TrainingRun:
             log.info("validating on the %r split", split)
         return split
 
+    @property
+    def train_read(self) -> ReadOptions:
+        """How the training stream batches: every training image each epoch, the last batch partial
+        when the split is not a multiple of it (as Keras' image_dataset_from_directory and TFDS
+        batch; dropping it lost 37 of 293 photos an epoch at batch 64, issue 35). With several
+        devices the partial batch is dropped: split across replicas it can leave one an empty
+        slice, which BatchNorm cannot take (a different batch each epoch, as the order changes)."""
+        return ReadOptions(drop_remainder=self.options.devices != 1)
+
     def _check_training_set(self) -> int:
-        """Steps per epoch. `train` reads every training image each epoch: when the split is not a
-        multiple of the batch, each epoch ends with a partial batch (as Keras' own
-        image_dataset_from_directory and TFDS batch), said once; dropping it lost 37 of 293
-        photos an epoch at batch 64 (issue 35).
+        """Steps per epoch, and what each epoch reads, said once.
 
         Raises:
             OptionError: the split holds less than one batch.
@@ -188,15 +194,26 @@ class _TrainingRun:
                 f"the {split!r} split has {count} images, fewer than one batch of {batch_size}: "
                 f"pass batch_size={count} (--batch-size {count}) or less"
             )
-        if count % batch_size:
+        rest = count % batch_size
+        if rest and self.train_read.drop_remainder:
+            log.info(
+                "batches: %d an epoch; with several devices each epoch leaves out %d of the %d training images "
+                "(a different %d each epoch; a --batch-size that divides %d uses them all)",
+                count // batch_size,
+                rest,
+                count,
+                rest,
+                count,
+            )
+        elif rest:
             log.info(
                 "batches: %d an epoch, the last of %d images (%d training images, batch %d): every image each epoch",
                 -(-count // batch_size),
-                count % batch_size,
+                rest,
                 count,
                 batch_size,
             )
-        return self.inputs.steps_per_epoch(split, read=TRAIN_READ)
+        return self.inputs.steps_per_epoch(split, read=self.train_read)
 
     def _starting_point(self) -> tuple[int, int]:
         """The (epoch, step) training starts at: (0, 0) fresh; with `resume`, the last snapshot's
@@ -229,7 +246,10 @@ class _TrainingRun:
         ordered = o.global_order or self.mixture is not None  # a mixture reads its own seeded order
         epoch = self.initial_epoch if epoch is None else epoch
         read = replace(
-            TRAIN_READ, shuffle="global" if ordered else o.shuffle, balance=o.balance, epoch=epoch if ordered else 0
+            self.train_read,
+            shuffle="global" if ordered else o.shuffle,
+            balance=o.balance,
+            epoch=epoch if ordered else 0,
         )
         return self.inputs.training(o.train_split, read=read, service=o.service)
 
@@ -241,6 +261,10 @@ class _TrainingRun:
         self.keras, o = keras, self.options
         keras.utils.set_random_seed(o.seed)
         precision = self._precision(keras)
+        placement = place(o.devices)
+        log.info("%s", placement.describe(o.batch_size))
+        self.record = replace(self.record, device_names=list(placement.devices))
+        self.folder.write_record(self.record)
         validation = self.record.validation_split
         val_ds = self.inputs.evaluation(validation) if validation else None
         probe = input_probe(self.train_stream, min(self.steps, PROBE_BATCHES), gpu_decode=o.decode_on == "gpu")
@@ -253,7 +277,8 @@ class _TrainingRun:
         fit = {"validation_data": val_ds, "callbacks": callbacks, "verbose": verbose}
         if o.class_weight:
             fit["class_weight"] = balanced_class_weights(self.manifest, o.train_split)
-        net = self._fit(fit)
+        with placement.scope():  # the model is built, loaded and compiled under the strategy
+            net = self._fit(fit)
         seconds = time.monotonic() - start - probe.seconds
         net.save(self.folder.file(MODEL))
         trained = max((o.epochs - self.initial_epoch) * self.steps - self.initial_step, 0)  # steps
@@ -273,6 +298,7 @@ class _TrainingRun:
             "weights": self.record.weights,
             "phases": self.schedule.as_json(),
             "precision": precision,
+            **placement.as_json(),
             "precise_bn_images": callbacks[0].images if o.precise_bn else 0,
             **self._per_class_recall(net, val_ds),
         }
@@ -336,7 +362,7 @@ class _TrainingRun:
             image_size=o.image_size,
             augment=o.augmentation,
             decode=o.decode,
-            read=replace(TRAIN_READ, balance=o.balance),
+            read=replace(self.train_read, balance=o.balance),
             start=lambda net: self.enter(net, phase, number),
             **fit,
         )
