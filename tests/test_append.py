@@ -240,3 +240,54 @@ def test_the_hash_rule_keeps_each_split_as_the_set_grows() -> None:
     assert 0.77 < len(large["train"]) / 3000 < 0.83  # 3,000 draws at p=0.8: sd 0.007
     other = assign_by_hash(items, fractions, seed=1)
     assert {i.key for i in other["train"]} != {i.key for i in large["train"]}
+
+
+def test_the_one_time_fix_for_a_stratified_folder_works_as_written(corpus: list[Path], tmp_path: Path) -> None:
+    """A folder converted with the default rule: --append refuses once, naming two commands; run
+    as written (in real processes) they make the folder appendable and append, without repeating
+    --split-rule hash or --shards on the append."""
+    import shlex
+
+    pool, source, out = list(corpus), tmp_path / "src", tmp_path / "out"
+    _grow(source, pool, 30)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "shardfeed", *args], capture_output=True, text=True, timeout=300)
+
+    assert cli("convert", str(source), str(out), "--shards", "2", "-q").returncode == 0
+    _grow(source, pool, 5)
+    refused = cli("convert", str(source), str(out), "--append")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    commands = [c for c in refused.stderr.split("`")[1::2] if c.startswith("shardfeed convert")]
+    assert len(commands) == 2, refused.stderr
+    first = cli(*shlex.split(commands[0])[1:])
+    assert first.returncode == 0, first.stderr
+    assert json.loads((out / "manifest.json").read_text())["settings"]["split_rule"] == "hash"
+    _grow(source, pool, 5)
+    appended = cli(*shlex.split(commands[1])[1:])
+    assert appended.returncode == 0 and "Appended generation 1" in appended.stderr, appended.stderr
+    m = json.loads((out / "manifest.json").read_text())
+    assert sum(s["num_records"] for s in m["splits"].values()) == 40
+    assert m["settings"]["shards"] == 2  # the folder's own settings, not the defaults
+
+
+def test_info_and_report_agree_on_skipped_inputs_after_appends(corpus: list[Path], tmp_path: Path) -> None:
+    """A broken file seen by the conversion and again by each append is one skipped input in
+    report.json, the manifest and `info`; info does not show 'stratify' for the hash rule."""
+    from shardfeed.tools.dataset_info import format_info, info
+
+    pool, source, out = list(corpus), tmp_path / "src", tmp_path / "out"
+    _grow(source, pool, 20)
+    broken = next(source.iterdir()) / "broken.jpg"
+    broken.write_bytes(b"not an image")
+    convert(str(source), str(out), ConvertOptions(shards=1, split_rule="hash"), workers=1, progress=False)
+    for _ in range(2):
+        _grow(source, pool, 5)
+        convert(str(source), str(out), ConvertOptions(append=True), workers=1, progress=False)
+    report = json.loads((out / "report.json").read_text())
+    assert [e["file"] for e in report["skipped"]] == [str(broken.relative_to(source))]
+    assert json.loads((out / "manifest.json").read_text())["num_skipped"] == 1
+    facts = info(str(out))
+    assert facts["skipped"] == 1
+    text = format_info(facts)
+    assert "skipped inputs: 1;" in text and "split_rule=hash" in text and "stratify" not in text

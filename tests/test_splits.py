@@ -18,6 +18,14 @@ def test_parse_split_spec_fractions_and_percentages() -> None:
     assert parse_split_spec({"a": 1}) == {"a": 1.0}
 
 
+def test_deliberate_split_names_pass() -> None:
+    """Known names in any case, numbered or suffixed variants, unrelated names, and a misspelling
+    when custom names are asked for."""
+    for spec in ("Train=0.5,VAL=0.5", "train=0.5,train2=0.5", "train=0.5,test_hard=0.5", "a=0.5,holdout=0.5"):
+        parse_split_spec(spec)
+    assert parse_split_spec("train=0.8,valdation=0.2", custom_names=True) == {"train": 0.8, "valdation": 0.2}
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
@@ -27,6 +35,9 @@ def test_parse_split_spec_fractions_and_percentages() -> None:
         ("train=1.2,val=-0.2", "must be > 0"),
         ("tr ain=1", "may only use letters"),
         ("", "empty"),
+        ("train=0.8,valdation=0.2", "split name 'valdation' looks like a misspelling of 'validation'"),
+        ("trian=0.8,test=0.2", "misspelling of 'train'.*--custom-split-names"),
+        ("train=0.9,tset=0.1", "misspelling of 'test'"),
     ],
 )
 def test_parse_split_spec_errors(spec: str, message: str) -> None:

@@ -58,6 +58,12 @@ def _split_flags(g: Any) -> None:
     """ConvertOptions: splits, order and shards."""
     g.add_argument("--split", help="fractions, e.g. train=0.8,validation=0.2 (default; test=1 when unlabeled)")
     g.add_argument(
+        "--custom-split-names",
+        action="store_true",
+        default=None,
+        help="allow --split names that look like misspellings of train/validation/test/... (refused otherwise)",
+    )
+    g.add_argument(
         "--no-stratify",
         dest="stratify",
         action="store_false",

@@ -166,6 +166,8 @@ def format_info(data: dict[str, Any]) -> str:
         lines += _split_details(name, split)
     settings = data["settings"]
     shown = {k: v for k, v in settings.items() if k not in ("image", "adopt")}
+    if settings.get("split_rule") == "hash":
+        shown.pop("stratify", None)  # the hash rule splits each image by its key alone: nothing to stratify
     lines.append("  settings: " + ", ".join(f"{k}={_setting(v)}" for k, v in shown.items()))
     if "image" in settings:
         lines.append("  image settings: " + ", ".join(f"{k}={_setting(v)}" for k, v in settings["image"].items()))

@@ -36,6 +36,7 @@ from shardfeed.format import fileio, manifest, tfds_metadata
 from shardfeed.write import folder_state, merge, shards
 from shardfeed.write.dedupe import source_hashes
 from shardfeed.write.encode import EncodingSpec
+from shardfeed.write.images import ImageOptions
 from shardfeed.write.items import Discovery, Item
 from shardfeed.write.options import ConvertOptions
 from shardfeed.write.planning import plan_shards
@@ -59,6 +60,53 @@ def inputs_file(generation: int) -> str:
 def appendable(discovery: Discovery, options: ConvertOptions) -> bool:
     """Whether a conversion's splits survive growth: a pre-split source, or the 'hash' rule."""
     return discovery.presplit or options.split_rule == "hash"
+
+
+_ADOPTED = ("split", "stratify", "seed", "shards", "shard_size", "by_class", "compression", "label_offset", "dedupe")
+
+
+def folder_options(options: ConvertOptions, output_dir: str) -> ConvertOptions:
+    """`options` for an append to `output_dir`: every setting left at its default takes the
+    folder's own value (an append never changes how the folder was written, so a user need not
+    repeat --split-rule hash or --split); settings given that differ are still refused by the
+    append's check. Unchanged when not appending or the folder has no manifest yet."""
+    if not options.append or not fileio.exists(fileio.join(output_dir, manifest.MANIFEST_NAME)):
+        return options
+    settings, default = manifest.read(output_dir).data.get("settings", {}), ConvertOptions()
+    taken: dict[str, Any] = {
+        name: settings[name]
+        for name in _ADOPTED
+        if name in settings and getattr(options, name) == getattr(default, name)
+    }
+    if options.split_rule == default.split_rule:
+        taken["split_rule"] = settings.get("split_rule", default.split_rule)
+    if options.name_template is None and options.schema is None and settings.get("name_template"):
+        taken["name_template"] = settings["name_template"]
+    if options.image == default.image and isinstance(settings.get("image"), dict):
+        taken["image"] = ImageOptions(**settings["image"])
+    return dataclasses.replace(options, **taken)
+
+
+def _as_flags(settings: dict[str, Any]) -> str:
+    """The convert flags that reproduce a folder's recorded settings (those not at their
+    defaults), so a command that converts it again keeps them."""
+    default = ConvertOptions().settings()
+    flags = []
+    for name in _ADOPTED:
+        value = settings.get(name, default.get(name))
+        if value == default.get(name):
+            continue
+        if isinstance(value, bool):
+            flags.append(f"--{name.replace('_', '-')}" if value else "--no-stratify")
+        elif isinstance(value, dict):
+            flags.append(f"--{name.replace('_', '-')} " + ",".join(f"{k}={v:g}" for k, v in value.items()))
+        else:
+            flags.append(f"--{name.replace('_', '-')} {value}")
+    if settings.get("name_template", default["name_template"]) != default["name_template"]:
+        flags.append(f"--name-template '{settings['name_template']}'")
+    if settings.get("image", default["image"]) != default["image"]:
+        flags.append("(and the image flags it was converted with)")
+    return "".join(" " + f for f in flags)
 
 
 def write_inputs(output_dir: str, work_dir: str, results: list[shards.ShardResult], generation: int) -> Known:
@@ -200,13 +248,16 @@ class Append:
             difference = folder_state.describe_difference(previous, self.state, labelled=labelled)
             raise ConvertError(
                 f"{self.out!r} was converted with other settings ({difference}); an append uses the folder's own "
-                "settings: pass the same options (or none of those that differ)"
+                "settings (those not given are taken from it): pass the same options, or none of those that differ"
             )
         if not appendable(self.discovery, self.options):
+            source, flags = self.discovery.root, _as_flags(self.old.data.get("settings", {}))
             raise ConvertError(
                 f"{self.out!r} was split with the 'stratified' rule, which sizes the splits over the whole set: with "
-                "more images some old ones would belong to another split. Convert once with --split-rule hash (each "
-                "image's split from its key alone), then --append"
+                "more images some old ones would belong to another split, so it cannot grow. Once: `shardfeed "
+                f"convert {source} {self.out} --overwrite --split-rule hash{flags}` (converts everything again; each "
+                "image's split then comes from its key alone, so some change split now); from then on `shardfeed "
+                f"convert {source} {self.out} --append` adds new images"
             )
         if self.discovery.class_names != self.old.labels:
             added = sorted(set(self.discovery.class_names or []) - set(self.old.labels or []))
@@ -257,14 +308,19 @@ class Append:
         outcome.duplicates_of_existing = sum(
             1 for g in duplicates if set(g["files"]) & new_keys and set(g["files"]) - new_keys
         )
-        data = self._merged_manifest(results, duplicates, outcome)
-        self._write_report(results, duplicates, outcome)
+        report = self._write_report(results, duplicates, outcome)
+        data = self._merged_manifest(results, duplicates, outcome, skipped=len(report["skipped"]))
         tfds_metadata.write(self.out, data)
         manifest.write(self.out, data)
         fileio.rmtree(self.work_dir)
 
     def _merged_manifest(
-        self, results: list[shards.ShardResult], duplicates: list[dict[str, Any]], outcome: AppendOutcome
+        self,
+        results: list[shards.ShardResult],
+        duplicates: list[dict[str, Any]],
+        outcome: AppendOutcome,
+        *,
+        skipped: int,
     ) -> dict[str, Any]:
         """The old manifest with the new generation's shards, counts and history entry."""
         new = merge.merge_manifest(self.state, duplicates, self.discovery, self.options, results, [])
@@ -281,7 +337,7 @@ class Append:
             splits=splits,
             conversions=_summed(data["conversions"], new["conversions"]),
             image_formats=_summed(data.get("image_formats", {}), new["image_formats"]),
-            num_skipped=data["num_skipped"] + new["num_skipped"],
+            num_skipped=skipped,  # report.json's count: a file skipped again is one file
             num_duplicates=len(duplicates),
             generations=[*self.history, self._entry(outcome, new)],
         )
@@ -307,9 +363,9 @@ class Append:
 
     def _write_report(
         self, results: list[shards.ShardResult], duplicates: list[dict[str, Any]], outcome: AppendOutcome
-    ) -> None:
+    ) -> dict[str, Any]:
         """report.json: the old entries, this generation's skips and conversions, the changed
-        files, and duplicate groups over every generation."""
+        files, and duplicate groups over every generation (returned as written)."""
         old = _read_report(self.out)
         new = merge.report_of(duplicates, self.discovery, results, [])
         report = {
@@ -321,6 +377,7 @@ class Append:
             "changed": _union(old.get("changed", []), outcome.changed),
         }
         fileio.write_text_atomic(fileio.join(self.out, manifest.REPORT_NAME), manifest.dumps(report))
+        return report
 
     def _record_changes(self, outcome: AppendOutcome) -> None:
         """With nothing new, only report.json learns of changed files."""

@@ -30,7 +30,7 @@ from shardfeed.errors import ConvertError, OptionError, SourceError
 from shardfeed.format import fileio, manifest, schema, tfds_metadata
 from shardfeed.format.manifest import Manifest
 from shardfeed.write import dedupe, folder_lock, folder_state, local_runner, merge, shards
-from shardfeed.write.append import Append, AppendOutcome, appendable, write_inputs
+from shardfeed.write.append import Append, AppendOutcome, appendable, folder_options, write_inputs
 from shardfeed.write.encode import EncodingSpec, SkippedItem
 from shardfeed.write.images import UPSCALED
 from shardfeed.write.items import Discovery
@@ -204,7 +204,8 @@ def convert(
         apache_beam()  # fail now, with the install hint, not after planning
         workers = 1  # the pipeline does the parallel work
     run = _Run(strict, workers, overwrite, progress, runner, beam_options)
-    return _Conversion(resolve_source(source), output_dir, options or ConvertOptions(), run).run()
+    options = folder_options(options or ConvertOptions(), output_dir)
+    return _Conversion(resolve_source(source), output_dir, options, run).run()
 
 
 def _refuse_output_inside_source(source: Source, output_dir: str) -> None:

@@ -53,6 +53,8 @@ class ConvertOptions:
         checksum: with `append`, read and hash every already-converted input to find changed
             bytes; by default only those whose size or modification time differ from when they
             were converted are read (as make and rsync decide; rsync's --checksum reads all).
+        custom_split_names: allow split names that look like misspellings of known ones
+            ('valdation', refused by default: a trainer looking for 'validation' finds none).
     """
 
     split: str | Mapping[str, float] | None = None
@@ -70,6 +72,7 @@ class ConvertOptions:
     split_rule: str = "stratified"
     append: bool = False
     checksum: bool = False
+    custom_split_names: bool = False
 
     def __post_init__(self) -> None:
         if self.split_rule not in splits.SPLIT_RULES:
@@ -92,7 +95,7 @@ class ConvertOptions:
         if self.shards is not None and self.shard_size is not None:
             raise OptionError("pass shards or shard_size, not both")
         if self.split is not None:
-            object.__setattr__(self, "split", splits.parse_split_spec(self.split))
+            object.__setattr__(self, "split", splits.parse_split_spec(self.split, custom_names=self.custom_split_names))
         shards = dict(self.shards) if isinstance(self.shards, Mapping) else self.shards
         object.__setattr__(self, "shards", sharding.parse_shard_counts(shards))
         if self.shard_size is not None:

@@ -6,6 +6,7 @@ stable key, never by file-system or worker order, so it is reproducible anywhere
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import itertools
 import math
@@ -23,11 +24,16 @@ _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 SPLIT_RULES = ("stratified", "hash")
 
 
-def parse_split_spec(spec: str | Mapping[str, float]) -> dict[str, float]:
+def parse_split_spec(spec: str | Mapping[str, float], *, custom_names: bool = False) -> dict[str, float]:
     """Fractions per split from 'train=0.8,validation=0.2' (or percentages, or a mapping).
 
+    A name that looks like a misspelling of a split name readers know (`misspelt`) is refused
+    unless `custom_names`: 'valdation' would be written as its own split, and a trainer looking
+    for 'validation' would find none.
+
     Raises:
-        ValueError: malformed entry, bad name, non-positive fraction, or a total other than 1/100.
+        ValueError: malformed entry, bad name, a likely misspelling, non-positive fraction, or a
+            total other than 1/100.
     """
     if isinstance(spec, str):
         pairs: dict[str, float] = {}
@@ -48,12 +54,32 @@ def parse_split_spec(spec: str | Mapping[str, float]) -> dict[str, float]:
             raise OptionError(f"split name {name!r} may only use letters, digits and '_'")
         if fraction <= 0:
             raise OptionError(f"split {name!r} has fraction {fraction}; every fraction must be > 0")
+        meant = None if custom_names else misspelt(name)
+        if meant is not None:
+            raise OptionError(
+                f"split name {name!r} looks like a misspelling of {meant!r}; write {meant!r}, or pass "
+                "custom_split_names=True (--custom-split-names) to write a split of that name on purpose"
+            )
     total = sum(pairs.values())
     if math.isclose(total, 100.0, abs_tol=1e-6):
         pairs = {k: v / 100.0 for k, v in pairs.items()}
     elif not math.isclose(total, 1.0, abs_tol=1e-6):
         raise OptionError(f"split fractions add up to {total:g}; they must add up to 1 (or 100)")
     return pairs
+
+
+KNOWN_SPLITS = ("train", "validation", "val", "valid", "test", "eval", "dev")
+
+
+def misspelt(name: str) -> str | None:
+    """The known split name (KNOWN_SPLITS) `name` is probably a misspelling of, or None: close in
+    spelling (difflib ratio >= 0.75) yet not that name in another case, nor that name with a
+    suffix of digits or '_...' (train2, test_hard: deliberate variants)."""
+    lower = name.lower()
+    if lower in KNOWN_SPLITS or re.match(rf"^({'|'.join(KNOWN_SPLITS)})(\d+|_\w+)$", lower):
+        return None
+    close = difflib.get_close_matches(lower, KNOWN_SPLITS, n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 def order_key(seed: int, key: str) -> bytes:
