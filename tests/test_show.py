@@ -53,3 +53,21 @@ def test_augmented_grid_and_tensorboard(converted: Path, tmp_path: Path) -> None
     assert tags == ["shardfeed/train"]
     with pytest.raises(ValueError, match="rows and cols must be >= 1"):
         show(str(converted), None, rows=0)
+
+
+def test_show_augmented_draws_what_train_would_use(converted: Path, tmp_path: Path) -> None:
+    """A few dozen training photos: train --augment auto picks 'none', and so does show --augmented,
+    which says so; --augment inception draws random crops, which change with the seed."""
+    import subprocess
+    import sys
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "shardfeed", "show", str(converted), "--augmented", "--image-size", "32", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+    done = cli("-o", str(tmp_path / "a.png"))
+    assert done.returncode == 0, done.stderr
+    assert "augment: none, chosen for" in done.stderr and "as train --augment auto" in done.stderr
+    crops = [show(str(converted), None, rows=1, cols=4, seed=s, augmented=True, image_size=32) for s in (1, 2)]
+    assert cli("-o", str(tmp_path / "b.png"), "--augment", "inception").returncode == 0
+    assert not np.array_equal(crops[0][0].image, crops[1][0].image)

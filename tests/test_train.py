@@ -229,3 +229,23 @@ def test_precision_follows_the_hardware_unless_asked() -> None:
     assert TrainOptions(mixed_precision=True).compute_precision(gpu=False) == "mixed"  # the former switch
     with pytest.raises(OptionError, match="contradict"):
         TrainOptions(mixed_precision=True, precision="float32")
+
+
+def test_prediction_grid_shows_the_csvs_first_files_with_their_names() -> None:
+    """Records arrive in shard order; the grid keeps the images whose names sort first (the CSV's
+    first rows), captioned with the file name and the prediction."""
+    import random
+
+    import tensorflow as tf
+
+    from shardfeed.training.prediction import _keep_first
+
+    names = [f"photos/img_{i:03d}.jpg" for i in range(40)]
+    random.Random(0).shuffle(names)
+    shown: list = []
+    for i, name in enumerate(names):
+        _keep_first(shown, {"file": name, "class": "cat", "probability": 0.5}, tf.fill([2, 2, 3], i), 6)
+    kept = sorted(shown, key=lambda t: t[0])
+    assert [t[0] for t in kept] == [f"photos/img_{i:03d}.jpg" for i in range(6)]
+    assert kept[0][2] == "photos/img_000.jpg\ncat (0.50)"
+    assert int(kept[0][1][0, 0, 0]) == names.index("photos/img_000.jpg")  # each image with its own name

@@ -15,6 +15,7 @@ import numpy as np
 
 from shardfeed.errors import OptionError
 from shardfeed.format import manifest, schema
+from shardfeed.read.augment import Augment
 from shardfeed.read.options import ReadOptions
 from shardfeed.read.pixels import decode_image, to_rgb
 from shardfeed.read.sampling import sample_examples
@@ -38,12 +39,13 @@ def sample_tiles(
     seed: int = 0,
     augmented: bool = False,
     image_size: int = 160,
+    augment: Augment | bool | None = None,
 ) -> list[Tile]:
     """The tiles `show` draws (from `split`, default the data's main split: `Manifest.main_split`)."""
     m = manifest.read(path)
     split = split or m.main_split()
     if augmented:
-        return _augmented_tiles(m, split, count, seed, image_size)
+        return _augmented_tiles(m, split, count, seed, image_size, augment)
     tiles = []
     for example in sample_examples(m, split, count, seed):
         key = example.get(schema.FILENAME, b"").decode(errors="replace")
@@ -58,13 +60,23 @@ def _caption(example: dict[str, Any], key: str, m: manifest.Manifest) -> str:
     return m.labels[int(example[schema.LABEL]) - m.label_offset]
 
 
-def _augmented_tiles(m: manifest.Manifest, split: str, count: int, seed: int, image_size: int) -> list[Tile]:
+def _augmented_tiles(
+    m: manifest.Manifest, split: str, count: int, seed: int, image_size: int, augment: Augment | bool | None
+) -> list[Tile]:
     from shardfeed.read.dataset import load
 
     read = ReadOptions(drop_remainder=False)
-    batch = next(
-        iter(load(m.path, split=split, batch_size=count, image_size=image_size, training=True, seed=seed, read=read))
+    ds = load(
+        m.path,
+        split=split,
+        batch_size=count,
+        image_size=image_size,
+        training=True,
+        seed=seed,
+        read=read,
+        augment=augment,
     )
+    batch = next(iter(ds))
     images, labels = batch if isinstance(batch, tuple) else (batch, None)
     out = []
     for i in range(int(images.shape[0])):
@@ -86,6 +98,7 @@ def show(
     image_size: int = 160,
     tensorboard: str | None = None,
     read: ReadOptions | None = None,
+    augment: Augment | bool | None = None,
 ) -> list[Tile]:
     """Draws `rows` x `cols` sample images with their class names.
 
@@ -94,6 +107,9 @@ def show(
         output: the PNG to write (None: none).
         split: default train, else the held-out split, else the only one.
         augmented: show the training pipeline's output instead of the stored images.
+        augment: with `augmented`, the augmentation drawn, as `load` takes it (default
+            `Augment()`, Inception's crop + flip; False: none). `shardfeed show --augmented`
+            draws what `train --augment auto` picks (training.choose_augment) and says so.
         tensorboard: a log folder to also write the images to as TensorBoard image summaries.
         read: for TFRecords another program wrote (`path` a folder, glob or list without a
             manifest): their keys and label offset; the first records of the split are shown,
@@ -107,7 +123,7 @@ def show(
     if is_converted_folder(path):
         split = split or manifest.read(path).main_split()
         tiles = sample_tiles(
-            path, split=split, count=rows * cols, seed=seed, augmented=augmented, image_size=image_size
+            path, split=split, count=rows * cols, seed=seed, augmented=augmented, image_size=image_size, augment=augment
         )
     else:
         split = split or "train"

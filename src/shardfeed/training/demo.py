@@ -14,6 +14,7 @@ import sys
 import time
 
 from shardfeed.lazy import quiet_tensorflow
+from shardfeed.tools.dataset_report import dataset_report
 from shardfeed.tools.preview import show
 from shardfeed.tools.verification import verify
 from shardfeed.training.baseline import svc_accuracy
@@ -42,6 +43,7 @@ def run(workdir: str = "demo_out", *, epochs: int = 20) -> int:
     shards = os.path.join(workdir, "shards")
     log.info("2/7 convert")
     log.info(convert(labeled, shards, ConvertOptions(split="train=0.8,validation=0.2", shards=4, seed=0)).summary())
+    log.info("  report: %s", dataset_report(shards))  # as `shardfeed convert` writes it
     report = verify(shards, progress=False)
     log.info("3/7 verify: %s", report.summary())
     show(shards, os.path.join(workdir, "samples.png"), rows=3, cols=6)
@@ -70,7 +72,7 @@ def run(workdir: str = "demo_out", *, epochs: int = 20) -> int:
     log.info("6/7 predict: %d unlabeled images classified", len(rows))
     log.info(
         "7/7 done in %.0fs. Everything is in %s:\n"
-        "  shards/                 the TFRecords, manifest.json, labels.txt, report.json\n"
+        "  shards/                 the TFRecords, manifest.json, labels.txt, report.json, report.html\n"
         "  samples.png             sample training images with their labels\n"
         "  run/                    model.keras, checkpoints/, log.csv, tensorboard/, metrics.json\n"
         "  run/eval-validation/    metrics.json, confusion_matrix.png\n"

@@ -69,7 +69,7 @@ def predict(
         split = split or ("test" if "test" in m.split_names else m.split_names[0])
         ds = record.inputs(m).evaluation(split, batch_size=batch_size, read=ReadOptions(with_filenames=True))
         rows: list[dict[str, Any]] = []
-        shown: list[tuple[np.ndarray, str]] = []
+        shown: list[tuple[str, np.ndarray, str]] = []  # the grid: the first files in the CSV's order
         bar = tqdm(total=m.split(split).num_records, unit="img", desc="predict", disable=None)
         for batch in ds:
             images, files = batch[0], batch[-1]
@@ -77,8 +77,8 @@ def predict(
             bar.update(len(probs))
             for i, p in enumerate(probs):
                 rows.append(_row(files[i].numpy().decode(), p, names, top_k))
-                if grid and len(shown) < grid_size:
-                    shown.append((images[i].numpy(), f"{rows[-1]['class']} ({rows[-1]['probability']:.2f})"))
+                if grid:
+                    _keep_first(shown, rows[-1], images[i], grid_size)
         bar.close()
         rows += [{"file": s["file"], "error": s["reason"]} for s in _skipped(data)]
     rows.sort(key=lambda r: r["file"])
@@ -87,10 +87,27 @@ def predict(
         from shardfeed.read.pixels import to_rgb
         from shardfeed.tools.preview import Tile, draw_grid
 
-        tiles = [Tile("", caption, to_rgb(img)) for img, caption in shown]
+        tiles = [Tile(file, caption, to_rgb(img)) for file, img, caption in sorted(shown, key=lambda t: t[0])]
         cols = min(4, max(1, len(tiles)))
         draw_grid(tiles, max(1, -(-len(tiles) // cols)), cols, grid, f"predictions of {os.path.basename(run_dir)}")
     return rows
+
+
+def _keep_first(shown: list[tuple[str, np.ndarray, str]], row: dict[str, Any], image: Any, size: int) -> None:
+    """Keeps the `size` images whose file names sort first (the CSV's first rows; the records
+    arrive in shard order), each captioned with its file name and prediction."""
+    caption = f"{_short(row['file'])}\n{row['class']} ({row['probability']:.2f})"
+    if len(shown) < size:
+        shown.append((row["file"], image.numpy(), caption))
+        return
+    last = max(range(len(shown)), key=lambda i: shown[i][0])
+    if row["file"] < shown[last][0]:
+        shown[last] = (row["file"], image.numpy(), caption)
+
+
+def _short(file: str, width: int = 24) -> str:
+    """A file name that fits under a grid tile: its end, where names differ."""
+    return file if len(file) <= width else "..." + file[-(width - 3) :]
 
 
 def _row(file: str, p: np.ndarray, names: list[str], top_k: int) -> dict[str, Any]:
