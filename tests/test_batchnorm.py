@@ -68,3 +68,10 @@ def test_a_short_run_scores_in_inference_mode_what_it_reached_while_fitting(phot
     fitted, inference, images = scores[True]
     assert images == 44 and inference >= fitted - 0.1, scores
     assert scores[False][2] == 0 and scores[False][1] < inference - 0.2, scores
+
+
+def test_moving_averages_settle_after_five_over_one_minus_momentum_steps() -> None:
+    from shardfeed.training.batchnorm import settled
+
+    assert not settled(0.9, 49) and settled(0.9, 50)
+    assert not settled(0.99, 499) and settled(0.99, 500)

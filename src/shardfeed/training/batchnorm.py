@@ -9,9 +9,11 @@ inference mode (issue 35). `recompute` replaces the averages of every trainable 
 layer with the plain mean of the batch statistics over up to PRECISE_BN_IMAGES images run
 through the model as it is now (Wu & Johnson, "Rethinking 'Batch' in BatchNorm", 2021, sec. 3:
 "precise BN"). Frozen layers (a pre-trained backbone in phase 1) keep their statistics, as
-Keras keeps them in inference mode. `PreciseBatchNorm` does it before every validation inside
-fit and once at the end, so the validation figures, the best checkpoint and the saved model all
-see the same statistics.
+Keras keeps them in inference mode. `PreciseBatchNorm` does it once at the end, and before the
+validations inside fit, so the validation figures, the best checkpoint and the saved model all
+see the same statistics; before a validation only while the moving averages have had fewer
+than 5 / (1 - momentum) steps (`settled`), after which they are close and the recomputation
+would add a forward pass over the images to every epoch.
 """
 
 from __future__ import annotations
@@ -78,9 +80,17 @@ def recompute(net: Any, batches: Iterable[Any]) -> int:
     return seen
 
 
+def settled(momentum: float, steps: int) -> bool:
+    """Whether moving averages of this momentum have had the steps to forget their initial values
+    (a weight of e^-5 < 1% left on them: 5 / (1 - momentum) steps)."""
+    return steps >= 5 / max(1.0 - momentum, 1e-6)
+
+
 def precise_bn_callback(batches: Callable[[], Iterable[Any]]) -> Any:
     """A Keras callback that recomputes the BatchNorm statistics (`recompute`) over `batches()`
-    before each validation inside fit and at the end of training."""
+    at the end of training, and before each validation inside fit while Keras' own averages are
+    not yet `settled` (later, the recomputation would cost a forward pass over the images each
+    epoch to correct a small lag)."""
     import keras
 
     class PreciseBatchNorm(keras.callbacks.Callback):
@@ -88,12 +98,19 @@ def precise_bn_callback(batches: Callable[[], Iterable[Any]]) -> Any:
             super().__init__()
             self.fitting = False
             self.images = 0
+            self.steps = 0
 
         def on_train_begin(self, logs: Any = None) -> None:
             self.fitting = True
 
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            self.steps += 1
+
         def on_test_begin(self, logs: Any = None) -> None:
-            if self.fitting:  # fit's validation; a later evaluate() sees the statistics as they are
+            if not self.fitting:  # a later evaluate() sees the statistics as they are
+                return
+            layers = batchnorm_layers(self.model)
+            if layers and not settled(min(layer.momentum for layer in layers), self.steps):
                 self.images = recompute(self.model, batches())
 
         def on_train_end(self, logs: Any = None) -> None:
