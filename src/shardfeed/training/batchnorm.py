@@ -83,7 +83,7 @@ def recompute(net: Any, batches: Iterable[Any]) -> int:
 def settled(momentum: float, steps: int) -> bool:
     """Whether moving averages of this momentum have had the steps to forget their initial values
     (a weight of e^-5 < 1% left on them: 5 / (1 - momentum) steps)."""
-    return steps >= 5 / max(1.0 - momentum, 1e-6)
+    return steps * (1.0 - momentum) >= 5 - 1e-9
 
 
 def precise_bn_callback(batches: Callable[[], Iterable[Any]]) -> Any:
