@@ -6,8 +6,8 @@ averages in inference mode. Those averages (momentum m) forget their initial val
 variance 1) only after a few times 1/(1-m) steps, and lag weights that are still moving: on a
 few hundred photos (4 steps an epoch) `small_cnn` scored 0.996 while fitting and 0.389 in
 inference mode (issue 35). `recompute` replaces the averages of every trainable BatchNorm
-layer with the plain mean of the batch statistics over up to PRECISE_BN_IMAGES images run
-through the model as it is now (Wu & Johnson, "Rethinking 'Batch' in BatchNorm", 2021, sec. 3:
+layer with the plain mean of the batch statistics over up to PRECISE_BN_IMAGES images (128
+before a validation) run through the model as it is now (Wu & Johnson, "Rethinking 'Batch' in BatchNorm", 2021, sec. 3:
 "precise BN"). Frozen layers (a pre-trained backbone in phase 1) keep their statistics, as
 Keras keeps them in inference mode. `PreciseBatchNorm` does it once at the end, and before the
 validations inside fit, so the validation figures, the best checkpoint and the saved model all
@@ -28,7 +28,8 @@ import numpy as np
 from shardfeed.lazy import tensorflow
 
 log = logging.getLogger("shardfeed")
-PRECISE_BN_IMAGES = 1024  # images whose batch statistics are averaged (the paper: ~1e3-1e4 suffice)
+PRECISE_BN_IMAGES = 1024  # images whose batch statistics are averaged at the end (the paper: ~1e3-1e4)
+VALIDATION_IMAGES = 128  # before a validation inside fit: a cheaper estimate, each epoch
 
 
 def batchnorm_layers(net: Any) -> list[Any]:
@@ -86,11 +87,12 @@ def settled(momentum: float, steps: int) -> bool:
     return steps * (1.0 - momentum) >= 5 - 1e-9
 
 
-def precise_bn_callback(batches: Callable[[], Iterable[Any]]) -> Any:
-    """A Keras callback that recomputes the BatchNorm statistics (`recompute`) over `batches()`
-    at the end of training, and before each validation inside fit while Keras' own averages are
-    not yet `settled` (later, the recomputation would cost a forward pass over the images each
-    epoch to correct a small lag)."""
+def precise_bn_callback(batches: Callable[[int], Iterable[Any]]) -> Any:
+    """A Keras callback that recomputes the BatchNorm statistics (`recompute`) over
+    `batches(images)` (batches holding up to that many images): over PRECISE_BN_IMAGES at the end
+    of training, and over VALIDATION_IMAGES before each validation inside fit while Keras' own
+    averages are not yet `settled` (later, the recomputation would cost a forward pass each epoch
+    to correct a small lag)."""
     import keras
 
     class PreciseBatchNorm(keras.callbacks.Callback):
@@ -111,15 +113,15 @@ def precise_bn_callback(batches: Callable[[], Iterable[Any]]) -> Any:
                 return
             layers = batchnorm_layers(self.model)
             if layers and not settled(min(layer.momentum for layer in layers), self.steps):
-                self.images = recompute(self.model, batches())
+                self.images = recompute(self.model, batches(VALIDATION_IMAGES))
 
         def on_train_end(self, logs: Any = None) -> None:
             self.fitting = False
-            self.images = recompute(self.model, batches())
+            self.images = recompute(self.model, batches(PRECISE_BN_IMAGES))
 
     return PreciseBatchNorm()
 
 
 def batches_for(images: int, batch_size: int) -> int:
-    """Batches of `batch_size` that hold PRECISE_BN_IMAGES images (or all `images`)."""
-    return max(1, math.ceil(min(images, PRECISE_BN_IMAGES) / batch_size))
+    """Batches of `batch_size` that hold `images` images (at least one)."""
+    return max(1, math.ceil(images / batch_size))

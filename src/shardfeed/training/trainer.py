@@ -270,9 +270,10 @@ class _TrainingRun:
         probe = input_probe(self.train_stream, min(self.steps, PROBE_BATCHES), gpu_decode=o.decode_on == "gpu")
         callbacks = [*self._callbacks(monitor="val_accuracy" if val_ds is not None else "accuracy"), probe]
         if o.precise_bn:  # first: the validation and checkpoints after it see the recomputed statistics
-            count = self.manifest.split(o.train_split).num_records
-            take = batches_for(count, o.batch_size)
-            callbacks.insert(0, precise_bn_callback(lambda: self.inputs.evaluation(o.train_split).take(take)))
+            split = o.train_split
+            callbacks.insert(
+                0, precise_bn_callback(lambda n: self.inputs.evaluation(split).take(batches_for(n, o.batch_size)))
+            )
         start = time.monotonic()
         fit = {"validation_data": val_ds, "callbacks": callbacks, "verbose": verbose}
         if o.class_weight:
