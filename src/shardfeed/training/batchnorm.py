@@ -6,7 +6,7 @@ averages in inference mode. Those averages (momentum m) forget their initial val
 variance 1) only after a few times 1/(1-m) steps, and lag weights that are still moving: on a
 few hundred photos (4 steps an epoch) `small_cnn` scored 0.996 while fitting and 0.389 in
 inference mode (issue 35). `recompute` replaces the averages of every trainable BatchNorm
-layer with the plain mean of the batch statistics over up to PRECISE_BN_IMAGES images (128
+layer with the plain mean of the batch statistics over up to PRECISE_BN_IMAGES images (64
 before a validation) run through the model as it is now (Wu & Johnson, "Rethinking 'Batch' in BatchNorm", 2021, sec. 3:
 "precise BN"). Frozen layers (a pre-trained backbone in phase 1) keep their statistics, as
 Keras keeps them in inference mode. `PreciseBatchNorm` does it once at the end, and before the
@@ -29,7 +29,7 @@ from shardfeed.lazy import tensorflow
 
 log = logging.getLogger("shardfeed")
 PRECISE_BN_IMAGES = 1024  # images whose batch statistics are averaged at the end (the paper: ~1e3-1e4)
-VALIDATION_IMAGES = 128  # before a validation inside fit: a cheaper estimate, each epoch
+VALIDATION_IMAGES = 64  # before a validation inside fit: a cheaper estimate (one default batch)
 
 
 def batchnorm_layers(net: Any) -> list[Any]:
@@ -44,23 +44,30 @@ def batchnorm_layers(net: Any) -> list[Any]:
     return [layer for layer in walk(net) if isinstance(layer, keras.layers.BatchNormalization) and layer.trainable]
 
 
-def recompute(net: Any, batches: Iterable[Any]) -> int:
+def recompute(net: Any, batches: Iterable[Any], cache: dict[Any, Any] | None = None) -> int:
     """Sets each trainable BatchNorm layer's moving mean and variance to the average of its batch
     statistics over `batches` ((images, labels, ...) tuples, or images), weighted by their
-    images. The model runs in training mode, compiled once, with momentum 0 (so after each batch
-    a layer's moving statistics are that batch's own), and the averages are summed here; then
-    the momenta are restored. Returns the images used (0: no such layer, nothing run)."""
+    images. The model runs in training mode, compiled, with momentum 0 (so after each batch a
+    layer's moving statistics are that batch's own), and the averages are summed here; then the
+    momenta are restored. `cache` keeps the compiled forward pass between calls (tracing it
+    costs seconds; it is kept per set of trainable layers, which a fine-tuning phase changes).
+    Returns the images used (0: no such layer, nothing run)."""
     layers = batchnorm_layers(net)
     if not layers:
         return 0
     tf = tensorflow()
+    cache = {} if cache is None else cache
+    key = (id(net), *(id(layer) for layer in layers))
     momenta = [layer.momentum for layer in layers]
     sums = [[np.zeros(layer.moving_mean.shape, np.float64) for _ in range(2)] for layer in layers]
     seen = 0
     try:
         for layer in layers:
-            layer.momentum = 0.0
-        forward = tf.function(lambda x: net(x, training=True), reduce_retracing=True)
+            layer.momentum = 0.0  # read when the forward pass is traced: it is traced with 0 only
+        if key not in cache:
+            cache.clear()
+            cache[key] = tf.function(lambda x: net(x, training=True), reduce_retracing=True)
+        forward = cache[key]
         for batch in batches:
             images = batch[0] if isinstance(batch, tuple | list) else batch
             count = int(images.shape[0])
@@ -101,6 +108,7 @@ def precise_bn_callback(batches: Callable[[int], Iterable[Any]]) -> Any:
             self.fitting = False
             self.images = 0
             self.steps = 0
+            self.compiled: dict[Any, Any] = {}  # the forward pass, traced once
 
         def on_train_begin(self, logs: Any = None) -> None:
             self.fitting = True
@@ -113,11 +121,11 @@ def precise_bn_callback(batches: Callable[[int], Iterable[Any]]) -> Any:
                 return
             layers = batchnorm_layers(self.model)
             if layers and not settled(min(layer.momentum for layer in layers), self.steps):
-                self.images = recompute(self.model, batches(VALIDATION_IMAGES))
+                self.images = recompute(self.model, batches(VALIDATION_IMAGES), self.compiled)
 
         def on_train_end(self, logs: Any = None) -> None:
             self.fitting = False
-            self.images = recompute(self.model, batches(PRECISE_BN_IMAGES))
+            self.images = recompute(self.model, batches(PRECISE_BN_IMAGES), self.compiled)
 
     return PreciseBatchNorm()
 
