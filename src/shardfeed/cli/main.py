@@ -59,13 +59,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+FLAG_VALUED = ("--beam-options",)  # options whose value is itself a string of flags
+
+
+def joined_flag_values(argv: Sequence[str]) -> list[str]:
+    """`argv` with each `--beam-options "--runner=X ..."` written as `--beam-options=--runner=X ...`:
+    argparse takes a separate value that starts with '-' for another option and stops with
+    'expected one argument', so the documented form would never parse."""
+    out: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        if args[i] in FLAG_VALUED and i + 1 < len(args) and args[i + 1].startswith("-"):
+            out.append(f"{args[i]}={args[i + 1]}")
+            i += 2
+        else:
+            out.append(args[i])
+            i += 1
+    return out
+
+
 INTERRUPT_AGAIN_S = 0.05  # after a swallowed Ctrl-C: long enough for the callback to have returned
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the CLI; exit code 0 ok, 1 failure, 2 usage error."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(joined_flag_values(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(message)s",
