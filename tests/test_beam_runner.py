@@ -29,14 +29,37 @@ def test_beam_output_is_byte_identical_to_local(odd_tree: Path, tmp_path: Path) 
     assert not (tmp_path / "beam" / ".shardfeed").exists()
 
 
-def test_beam_via_cli_and_rerun_is_a_no_op(photo_tree: Path, tmp_path: Path) -> None:
-    out = tmp_path / "o"
+def test_beam_via_cli_says_what_the_local_runner_says_and_rerun_is_a_no_op(photo_tree: Path, tmp_path: Path) -> None:
+    """Offline and quiet: no Prism download attempt, none of Beam's import or runner notes; the
+    same lines as the local runner (but the seconds and the folder name)."""
+    import re
+
+    out, local = tmp_path / "o", tmp_path / "l"
     cmd = [sys.executable, "-m", "shardfeed", "convert", str(photo_tree), str(out), "--runner", "beam", "-q"]
     first = subprocess.run(cmd, capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
     assert "Wrote 44 of 44 images" in first.stderr
+    for noise in ("Prism", "Downloading", "apitools", "Converting string literal", "DirectRunner"):
+        assert noise not in first.stderr, first.stderr
+    by_local = subprocess.run([*cmd[:5], str(local), "-q"], capture_output=True, text=True)
+
+    def same(text: str, folder: Path) -> str:
+        return re.sub(r"in [0-9.]+s", "in Ns", text.replace(str(folder), "OUT"))
+
+    assert same(first.stderr, out) == same(by_local.stderr, local)
     again = subprocess.run(cmd, capture_output=True, text=True)
     assert "nothing to do" in again.stderr
+
+
+def test_the_local_runner_is_named_so_beam_tries_no_download() -> None:
+    from shardfeed.write.beam_runner import local_runner_flags
+
+    assert local_runner_flags([]) == ["--runner=FnApiRunner"]
+    assert local_runner_flags(["--runner=DirectRunner", "--direct_num_workers=2"]) == [
+        "--direct_num_workers=2",
+        "--runner=FnApiRunner",
+    ]
+    assert local_runner_flags(["--runner=DataflowRunner"]) == ["--runner=DataflowRunner"]
 
 
 def test_importing_shardfeed_imports_neither_beam_nor_tensorflow() -> None:

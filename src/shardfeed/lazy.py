@@ -56,8 +56,20 @@ def _stderr_closed() -> Iterator[None]:
 
 
 def apache_beam() -> Any:
-    """The `apache_beam` module."""
-    return _import("apache_beam", "pip install 'shardfeed[beam]'")
+    """The `apache_beam` module. Beam's own chatter (its import-time notes on missing GCP client
+    libraries, runner choice, type-hint conversions) is logged at WARNING and below through the
+    'apache_beam' logger: it is kept to errors unless the root logger is at DEBUG (`-v`)."""
+    hint = "pip install 'shardfeed[beam]'"
+    root = logging.getLogger()
+    if root.getEffectiveLevel() <= logging.DEBUG or "apache_beam" in sys.modules:
+        return _import("apache_beam", hint)
+    logging.getLogger("apache_beam").setLevel(logging.ERROR)
+    level = root.level
+    root.setLevel(logging.ERROR)  # some of Beam's import-time notes go to the root logger
+    try:
+        return _import("apache_beam", hint)
+    finally:
+        root.setLevel(level)
 
 
 def quiet_tensorflow() -> None:

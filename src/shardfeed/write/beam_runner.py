@@ -34,7 +34,7 @@ def write_shards(
 
     if not pending:
         return {}
-    flags = shlex.split(beam_options) if isinstance(beam_options, str) else list(beam_options or [])
+    flags = local_runner_flags(shlex.split(beam_options) if isinstance(beam_options, str) else list(beam_options or []))
     plan_dir = fileio.join(target.work_dir, "plans")
     fileio.makedirs(plan_dir)
     for plan in pending:
@@ -57,6 +57,23 @@ def write_shards(
             raise ConvertError(f"the Beam pipeline finished without committing shard {plan.file}")
         done[plan.file] = result
     return done
+
+
+LOCAL_RUNNER = "FnApiRunner"
+
+
+def local_runner_flags(flags: list[str]) -> list[str]:
+    """Beam flags with the local runner made explicit: no --runner, or --runner=DirectRunner,
+    becomes FnApiRunner. Beam's DirectRunner first downloads the Prism runner from the internet
+    (a failed download, logged, on an offline machine) and then falls back to FnApiRunner for a
+    pipeline like ours; FnApiRunner is that fallback, without the download, and honours
+    --direct_num_workers and --direct_running_mode."""
+    runner = [f for f in flags if f.startswith("--runner=")]
+    if not runner:
+        return [f"--runner={LOCAL_RUNNER}", *flags]
+    if runner[-1].split("=", 1)[1] in ("DirectRunner", "SwitchingDirectRunner"):
+        return [f for f in flags if not f.startswith("--runner=")] + [f"--runner={LOCAL_RUNNER}"]
+    return flags
 
 
 class _ShardWriter:
