@@ -9,11 +9,10 @@ inference mode (issue 35). `recompute` replaces the averages of every trainable 
 layer with the plain mean of the batch statistics over up to PRECISE_BN_IMAGES images (64
 before a validation) run through the model as it is now (Wu & Johnson, "Rethinking 'Batch' in BatchNorm", 2021, sec. 3:
 "precise BN"). Frozen layers (a pre-trained backbone in phase 1) keep their statistics, as
-Keras keeps them in inference mode. `PreciseBatchNorm` does it once at the end, and before the
-validations inside fit, so the validation figures, the best checkpoint and the saved model all
-see the same statistics; before a validation only while the moving averages have had fewer
-than 5 / (1 - momentum) steps (`settled`), after which they are close and the recomputation
-would add a forward pass over the images to every epoch.
+Keras keeps them in inference mode. `PreciseBatchNorm` does it before the validations inside fit
+and at the end, so the validation figures, the best checkpoint and the saved model all see the
+same statistics, as long as the moving averages have had fewer than 5 / (1 - momentum) steps
+(`settled`); after that they are close and are left as they are.
 """
 
 from __future__ import annotations
@@ -59,6 +58,9 @@ def recompute(net: Any, batches: Iterable[Any], cache: dict[Any, Any] | None = N
     cache = {} if cache is None else cache
     key = (id(net), *(id(layer) for layer in layers))
     momenta = [layer.momentum for layer in layers]
+    # the forward passes advance the random state of dropout and the like: restored after, so
+    # recomputing statistics does not change what training does next
+    states = [(v, v.numpy()) for v in net.non_trainable_variables if "seed_generator" in v.path]
     sums = [[np.zeros(layer.moving_mean.shape, np.float64) for _ in range(2)] for layer in layers]
     seen = 0
     try:
@@ -81,6 +83,8 @@ def recompute(net: Any, batches: Iterable[Any], cache: dict[Any, Any] | None = N
     finally:
         for layer, momentum in zip(layers, momenta, strict=True):
             layer.momentum = momentum
+        for variable, value in states:
+            variable.assign(value)
     if seen:
         for (mean, var), layer in zip(sums, layers, strict=True):
             layer.moving_mean.assign((mean / seen).astype(layer.moving_mean.dtype))
@@ -96,10 +100,11 @@ def settled(momentum: float, steps: int) -> bool:
 
 def precise_bn_callback(batches: Callable[[int], Iterable[Any]]) -> Any:
     """A Keras callback that recomputes the BatchNorm statistics (`recompute`) over
-    `batches(images)` (batches holding up to that many images): over PRECISE_BN_IMAGES at the end
-    of training, and over VALIDATION_IMAGES before each validation inside fit while Keras' own
-    averages are not yet `settled` (later, the recomputation would cost a forward pass each epoch
-    to correct a small lag)."""
+    `batches(images)` (batches holding up to that many images) while Keras' own averages are not
+    yet `settled`: over VALIDATION_IMAGES before each validation inside fit, over
+    PRECISE_BN_IMAGES at the end of training. Once they have settled it leaves them alone: a
+    forward pass each epoch would correct a small lag, and on the digits demo (440 steps) the
+    recomputed statistics scored one validation image fewer than Keras' (0.9882 vs 0.9912)."""
     import keras
 
     class PreciseBatchNorm(keras.callbacks.Callback):
@@ -116,16 +121,17 @@ def precise_bn_callback(batches: Callable[[int], Iterable[Any]]) -> Any:
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             self.steps += 1
 
-        def on_test_begin(self, logs: Any = None) -> None:
-            if not self.fitting:  # a later evaluate() sees the statistics as they are
-                return
+        def unsettled(self) -> bool:
             layers = batchnorm_layers(self.model)
-            if layers and not settled(min(layer.momentum for layer in layers), self.steps):
+            return bool(layers) and not settled(min(layer.momentum for layer in layers), self.steps)
+
+        def on_test_begin(self, logs: Any = None) -> None:
+            if self.fitting and self.unsettled():  # a later evaluate() sees the statistics as they are
                 self.images = recompute(self.model, batches(VALIDATION_IMAGES), self.compiled)
 
         def on_train_end(self, logs: Any = None) -> None:
             self.fitting = False
-            self.images = recompute(self.model, batches(PRECISE_BN_IMAGES), self.compiled)
+            self.images = recompute(self.model, batches(PRECISE_BN_IMAGES), self.compiled) if self.unsettled() else 0
 
     return PreciseBatchNorm()
 
