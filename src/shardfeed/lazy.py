@@ -72,6 +72,11 @@ def apache_beam() -> Any:
         root.setLevel(level)
 
 
+def dask_distributed() -> Any:
+    """The `distributed` module (Dask's cluster client), for the Dask runner."""
+    return _import("distributed", "pip install 'shardfeed[dask]'")
+
+
 def quiet_tensorflow() -> None:
     """TensorFlow's start-up and op log lines, Keras' advisory warnings: off unless --verbose.
 

@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from shardfeed.cli.options import add_pixel_limit_flag, from_args, image_fields
+from shardfeed.errors import OptionError
 from shardfeed.format import fileio
 from shardfeed.format.schema import PRESETS
 from shardfeed.write.convert import convert
@@ -146,15 +147,29 @@ def _run_flags(g: Any) -> None:
     g.add_argument("--no-report", action="store_true", help="do not write OUT/report.html (`shardfeed report`)")
     g.add_argument(
         "--runner",
-        choices=["local", "beam"],
+        choices=["local", "beam", "dask"],
         default="local",
-        help="local process pool (default) or an Apache Beam pipeline (pip install 'shardfeed[beam]')",
+        help="local process pool (default), an Apache Beam pipeline (pip install 'shardfeed[beam]'), or that "
+        "pipeline on a Dask cluster (--dask-address; pip install 'shardfeed[dask]')",
+    )
+    g.add_argument(
+        "--dask-address",
+        metavar="tcp://HOST:PORT",
+        help="with --runner dask: the Dask scheduler (`dask scheduler`); its workers must reach SOURCE and OUT",
     )
     g.add_argument(
         "--beam-options",
         help='Beam pipeline flags, e.g. "--runner=DataflowRunner --project=P '
         '--region=R --temp_location=gs://B/tmp" (default: local DirectRunner)',
     )
+
+
+def _beam_options(args: argparse.Namespace) -> str | None:
+    """--beam-options, with --dask-address as Beam's DaskRunner option."""
+    if args.dask_address and args.runner != "dask":
+        raise OptionError("--dask-address applies with --runner dask")
+    dask = f"--dask_client_address={args.dask_address}" if args.dask_address else ""
+    return " ".join(filter(None, [args.beam_options, dask])) or None
 
 
 def _source_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -192,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         overwrite=args.overwrite,
         runner=args.runner,
-        beam_options=args.beam_options,
+        beam_options=_beam_options(args),
         progress=not args.quiet,
     )
     log.info(result.summary())

@@ -13,17 +13,41 @@ from __future__ import annotations
 import json
 import shlex
 
-from shardfeed.errors import ConvertError
+from shardfeed.errors import ConvertError, OptionError
 from shardfeed.format import fileio
 from shardfeed.lazy import apache_beam
 from shardfeed.write.items import Item
 from shardfeed.write.planning import ShardPlan
 from shardfeed.write.shards import ShardResult, WriteTarget
 
+DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"  # Beam has no short name for it
+DASK_TIMEOUT = "10"  # seconds connecting to the scheduler: a scheduler that is not there is an error, not a wait
 
-def write_shards(
-    pending: list[ShardPlan], target: WriteTarget, beam_options: str | list[str] | None
-) -> dict[str, ShardResult]:
+
+def flags_for(runner: str, beam_options: str | list[str] | None) -> list[str]:
+    """The Beam flags of a conversion on `runner` ('beam' or 'dask'): for 'dask', Beam's DaskRunner
+    with one shard per Dask partition (Beam's default puts up to 128 elements in one partition:
+    every shard went to one worker), and a connection timeout, unless the flags set them."""
+    flags = shlex.split(beam_options) if isinstance(beam_options, str) else list(beam_options or [])
+    if runner != "dask":
+        return flags
+    if any(f.startswith("--runner=") for f in flags):
+        raise OptionError("runner 'dask' sets Beam's runner itself; drop --runner= from the Beam options")
+    if not any(f.startswith("--dask_client_address=") or f.startswith("--dask_scheduler_file=") for f in flags):
+        raise OptionError(
+            "runner 'dask' needs the scheduler: --dask-address tcp://HOST:8786 (Beam option --dask_client_address=...)"
+        )
+    defaults = {"--dask_partition_size": "1", "--dask_connection_timeout": DASK_TIMEOUT}
+    given = {f.split("=", 1)[0] for f in flags}
+    extra = [
+        f"{k}={v}"
+        for k, v in defaults.items()
+        if k not in given and not (k == "--dask_partition_size" and "--dask_npartitions" in given)
+    ]
+    return [f"--runner={DASK_RUNNER}", *flags, *extra]
+
+
+def write_shards(pending: list[ShardPlan], target: WriteTarget, beam_options: list[str]) -> dict[str, ShardResult]:
     """Runs the Beam pipeline that writes the `pending` shards; returns their committed results.
 
     Raises:
@@ -34,7 +58,7 @@ def write_shards(
 
     if not pending:
         return {}
-    flags = local_runner_flags(shlex.split(beam_options) if isinstance(beam_options, str) else list(beam_options or []))
+    flags = local_runner_flags(list(beam_options))
     plan_dir = fileio.join(target.work_dir, "plans")
     fileio.makedirs(plan_dir)
     for plan in pending:
@@ -43,13 +67,18 @@ def write_shards(
             for i in plan.items
         ]
         fileio.write_text_atomic(fileio.join(plan_dir, plan.file + ".json"), json.dumps(rows))
-    with beam.Pipeline(options=PipelineOptions(flags)) as pipeline:
-        _ = (
-            pipeline
-            | "Shards" >> beam.Create([(plan.split, plan.file) for plan in pending])
-            | "Spread" >> beam.Reshuffle()
-            | "EncodeAndWrite" >> beam.Map(_ShardWriter(target))
-        )
+    try:
+        with beam.Pipeline(options=PipelineOptions(flags)) as pipeline:
+            _ = (
+                pipeline
+                | "Shards" >> beam.Create([(plan.split, plan.file) for plan in pending])
+                | "Spread" >> beam.Reshuffle()
+                | "EncodeAndWrite" >> beam.Map(_ShardWriter(target))
+            )
+    except OSError as e:
+        if f"--runner={DASK_RUNNER}" not in flags:
+            raise
+        raise ConvertError(f"{e} (is `dask scheduler` running there, and reachable from this machine?)") from e
     done = {}
     for plan in pending:
         result = target.committed(plan.file)

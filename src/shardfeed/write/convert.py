@@ -40,7 +40,7 @@ from shardfeed.write.pool import WorkerPool
 from shardfeed.write.shards import WriteTarget
 from shardfeed.write.sources import Source, empty_source_hint, resolve_source
 
-RUNNERS = ("local", "beam")
+RUNNERS = ("local", "beam", "dask")
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # no space, quota, file size limit
 
 
@@ -182,7 +182,10 @@ def convert(
         workers: processes encoding images (default: all cores; 1 runs in this process).
         overwrite: replace a conversion written with other settings or inputs.
         progress: show a progress bar on stderr.
-        runner: 'local' (a process pool here) or 'beam' (an Apache Beam pipeline: same plan, same
+        runner: 'local' (a process pool here), 'dask' (the Beam pipeline on a Dask cluster: Beam's
+            DaskRunner, the scheduler's address in beam_options as
+            "--dask_client_address=tcp://HOST:8786", one shard per Dask partition so every worker
+            gets shards; needs `shardfeed[dask]`), or 'beam' (an Apache Beam pipeline: same plan, same
             encoder and shard writer, byte-identical output; needs `shardfeed[beam]`).
         beam_options: Beam pipeline flags, e.g. "--runner=DataflowRunner --project=p --region=r
             --temp_location=gs://b/tmp" (default: Beam's local DirectRunner).
@@ -198,10 +201,15 @@ def convert(
         raise OptionError(f"workers must be >= 1, got {workers}")
     if runner not in RUNNERS:
         raise OptionError(f"runner must be one of {list(RUNNERS)}, got {runner!r}")
-    if runner == "beam":
-        from shardfeed.lazy import apache_beam
+    if runner in ("beam", "dask"):
+        from shardfeed.lazy import apache_beam, dask_distributed
 
         apache_beam()  # fail now, with the install hint, not after planning
+        if runner == "dask":
+            from shardfeed.write.beam_runner import flags_for
+
+            dask_distributed()
+            flags_for(runner, beam_options)  # the flags it needs are there
         workers = 1  # the pipeline does the parallel work
     run = _Run(strict, workers, overwrite, progress, runner, beam_options)
     options = folder_options(options or ConvertOptions(), output_dir)
@@ -363,10 +371,11 @@ class _Conversion:
             if name.endswith(shards.INCOMPLETE):
                 fileio.remove(fileio.join(self.output_dir, name))
         pending = [p for p in plans if done[p.file] is None]
-        if self.run_settings.runner == "beam":
+        if self.run_settings.runner in ("beam", "dask"):
             from shardfeed.write import beam_runner
 
-            written = beam_runner.write_shards(pending, target, self.run_settings.beam_options)
+            flags = beam_runner.flags_for(self.run_settings.runner, self.run_settings.beam_options)
+            written = beam_runner.write_shards(pending, target, flags)
             self._fail_if_strict([s for r in written.values() for s in r.skipped])
         else:
             written = local_runner.write_shards(

@@ -1,0 +1,163 @@
+"""convert --runner dask: the Beam pipeline on a real Dask cluster (a scheduler and two worker
+processes on 127.0.0.1, started here on free ports and stopped after)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import shard_bytes
+
+from shardfeed import ConvertOptions, convert
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.corpus import build_corpus
+
+DASK = str(Path(sys.executable).with_name("dask"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Cluster:
+    """A `dask scheduler` and `dask worker` processes, each a real process of its own."""
+
+    def __init__(self, tmp: Path, workers: int) -> None:
+        self.address = f"tcp://127.0.0.1:{_free_port()}"
+        port = self.address.rsplit(":", 1)[1]
+        self.logs = tmp
+        self.scheduler = self._start("scheduler", [DASK, "scheduler", "--host", "127.0.0.1", "--port", port])
+        self.workers = [self._start(f"worker{i}", self._worker_cmd(i)) for i in range(workers)]
+        self.wait_for(workers)
+
+    def _worker_cmd(self, i: int) -> list[str]:
+        return [DASK, "worker", self.address, "--nthreads", "1", "--name", f"w{i}", "--no-nanny"]
+
+    def _start(self, name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
+        log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
+        return subprocess.Popen([*cmd, "--no-dashboard"], stdout=log, stderr=log)
+
+    def wait_for(self, count: int, timeout: float = 60) -> None:
+        from distributed import Client
+
+        deadline = time.monotonic() + timeout
+        with Client(self.address, timeout=timeout) as client:
+            while len(client.scheduler_info()["workers"]) != count:
+                assert time.monotonic() < deadline, f"the cluster did not reach {count} workers"
+                time.sleep(0.2)
+
+    def executed(self) -> dict[str, int]:
+        """Tasks each worker has executed, from the workers' own records."""
+        from distributed import Client
+
+        with Client(self.address, timeout=30) as client:
+            return client.run(lambda dask_worker: dask_worker.state.executed_count)
+
+    def stop(self) -> None:
+        for proc in [*self.workers, self.scheduler]:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in [*self.workers, self.scheduler]:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    (tmp_path / "dask").mkdir()
+    c = Cluster(tmp_path / "dask", workers=2)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    cmd = [sys.executable, "-m", "shardfeed", "convert", *args, "-q", "--no-report"]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_dask_output_is_byte_identical_and_both_workers_write(cluster: Cluster, odd_tree: Path, tmp_path: Path) -> None:
+    options = ConvertOptions(split="train=0.6,validation=0.4", shards=4, seed=3)
+    convert(str(odd_tree), str(tmp_path / "local"), options, workers=2, progress=False)
+    flags = ["--split", "train=0.6,validation=0.4", "--shards", "4", "--seed", "3"]
+    done = _cli(
+        str(odd_tree), str(tmp_path / "dask-out"), *flags, "--runner", "dask", "--dask-address", cluster.address
+    )
+    assert done.returncode == 0, done.stderr
+    assert shard_bytes(tmp_path / "dask-out") == shard_bytes(tmp_path / "local")
+    executed = cluster.executed()
+    assert len(executed) == 2 and all(n > 0 for n in executed.values()), executed  # shards spread over both
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_job_then_the_same_command_resumes_to_the_same_bytes(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    source = build_corpus(str(tmp_path / "src"), 400, classes=4)
+    flags = ["--shards", "16", "--format", "png"]  # PNG encoding: slow enough to be caught mid-job
+    convert(source, str(tmp_path / "local"), ConvertOptions(shards=16, image=_png()), workers=2, progress=False)
+    out = tmp_path / "dask-out"
+    args = [source, str(out), *flags, "--runner", "dask", "--dask-address", cluster.address]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    job = subprocess.Popen(
+        [sys.executable, "-m", "shardfeed", "convert", *args, "-q", "--no-report"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    deadline = time.monotonic() + 120
+    while not any(p.name.endswith("-of-00016") for p in out.glob("*")) if out.exists() else True:
+        assert time.monotonic() < deadline and job.poll() is None, "no shard was committed"
+        time.sleep(0.05)
+    os.kill(cluster.workers[1].pid, signal.SIGKILL)  # one worker dies while shards remain
+    _, err = job.communicate(timeout=300)
+    assert job.returncode in (0, 1) and "Traceback" not in err, err  # Dask retried it, or the job failed
+    again = _cli(*args)
+    assert again.returncode == 0, again.stderr
+    assert shard_bytes(out) == shard_bytes(tmp_path / "local")
+
+
+def _png() -> object:
+    from shardfeed import ImageOptions
+
+    return ImageOptions(image_format="png")
+
+
+def test_no_scheduler_is_one_line_not_a_hang(photo_tree: Path, tmp_path: Path) -> None:
+    address = f"tcp://127.0.0.1:{_free_port()}"  # nothing listens there
+    done = _cli(str(photo_tree), str(tmp_path / "o"), "--runner", "dask", "--dask-address", address, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and address in lines[0] and "dask scheduler" in lines[0], done.stderr
+
+
+def test_dask_runner_flags() -> None:
+    from shardfeed.errors import OptionError
+    from shardfeed.write.beam_runner import DASK_RUNNER, flags_for
+
+    assert flags_for("dask", "--dask_client_address=tcp://h:1") == [
+        f"--runner={DASK_RUNNER}",
+        "--dask_client_address=tcp://h:1",
+        "--dask_partition_size=1",
+        "--dask_connection_timeout=10",
+    ]
+    with pytest.raises(OptionError, match="needs the scheduler: --dask-address"):
+        flags_for("dask", None)
+    with pytest.raises(OptionError, match="drop --runner="):
+        flags_for("dask", "--runner=DirectRunner --dask_client_address=tcp://h:1")
