@@ -54,3 +54,28 @@ def test_info_on_other_tfrecords(converted: Path) -> None:
     assert sum(data["class_counts"].values()) == 15
     with pytest.raises(ValueError, match=r"feature 'label' not in the records; they have \['image/channels'"):
         info(str(converted / "train-*"), label_key="label")
+
+
+def test_many_classes_are_summarised_unless_all_are_asked_for(tmp_path: Path) -> None:
+    """30 classes of real photo crops: a few summary lines naming the smallest and largest
+    classes; --all-classes gives a line per class; --json keeps every count."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bench.corpus import build_corpus
+
+    source = build_corpus(str(tmp_path / "src"), 120, classes=30)
+    out = tmp_path / "out"
+    convert(source, str(out), ConvertOptions(split="train=1"), workers=1, progress=False)
+    data = info(str(out))
+    text = format_info(data)
+    assert "30 classes: images per class min" in text and "smallest: " in text and "--all-classes" in text
+    assert len(text.splitlines()) < 20
+    counts = data["splits"]["train"]["class_counts"]
+    assert len(counts) == 30
+    smallest = min(counts.items(), key=lambda kv: (kv[1], kv[0]))
+    assert f"smallest: {smallest[0]} {smallest[1]}" in text
+    full = format_info(data, all_classes=True)
+    assert all(any(line.split()[:2] == [name, str(n)] for line in full.splitlines()) for name, n in counts.items())
+    cli = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "info", str(out), "--all-classes"], capture_output=True, text=True
+    )
+    assert cli.returncode == 0 and len(cli.stdout.splitlines()) > 30

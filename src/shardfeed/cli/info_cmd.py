@@ -16,6 +16,9 @@ def register(sub: Any) -> None:
     p.add_argument("path", nargs="+", help="converted folder, or TFRecord files/globs")
     p.add_argument("--sample", type=int, default=1000, help="records per split sampled for image stats")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--all-classes", action="store_true", help="a histogram line for every class (default: a summary past 20)"
+    )
     g = p.add_argument_group("shuffle quality (--shuffle-report)")
     g.add_argument(
         "--shuffle-report",
@@ -50,5 +53,5 @@ def run(args: argparse.Namespace) -> int:
         label_key=args.label_key,
         label_offset=args.label_offset or 0,
     )
-    print(json.dumps(data, indent=2, sort_keys=True) if args.json else format_info(data))
+    print(json.dumps(data, indent=2, sort_keys=True) if args.json else format_info(data, all_classes=args.all_classes))
     return 0

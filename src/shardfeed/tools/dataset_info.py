@@ -15,6 +15,8 @@ from shardfeed.read.sampling import sample_examples
 from shardfeed.write.convert import non_jpeg_note
 
 HISTOGRAM_WIDTH = 40
+CLASS_LINES = 20  # more classes than this: a summary instead of a line per class (format_info)
+EXTREMES = 10  # the smallest and largest classes a summary names
 
 
 def info(
@@ -140,7 +142,7 @@ def _kind(values: list[Any]) -> str:
     return kind if len(values) == 1 else f"{kind}[{len(values)}]"
 
 
-def format_info(data: dict[str, Any]) -> str:
+def format_info(data: dict[str, Any], *, all_classes: bool = False) -> str:
     """The text `shardfeed info` prints: counts, a table of splits, a class histogram per split,
     settings and what was left out (`--json` gives the same data for machines)."""
     lines = [f"{data['path']}"]
@@ -148,7 +150,7 @@ def format_info(data: dict[str, Any]) -> str:
         lines.append(f"  {_plural(len(data['files']), 'TFRecord file')}, {_plural(data['records'], 'record')}")
         lines += [f"  feature {k}: {t}" for k, t in data["features"].items()]
         if data.get("class_counts"):
-            lines += _histogram(data["class_counts"])
+            lines += _histogram(data["class_counts"], all_classes)
         if data.get("label_note"):
             lines.append(f"  note: {data['label_note']}")
         return "\n".join(lines)
@@ -163,7 +165,7 @@ def format_info(data: dict[str, Any]) -> str:
             f"  {name:<{width}}  {split['records']:>10,}  {split['shards']:>6,}  {split['bytes'] / 1e6:>9,.1f}"
         )
     for name, split in data["splits"].items():
-        lines += _split_details(name, split)
+        lines += _split_details(name, split, all_classes)
     settings = data["settings"]
     shown = {k: v for k, v in settings.items() if k not in ("image", "adopt")}
     if settings.get("split_rule") == "hash":
@@ -219,7 +221,27 @@ def _label_lines(data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _split_details(name: str, split: dict[str, Any]) -> list[str]:
+def _class_summary(counts: dict[str, int]) -> list[str]:
+    """Many classes in a few lines (ImageNet's 1,000 would be a line each)."""
+    ranked = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]))
+    values = [c for _, c in ranked]
+    low, high = values[0], values[-1]
+    ratio = f"{high / low:.1f}x" if low else "some classes empty"
+    quartiles = statistics.quantiles(values, n=4)
+
+    def named(items: list[tuple[str, int]]) -> str:
+        return ", ".join(f"{name} {count:,}" for name, count in items)
+
+    return [
+        f"  {len(counts):,} classes: images per class min {low:,}, quartiles {quartiles[0]:g} / "
+        f"{quartiles[1]:g} / {quartiles[2]:g}, max {high:,} (largest / smallest {ratio})",
+        f"  smallest: {named(ranked[:EXTREMES])}",
+        f"  largest: {named(ranked[::-1][:EXTREMES])}",
+        "  (every class: --all-classes, or --json)",
+    ]
+
+
+def _split_details(name: str, split: dict[str, Any], all_classes: bool = False) -> list[str]:
     """A split's sampled image sizes and formats, and its class histogram."""
     lines = []
     images = split["images"]
@@ -231,7 +253,7 @@ def _split_details(name: str, split: dict[str, Any]) -> list[str]:
             f"width {w['min']}-{w['max']} px (median {w['median']:g}); {formats}"
         )
     if split["class_counts"]:
-        lines += ["  " + line for line in _histogram(split["class_counts"])]
+        lines += ["  " + line for line in _histogram(split["class_counts"], all_classes)]
     return lines
 
 
@@ -246,9 +268,13 @@ def _plural(count: int, word: str, plural: str | None = None) -> str:
     return f"{count:,} {word if count == 1 else (plural or word + 's')}"
 
 
-def _histogram(counts: dict[str, int]) -> list[str]:
+def _histogram(counts: dict[str, int], all_classes: bool = False) -> list[str]:
+    """A line per class with a bar, or beyond CLASS_LINES classes (unless `all_classes`) a
+    summary: the count distribution and the EXTREMES smallest and largest classes."""
     if not counts:
         return []
+    if len(counts) > CLASS_LINES and not all_classes:
+        return _class_summary(counts)
     top = max(counts.values())
     width = max(len(k) for k in counts)
     return [
