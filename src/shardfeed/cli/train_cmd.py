@@ -80,6 +80,25 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--mixed-precision", action="store_true", default=None, help="the same as --precision mixed")
     _add_weights_flags(p)
+    _add_device_flags(p)
+    p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
+    p.add_argument(
+        "--service", help="read through a tf.data service dispatcher, grpc://HOST:PORT (see `shardfeed serve`)"
+    )
+    p.add_argument("--train-split", help=f"default {TrainOptions.train_split}")
+    p.add_argument(
+        "--validation-split",
+        help="a split name, 'none' to skip validation; default auto: validation, else val/valid/test/eval/dev",
+    )
+    p.set_defaults(
+        run=run,
+        interrupted="run the same command with --resume to continue from the last saved epoch (without it the "
+        "run starts over in OUT)",
+    )
+
+
+def _add_device_flags(p: argparse.ArgumentParser) -> None:
+    """Where and how the model computes: decoding device, several GPUs, BatchNorm statistics."""
     p.add_argument(
         "--decode-on",
         choices=["cpu", "gpu"],
@@ -99,20 +118,6 @@ def register(sub: Any) -> None:
         metavar="N|all",
         help="train on N (or all) of this host's GPUs with MirroredStrategy, each batch split across them "
         f"(default {TrainOptions.devices})",
-    )
-    p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
-    p.add_argument(
-        "--service", help="read through a tf.data service dispatcher, grpc://HOST:PORT (see `shardfeed serve`)"
-    )
-    p.add_argument("--train-split", help=f"default {TrainOptions.train_split}")
-    p.add_argument(
-        "--validation-split",
-        help="a split name, 'none' to skip validation; default auto: validation, else val/valid/test/eval/dev",
-    )
-    p.set_defaults(
-        run=run,
-        interrupted="run the same command with --resume to continue from the last saved epoch (without it the "
-        "run starts over in OUT)",
     )
 
 

@@ -18,7 +18,9 @@ stored label differs from its id in the map are rewritten as they are read.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +51,15 @@ class Mixture:
             raise OptionError(
                 f"weights must be one positive number per source ({len(self.sources)}), got {list(self.weights)}"
             )
+
+    @property
+    def paths(self) -> list[str]:
+        """The sources' folders."""
+        return [s if isinstance(s, str) else s.path for s in self.sources]
+
+    def as_json(self) -> dict[str, Any]:
+        """The mixture as a run records it (absolute folders, weights)."""
+        return {"sources": [os.path.abspath(s) for s in self.paths], "weights": list(self.weights)}
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Which devices `train` trains on: one (the default), or several of this host's through
-`tf.distribute.MirroredStrategy`.
+`tf.distribute.MirroredStrategy`; and the precision it computes in there.
 
 With several devices the model's variables are mirrored on each, every step splits the global
 batch (`--batch-size`) into one slice per replica (Keras distributes the dataset `load` returns:
@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.errors import OptionError
 from shardfeed.lazy import tensorflow
+
+log = logging.getLogger("shardfeed")
 
 ALL = "all"
 
@@ -70,16 +73,31 @@ class Placement:
             with self.strategy.scope():
                 yield
 
-    def describe(self, batch_size: int) -> str:
-        """One line for the log."""
+    def describe(self, batch_size: int) -> str | None:
+        """One line for the log (None for the one default device: nothing to say)."""
         if self.strategy is None:
-            return f"devices: {self.devices[0]}"
+            return None
         per, rest = divmod(batch_size, self.replicas)
         split = f"{self.replicas} x {per}" if not rest else f"{self.replicas} slices of {per}-{per + 1}"
         return f"devices: {', '.join(self.devices)} (MirroredStrategy; each batch of {batch_size} split {split})"
 
     def as_json(self) -> dict[str, Any]:
         return {"devices": list(self.devices), "strategy": "MirroredStrategy" if self.strategy else None}
+
+
+def set_precision(keras: Any, options: Any) -> str:
+    """Sets Keras' dtype policy for a run (`TrainOptions.compute_precision` on this host), says
+    which it is and why, and returns 'mixed' or 'float32'."""
+    gpu = bool(tensorflow().config.list_physical_devices("GPU"))
+    precision = options.compute_precision(gpu)
+    keras.mixed_precision.set_global_policy("mixed_float16" if precision == "mixed" else "float32")
+    if precision == "mixed":
+        why = "a GPU is present" if gpu and options.precision == "auto" else "asked for"
+        log.info("precision: mixed_float16 (%s; logits stay float32; --precision float32 turns it off)", why)
+    else:
+        why = "no GPU" if not gpu and options.precision == "auto" else "asked for"
+        log.info("precision: float32 (%s)", why)
+    return str(precision)
 
 
 def place(spec: int | str) -> Placement:

@@ -103,16 +103,14 @@ def fit_resumable(
     """`model.fit` on `load(data, seed=seed)` in global order that resumes exactly after a crash.
 
     Args:
-        model: a compiled model, or a function building one; a resumed run restores its last
-            snapshot into this model (weights and optimizer state), so it must be the same
-            architecture, and custom classes need no registration.
+        model: a compiled model, or a function building one; a resume restores the last snapshot
+            into it (weights, optimizer state): custom classes need no registration.
         data: a converted folder (or its `Manifest`).
         run_dir: where the resume point and model snapshots live.
         save_every: steps between snapshots (and at each epoch end).
         image_size, augment, decode: as for `load`.
-        read: more read settings (workers, with_filenames, ...); the order is always the global
-            one, starting where the run stands; the last partial batch of each epoch is dropped
-            unless drop_remainder=False.
+        read: more read settings (workers, with_filenames, ...); always the global order, from
+            where the run stands; each epoch's partial batch dropped unless drop_remainder=False.
         start: applied to the model training starts with, new or resumed, before it trains (and
             returning it): e.g. setting the trainable layers and compiling for a fine-tuning phase.
         fit_options: more `model.fit` arguments (validation_data, verbose, ...).
@@ -143,9 +141,7 @@ def fit_resumable(
     saver = _snapshot_callback(keras, run_dir, steps, save_every, seed, batch_size * workers, workers)
     extra = list(callbacks or [])
     if consumed and epoch < epochs:  # finish the interrupted epoch first, from the next batch on
-        total = resolve(data, split=split, read=read, batch_size=batch_size, training=True, counting=True).epoch_records
-        left = read.share.records(total, consumed) / batch_size
-        left = math.floor(left) if read.drop_remainder else math.ceil(left)
+        left = _steps_left(data, split, read, batch_size, consumed)
         saver.offset, saver.base_records = steps - left, consumed
         net.fit(
             stream(epoch, consumed, repeat=False),
@@ -166,6 +162,13 @@ def fit_resumable(
             **fit_options,
         )
     return net
+
+
+def _steps_left(data: DataPath, split: str, read: ReadOptions, batch_size: int, consumed: int) -> int:
+    """Batches of this worker's share left in an epoch after all workers read `consumed` records."""
+    total = resolve(data, split=split, read=read, batch_size=batch_size, training=True, counting=True).epoch_records
+    left = read.share.records(total, consumed) / batch_size
+    return math.floor(left) if read.drop_remainder else math.ceil(left)
 
 
 def _starting_model(keras: Any, model: Any, run_dir: str, seed: int) -> tuple[Any, ResumePoint | None]:

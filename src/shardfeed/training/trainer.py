@@ -21,7 +21,7 @@ from shardfeed.read.options import ReadOptions
 from shardfeed.tools.bottleneck import PROBE_BATCHES, input_probe
 from shardfeed.training.augment_choice import choose_augment
 from shardfeed.training.batchnorm import batches_for, precise_bn_callback
-from shardfeed.training.devices import place
+from shardfeed.training.devices import place, set_precision
 from shardfeed.training.fine_tune import (
     WHOLE,
     Phase,
@@ -96,7 +96,7 @@ class _TrainingRun:
 
     def __init__(self, data: str | Mixture, folder: RunFolder, options: TrainOptions, *, resume: bool):
         self.mixture = data if isinstance(data, Mixture) else None
-        self.data = _first_source(data)
+        self.data = data.paths[0] if isinstance(data, Mixture) else data  # validated and evaluated on
         self.folder, self.resume = folder, resume
         self.keras: Any = None  # imported by `fit`, not before (the checks above run without TensorFlow)
         self.manifest = manifest.read(self.data)
@@ -114,7 +114,7 @@ class _TrainingRun:
         self.record = RunRecord.of(self.data, self.options, self._class_names(), self._validation_split())
         self.record = replace(self.record, weights=self.weights or "none", phases=self.schedule.as_json())
         if self.mixture is not None:
-            self.record = replace(self.record, mixture=_described(self.mixture))
+            self.record = replace(self.record, mixture=self.mixture.as_json())
         o = self.options
         self.inputs = RunInputs(
             self.manifest, o.batch_size, o.image_size, o.seed, o.augmentation, o.decode, train_data=self.mixture
@@ -260,9 +260,10 @@ class _TrainingRun:
 
         self.keras, o = keras, self.options
         keras.utils.set_random_seed(o.seed)
-        precision = self._precision(keras)
+        precision = set_precision(keras, o)
         placement = place(o.devices)
-        log.info("%s", placement.describe(o.batch_size))
+        if placement.describe(o.batch_size):
+            log.info("%s", placement.describe(o.batch_size))
         self.record = replace(self.record, device_names=list(placement.devices))
         self.folder.write_record(self.record)
         validation = self.record.validation_split
@@ -306,19 +307,6 @@ class _TrainingRun:
         self.folder.write_metrics(metrics)
         plot_curves(self.folder.path, self.folder.file(CURVES))
         return metrics
-
-    def _precision(self, keras: Any) -> str:
-        """Sets Keras' dtype policy for the run and says which it is and why."""
-        gpu = bool(tensorflow().config.list_physical_devices("GPU"))
-        precision = self.options.compute_precision(gpu)
-        keras.mixed_precision.set_global_policy("mixed_float16" if precision == "mixed" else "float32")
-        if precision == "mixed":
-            why = "a GPU is present" if gpu and self.options.precision == "auto" else "asked for"
-            log.info("precision: mixed_float16 (%s; logits stay float32; --precision float32 turns it off)", why)
-        else:
-            why = "no GPU" if not gpu and self.options.precision == "auto" else "asked for"
-            log.info("precision: float32 (%s)", why)
-        return precision
 
     def _per_class_recall(self, net: Any, val_ds: Any) -> dict[str, Any]:
         """Per-class validation recall when the training classes are imbalanced (`imbalance.py`)."""
@@ -407,17 +395,3 @@ class _TrainingRun:
             self.csv_log,
             keras.callbacks.TensorBoard(folder.file(TENSORBOARD)),
         ]
-
-
-def _first_source(data: str | Mixture) -> str:
-    """The folder a run validates and evaluates on: `data`, or a mixture's first source."""
-    if not isinstance(data, Mixture):
-        return data
-    first = data.sources[0]
-    return first if isinstance(first, str) else first.path
-
-
-def _described(mix: Mixture) -> dict[str, Any]:
-    """A mixture as run.json records it."""
-    sources = [s if isinstance(s, str) else s.path for s in mix.sources]
-    return {"sources": [os.path.abspath(s) for s in sources], "weights": list(mix.weights)}

@@ -30,8 +30,9 @@ from shardfeed.errors import ConvertError, OptionError, SourceError
 from shardfeed.format import fileio, manifest, schema, tfds_metadata
 from shardfeed.format.manifest import Manifest
 from shardfeed.write import dedupe, folder_lock, folder_state, local_runner, merge, shards
-from shardfeed.write.append import Append, AppendOutcome, appendable, folder_options, write_inputs
+from shardfeed.write.append import Append, AppendOutcome, appendable, write_inputs
 from shardfeed.write.encode import EncodingSpec, SkippedItem
+from shardfeed.write.folder_settings import folder_options
 from shardfeed.write.images import UPSCALED
 from shardfeed.write.items import Discovery
 from shardfeed.write.options import ConvertOptions
