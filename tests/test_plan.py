@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from shardfeed import OptionError, ReadOptions, ShardfeedError, load, steps_per_epoch
@@ -133,3 +134,26 @@ def test_both_pipelines_augment_reproducibly_from_the_seed(photo_shards: Path) -
             return next(iter(load(str(photo_shards), batch_size=8, image_size=16, seed=seed, read=read)))[0].numpy()
 
         assert np.array_equal(first(3), first(3)) and not np.array_equal(first(3), first(4))
+
+
+def test_even_splits_with_a_buffer_shuffle_differ_per_epoch_under_a_global_seed(photo_shards: Path) -> None:
+    """Even splits with shuffle='buffer' read file order shuffled within windows, a pure function
+    of (seed, epoch): built inside the per-epoch dataset, with TensorFlow's global seed set (as
+    Keras' set_random_seed does; a tf.data shuffle there failed on its seed), each epoch differs."""
+    import tensorflow as tf
+
+    from shardfeed.read.order import window_order
+
+    tf.random.set_seed(1)
+    read = ReadOptions(num_workers=2, worker_index=0, even="drop", shuffle="buffer", with_filenames=True)
+    ds = load(str(photo_shards), batch_size=4, image_size=8, seed=0, repeat=True, read=read)
+    steps = steps_per_epoch(str(photo_shards), batch_size=4, read=read)
+    names = [[f.decode() for f in files.numpy()] for _, _, files in ds.take(2 * steps)]
+    first, second = [n for b in names[:steps] for n in b], [n for b in names[steps:] for n in b]
+    assert len(set(first)) == len(first) and first != second
+    order = window_order(100, 10, seed=3, epoch=0)
+    assert sorted(order) == list(range(100)) and all(
+        set(order[i : i + 10]) == set(range(i, i + 10)) for i in range(0, 100, 10)
+    )
+    assert not np.array_equal(order, window_order(100, 10, seed=3, epoch=1))
+    assert np.array_equal(window_order(5, 0, seed=3, epoch=0), np.arange(5))

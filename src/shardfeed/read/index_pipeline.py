@@ -22,7 +22,7 @@ import numpy as np
 from shardfeed.lazy import tensorflow
 from shardfeed.read.indexed import IndexedRecords
 from shardfeed.read.mixture import MixedRecords, MixedSplit
-from shardfeed.read.order import balanced_order, buffer_shuffle, global_order, mixture_order
+from shardfeed.read.order import balanced_order, global_order, mixture_order, window_order
 from shardfeed.read.plan import ReadPlan
 from shardfeed.read.record_labels import record_labels
 
@@ -39,7 +39,8 @@ class IndexedEpochs:
     `load` batches each epoch on its own, so no batch ever holds records of two epochs.
 
     Training reads the global order of each epoch (or, with shuffle='buffer' and even splits,
-    this worker's records in file order through a shuffle buffer); evaluation reads file order.
+    this worker's records in file order shuffled within windows of the buffer's size,
+    `order.window_order`); evaluation reads file order.
     The first epoch (`read.epoch`) starts after `start_step` batches or `start_record` records.
     The seed pair of each record is (seed, epoch * N + position): also a pure function of (seed,
     epoch), so a resumed run augments exactly as the interrupted one would have.
@@ -61,12 +62,18 @@ class IndexedEpochs:
         labels = record_labels(plan.shards.manifest, plan.split) if read.balance and plan.training else None
         shuffled = read.order == "global" and plan.training
         self.orders = _EpochOrders(self.n, plan.base_seed, shuffled=shuffled, labels=labels, mixture=plan.mixture)
+        buffered = plan.training and read.order == "buffer" and plan.mixture is None  # even splits, asked for a buffer
+        window = read.buffer_size(len(self.positions)) if buffered else 0
+        # this worker's positions in file order, shuffled within windows of the buffer's size
+        self.windows = _EpochOrders(len(self.positions), plan.base_seed, shuffled=False, window=window)
 
     def _read_chunk(self, epoch_number: np.ndarray, begin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """INDEXED_CHUNK records of an epoch from position `begin` of this worker's share, with
         their seed pairs (one Python call)."""
         epoch = int(epoch_number)
         mine = self.resumed if epoch == self.first else self.positions
+        if self.windows.window:  # buffer order (no resume point: ReadOptions refuses one)
+            mine = self.positions[self.windows.get(epoch)]
         chosen = mine[int(begin) : int(begin) + INDEXED_CHUNK]
         order = self.orders.get(epoch)
         blobs = np.array([self.records.record(int(order[p])) for p in chosen], dtype=object)
@@ -76,7 +83,7 @@ class IndexedEpochs:
     def __call__(self, epoch_number: Any) -> Any:
         """The dataset of epoch `epoch_number` (a scalar int64 tensor)."""
         tf = tensorflow()
-        plan, is_first = self.plan, tf.equal(epoch_number, self.first)
+        is_first = tf.equal(epoch_number, self.first)
         begin = tf.where(is_first, tf.constant(self.skip, tf.int64), tf.constant(0, tf.int64))
         end = tf.where(is_first, tf.constant(len(self.resumed), tf.int64), tf.constant(len(self.positions), tf.int64))
 
@@ -92,10 +99,6 @@ class IndexedEpochs:
             .map(read_chunks, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
             .unbatch()
         )
-        if plan.training and plan.read.order == "buffer" and plan.mixture is None:  # even splits, asked for a buffer
-            # seeded per epoch: a shuffle made anew for each epoch would otherwise repeat one order
-            seed = tf.constant(plan.base_seed % (1 << 40), tf.int64) * 1_000_003 + epoch_number
-            ds = buffer_shuffle(ds, plan.read.buffer_size(len(self.positions)), seed)
         return ds
 
 
@@ -121,9 +124,16 @@ class _EpochOrders:
     """The read order of recent epochs (record numbers, or a mixture's ids), computed once per epoch."""
 
     def __init__(
-        self, n: int, seed: int, shuffled: bool, labels: np.ndarray | None = None, mixture: MixedSplit | None = None
+        self,
+        n: int,
+        seed: int,
+        shuffled: bool,
+        labels: np.ndarray | None = None,
+        mixture: MixedSplit | None = None,
+        window: int = 0,
     ) -> None:
         self.n, self.seed, self.shuffled, self.labels, self.mixture = n, seed, shuffled, labels, mixture
+        self.window = window  # file order shuffled within windows of this many records (0: none)
         self._cache: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
 
@@ -138,6 +148,8 @@ class _EpochOrders:
                     self._cache[epoch] = mixture_order(mix.sizes, mix.counts, self.seed, epoch)
                 elif self.labels is not None:
                     self._cache[epoch] = balanced_order(self.labels, self.seed, epoch)
+                elif self.shuffled:
+                    self._cache[epoch] = global_order(n, self.seed, epoch)
                 else:
-                    self._cache[epoch] = global_order(n, self.seed, epoch) if self.shuffled else np.arange(n)
+                    self._cache[epoch] = window_order(n, self.window, self.seed, epoch)
             return self._cache[epoch]

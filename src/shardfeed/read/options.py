@@ -53,7 +53,9 @@ class ReadOptions:
         num_workers, worker_index: this input pipeline's share (without a distribution strategy;
             `load(input_context=...)` sets both). Whole shards per worker unless `even`.
         even: split records, not shards, across workers so each reads the same count: 'drop' the
-            remainder or 'pad' by wrapping around (works with fewer shards than workers).
+            remainder or 'pad' by wrapping around (works with fewer shards than workers). With
+            shuffle='buffer', each worker's records in file order, shuffled within windows of
+            the buffer's size, anew each epoch (`order.window_order`).
         skip_corrupt: skip unreadable records (logged per shard) instead of failing.
         with_filenames: also yield each record's file name: (images, labels, filenames).
         filter_fn: predicate on one record's parsed features (a dict of tensors); False drops it.

@@ -3,8 +3,8 @@
 `global_order` is shared by `IndexedRecords` (PyTorch, JAX/Grain) and `load` with
 `ReadOptions(shuffle="global")`, so every framework sees the same order for a (seed, epoch);
 `WorkerShare` is the one answer to "which part of a split does this worker read": whole shards,
-or (with `even`) every num_workers-th position of an epoch; `buffer_shuffle` is the tf.data
-shuffle buffer both `load` pipelines use.
+or (with `even`) every num_workers-th position of an epoch; `buffer_shuffle` is the shard
+pipeline's tf.data shuffle buffer, `window_order` its counterpart for even splits.
 """
 
 from __future__ import annotations
@@ -47,6 +47,18 @@ def global_order(num_records: int, seed: int, epoch: int) -> np.ndarray:
     salt = _epoch_salt(seed, epoch)
     keys = _splitmix64(np.arange(num_records, dtype=np.uint64) ^ salt)
     return np.argsort(keys, kind="stable").astype(np.int64)
+
+
+def window_order(num_records: int, window: int, seed: int, epoch: int) -> np.ndarray:
+    """Record numbers in file order, shuffled within consecutive windows of `window` records: a
+    pure function of (seed, epoch) that moves records about as far as a shuffle buffer of that
+    size would (what even splits with shuffle='buffer' read; a tf.data shuffle made anew for
+    each epoch could not be seeded per epoch). 0 or 1: file order."""
+    numbers = np.arange(num_records, dtype=np.int64)
+    if window <= 1:
+        return numbers
+    keys = _splitmix64(numbers.astype(np.uint64) ^ _epoch_salt(seed, epoch, 0xB0F))
+    return np.lexsort((keys, numbers // window)).astype(np.int64)
 
 
 def balanced_order(labels: np.ndarray, seed: int, epoch: int) -> np.ndarray:
@@ -210,8 +222,7 @@ class GlobalOrderSampler:
         return iter(self.order().tolist())
 
 
-def buffer_shuffle(ds: Any, buffer: int, seed: Any) -> Any:
+def buffer_shuffle(ds: Any, buffer: int, seed: int | None) -> Any:
     """`ds` (a tf.data.Dataset) through a shuffle buffer of `buffer` records, reshuffled each
-    iteration; 0 leaves it in order (see `ReadOptions.buffer_size`). `seed`: an int, an int64
-    tensor or None."""
+    iteration; 0 leaves it in order (see `ReadOptions.buffer_size`)."""
     return ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True) if buffer else ds
