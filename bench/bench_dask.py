@@ -32,8 +32,13 @@ from bench.report import emit
 DASK = str(Path(sys.executable).with_name("dask"))
 
 
-def start_cluster(workers: int, logs: Path) -> tuple[str, list[subprocess.Popen[bytes]]]:
-    """A scheduler and `workers` single-thread workers on loopback; returns the address and processes."""
+def start_cluster(workers: int, logs: Path, timeout: float = 60) -> tuple[str, list[subprocess.Popen[bytes]]]:
+    """A scheduler and `workers` single-thread workers on loopback; returns the address and the
+    processes (the scheduler first). Also the fixture of tests/test_dask_runner.py.
+
+    Raises:
+        RuntimeError: the workers did not all join within `timeout` seconds.
+    """
     from distributed import Client
 
     with socket.socket() as s:
@@ -49,8 +54,11 @@ def start_cluster(workers: int, logs: Path) -> tuple[str, list[subprocess.Popen[
     for i in range(workers):
         cmd = [DASK, "worker", address, "--nthreads", "1", "--name", f"w{i}", "--no-nanny", "--no-dashboard"]
         procs.append(subprocess.Popen(cmd, stdout=log, stderr=log))
-    with Client(address, timeout=60) as client:
+    deadline = time.monotonic() + timeout
+    with Client(address, timeout=timeout) as client:
         while len(client.scheduler_info()["workers"]) != workers:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster at {address} did not reach {workers} workers (log: {log.name})")
             time.sleep(0.2)
     return address, procs
 

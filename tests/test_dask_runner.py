@@ -18,9 +18,8 @@ from conftest import shard_bytes
 from shardfeed import ConvertOptions, convert
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.bench_dask import start_cluster
 from bench.corpus import build_corpus
-
-DASK = str(Path(sys.executable).with_name("dask"))
 
 
 def _free_port() -> int:
@@ -30,31 +29,12 @@ def _free_port() -> int:
 
 
 class Cluster:
-    """A `dask scheduler` and `dask worker` processes, each a real process of its own."""
+    """A `dask scheduler` and `dask worker` processes, each a real process of its own
+    (`bench.bench_dask.start_cluster`)."""
 
     def __init__(self, tmp: Path, workers: int) -> None:
-        self.address = f"tcp://127.0.0.1:{_free_port()}"
-        port = self.address.rsplit(":", 1)[1]
-        self.logs = tmp
-        self.scheduler = self._start("scheduler", [DASK, "scheduler", "--host", "127.0.0.1", "--port", port])
-        self.workers = [self._start(f"worker{i}", self._worker_cmd(i)) for i in range(workers)]
-        self.wait_for(workers)
-
-    def _worker_cmd(self, i: int) -> list[str]:
-        return [DASK, "worker", self.address, "--nthreads", "1", "--name", f"w{i}", "--no-nanny"]
-
-    def _start(self, name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
-        log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
-        return subprocess.Popen([*cmd, "--no-dashboard"], stdout=log, stderr=log)
-
-    def wait_for(self, count: int, timeout: float = 60) -> None:
-        from distributed import Client
-
-        deadline = time.monotonic() + timeout
-        with Client(self.address, timeout=timeout) as client:
-            while len(client.scheduler_info()["workers"]) != count:
-                assert time.monotonic() < deadline, f"the cluster did not reach {count} workers"
-                time.sleep(0.2)
+        self.address, procs = start_cluster(workers, tmp)
+        self.scheduler, self.workers = procs[0], procs[1:]
 
     def executed(self) -> dict[str, int]:
         """Tasks each worker has executed, from the workers' own records."""

@@ -262,19 +262,19 @@ class _TrainingRun:
         keras.utils.set_random_seed(o.seed)
         precision = set_precision(keras, o)
         placement = place(o.devices)
-        if placement.describe(o.batch_size):
-            log.info("%s", placement.describe(o.batch_size))
+        described = placement.describe(o.batch_size)
+        if described:
+            log.info("%s", described)
         self.record = replace(self.record, device_names=list(placement.devices))
         self.folder.write_record(self.record)
         validation = self.record.validation_split
         val_ds = self.inputs.evaluation(validation) if validation else None
         probe = input_probe(self.train_stream, min(self.steps, PROBE_BATCHES), gpu_decode=o.decode_on == "gpu")
         callbacks = [*self._callbacks(monitor="val_accuracy" if val_ds is not None else "accuracy"), probe]
+        split = o.train_split
+        precise = precise_bn_callback(lambda n: self.inputs.evaluation(split).take(batches_for(n, o.batch_size)))
         if o.precise_bn:  # first: the validation and checkpoints after it see the recomputed statistics
-            split = o.train_split
-            callbacks.insert(
-                0, precise_bn_callback(lambda n: self.inputs.evaluation(split).take(batches_for(n, o.batch_size)))
-            )
+            callbacks.insert(0, precise)
         start = time.monotonic()
         fit = {"validation_data": val_ds, "callbacks": callbacks, "verbose": verbose}
         if o.class_weight:
@@ -301,7 +301,7 @@ class _TrainingRun:
             "phases": self.schedule.as_json(),
             "precision": precision,
             **placement.as_json(),
-            "precise_bn_images": callbacks[0].images if o.precise_bn else 0,
+            "precise_bn_images": precise.images,  # 0 when off (never run) or settled
             **self._per_class_recall(net, val_ds),
         }
         self.folder.write_metrics(metrics)
