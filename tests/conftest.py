@@ -6,6 +6,7 @@ import io
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -198,3 +199,35 @@ def digit_shards(digits_tree: Path, tmp_path_factory: pytest.TempPathFactory) ->
 def hostile() -> dict[str, bytes]:
     """Files declaring images far over the default pixel limit (`bench.corpus.hostile_images`)."""
     return hostile_images(photos()["coffee"][:64, :64])
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real S3 server (moto's) on a free loopback port for the session, with the environment
+    s3fs reads (credentials, AWS_ENDPOINT_URL) set for this process and its children."""
+    from bench.s3_server import s3_environment, start_s3, stop
+
+    endpoint, server = start_s3(tmp_path_factory.mktemp("moto"))
+    saved = {k: os.environ.get(k) for k in s3_environment(endpoint)}
+    os.environ.update(s3_environment(endpoint))
+    yield endpoint
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    stop(server)
+
+
+@pytest.fixture()
+def bucket(s3_endpoint: str, request: pytest.FixtureRequest) -> str:
+    """A new empty bucket on the loopback S3 server: its s3:// URL."""
+    import re
+
+    import fsspec
+
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:50].strip("-") + f"-{os.getpid()}"
+    fs = fsspec.filesystem("s3")
+    fs.mkdir(name)
+    fs.invalidate_cache()
+    return f"s3://{name}"

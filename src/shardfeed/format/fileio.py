@@ -1,11 +1,13 @@
-"""All file access on data paths: plain OS calls locally, `tf.io.gfile` for URL paths.
+"""All file access on data paths: plain OS calls locally, fsspec or `tf.io.gfile` for URL paths.
 
-Local paths stay TensorFlow-free (fast, fork-safe workers); a path with a scheme (`gs://`,
-`s3://`, `ram://`, ...) goes through TensorFlow's filesystems, imported only then.
+Local paths stay fast and fork-safe; a path with a scheme goes through fsspec (`s3://`, `gs://`,
+`az://`, ...) or, for the schemes only TensorFlow has (`ram://`), through TensorFlow's
+filesystems, imported only then: format/storage.py says which, and words the errors.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import posixpath
@@ -13,16 +15,28 @@ import shutil
 import stat
 from typing import Any, BinaryIO, cast
 
+from shardfeed.format import storage
+
 
 def is_remote(path: str) -> bool:
-    """True for a URL-style path that needs a TensorFlow filesystem."""
-    return "://" in path and not path.startswith("file://")
+    """True for a URL path (not a local file)."""
+    return storage.is_url(path)
+
+
+def is_bucket(path: str) -> bool:
+    """True for a URL path that TensorFlow's readers cannot open (fsspec's schemes): its shards
+    are read through the local shard cache."""
+    return storage.via_fsspec(path)
 
 
 def _gfile() -> Any:
     from shardfeed.lazy import tensorflow
 
     return tensorflow().io.gfile
+
+
+def _fs(path: str) -> tuple[Any, str]:
+    return storage.filesystem(path)
 
 
 def _local(path: str) -> str:
@@ -38,6 +52,10 @@ def join(*parts: str) -> str:
 
 def open_binary(path: str, mode: str) -> BinaryIO:
     """Opens a file in binary mode ('rb', 'wb' or 'ab')."""
+    if storage.via_fsspec(path):
+        fs, name = _fs(path)
+        with storage.errors(path, "write" if "r" not in mode else "read"):
+            return cast(BinaryIO, fs.open(name, mode))
     if is_remote(path):
         return cast(BinaryIO, _gfile().GFile(path, mode))
     return cast(BinaryIO, open(_local(path), mode))
@@ -121,19 +139,33 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
 
 
 def exists(path: str) -> bool:
+    if storage.via_fsspec(path):
+        fs, name = _fs(path)
+        with storage.errors(path):
+            return bool(fs.exists(name))
     if is_remote(path):
         return bool(_gfile().exists(path))
     return os.path.exists(_local(path))
 
 
 def isdir(path: str) -> bool:
+    """Whether `path` is a folder (in a bucket: a prefix that holds objects)."""
+    if storage.via_fsspec(path):
+        fs, name = _fs(path)
+        with storage.errors(path):
+            return bool(fs.isdir(name))
     if is_remote(path):
         return bool(_gfile().isdir(path))
     return os.path.isdir(_local(path))
 
 
 def makedirs(path: str) -> None:
-    if is_remote(path):
+    """Creates a folder and its parents (nothing to create in a bucket: prefixes appear with objects)."""
+    if storage.via_fsspec(path):
+        fs, name = _fs(path)
+        with storage.errors(path, "write"):
+            fs.makedirs(name, exist_ok=True)
+    elif is_remote(path):
         _gfile().makedirs(path)
     else:
         os.makedirs(_local(path), exist_ok=True)
@@ -141,19 +173,33 @@ def makedirs(path: str) -> None:
 
 def listdir(path: str) -> list[str]:
     """Sorted entry names of a directory (sorted so every listing is deterministic)."""
+    if storage.via_fsspec(path):
+        fs, name = _fs(path)
+        with storage.errors(path):
+            return sorted({posixpath.basename(entry.rstrip("/")) for entry in fs.ls(name, detail=False)})
     if is_remote(path):
         return sorted(name.rstrip("/") for name in _gfile().listdir(path))
     return sorted(os.listdir(_local(path)))
 
 
 def size(path: str) -> int:
+    if storage.via_fsspec(path):
+        return size_and_mtime(path)[0]
     if is_remote(path):
         return int(_gfile().stat(path).length)
     return os.path.getsize(_local(path))
 
 
 def size_and_mtime(path: str) -> tuple[int, int]:
-    """A file's size in bytes and modification time in nanoseconds."""
+    """A file's size in bytes and modification time in nanoseconds (0 where the store has none)."""
+    if storage.via_fsspec(path):
+        fs, name = _fs(path)
+        with storage.errors(path):
+            info = fs.info(name)
+        if info.get("type") == "directory":
+            raise IsADirectoryError(path)
+        modified = info.get("LastModified") or info.get("mtime") or info.get("updated") or info.get("last_modified")
+        return int(info["size"]), _nanoseconds(modified)
     if is_remote(path):
         info = _gfile().stat(path)
         return int(info.length), int(info.mtime_nsec)
@@ -161,9 +207,39 @@ def size_and_mtime(path: str) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
+def glob(pattern: str) -> list[str]:
+    """The paths matching a glob pattern, sorted; URL paths keep their scheme."""
+    if storage.via_fsspec(pattern):
+        fs, name = _fs(pattern)
+        with storage.errors(pattern):
+            found = fs.glob(name)
+        return sorted(fs.unstrip_protocol(f) for f in found)
+    if is_remote(pattern):
+        return sorted(_gfile().glob(pattern))
+    import glob as globbing
+
+    return sorted(globbing.glob(_local(pattern)))
+
+
+def _nanoseconds(modified: Any) -> int:
+    """A store's modification time (datetime, ISO text or seconds) in nanoseconds."""
+    import datetime
+
+    if isinstance(modified, str):
+        modified = datetime.datetime.fromisoformat(modified.replace("Z", "+00:00"))
+    if isinstance(modified, datetime.datetime):
+        return int(modified.timestamp() * 1_000_000_000)
+    return int(float(modified or 0) * 1_000_000_000)
+
+
 def rename(src: str, dst: str) -> None:
-    """Renames `src` to `dst`, replacing `dst`."""
-    if is_remote(src):
+    """Renames `src` to `dst`, replacing `dst`. In a bucket a server-side copy, then a delete:
+    `dst` appears whole or not at all (an object is published when its copy completes)."""
+    if storage.via_fsspec(src):
+        fs, name = _fs(src)
+        with storage.errors(src, "write"):
+            fs.mv(name, _fs(dst)[1])
+    elif is_remote(src):
         _gfile().rename(src, dst, overwrite=True)
     else:
         os.replace(_local(src), _local(dst))
@@ -171,7 +247,11 @@ def rename(src: str, dst: str) -> None:
 
 def remove(path: str) -> None:
     """Removes a file if it exists."""
-    if is_remote(path):
+    if storage.via_fsspec(path):
+        fs, name = _fs(path)
+        with storage.errors(path, "write"), contextlib.suppress(FileNotFoundError):
+            fs.rm_file(name)
+    elif is_remote(path):
         if _gfile().exists(path):
             _gfile().remove(path)
     elif os.path.exists(_local(path)):
@@ -180,7 +260,11 @@ def remove(path: str) -> None:
 
 def rmtree(path: str) -> None:
     """Removes a directory tree if it exists."""
-    if is_remote(path):
+    if storage.via_fsspec(path):
+        fs, name = _fs(path)
+        with storage.errors(path, "write"), contextlib.suppress(FileNotFoundError):
+            fs.rm(name, recursive=True)
+    elif is_remote(path):
         if _gfile().exists(path):
             _gfile().rmtree(path)
     else:
@@ -222,6 +306,14 @@ def _entries(directory: str) -> list[tuple[str, str, tuple[int, int] | None]]:
     'file' (regular) or why the entry is neither. Locally from one `scandir`, whose entries
     know their type without a `stat` per file (one stat fewer per image: seconds at a million
     files); only folders are stat'ed, for their identity."""
+    if storage.via_fsspec(directory):
+        fs, name = _fs(directory)
+        with storage.errors(directory):
+            listed = fs.ls(name, detail=True)
+        kinds = {
+            posixpath.basename(e["name"].rstrip("/")): "dir" if e["type"] == "directory" else "file" for e in listed
+        }
+        return [(n, kinds[n], None) for n in sorted(kinds)]
     if is_remote(directory):
         return [(n, "dir" if isdir(join(directory, n)) else "file", None) for n in listdir(directory)]
     out: list[tuple[str, str, tuple[int, int] | None]] = []

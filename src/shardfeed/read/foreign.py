@@ -18,7 +18,6 @@ from typing import Any
 from shardfeed.errors import CorruptRecordError, SourceError
 from shardfeed.format import fileio, manifest, tfrecord
 from shardfeed.format.example_proto import single_int64
-from shardfeed.lazy import tensorflow
 
 COUNTS_SIDECAR = ".shardfeed-counts.json"
 NOT_RECORDS = (".idx", ".json", ".txt", ".incomplete")  # files beside TFRecords that are not records
@@ -35,7 +34,7 @@ def find_files(path: str | Sequence[str], *, compression: str | None = None) -> 
     files: list[str] = []
     for pattern in patterns:
         if fileio.is_remote(pattern):
-            files.extend(sorted(tensorflow().io.gfile.glob(pattern)))
+            files.extend(fileio.glob(pattern))
         elif os.path.isdir(pattern):
             if fileio.exists(fileio.join(pattern, manifest.WORK_DIR)):
                 raise manifest.not_converted(pattern)

@@ -1,0 +1,139 @@
+"""Which storage a URL path lives on, and how its failures and secrets are told to the user.
+
+One rule for every URL path: object stores and the other schemes fsspec knows (`s3://`, `gs://`,
+`az://`, `abfs://`, `hdfs://`, `http(s)://`, `memory://`) go through fsspec; the schemes only
+TensorFlow implements (`ram://`, its in-memory filesystem) through `tf.io.gfile`. TensorFlow
+2.21 cannot read `s3://` at all (tensorflow-io is needed for it since TF 2.6, and its last
+release fails to load beside TF >= 2.18), so tf.data never reads a bucket: `load` reads shards
+from a bucket through a local, verified shard cache (read/shard_cache.py). `gs://` follows the
+same rule, so every bucket is read, verified and cached alike.
+
+Endpoints and credentials come from each backend's usual environment (boto's `AWS_*` with
+`AWS_ENDPOINT_URL` for S3-compatible stores; gcsfs's `GOOGLE_APPLICATION_CREDENTIALS` and
+`STORAGE_EMULATOR_HOST`; adlfs's `AZURE_STORAGE_*`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from shardfeed.errors import ShardfeedError
+
+TF_ONLY_SCHEMES = frozenset({"ram"})
+# scheme -> the shardfeed extra that installs its fsspec backend
+EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure"}
+# What each backend reads from the environment: named when credentials are missing.
+CREDENTIAL_VARIABLES = {
+    "s3": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE / ~/.aws/credentials; "
+    "AWS_ENDPOINT_URL for an S3-compatible store)",
+    "gcs": "GOOGLE_APPLICATION_CREDENTIALS (or gcloud's application-default login; STORAGE_EMULATOR_HOST for an "
+    "emulator)",
+    "azure": "AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_CONNECTION_STRING or "
+    "AZURE_STORAGE_SAS_TOKEN",
+}
+# Bounded waits: a store that is down ends in an error after seconds, never a hang. botocore's
+# own retries (3 attempts) sit under s3fs's (5, with backoff); measured here against a closed
+# loopback port: the error after 6.8 s.
+# No listings cache: other processes (conversion workers, other hosts) write into the same
+# folders, and a cached listing would hide their objects.
+OPTIONS: dict[str, dict[str, Any]] = {
+    "s3": {"config_kwargs": {"connect_timeout": 10, "read_timeout": 60}, "use_listings_cache": False},
+    "gcs": {"use_listings_cache": False},
+    "azure": {"use_listings_cache": False},
+}
+
+
+class StorageError(ShardfeedError, OSError):
+    """A bucket or remote file cannot be reached, read or written; the message names the URL."""
+
+
+def scheme(path: str) -> str:
+    """The URL scheme of `path` ('' for a local path)."""
+    return path.split("://", 1)[0].lower() if "://" in path else ""
+
+
+def is_url(path: str) -> bool:
+    """True for a URL path (anything with a scheme but file://)."""
+    return scheme(path) not in ("", "file")
+
+
+def via_fsspec(path: str) -> bool:
+    """True for a URL path read and written through fsspec (every scheme but TensorFlow's own)."""
+    return is_url(path) and scheme(path) not in TF_ONLY_SCHEMES
+
+
+_filesystems: dict[tuple[str, int], Any] = {}
+
+
+def filesystem(path: str) -> tuple[Any, str]:
+    """The fsspec filesystem of `path` and the path as that filesystem names it.
+
+    Raises:
+        StorageError: the scheme's backend is not installed (naming the extra to install).
+    """
+    name = scheme(path)
+    key = (name, os.getpid())  # a forked worker builds its own (the parent's event loop is not its)
+    if key not in _filesystems:
+        import fsspec
+
+        options = OPTIONS.get(EXTRAS.get(name, ""), {})
+        try:
+            _filesystems[key] = fsspec.filesystem(name, **options)
+        except ImportError as e:
+            extra = EXTRAS.get(name)
+            hint = f"pip install 'shardfeed[{extra}]'" if extra else f"install fsspec's backend for {name}://"
+            raise StorageError(f"{redact(path)}: {name}:// needs a package that is not installed; {hint}") from e
+        except ValueError as e:
+            raise StorageError(f"{redact(path)}: fsspec knows no {name}:// filesystem ({e})") from e
+    fs = _filesystems[key]
+    return fs, fs._strip_protocol(path)
+
+
+@contextlib.contextmanager
+def errors(path: str, action: str = "read") -> Iterator[None]:
+    """Turns a backend's exception on `path` into a StorageError naming the URL, the endpoint and
+    what to do; FileNotFoundError and ShardfeedErrors pass through unchanged (callers handle a
+    missing file as they do locally)."""
+    try:
+        yield
+    except (ShardfeedError, FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise
+    except Exception as e:
+        raise StorageError(explain(path, e, action)) from e
+
+
+def explain(path: str, error: BaseException, action: str = "read") -> str:
+    """One line on why `path` could not be used: unreachable endpoint, missing credentials, no
+    permission, or the backend's own words (secrets redacted)."""
+    name = type(error).__name__
+    text = redact(str(error) or name)
+    family = EXTRAS.get(scheme(path), scheme(path))
+    if name == "NoCredentialsError" or "Unable to locate credentials" in text:
+        variables = CREDENTIAL_VARIABLES.get(family, "the backend's credential variables")
+        return f"cannot {action} {redact(path)}: no credentials found; set {variables}"
+    if "Could not connect" in text or "Connect timeout" in text or isinstance(error, ConnectionError):
+        return f"cannot {action} {redact(path)}: the store is unreachable ({text}); check the endpoint and network"
+    if isinstance(error, PermissionError) or "AccessDenied" in text or "Forbidden" in text:
+        return f"cannot {action} {redact(path)}: permission denied ({text}); check the credentials' rights"
+    return f"cannot {action} {redact(path)}: {text}"
+
+
+_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s'\"]+@")
+_SECRET_QUERY = re.compile(
+    r"(?P<key>[?&](?:sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token|x-goog-signature|"
+    r"x-goog-credential|token|access_token|sv|se|sp|skoid|sktid|sks|skv|skt|ske)=)[^&\s'\"#]*",
+    re.IGNORECASE,
+)
+
+
+def redact(text: str) -> str:
+    """`text` with the secrets URLs carry replaced by '***': user:password@ (s3://key:secret@b),
+    and signed query parameters (Azure SAS `sig=`, presigned S3 and GCS signatures, tokens)."""
+    if "://" not in text and "=" not in text:
+        return text
+    text = _USERINFO.sub(r"\g<scheme>***@", text)
+    return _SECRET_QUERY.sub(r"\g<key>***", text)

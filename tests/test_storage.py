@@ -1,0 +1,90 @@
+"""URL paths through fsspec, against a real S3 server on loopback (moto's, see conftest.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import fsspec
+import pytest
+from conftest import shard_bytes
+
+from shardfeed import ConvertOptions, convert, read_manifest
+from shardfeed.format import fileio, storage
+from shardfeed.tools import info, verify
+
+
+def _bucket_bytes(url: str) -> dict[str, bytes]:
+    fs = fsspec.filesystem("s3")
+    fs.invalidate_cache()
+    root = url.removeprefix("s3://")
+    return {path[len(root) + 1 :]: fs.cat_file(path) for path in fs.find(root)}
+
+
+def test_convert_into_s3_is_byte_identical_to_local(bucket: str, photo_tree: Path, tmp_path: Path) -> None:
+    out = f"{bucket}/photos"
+    options = ConvertOptions(shards=2)
+    remote = convert(str(photo_tree), out, options, workers=2, progress=False)
+    local = convert(str(photo_tree), str(tmp_path / "local"), options, workers=1, progress=False)
+    assert remote.num_written == local.num_written == 44
+    written = _bucket_bytes(out)
+    expected = shard_bytes(tmp_path / "local")
+    differ = {"manifest.json", "report.json", "dataset_info.json"}  # they name the output folder
+    assert {k: v for k, v in written.items() if k not in differ} == {
+        k: v for k, v in expected.items() if k not in differ
+    }
+    assert not any(".incomplete" in name or name.startswith(".shardfeed") for name in written)
+    assert read_manifest(out).data["splits"] == local.manifest.data["splits"]
+    assert verify(out, workers=1, progress=False).ok
+    assert info(out)["records"] == 44
+    assert convert(str(photo_tree), out, options, workers=1, progress=False).already_complete
+
+
+def test_source_in_a_bucket_gives_the_same_shards(bucket: str, photo_tree: Path, tmp_path: Path) -> None:
+    fs = fsspec.filesystem("s3")
+    fs.put(str(photo_tree), f"{bucket}/photos", recursive=True)
+    a = convert(f"{bucket}/photos", str(tmp_path / "a"), ConvertOptions(shards=2), workers=2, progress=False)
+    b = convert(str(photo_tree), str(tmp_path / "b"), ConvertOptions(shards=2), workers=1, progress=False)
+    assert a.num_written == b.num_written == 44
+    differ = {"manifest.json", "report.json", "dataset_info.json"}
+    assert {k: v for k, v in shard_bytes(tmp_path / "a").items() if k not in differ} == {
+        k: v for k, v in shard_bytes(tmp_path / "b").items() if k not in differ
+    }
+
+
+def test_missing_backend_names_the_extra() -> None:
+    with pytest.raises(storage.StorageError, match=r"pip install 'shardfeed\[azure\]'"):
+        fileio.exists("az://container/folder")
+
+
+def test_unreachable_store_is_one_error_naming_the_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.s3_server import free_port
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    storage._filesystems.clear()
+    fsspec.filesystem("s3").clear_instance_cache()
+    try:
+        with pytest.raises(storage.StorageError, match=r"cannot read s3://nowhere/x: the store is unreachable"):
+            fileio.exists("s3://nowhere/x")
+    finally:
+        storage._filesystems.clear()
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("s3://AKIA123:secretkey@bucket/out", "s3://***@bucket/out"),
+        (
+            "https://acct.blob.core.windows.net/c/x?sv=2022-11-02&se=2026&sp=r&sig=abc%2Fdef",
+            "https://acct.blob.core.windows.net/c/x?sv=***&se=***&sp=***&sig=***",
+        ),
+        (
+            "https://b.s3.amazonaws.com/k?X-Amz-Credential=AKIA%2F1&X-Amz-Signature=ff00&X-Amz-Expires=60",
+            "https://b.s3.amazonaws.com/k?X-Amz-Credential=***&X-Amz-Signature=***&X-Amz-Expires=60",
+        ),
+        ("data/flowers", "data/flowers"),
+    ],
+)
+def test_redact(text: str, shown: str) -> None:
+    assert storage.redact(text) == shown
