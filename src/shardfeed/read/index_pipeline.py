@@ -14,6 +14,7 @@ fetches INDEXED_CHUNK records at once through `IndexedRecords`:
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 from typing import Any
 
@@ -25,6 +26,8 @@ from shardfeed.read.mixture import MixedRecords, MixedSplit
 from shardfeed.read.order import balanced_order, global_order, mixture_order, window_order
 from shardfeed.read.plan import ReadPlan
 from shardfeed.read.record_labels import record_labels
+
+log = logging.getLogger("shardfeed")
 
 INDEXED_CHUNK = 64  # records per Python call when reading by index
 
@@ -51,11 +54,20 @@ class IndexedEpochs:
             raise TypeError("IndexedEpochs needs a plan over a converted folder")
         read = plan.read
         self.plan = plan
+        cache = read.shard_cache() if plan.shards.in_bucket else None
         self.records: IndexedRecords | MixedRecords = (
-            MixedRecords(plan.mixture, plan.split)
+            MixedRecords(plan.mixture, plan.split, cache)
             if plan.mixture is not None
-            else IndexedRecords(plan.shards.manifest, plan.split)
+            else IndexedRecords(plan.shards.manifest, plan.split, cache=cache)
         )
+        if cache is not None and cache.limit is not None and cache.limit < sum(plan.shards.sizes or []):
+            log.warning(
+                "reading by index from a bucket with a cache_limit (%s bytes) below the split's %s bytes: records "
+                "come from every shard all epoch, so shards are fetched again and again; raise cache_limit to the "
+                "split's size or read with shuffle='buffer'",
+                f"{cache.limit:,}",
+                f"{sum(plan.shards.sizes or []):,}",
+            )
         self.n, self.first, self.skip = plan.epoch_records, read.epoch, read.start_step * plan.batch_size
         self.positions = plan.share.positions(self.n)
         self.resumed = plan.share.positions(self.n, read.start_record)  # the first epoch's: after what all read

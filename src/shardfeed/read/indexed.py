@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,8 @@ from shardfeed.format.example_proto import parse_example
 from shardfeed.read import shardset
 from shardfeed.read.order import GlobalOrderSampler
 from shardfeed.read.pixels import decode_image
+from shardfeed.read.shard_cache import ShardCache
+from shardfeed.read.shard_feed import WAIT_FOR_ROOM, remote_shards
 
 
 class IndexedRecords:
@@ -40,9 +43,12 @@ class IndexedRecords:
         check_crc: verify each record's CRC32C (default; cheap with hardware CRC).
         transform: applied by `__getitem__` to each parsed example (default: (uint8 image HWC,
             0-based label, -1 when unlabeled)).
-        max_open_files: for remote shards (gs://, s3://, ...), handles kept open at once (least
-            recently used closed first). Local shards are read with a private pread per record,
-            in parallel across threads, keeping no file open.
+        max_open_files: for shards on TensorFlow's own filesystems (ram://), handles kept open at
+            once (least recently used closed first). Local shards are read with a private pread
+            per record, in parallel across threads, keeping no file open.
+        cache: for a folder in a bucket (s3://, gs://, az://): the `ShardCache` its shards are
+            fetched into, whole and verified against the manifest, on first use (default: the
+            default cache folder, unbounded); a bounded one evicts the least recently read.
     """
 
     def __init__(
@@ -53,6 +59,7 @@ class IndexedRecords:
         check_crc: bool = True,
         transform: Callable[[dict[str, Any]], Any] | None = None,
         max_open_files: int = 64,
+        cache: ShardCache | None = None,
     ) -> None:
         self.manifest = manifest.opened(path)
         if self.manifest.compression == "gzip":
@@ -84,7 +91,12 @@ class IndexedRecords:
         self.check_crc = check_crc
         self.transform = transform or self._image_and_label
         self.max_open_files = max(1, max_open_files)
-        self._remote = any(fileio.is_remote(f) for f in self.files)
+        in_bucket = any(fileio.is_bucket(f) for f in self.files)
+        self._remote = not in_bucket and any(fileio.is_remote(f) for f in self.files)
+        self._cache = (cache or ShardCache()) if in_bucket else None
+        self._cached = remote_shards(shardset.from_manifest(self.manifest, split)) if in_bucket else []
+        self._last_read: dict[str, int] = {}  # cached shard's sha256 -> read number (least recent evicted)
+        self._reads = 0
         self._handles: OrderedDict[int, Any] = OrderedDict()
         self._pid = os.getpid()
         self._lock = threading.Lock()  # seek+read pairs on shared remote handles (tf.data threads)
@@ -120,7 +132,9 @@ class IndexedRecords:
                 blob = handle.read(size)
         else:
             try:
-                blob = fileio.read_range(self.files[shard], offset, size)
+                blob = fileio.read_range(self._local_file(shard), offset, size)
+            except FileNotFoundError:  # evicted by another reader of the cache between the two calls
+                blob = fileio.read_range(self._local_file(shard), offset, size)
             except OSError as e:
                 raise CorruptRecordError(
                     f"shard {self.files[shard]} cannot be read ({e.strerror or e}); run `shardfeed verify`"
@@ -176,6 +190,28 @@ class IndexedRecords:
         """This object: it already has the `__len__`/`__getitem__` a torch Dataset (or a Grain
         RandomAccessDataSource) needs, returning (image uint8 HWC, label) by default."""
         return self
+
+    def _local_file(self, shard: int) -> str:
+        """The shard's local file: itself, or its verified copy in the cache (fetched now if needed)."""
+        if self._cache is None:
+            return self.files[shard]
+        remote = self._cached[shard]
+        with self._lock:
+            self._reads += 1
+            self._last_read[remote.sha256] = self._reads
+            if self._cache.holds(remote):
+                return self._cache.path(remote)
+            keep = {remote.sha256}
+            rank = lambda sha: -self._last_read.get(sha, -1)  # noqa: E731 (never read here: first out)
+            deadline = time.monotonic() + WAIT_FOR_ROOM
+            while not self._cache.reserve(remote, keep, rank):
+                if time.monotonic() > deadline:
+                    raise OptionError(
+                        f"the shard cache {self._cache.directory} ({self._cache.limit:,} bytes) had no room for "
+                        f"{remote.url} ({remote.size:,} bytes) for {WAIT_FOR_ROOM:.0f} s; raise cache_limit"
+                    )
+                time.sleep(0.05)  # other processes' fetches in flight hold the room
+            return self._cache.fetch(remote)
 
     def _handle(self, shard: int) -> Any:
         """An open handle on a shard (call with the lock held)."""

@@ -28,6 +28,7 @@ from shardfeed.errors import OptionError
 from shardfeed.format import manifest, schema
 from shardfeed.format.example_proto import Example
 from shardfeed.read.indexed import IndexedRecords
+from shardfeed.read.shard_cache import ShardCache
 
 
 @dataclass(frozen=True)
@@ -142,8 +143,8 @@ class MixedRecords:
     """The sources' records numbered end to end (`order.mixture_order` ids), labels rewritten to
     the mixture's label map where a source numbers its classes otherwise."""
 
-    def __init__(self, mixed: MixedSplit, split: str) -> None:
-        self.sources = [IndexedRecords(m, split) for m in mixed.manifests]
+    def __init__(self, mixed: MixedSplit, split: str, cache: ShardCache | None = None) -> None:
+        self.sources = [IndexedRecords(m, split, cache=cache) for m in mixed.manifests]
         self.bases = np.cumsum([0, *mixed.sizes])[:-1]
         self.maps = mixed.label_maps
         self.label_key = schema.LABEL

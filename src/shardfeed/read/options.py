@@ -64,6 +64,11 @@ class ReadOptions:
         label_offset: subtracted from stored labels so the model sees 0..K-1 (1 for TFRecords
             written with labels 1..K, as TF models' build_image_data.py writes them); default:
             the manifest's for a converted folder, 0 for other files.
+        cache_dir: where shards of a folder in a bucket (s3://, gs://, az://) are kept, verified,
+            while they are read (read/shard_cache.py); default ~/.cache/shardfeed/shards.
+        cache_limit: bytes (or '20GB') that folder may hold, fetches in flight included; default
+            None: no bound (every shard read stays, so later epochs fetch nothing). At least 4
+            shards of the largest size; below the split's size every epoch fetches again.
 
     Reading by index (shuffle='global' or `even`) needs uncompressed shards of a converted folder
     and rejects `cache`, `skip_corrupt` and (with the global order) `shuffle_buffer`.
@@ -88,6 +93,8 @@ class ReadOptions:
     label_key: str | None = None
     compression: str | None = None
     label_offset: int | None = None
+    cache_dir: str | None = None
+    cache_limit: int | str | None = None
 
     def __post_init__(self) -> None:
         if self.label_offset is not None and (not isinstance(self.label_offset, int) or self.label_offset < 0):
@@ -122,7 +129,16 @@ class ReadOptions:
         WorkerShare(self.num_workers, self.worker_index, self.even)  # validates the three
         if self.compression not in COMPRESSIONS:
             raise OptionError(f"compression must be one of {list(COMPRESSIONS)}, got {self.compression!r}")
+        if self.cache_limit is not None:
+            object.__setattr__(self, "cache_limit", _bytes("cache_limit", self.cache_limit))
         self._check_by_index()
+
+    def shard_cache(self) -> Any:
+        """The shard cache these options describe (for shards in a bucket)."""
+        from shardfeed.read.shard_cache import ShardCache
+
+        limit = self.cache_limit
+        return ShardCache(self.cache_dir, limit if isinstance(limit, int) else None)
 
     def _check_by_index(self) -> None:
         """Rejects buffer-pipeline options that reading by index cannot honour, instead of ignoring them."""
@@ -169,6 +185,19 @@ class ReadOptions:
     def drops_remainder(self, *, training: bool) -> bool:
         """`drop_remainder` resolved: training drops the last partial batch."""
         return training if self.drop_remainder is None else self.drop_remainder
+
+
+def _bytes(name: str, value: int | str) -> int:
+    """A positive byte count from an int or '20GB'."""
+    from shardfeed.write.sharding import parse_size
+
+    try:
+        count = parse_size(value) if not isinstance(value, bool) else 0
+    except (ValueError, TypeError) as e:
+        raise OptionError(f"{name} must be bytes or a size such as '20GB', got {value!r}") from e
+    if count <= 0:
+        raise OptionError(f"{name} must be positive, got {value!r}")
+    return count
 
 
 DECODERS = ("tf", "dali")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.errors import OptionError
+from shardfeed.format import fileio
 from shardfeed.format.schema import FILENAME, Schema
 from shardfeed.read import foreign, shardset
 from shardfeed.read.mixture import MixedSplit, Mixture, open_mixture
@@ -206,6 +207,26 @@ def _check_applies(
         )
     if service is not None:
         _check_service(read, decode)
+    _check_bucket(path, decode, service)
+
+
+def _check_bucket(path: DataPath, decode: DecodeOptions, service: ServiceOptions | None) -> None:
+    """Shards in a bucket are read through this host's verified cache, from a manifest."""
+    paths = [path] if isinstance(path, str) else list(path) if isinstance(path, (list, tuple)) else []
+    if not any(isinstance(p, str) and fileio.is_bucket(p) for p in paths):
+        return
+    if not shardset.is_converted_folder(path):
+        raise OptionError(
+            f"{paths[0]!r}: TFRecords in a bucket are read through a local cache that checks each shard against a "
+            "manifest, and these have none; write one with `shardfeed adopt`, then load that folder"
+        )
+    if service is not None:
+        raise OptionError(
+            "shards in a bucket are read through this host's shard cache, which the tf.data service's workers do "
+            "not share; read without service=, or convert into a folder the workers can read"
+        )
+    if decode.decoder == "dali":
+        raise OptionError("decoder='dali' reads shard files itself and cannot read a bucket; use decoder='tf'")
 
 
 def _check_service(read: ReadOptions, decode: DecodeOptions) -> None:
@@ -232,7 +253,8 @@ def _mixed_shards(mixed: MixedSplit, split: str) -> tuple[ShardSet, Schema]:
     files = [f for p in parts for f in p.files]
     counts = [c for p in parts for c in p.counts]
     sizes = [s for p in parts for s in p.sizes or []]
-    shards = ShardSet(files, counts, None, mixed.manifests[0], sizes)
+    sha256s = [s for p in parts for s in p.sha256s or []]
+    shards = ShardSet(files, counts, None, mixed.manifests[0], sizes, sha256s=sha256s)
     _, first = shardset.open_split(mixed.manifests[0], split)
     if mixed.by_text:
         first = dataclasses.replace(first, label_names=tuple(mixed.class_names), label_offset=0)

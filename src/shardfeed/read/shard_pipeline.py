@@ -1,6 +1,8 @@
 """The shard pipeline: whole shards per worker, read in parallel and checked, then a shuffle buffer.
 
-shard file names   -> shuffled per epoch (training), whole shards per worker (the plan's share)
+shard file names   -> shuffled per epoch (training), whole shards per worker (the plan's share);
+                      from a bucket: local copies in an order computed in Python, fetched ahead
+                      through the shard cache (read/shard_feed.py)
 serialized records -> parallel interleave across shards, each shard's record count checked
                       against the manifest (`checked_records`)
                    -> optional cache; shuffle buffer over the cheap serialized records
@@ -15,6 +17,8 @@ from typing import Any
 from shardfeed.lazy import tensorflow
 from shardfeed.read.order import buffer_shuffle
 from shardfeed.read.plan import ReadPlan
+from shardfeed.read.shard_cache import ShardCache
+from shardfeed.read.shard_feed import ShardFeed, reading_cycle, remote_shards
 from shardfeed.read.shardset import ShardSet
 
 END_OF_SHARD = b"\x00shardfeed:end-of-shard\x00"
@@ -34,6 +38,7 @@ def shard_records(plan: ReadPlan) -> Any:
         seed=plan.seed,
         deterministic=plan.deterministic,
         skip_corrupt=read.skip_corrupt,
+        feed_from=(read.shard_cache(), plan.base_seed, read.epoch) if shards.in_bucket else None,
     )
     if read.cache:
         records = records.cache("" if read.cache is True else str(read.cache))
@@ -46,7 +51,13 @@ def shard_records(plan: ReadPlan) -> Any:
 
 
 def checked_records(
-    shards: ShardSet, *, shuffle_files: bool, seed: int | None, deterministic: bool, skip_corrupt: bool
+    shards: ShardSet,
+    *,
+    shuffle_files: bool,
+    seed: int | None,
+    deterministic: bool,
+    skip_corrupt: bool,
+    feed_from: tuple[ShardCache, int, int] | None = None,
 ) -> Any:
     """A dataset of serialized records from `shards`, interleaved in parallel.
 
@@ -56,10 +67,21 @@ def checked_records(
     shortfall raises an error naming the shard (or, with `skip_corrupt`, is logged). Checking per
     batch instead of per record keeps the check free (measured: 20.7k vs 21.4k records/s without
     it, against 6.2k records/s for a per-record check).
+
+    `feed_from` (cache, seed, first epoch): the shards are in a bucket; their local copies come
+    from a `ShardFeed` in its seeded order, each pass the next epoch.
     """
     tf = tensorflow()
-    files = tf.data.Dataset.from_tensor_slices((shards.files, tf.constant(shards.counts, tf.int64)))
-    if shuffle_files:
+    cycle = min(len(shards.files), INTERLEAVE_CYCLE)
+    if feed_from is not None:
+        cache, base_seed, first_epoch = feed_from
+        cycle = reading_cycle(cache, remote_shards(shards), cycle)
+        feed = ShardFeed(cache, shards, shuffle=shuffle_files, seed=base_seed, first_epoch=first_epoch, cycle=cycle)
+        signature = (tf.TensorSpec((), tf.string), tf.TensorSpec((), tf.int64))
+        files = tf.data.Dataset.from_generator(feed.epoch, output_signature=signature)
+    else:
+        files = tf.data.Dataset.from_tensor_slices((shards.files, tf.constant(shards.counts, tf.int64)))
+    if shuffle_files and feed_from is None:
         files = files.shuffle(len(shards.files), seed=seed, reshuffle_each_iteration=True)
     compression = "GZIP" if shards.compression == "gzip" else ""
     end = tf.constant([END_OF_SHARD])
@@ -118,7 +140,6 @@ def checked_records(
 
         return batches.scan(tf.constant(0, tf.int64), step).filter(lambda b: tf.logical_not(is_end(b)))
 
-    cycle = min(len(shards.files), INTERLEAVE_CYCLE)
     batches = files.interleave(
         read_one, cycle_length=cycle, block_length=1, num_parallel_calls=cycle, deterministic=deterministic
     )

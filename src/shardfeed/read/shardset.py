@@ -35,6 +35,12 @@ class ShardSet:
     manifest: manifest.Manifest | None = None
     sizes: list[int] | None = None
     label_range: tuple[int, int] | None = None  # foreign files: the lowest and highest stored label
+    sha256s: list[str] | None = None  # a converted folder's, from its manifest
+
+    @property
+    def in_bucket(self) -> bool:
+        """The shards live where TensorFlow cannot read them (s3://, gs://, ...): read through the cache."""
+        return any(fileio.is_bucket(f) for f in self.files)
 
     @property
     def num_records(self) -> int:
@@ -85,6 +91,7 @@ class ShardSet:
             self.compression,
             self.manifest,
             None if self.sizes is None else [self.sizes[i] for i in picked],
+            sha256s=None if self.sha256s is None else [self.sha256s[i] for i in picked],
         )
 
 
@@ -150,7 +157,7 @@ def from_manifest(path: str | manifest.Manifest, split: str) -> ShardSet:
     m = manifest.opened(path)
     info = m.split(split)
     counts, sizes = [s.num_records for s in info.shards], [s.num_bytes for s in info.shards]
-    return ShardSet(m.shard_paths(split), counts, m.compression, m, sizes)
+    return ShardSet(m.shard_paths(split), counts, m.compression, m, sizes, sha256s=[s.sha256 for s in info.shards])
 
 
 def from_files(path: str | Sequence[str], *, compression: str | None = None, split: str | None = None) -> ShardSet:

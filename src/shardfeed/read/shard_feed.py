@@ -1,0 +1,182 @@
+"""One worker's shards from a bucket, fed to tf.data through the shard cache in the order it reads them.
+
+TensorFlow cannot open `s3://` and has no cache, so the shard pipeline reads local copies: each
+epoch's shard order is computed here, in Python (`order.global_order` over shard numbers, a
+pure function of (seed, epoch)), so fetching can run ahead of the reader in exactly that order:
+
+    epoch number  -> this worker's shard order (and the next epoch's, to rank evictions)
+    shard order   -> fetches, several at a time, up to `ahead` shards beyond the one read now
+    each shard    -> (local verified path, record count) once fetched: what the interleave opens
+
+The last `pinned` shards handed out may still be opened or read by the interleave, so they are
+never evicted; the cache must therefore hold `pinned + 1` shards at least (checked at start).
+Per epoch it logs shards read from the cache and fetched, bytes fetched and seconds waited.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from shardfeed.errors import OptionError
+from shardfeed.read.order import global_order
+from shardfeed.read.shard_cache import RemoteShard, ShardCache
+from shardfeed.read.shardset import ShardSet
+
+log = logging.getLogger("shardfeed")
+
+FETCH_THREADS = 4  # shards fetched at once
+AHEAD = 8  # shards fetched beyond the one being handed out, when the cache has room
+WAIT_FOR_ROOM = 120.0  # seconds a fetch waits for room before the read fails naming the limit
+
+
+def remote_shards(shards: ShardSet) -> list[RemoteShard]:
+    """The shards of a converted folder in a bucket, with the manifest's sizes and hashes."""
+    if shards.sizes is None or shards.sha256s is None:
+        raise OptionError("shards in a bucket are read through the cache, which needs the folder's manifest")
+    return [
+        RemoteShard(url, size, sha) for url, size, sha in zip(shards.files, shards.sizes, shards.sha256s, strict=True)
+    ]
+
+
+def reading_cycle(cache: ShardCache, shards: list[RemoteShard], cycle: int) -> int:
+    """Shards read at once: `cycle`, or fewer when the cache limit cannot pin that many.
+
+    Raises:
+        OptionError: the limit is below 4 shards of the largest size (two read at once, one being
+            fetched, one handed out).
+    """
+    if cache.limit is None or not shards:
+        return cycle
+    largest = max(s.size for s in shards)
+    fits = cache.limit // max(1, largest)
+    if fits < 4:
+        raise OptionError(
+            f"cache_limit {cache.limit:,} bytes holds {fits} of the largest shard ({largest:,} bytes); it must "
+            f"hold at least 4 ({4 * largest:,} bytes) to read while fetching"
+        )
+    return max(1, min(cycle, (fits - 2) // 2))
+
+
+class ShardFeed:
+    """Hands out local paths of one worker's shards, epoch after epoch, fetching ahead.
+
+    Args:
+        cache: the shard cache.
+        shards: this worker's shards (a converted folder's, in a bucket).
+        shuffle: a new seeded shard order each epoch (training); else manifest order.
+        seed: the order's seed.
+        first_epoch: the epoch number of the first pass (then one more per pass).
+        cycle: shards the interleave reads at once (pinned twice over: open and prefetched).
+    """
+
+    def __init__(
+        self, cache: ShardCache, shards: ShardSet, *, shuffle: bool, seed: int, first_epoch: int, cycle: int
+    ) -> None:
+        self.cache, self.shards = cache, remote_shards(shards)
+        self.counts = shards.counts
+        self.shuffle, self.seed, self.next_epoch = shuffle, seed, first_epoch
+        self.pinned = 2 * cycle
+
+    def order(self, epoch: int) -> list[int]:
+        n = len(self.shards)
+        return [int(i) for i in global_order(n, self.seed, epoch)] if self.shuffle else list(range(n))
+
+    def epoch(self) -> Iterator[tuple[str, int]]:
+        """(local path, record count) of each shard of the next epoch, in its order."""
+        epoch = self.next_epoch
+        self.next_epoch += 1
+        order = self.order(epoch)
+        following = self.order(epoch + 1)
+        pool = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="shardfeed-fetch")
+        fetch = _EpochFetch(self, order, following, pool)
+        try:
+            yield from fetch.run(epoch)
+        finally:  # also when the reader stops early: fetches not started give their room back
+            pool.shutdown(wait=True, cancel_futures=True)
+            for p, future in fetch.futures.items():
+                if future.cancelled():
+                    self.cache.release(self.shards[order[p]])
+
+
+class _EpochFetch:
+    """One epoch's fetching: what is scheduled, pinned and handed out, and its statistics."""
+
+    def __init__(self, feed: ShardFeed, order: list[int], following: list[int], pool: ThreadPoolExecutor) -> None:
+        self.feed, self.order, self.pool = feed, order, pool
+        shards = feed.shards
+        # how far ahead each shard is read next: this epoch's rest, then the next epoch's start
+        self.next_use = {s.sha256: float("inf") for s in shards}
+        for step, i in reversed(list(enumerate(order + following))):
+            self.next_use[shards[i].sha256] = step
+        self.futures: dict[int, Future[str]] = {}  # position in order -> fetch
+        self.handed: deque[str] = deque(maxlen=feed.pinned)
+        self.position = 0
+        self.hits = self.fetched = self.fetched_bytes = 0
+        self.waited = 0.0
+
+    def rank(self, sha256: str) -> float:
+        step = self.next_use.get(sha256, float("inf"))
+        return float("inf") if step < self.position else step - self.position
+
+    def keep(self) -> set[str]:
+        shards = self.feed.shards
+        ahead = {shards[self.order[p]].sha256 for p in self.futures if p >= self.position}
+        return ahead | set(self.handed)
+
+    def schedule(self) -> None:
+        """Starts fetches in order from the current position while the cache has room."""
+        shards, cache = self.feed.shards, self.feed.cache
+        for p in range(self.position, min(len(self.order), self.position + AHEAD + 1)):
+            if p in self.futures:
+                continue
+            shard = shards[self.order[p]]
+            if cache.holds(shard):
+                self.futures[p] = _done(cache.path(shard))
+                self.hits += 1
+                continue
+            if not cache.reserve(shard, self.keep() | {shard.sha256}, self.rank):
+                return  # in order: nothing later starts before this one
+            self.futures[p] = self.pool.submit(cache.fetch, shard)
+            self.fetched += 1
+            self.fetched_bytes += shard.size
+
+    def run(self, epoch: int) -> Iterator[tuple[str, int]]:
+        started = time.monotonic()
+        for p, i in enumerate(self.order):
+            self.position = p
+            deadline = time.monotonic() + WAIT_FOR_ROOM
+            self.schedule()
+            waiting = time.monotonic()
+            while p not in self.futures:  # no room yet: fetches in flight finish, pins move on
+                if time.monotonic() > deadline:
+                    raise OptionError(
+                        f"the shard cache ({self.feed.cache.limit:,} bytes in {self.feed.cache.directory}) had no "
+                        f"room for {self.feed.shards[i].url} for {WAIT_FOR_ROOM:.0f} s: another process fills it; "
+                        "give each reader its own cache_dir or raise cache_limit"
+                    )
+                time.sleep(0.05)
+                self.schedule()
+            path = self.futures.pop(p).result()
+            self.waited += time.monotonic() - waiting
+            self.handed.append(self.feed.shards[i].sha256)
+            yield path, self.feed.counts[i]
+        log.info(
+            "shard cache: epoch %d: %d shards, %d from the cache, %d fetched (%s bytes), waited %.1f s of %.1f s",
+            epoch,
+            len(self.order),
+            self.hits,
+            self.fetched,
+            f"{self.fetched_bytes:,}",
+            self.waited,
+            time.monotonic() - started,
+        )
+
+
+def _done(value: str) -> Future[str]:
+    future: Future[str] = Future()
+    future.set_result(value)
+    return future
