@@ -16,6 +16,9 @@ from PIL import Image
 from shardfeed import ConvertOptions, convert
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# botocore looks for credentials at the EC2 metadata address when none are set: tests talk to
+# loopback only.
+os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 from bench.corpus import hostile_images
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -31,7 +31,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from shardfeed.errors import CorruptRecordError, OptionError
 from shardfeed.format import fileio, storage
@@ -221,7 +220,11 @@ class ShardCache:
 
     def usage(self) -> int:
         """Bytes on disk in the cache folder (complete shards and fetches in flight)."""
-        return sum(p.stat().st_size for p in Path(self.directory).iterdir() if p.name != ".lock")
+        total = 0
+        for entry in os.scandir(self.directory):
+            with contextlib.suppress(FileNotFoundError):  # published or evicted meanwhile
+                total += entry.stat().st_size if entry.name != ".lock" else 0
+        return total
 
 
 def _alive(pid: int) -> bool:

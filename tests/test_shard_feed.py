@@ -1,0 +1,198 @@
+"""load() from a bucket (the loopback S3 server) through the shard cache, against the same shards on disk."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from shardfeed import ConvertOptions, ImageOptions, IndexedRecords, ReadOptions, convert, load, steps_per_epoch
+from shardfeed.errors import OptionError
+from shardfeed.read.shard_cache import ShardCache
+
+
+@pytest.fixture(scope="module")
+def many_shards(photo_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The 44 photos in 12 train + 12 validation shards (most of one to four records)."""
+    out = tmp_path_factory.mktemp("many") / "out"
+    convert(str(photo_tree), str(out), ConvertOptions(shards=12), workers=1, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def even_shards(photo_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The 44 photos as JPEG in 22 shards of two records: shards of about one size."""
+    out = tmp_path_factory.mktemp("even") / "out"
+    options = ConvertOptions(split="train=1", shards=22, image=ImageOptions(image_format="jpeg"))
+    convert(str(photo_tree), str(out), options, workers=1, progress=False)
+    return out
+
+
+def _upload(local: Path, url: str) -> str:
+    fsspec.filesystem("s3").put(str(local), url, recursive=True)
+    return url
+
+
+def _names(ds) -> list[bytes]:  # type: ignore[no-untyped-def]
+    return [name for batch in ds for name in batch[2].numpy()]
+
+
+def _read(path: str, cache: Path, **kw) -> list[bytes]:  # type: ignore[no-untyped-def]
+    read = ReadOptions(with_filenames=True, cache_dir=str(cache), **kw.pop("read", {}))
+    return _names(load(path, batch_size=4, image_size=16, read=read, **kw))
+
+
+def test_evaluation_reads_what_local_reads_and_the_next_epoch_from_the_cache(
+    bucket: str, many_shards: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = _upload(many_shards, f"{bucket}/out")
+    caplog.set_level(logging.INFO, logger="shardfeed")
+    local = _read(str(many_shards), tmp_path / "unused", split="validation")
+    assert _read(url, tmp_path / "cache", split="validation") == local
+    assert _read(url, tmp_path / "cache", split="validation") == local
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("shard cache")]
+    shards = len(list(many_shards.glob("validation-*")))
+    assert f"{shards} shards, 0 from the cache, {shards} fetched" in lines[0]
+    assert f"{shards} shards, {shards} from the cache, 0 fetched" in lines[1]
+    assert steps_per_epoch(url, split="train", batch_size=4) == steps_per_epoch(str(many_shards), batch_size=4)
+
+
+def test_training_epochs_read_every_record_once_in_a_new_seeded_order(
+    bucket: str, many_shards: Path, tmp_path: Path
+) -> None:
+    url = _upload(many_shards, f"{bucket}/out")
+    ds = load(url, batch_size=5, image_size=16, seed=3, read=ReadOptions(with_filenames=True, cache_dir=str(tmp_path)))
+    first, second = _names(ds), _names(ds)
+    local = _read(str(many_shards), tmp_path / "unused", training=False)
+    assert sorted(first) != first and first != second
+    assert len(first) == len(second) == 35 // 5 * 5
+    assert set(first) <= set(local) and len(set(first)) == len(first)
+    again = load(
+        url, batch_size=5, image_size=16, seed=3, read=ReadOptions(with_filenames=True, cache_dir=str(tmp_path))
+    )
+    assert _names(again) == first  # same seed, same order
+
+
+def test_global_order_and_indexed_records_match_local(bucket: str, many_shards: Path, tmp_path: Path) -> None:
+    url = _upload(many_shards, f"{bucket}/out")
+    read = {"shuffle": "global"}
+    assert _read(url, tmp_path / "c", seed=5, read=read) == _read(str(many_shards), tmp_path / "u", seed=5, read=read)
+    remote = IndexedRecords(url, "train", cache=ShardCache(str(tmp_path / "c2")))
+    local = IndexedRecords(str(many_shards), "train")
+    assert len(remote) == len(local) == 35
+    assert [remote.record(i) for i in remote.order(7)] == [local.record(i) for i in local.order(7)]
+
+
+def test_a_cache_a_third_of_the_split_stays_bounded_and_reads_everything(
+    bucket: str, even_shards: Path, tmp_path: Path
+) -> None:
+    url = _upload(even_shards, f"{bucket}/out")
+    split_bytes = sum(p.stat().st_size for p in even_shards.glob("train-*"))
+    largest = max(p.stat().st_size for p in even_shards.glob("train-*"))
+    limit = max(split_bytes // 3, 4 * largest)
+    assert limit * 2.5 < split_bytes
+    cache = tmp_path / "cache"
+    peak, stop = [0], threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            if cache.exists():
+                peak[0] = max(peak[0], ShardCache(str(cache)).usage())
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        ds = load(
+            url,
+            batch_size=5,
+            image_size=16,
+            seed=1,
+            training=True,
+            read=ReadOptions(with_filenames=True, cache_dir=str(cache), cache_limit=limit, drop_remainder=False),
+        )
+        epochs = [_names(ds) for _ in range(3)]
+    finally:
+        stop.set()
+        watcher.join()
+    expected = sorted(_read(str(even_shards), tmp_path / "unused", training=False))
+    assert all(sorted(e) == expected for e in epochs)
+    in_flight = 4 * largest  # FETCH_THREADS fetches at most
+    assert 0 < peak[0] <= limit + in_flight
+    assert sum(p.stat().st_size for p in cache.iterdir()) <= limit
+
+
+def test_too_small_a_cache_is_refused(bucket: str, many_shards: Path, tmp_path: Path) -> None:
+    url = _upload(many_shards, f"{bucket}/out")
+    with pytest.raises(OptionError, match=r"cache_limit 100 bytes holds 0 of the largest shard"):
+        load(url, batch_size=4, read=ReadOptions(cache_dir=str(tmp_path), cache_limit=100))
+
+
+def test_a_shard_changed_in_the_bucket_is_named_and_never_read(bucket: str, many_shards: Path, tmp_path: Path) -> None:
+    url = _upload(many_shards, f"{bucket}/out")
+    fs = fsspec.filesystem("s3")
+    name = sorted(p.name for p in many_shards.glob("validation-*"))[3]
+    data = bytearray(fs.cat_file(f"{url}/{name}"))
+    data[-20] ^= 0xFF  # same size, other bytes
+    fs.pipe_file(f"{url}/{name}", bytes(data))
+    with pytest.raises(Exception, match=rf"{name} is not the one the manifest describes.*SHA-256"):
+        _read(url, tmp_path / "cache", split="validation")
+    changed = __import__("hashlib").sha256(bytes(data)).hexdigest()
+    assert not (tmp_path / "cache" / f"{changed}.tfrecord").exists()
+    assert not list((tmp_path / "cache").glob("*.part"))
+
+
+def test_foreign_tfrecords_in_a_bucket_ask_for_a_manifest(bucket: str, many_shards: Path) -> None:
+    fs = fsspec.filesystem("s3")
+    fs.put(str(many_shards / "train-00000-of-00012"), f"{bucket}/foreign/train-00000-of-00001")
+    with pytest.raises(OptionError, match="shardfeed adopt"):
+        load(f"{bucket}/foreign/train-*", batch_size=4)
+
+
+STORE_DIES = """
+import os, sys, time
+from shardfeed import load, ReadOptions
+from shardfeed.read import shard_cache
+shard_cache.BACKOFF = 0.1
+read = ReadOptions(cache_dir=sys.argv[2], cache_limit=int(sys.argv[4]))
+ds = load(sys.argv[1], batch_size=1, image_size=16, training=False, read=read)
+for i, _ in enumerate(ds):
+    if i == 0:
+        print("first batch", flush=True)
+        time.sleep(float(sys.argv[3]))
+"""
+
+
+def test_the_store_dying_mid_epoch_ends_in_an_error_naming_the_shard(even_shards: Path, tmp_path: Path) -> None:
+    """A private S3 server, killed after the first batch (the cache holds 4 of the 22 shards, so
+    most are still to fetch): bounded retries, then an error naming the shard, never a hang."""
+    from bench.s3_server import s3_environment, start_s3, stop
+
+    endpoint, server = start_s3(tmp_path)
+    env = {**os.environ, **s3_environment(endpoint)}
+    try:
+        fs = fsspec.filesystem("s3", key="testing", secret="testing", endpoint_url=endpoint, skip_instance_cache=True)
+        fs.mkdir("dies")
+        fs.put(str(even_shards), "s3://dies/out", recursive=True)
+        limit = 4 * max(p.stat().st_size for p in even_shards.glob("train-*"))
+        reader = subprocess.Popen(
+            [sys.executable, "-c", STORE_DIES, "s3://dies/out", str(tmp_path / "cache"), "3", str(limit)],
+            env={**env, "TF_CPP_MIN_LOG_LEVEL": "3"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert reader.stdout is not None
+        assert reader.stdout.readline().strip() == "first batch"
+    finally:
+        stop(server)
+    _, err = reader.communicate(timeout=180)
+    assert reader.returncode != 0
+    assert "the store is unreachable" in err and "s3://dies/out/train-" in err and "3 attempts" in err
