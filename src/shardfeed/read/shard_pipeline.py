@@ -73,9 +73,6 @@ def checked_records(
     compression = "GZIP" if shards.compression == "gzip" else ""
     end = tf.constant([END_OF_SHARD])
 
-    def is_end(batch: Any) -> Any:
-        return tf.logical_and(tf.equal(tf.size(batch), 1), tf.equal(batch[0], END_OF_SHARD))
-
     @tf.autograph.experimental.do_not_convert
     def opened(path: Any) -> Any:
         """The shard's records, read past damage (the count check below finds what was lost); a
@@ -96,7 +93,7 @@ def checked_records(
 
         @tf.autograph.experimental.do_not_convert
         def step(count: Any, batch: Any) -> Any:
-            short = tf.logical_and(is_end(batch), tf.not_equal(count, expected))
+            short = tf.logical_and(_is_end(batch), tf.not_equal(count, expected))
             message = tf.strings.join(
                 [
                     "shard ",
@@ -125,12 +122,18 @@ def checked_records(
             with tf.control_dependencies([check]):
                 return count + tf.cast(tf.size(batch), tf.int64), batch
 
-        return batches.scan(tf.constant(0, tf.int64), step).filter(lambda b: tf.logical_not(is_end(b)))
+        return batches.scan(tf.constant(0, tf.int64), step).filter(lambda b: tf.logical_not(_is_end(b)))
 
     batches = files.interleave(
         read_one, cycle_length=cycle, block_length=1, num_parallel_calls=cycle, deterministic=deterministic
     )
     return batches.unbatch()
+
+
+def _is_end(batch: Any) -> Any:
+    """Whether a batch is the end-of-shard marker."""
+    tf = tensorflow()
+    return tf.logical_and(tf.equal(tf.size(batch), 1), tf.equal(batch[0], END_OF_SHARD))
 
 
 def _shard_files(
