@@ -69,6 +69,7 @@ def test_unreachable_store_is_one_error_naming_the_url(monkeypatch: pytest.Monke
             fileio.exists("s3://nowhere/x")
     finally:
         storage._filesystems.clear()
+        fsspec.filesystem("s3").clear_instance_cache()
 
 
 @pytest.mark.parametrize(
@@ -88,3 +89,67 @@ def test_unreachable_store_is_one_error_naming_the_url(monkeypatch: pytest.Monke
 )
 def test_redact(text: str, shown: str) -> None:
     assert storage.redact(text) == shown
+
+
+def test_a_second_writer_into_a_bucket_folder_is_refused_and_a_stale_lock_taken_over(
+    bucket: str, photo_tree: Path
+) -> None:
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    from shardfeed.errors import ConvertError
+
+    out = f"{bucket}/locked"
+    fs = fsspec.filesystem("s3")
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        holder = {"host": socket.gethostname(), "pid": live.pid, "token": "x"}
+        fs.pipe_file(f"{out}/.lock.shardfeed", json.dumps(holder).encode())
+        with pytest.raises(ConvertError, match=rf"another conversion \(pid {live.pid} on host .*remove .*lock"):
+            convert(str(photo_tree), out, ConvertOptions(shards=2), workers=1, progress=False)
+    finally:
+        live.kill()
+        live.wait()
+    # the holder is gone (a killed run): the next conversion takes the lock over and finishes
+    assert convert(str(photo_tree), out, ConvertOptions(shards=2), workers=1, progress=False).num_written == 44
+    assert not fs.exists(f"{out}/.lock.shardfeed")
+
+
+def test_a_conversion_into_a_bucket_killed_midway_resumes_to_the_same_bytes(bucket: str, tmp_path: Path) -> None:
+    """kill -9 after two shards committed: nothing under a shard's final name is partial, and
+    the same command resumes to the bytes of an uninterrupted local conversion."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from bench.corpus import build_corpus
+
+    source = build_corpus(str(tmp_path / "src"), 600, classes=4)
+    args = ["--format", "png", "--shards", "12", "--workers", "2", "-q", "--no-report"]
+    local = tmp_path / "local"
+    command = [sys.executable, "-m", "shardfeed", "convert", source]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    subprocess.run([*command, str(local), *args], check=True, env=env, timeout=300)
+    out = f"{bucket}/killed"
+    fs = fsspec.filesystem("s3")
+    proc = subprocess.Popen([*command, out, *args], env=env)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(fs.glob(f"{out}/.shardfeed/parts/*.json")) < 2:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    time.sleep(1)  # the workers get their parent-death signal
+    assert not fs.exists(f"{out}/manifest.json"), "killed too late: the conversion had finished"
+    listed = fs.find(out.removeprefix("s3://"))
+    committed = {p.rsplit("/", 1)[1] for p in listed if "/.shardfeed/" not in p and not p.endswith(".incomplete")}
+    for name in committed & {p.name for p in local.iterdir() if p.name.startswith(("train", "validation"))}:
+        assert fs.cat_file(f"{out}/{name}") == (local / name).read_bytes(), f"{name} is partial under its final name"
+    subprocess.run([*command, out, *args], check=True, env=env, timeout=300)
+    kept = ("train", "validation", "index/")
+    written = {k: v for k, v in _bucket_bytes(out).items() if k.startswith(kept)}
+    assert written == {k: v for k, v in shard_bytes(local).items() if k.startswith(kept)}
+    assert len(written) == 2 * 12 * 2  # shards and their index files, both splits

@@ -82,7 +82,7 @@ def filesystem(path: str) -> tuple[Any, str]:
 
         options = OPTIONS.get(EXTRAS.get(name, ""), {})
         try:
-            _filesystems[key] = fsspec.filesystem(name, **options)
+            _filesystems[key] = fsspec.filesystem(name, skip_instance_cache=True, **options)
         except ImportError as e:
             extra = EXTRAS.get(name)
             hint = f"pip install 'shardfeed[{extra}]'" if extra else f"install fsspec's backend for {name}://"

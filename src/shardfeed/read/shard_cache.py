@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from shardfeed.errors import CorruptRecordError, OptionError
 from shardfeed.format import fileio, storage
+from shardfeed.write.folder_lock import process_alive
 
 log = logging.getLogger("shardfeed")
 
@@ -206,7 +207,7 @@ class ShardCache:
                     info = entry.stat()
                     complete.append((name[: -len(SUFFIX)], info.st_size, info.st_mtime))
                 elif name.endswith(".part") and mine not in name:
-                    if _alive(int(name.split(".")[2].split("-")[0])):
+                    if process_alive(int(name.split(".")[2].split("-")[0])):
                         parts += int(name.split(".")[1])
                     else:  # left by a killed process
                         os.remove(entry.path)
@@ -225,13 +226,3 @@ class ShardCache:
             with contextlib.suppress(FileNotFoundError):  # published or evicted meanwhile
                 total += entry.stat().st_size if entry.name != ".lock" else 0
         return total
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True

@@ -18,7 +18,7 @@ from typing import Any
 from shardfeed.errors import ConvertError
 from shardfeed.format import fileio, manifest, tfds_metadata
 from shardfeed.write import shards, splits
-from shardfeed.write.folder_lock import LOCK_NAME
+from shardfeed.write.folder_lock import LOCK_NAME, OBJECT_LOCK_NAME
 from shardfeed.write.images import ImageOptions
 from shardfeed.write.items import Discovery
 from shardfeed.write.options import ConvertOptions
@@ -62,7 +62,7 @@ def check_output(
         previous = json.loads(fileio.read_bytes(state_file))
         if not same_conversion(previous, state, labelled=labelled):
             _refuse_or_clean(output_dir, previous, state, "an unfinished conversion", overwrite, labelled)
-    elif fileio.isdir(output_dir) and set(fileio.listdir(output_dir)) - {LOCK_NAME} and not overwrite:
+    elif fileio.isdir(output_dir) and set(fileio.listdir(output_dir)) - {LOCK_NAME, OBJECT_LOCK_NAME} and not overwrite:
         raise ConvertError(
             f"{output_dir!r} is not empty and holds no shardfeed conversion; choose an empty "
             "folder, or pass overwrite=True (--overwrite) to write into it anyway"
