@@ -139,10 +139,12 @@ def test_a_conversion_into_a_bucket_killed_midway_resumes_to_the_same_bytes(buck
     proc = subprocess.Popen([*command, out, *args], env=env)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(fs.glob(f"{out}/.shardfeed/parts/*.json")) < 2:
+        fs.invalidate_cache()
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
     time.sleep(1)  # the workers get their parent-death signal
+    fs.invalidate_cache()
     assert not fs.exists(f"{out}/manifest.json"), "killed too late: the conversion had finished"
     listed = fs.find(out.removeprefix("s3://"))
     committed = {p.rsplit("/", 1)[1] for p in listed if "/.shardfeed/" not in p and not p.endswith(".incomplete")}
