@@ -155,3 +155,74 @@ def test_a_conversion_into_a_bucket_killed_midway_resumes_to_the_same_bytes(buck
     written = {k: v for k, v in _bucket_bytes(out).items() if k.startswith(kept)}
     assert written == {k: v for k, v in shard_bytes(local).items() if k.startswith(kept)}
     assert len(written) == 2 * 12 * 2  # shards and their index files, both splits
+
+
+SECRET = "SeCrEtKeY0123456789"
+
+
+def test_credentials_in_urls_never_reach_what_we_write_or_print(bucket: str, tmp_path: Path) -> None:
+    """convert into s3://KEY:SECRET@bucket, train and evaluate from it, and two failing commands
+    (one with a signed https URL): the secret appears in no file left behind and no output line."""
+    import os
+    import subprocess
+    import sys
+
+    from shardfeed.training.samples import write_digits_folders
+
+    labeled, _ = write_digits_folders(str(tmp_path / "images"), size=16, holdout=0)
+    data = bucket.replace("s3://", f"s3://testing:{SECRET}@") + "/digits"
+    run = tmp_path / "run"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "SHARDFEED_CACHE_DIR": str(tmp_path / "cache")}
+    train_cache = tmp_path / "train-cache"
+    commands = [
+        ["convert", labeled, data, "--shards", "2"],
+        ["info", data],
+        ["train", data, "--out", str(run), "--epochs", "1", "--image-size", "16", "--cache-dir", str(train_cache)],
+        ["evaluate", str(run), data],
+        ["evaluate", str(run), "--no-such-flag", data],
+        ["info", data.replace("/digits", "/missing")],
+        ["info", f"https://127.0.0.1:1/data?sv=2022&sig={SECRET}"],
+    ]
+    output = ""
+    for i, args in enumerate(commands):
+        done = subprocess.run(
+            [sys.executable, "-m", "shardfeed", *args], capture_output=True, text=True, env=env, timeout=600
+        )
+        assert (done.returncode == 0) == (i < 4), (args, done.stderr[-2000:].replace(SECRET, "<the secret>"))
+        output += done.stdout + done.stderr
+    assert "s3://***@" in output and SECRET not in output
+    assert len(list(train_cache.glob("*.tfrecord"))) == 4  # --cache-dir: both splits' shards
+    assert list((tmp_path / "cache").glob("*.tfrecord"))  # $SHARDFEED_CACHE_DIR: evaluate reads through it
+    fs = fsspec.filesystem("s3")
+    fs.invalidate_cache()
+    written = {p: fs.cat_file(p) for p in fs.find(bucket.removeprefix("s3://"))}
+    written |= {str(p): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert any(b"s3://***@" in content for content in written.values())
+    assert [name for name, content in written.items() if SECRET.encode() in content] == []
+
+
+def test_missing_credentials_are_one_line_naming_the_variables(s3_endpoint: str, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ACCESS") and not k.startswith("AWS_SECRET")}
+    env |= {
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "info", "s3://somebucket/data"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "error: cannot read s3://somebucket/data/manifest.json: no credentials found"
+    )
+    assert "AWS_ACCESS_KEY_ID" in lines[0] and "Traceback" not in done.stderr

@@ -11,7 +11,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from shardfeed.cli import (
     adopt_cmd,
@@ -26,7 +26,9 @@ from shardfeed.cli import (
     train_cmd,
     verify_cmd,
 )
+from shardfeed.cli.options import READS_DATA, add_cache_flags, use_cache_flags
 from shardfeed.errors import ShardfeedError, tensorflow_message
+from shardfeed.format import storage
 from shardfeed.lazy import quiet_tensorflow
 from shardfeed.version import __version__
 
@@ -46,8 +48,15 @@ SUBCOMMANDS = (
 log = logging.getLogger("shardfeed")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with secrets in URLs redacted from its error line (it repeats the bad arguments)."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(storage.redact(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="shardfeed",
         description="Image datasets -> sharded TFRecords -> fast tf.data pipelines.",
     )
@@ -56,10 +65,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in SUBCOMMANDS:
         module.register(sub)
+    for name in READS_DATA:
+        add_cache_flags(sub.choices[name])
     return parser
 
 
 FLAG_VALUED = ("--beam-options",)  # options whose value is itself a string of flags
+# quiet unless -v ("Found credentials in environment variables." on every open)
+STORAGE_LOGGERS = (
+    "botocore",
+    "aiobotocore",
+    "s3fs",
+    "fsspec",
+    "gcsfs",
+    "adlfs",
+    "azure",
+)  # options whose value is itself a string of flags
 
 
 def joined_flag_values(argv: Sequence[str]) -> list[str]:
@@ -83,7 +104,31 @@ INTERRUPT_AGAIN_S = 0.05  # after a swallowed Ctrl-C: long enough for the callba
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the CLI; exit code 0 ok, 1 failure, 2 usage error."""
+    """Runs the CLI; exit code 0 ok, 1 failure, 2 usage error. Everything it prints goes out with
+    the secrets URLs carry redacted (format/storage.py `redact`)."""
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Redacting(sys.stdout), _Redacting(sys.stderr)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+class _Redacting:
+    """A text stream that redacts what is written to it and is otherwise the stream it wraps."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(storage.redact(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(joined_flag_values(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(
@@ -91,8 +136,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(message)s",
         stream=sys.stderr,
     )
+    use_cache_flags(args)
     if not args.verbose:
         quiet_tensorflow()
+        for chatty in STORAGE_LOGGERS:
+            logging.getLogger(chatty).setLevel(logging.WARNING)
     warnings.showwarning = _show_warning
     if threading.current_thread() is threading.main_thread():
         stop_cleanly()

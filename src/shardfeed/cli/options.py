@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -71,3 +72,28 @@ def add_record_key_flags(parser: Any, *, offset: bool = True) -> None:
             help="subtracted from stored labels so the model sees 0..K-1 (1 for labels written 1..K, as "
             "Inception's build_image_data.py and keras_imagenet do)",
         )
+
+
+READS_DATA = ("train", "evaluate", "predict", "show", "bench")  # subcommands that load() a data folder
+
+
+def add_cache_flags(parser: Any) -> None:
+    """`--cache-dir` / `--cache-limit`: the shard cache for folders in a bucket (ReadOptions' fields)."""
+    group = parser.add_argument_group("folders in a bucket (s3://, gs://, az://)")
+    group.add_argument(
+        "--cache-dir", help="where their shards are kept, verified, while read (default ~/.cache/shardfeed/shards)"
+    )
+    group.add_argument(
+        "--cache-limit",
+        help="bytes the cache may hold, e.g. 20GB (default: no bound; at least 4 of the largest shard)",
+    )
+
+
+def use_cache_flags(args: argparse.Namespace) -> None:
+    """The cache flags as the process's defaults (`ReadOptions.shard_cache` reads them), so every
+    dataset a command opens, wherever it is built, reads through the cache asked for."""
+    from shardfeed.read.options import CACHE_DIR_VARIABLE, CACHE_LIMIT_VARIABLE
+
+    for flag, variable in (("cache_dir", CACHE_DIR_VARIABLE), ("cache_limit", CACHE_LIMIT_VARIABLE)):
+        if getattr(args, flag, None) is not None:
+            os.environ[variable] = str(getattr(args, flag))

@@ -43,6 +43,11 @@ def _local(path: str) -> str:
     return path[len("file://") :] if path.startswith("file://") else path
 
 
+def absolute(path: str) -> str:
+    """A local path made absolute (what a record of it should keep); a URL as it is."""
+    return path if is_remote(path) else os.path.abspath(_local(path))
+
+
 def join(*parts: str) -> str:
     """Joins path parts; URL paths always use '/'."""
     if is_remote(parts[0]):
@@ -127,8 +132,10 @@ def write_bytes(path: str, data: bytes) -> None:
 
 
 def write_text_atomic(path: str, text: str) -> None:
-    """Writes a text file under a temporary name and renames it, so readers never see half."""
-    write_bytes_atomic(path, text.encode("utf-8"))
+    """Writes a text file under a temporary name and renames it, so readers never see half.
+    Secrets that URLs carry (s3://key:secret@..., signed queries) are redacted: manifests,
+    reports and states name source and output folders."""
+    write_bytes_atomic(path, storage.redact(text).encode("utf-8"))
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:

@@ -66,21 +66,31 @@ def via_fsspec(path: str) -> bool:
     return is_url(path) and scheme(path) not in TF_ONLY_SCHEMES
 
 
-_filesystems: dict[tuple[str, int], Any] = {}
+_filesystems: dict[tuple[str, str, int], Any] = {}
+_S3_USERINFO = re.compile(r"^(?P<scheme>s3a?)://(?P<key>[^/:@]+):(?P<secret>[^/@]+)@")
 
 
 def filesystem(path: str) -> tuple[Any, str]:
     """The fsspec filesystem of `path` and the path as that filesystem names it.
 
+    `s3://KEY:SECRET@bucket/...` (Hadoop's spelling) passes the credentials to the S3 client;
+    they never appear in what we write or print (`redact`).
+
     Raises:
         StorageError: the scheme's backend is not installed (naming the extra to install).
     """
     name = scheme(path)
-    key = (name, os.getpid())  # a forked worker builds its own (the parent's event loop is not its)
+    credentials = _S3_USERINFO.match(path)
+    userinfo = f"{credentials['key']}:{credentials['secret']}" if credentials else ""
+    if credentials:
+        path = _S3_USERINFO.sub(r"\g<scheme>://", path)
+    key = (name, userinfo, os.getpid())  # a forked worker builds its own (the parent's event loop is not its)
     if key not in _filesystems:
         import fsspec
 
-        options = OPTIONS.get(EXTRAS.get(name, ""), {})
+        options = dict(OPTIONS.get(EXTRAS.get(name, ""), {}))
+        if credentials:
+            options.update(key=credentials["key"], secret=credentials["secret"])
         try:
             _filesystems[key] = fsspec.filesystem(name, skip_instance_cache=True, **options)
         except ImportError as e:

@@ -28,6 +28,7 @@ from shardfeed.errors import CorruptRecordError, OptionError
 from shardfeed.format import fileio, manifest, schema, tfrecord
 from shardfeed.format.example_proto import parse_example
 from shardfeed.read import shardset
+from shardfeed.read.options import ReadOptions
 from shardfeed.read.order import GlobalOrderSampler
 from shardfeed.read.pixels import decode_image
 from shardfeed.read.shard_cache import ShardCache
@@ -93,7 +94,7 @@ class IndexedRecords:
         self.max_open_files = max(1, max_open_files)
         in_bucket = any(fileio.is_bucket(f) for f in self.files)
         self._remote = not in_bucket and any(fileio.is_remote(f) for f in self.files)
-        self._cache = (cache or ShardCache()) if in_bucket else None
+        self._cache = (cache or ReadOptions().shard_cache()) if in_bucket else None
         self._cached = remote_shards(shardset.from_manifest(self.manifest, split)) if in_bucket else []
         self._last_read: dict[str, int] = {}  # cached shard's sha256 -> read number (least recent evicted)
         self._reads = 0

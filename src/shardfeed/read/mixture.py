@@ -18,14 +18,13 @@ stored label differs from its id in the map are rewritten as they are read.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from shardfeed.errors import OptionError
-from shardfeed.format import manifest, schema
+from shardfeed.format import fileio, manifest, schema
 from shardfeed.format.example_proto import Example
 from shardfeed.read.indexed import IndexedRecords
 from shardfeed.read.shard_cache import ShardCache
@@ -60,7 +59,7 @@ class Mixture:
 
     def as_json(self) -> dict[str, Any]:
         """The mixture as a run records it (absolute folders, weights)."""
-        return {"sources": [os.path.abspath(s) for s in self.paths], "weights": list(self.weights)}
+        return {"sources": [fileio.absolute(s) for s in self.paths], "weights": list(self.weights)}
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ Defaults live here and only here. `ReadConfig` and `DecodeConfig` are the former
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Any
 from shardfeed.errors import OptionError
 from shardfeed.read.order import WorkerShare
 
+CACHE_DIR_VARIABLE, CACHE_LIMIT_VARIABLE = "SHARDFEED_CACHE_DIR", "SHARDFEED_CACHE_LIMIT"
 SHUFFLES = ("buffer", "global")
 DEFAULT_SHUFFLE_BUFFER = 4096  # serialized records: ~4096 x 110 KB = 450 MB at ImageNet sizes
 DTYPES = ("uint8", "float32")
@@ -134,11 +136,15 @@ class ReadOptions:
         self._check_by_index()
 
     def shard_cache(self) -> Any:
-        """The shard cache these options describe (for shards in a bucket)."""
+        """The shard cache these options describe (for shards in a bucket); fields not given come
+        from $SHARDFEED_CACHE_DIR and $SHARDFEED_CACHE_LIMIT (the CLI's --cache-dir/--cache-limit)."""
         from shardfeed.read.shard_cache import ShardCache
 
         limit = self.cache_limit
-        return ShardCache(self.cache_dir, limit if isinstance(limit, int) else None)
+        if limit is None and os.environ.get(CACHE_LIMIT_VARIABLE):
+            limit = _bytes(CACHE_LIMIT_VARIABLE, os.environ[CACHE_LIMIT_VARIABLE])
+        directory = self.cache_dir or os.environ.get(CACHE_DIR_VARIABLE) or None
+        return ShardCache(directory, limit if isinstance(limit, int) else None)
 
     def _check_by_index(self) -> None:
         """Rejects buffer-pipeline options that reading by index cannot honour, instead of ignoring them."""

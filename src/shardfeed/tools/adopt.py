@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from shardfeed.errors import ManifestError, SourceError
-from shardfeed.format import fileio, manifest, schema, tfds_metadata, tfrecord
+from shardfeed.format import fileio, manifest, schema, storage, tfds_metadata, tfrecord
 from shardfeed.format.schema import Schema
 from shardfeed.read import foreign
 from shardfeed.tools.foreign_scan import (
@@ -219,7 +219,7 @@ def _manifest(
         "created_by": f"shardfeed {__version__}",
         "source": {
             "kind": manifest.ADOPTED,
-            "path": source if isinstance(source, str) else list(source),
+            "path": storage.redact(source) if isinstance(source, str) else [storage.redact(s) for s in source],
             "fingerprint": fingerprint.hexdigest(),
             "num_inputs": sum(len(s.sizes) for s in scans),
         },

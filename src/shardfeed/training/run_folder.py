@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from shardfeed.errors import RunFolderError
+from shardfeed.format import fileio, storage
 from shardfeed.read.options import DecodeOptions
 from shardfeed.read.shardset import DataPath
 from shardfeed.training.inputs import RunInputs
@@ -80,7 +81,7 @@ class RunRecord:
         del fields["save_every"]  # how the run was checkpointed, not what it trained
         del fields["service"]  # where the input pipeline ran, likewise
         fields.update(
-            data=os.path.abspath(data),
+            data=fileio.absolute(data),
             image_size=(options.image_size, options.image_size),
             validation_split=validation_split,
             class_names=class_names,
@@ -127,7 +128,7 @@ class RunFolder:
     def write_record(self, record: RunRecord) -> None:
         os.makedirs(self.checkpoints, exist_ok=True)
         with open(self.file(RUN_RECORD), "w") as f:
-            f.write(record.to_json())
+            f.write(storage.redact(record.to_json()))
 
     def read_record(self) -> RunRecord:
         """The settings the run was trained with.
@@ -148,7 +149,7 @@ class RunFolder:
     def write_status(self, status: str, error: str | None = None) -> None:
         """Records whether the run is 'running', 'finished', 'interrupted' or 'failed' (with the error)."""
         with open(self.file(STATUS), "w") as f:
-            json.dump({"status": status, "error": error}, f, indent=2)
+            f.write(storage.redact(json.dumps({"status": status, "error": error}, indent=2)))
 
     def read_status(self) -> dict[str, Any]:
         """{'status': ..., 'error': ...}; status 'unknown' when the run never wrote one."""
@@ -178,7 +179,7 @@ class RunFolder:
     def write_metrics(self, metrics: dict[str, Any], folder: str | None = None) -> None:
         """metrics.json in the run folder (or in `folder`, e.g. an eval-<split> folder)."""
         with open(os.path.join(folder or self.path, METRICS), "w") as f:
-            json.dump(metrics, f, indent=2)
+            f.write(storage.redact(json.dumps(metrics, indent=2)))
 
     def read_metrics(self) -> dict[str, Any]:
         """The final metrics (empty before the run finished)."""

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from typing import Any
 
 from shardfeed.errors import ConvertError
-from shardfeed.format import fileio, manifest, tfds_metadata
+from shardfeed.format import fileio, manifest, storage, tfds_metadata
 from shardfeed.write import shards, splits
 from shardfeed.write.folder_lock import LOCK_NAME, OBJECT_LOCK_NAME
 from shardfeed.write.images import ImageOptions
@@ -37,7 +37,7 @@ def conversion_state(discovery: Discovery, options: ConvertOptions) -> dict[str,
     return {
         "source": {
             "kind": discovery.kind,
-            "path": discovery.root,
+            "path": storage.redact(discovery.root),
             "fingerprint": discovery.fingerprint(),
             "num_inputs": len(discovery.items) + len(discovery.skipped),
         },

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from shardfeed.format import fileio, manifest, schema
+from shardfeed.format import fileio, manifest, schema, storage
 from shardfeed.version import __version__
 from shardfeed.write import shards
 from shardfeed.write.items import Discovery
@@ -142,7 +142,7 @@ def report_of(
     """What report.json says of one conversion (`write_report`)."""
     skipped = sorted(discovery.skipped + [s for r in results for s in r.skipped])
     return {
-        "source": discovery.root,
+        "source": storage.redact(discovery.root),
         "skipped": [{"file": k, "reason": why} for k, why in skipped],
         "converted": [{"file": k, "reason": why} for k, why in sorted(c for r in results for c in r.converted)],
         "warnings": [{"file": k, "warning": w} for k, w in sorted(x for r in results for x in r.warnings)],
