@@ -196,3 +196,37 @@ def test_the_store_dying_mid_epoch_ends_in_an_error_naming_the_shard(even_shards
     _, err = reader.communicate(timeout=180)
     assert reader.returncode != 0
     assert "the store is unreachable" in err and "s3://dies/out/train-" in err and "3 attempts" in err
+
+
+CACHE_DISK_FULL = """
+import subprocess, sys
+mount_point, url = sys.argv[1], sys.argv[2]
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=" + sys.argv[3], "tmpfs", mount_point], check=True)
+done = subprocess.run([sys.executable, "-m", "shardfeed", "show", url, "--cache-dir", mount_point, "--out",
+                       mount_point + "/../grid.png"], capture_output=True, text=True)
+print(done.returncode)
+print(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "")
+"""
+
+
+def test_a_full_cache_disk_ends_in_one_line(bucket: str, even_shards: Path, tmp_path: Path) -> None:
+    url = _upload(even_shards, f"{bucket}/out")
+    mount_point = tmp_path / "mnt"
+    mount_point.mkdir()
+    size = 2 * max(p.stat().st_size for p in even_shards.glob("train-*"))
+    try:
+        done = subprocess.run(
+            ["unshare", "-rm", sys.executable, "-c", CACHE_DISK_FULL, str(mount_point), url, str(size)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        )
+    except FileNotFoundError:
+        pytest.skip("no `unshare` here to make a private tmpfs")
+    if done.returncode != 0 and ("unshare" in done.stderr or "mount" in done.stderr):
+        pytest.skip(f"cannot mount a private tmpfs here: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+    code, last = done.stdout.strip().splitlines()[-2:]
+    assert code == "1", done.stdout + done.stderr
+    assert last.startswith(f"error: the shard cache's disk is full: {mount_point} while fetching {url}/train-"), last
+    assert "free space there, or lower the cache limit" in last

@@ -132,10 +132,15 @@ class IndexedRecords:
                 handle.seek(offset)
                 blob = handle.read(size)
         else:
+            local = self._local_file(shard)
             try:
-                blob = fileio.read_range(self._local_file(shard), offset, size)
-            except FileNotFoundError:  # evicted by another reader of the cache between the two calls
-                blob = fileio.read_range(self._local_file(shard), offset, size)
+                try:
+                    blob = fileio.read_range(local, offset, size)
+                except FileNotFoundError:
+                    if self._cache is None:
+                        raise
+                    # evicted by another reader of the cache between the two calls: fetched again
+                    blob = fileio.read_range(self._local_file(shard), offset, size)
             except OSError as e:
                 raise CorruptRecordError(
                     f"shard {self.files[shard]} cannot be read ({e.strerror or e}); run `shardfeed verify`"

@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from shardfeed.errors import CorruptRecordError, OptionError
 from shardfeed.format import fileio, storage
@@ -49,6 +50,10 @@ def default_dir() -> str:
     """$XDG_CACHE_HOME/shardfeed/shards (~/.cache/shardfeed/shards)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "shardfeed", "shards")
+
+
+class CacheDiskFull(storage.StorageError):
+    """The disk holding the shard cache has no room for a fetch (retrying would not help)."""
 
 
 @dataclass(frozen=True)
@@ -140,8 +145,10 @@ class ShardCache:
                 except CorruptRecordError:
                     if attempt:  # a second mismatch is not a torn transfer
                         raise
+                except CacheDiskFull:
+                    raise
                 except storage.StorageError as e:
-                    if attempt == FETCH_ATTEMPTS - 1 or "disk is full" in str(e):
+                    if attempt == FETCH_ATTEMPTS - 1:
                         raise storage.StorageError(
                             f"{e} (shard {storage.redact(shard.url)}, {FETCH_ATTEMPTS} attempts)"
                         ) from e
@@ -160,8 +167,8 @@ class ShardCache:
         part = os.path.join(self.directory, f"{shard.sha256}.{shard.size}.{os.getpid()}-{next(_fetch_numbers)}.part")
         digest, size = hashlib.sha256(), 0
         try:
-            with storage.errors(shard.url), fileio.open_binary(shard.url, "rb") as source, open(part, "wb") as sink:
-                while chunk := source.read(CHUNK):
+            with fileio.open_binary(shard.url, "rb") as source, open(part, "wb") as sink:
+                while chunk := _read(source, shard.url):
                     digest.update(chunk)
                     size += len(chunk)
                     sink.write(chunk)
@@ -174,8 +181,8 @@ class ShardCache:
             ) from e
         except OSError as e:
             self._discard(part)
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise storage.StorageError(
+            if e.errno in (errno.ENOSPC, errno.EDQUOT) and not isinstance(e, storage.StorageError):
+                raise CacheDiskFull(
                     f"the shard cache's disk is full: {self.directory} while fetching {storage.redact(shard.url)} "
                     f"({shard.size:,} bytes); free space there, or lower the cache limit (--cache-limit)"
                 ) from e
@@ -226,3 +233,9 @@ class ShardCache:
             with contextlib.suppress(FileNotFoundError):  # published or evicted meanwhile
                 total += entry.stat().st_size if entry.name != ".lock" else 0
         return total
+
+
+def _read(source: BinaryIO, url: str) -> bytes:
+    """The next chunk from the store (its failures worded by `storage.errors`)."""
+    with storage.errors(url):
+        return source.read(CHUNK)
