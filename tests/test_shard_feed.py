@@ -53,7 +53,7 @@ def test_evaluation_reads_what_local_reads_and_the_next_epoch_from_the_cache(
     bucket: str, many_shards: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     url = _upload(many_shards, f"{bucket}/out")
-    caplog.set_level(logging.INFO, logger="shardfeed")
+    caplog.set_level(logging.DEBUG, logger="shardfeed")
     local = _read(str(many_shards), tmp_path / "unused", split="validation")
     assert _read(url, tmp_path / "cache", split="validation") == local
     assert _read(url, tmp_path / "cache", split="validation") == local

@@ -145,6 +145,19 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
     rename(tmp, path)
 
 
+def copy_atomic(src: str, dst: str) -> None:
+    """Copies a file under a temporary name, then renames it (within one bucket a server-side copy)."""
+    tmp = dst + ".incomplete"
+    if storage.via_fsspec(src) and storage.scheme(src) == storage.scheme(dst):
+        fs, name = _fs(src)
+        with storage.errors(src):
+            fs.copy(name, _fs(tmp)[1])
+    else:
+        with open_binary(src, "rb") as source, open_binary(tmp, "wb") as sink:
+            shutil.copyfileobj(source, sink, 8 << 20)
+    rename(tmp, dst)
+
+
 def exists(path: str) -> bool:
     if storage.via_fsspec(path):
         fs, name = _fs(path)

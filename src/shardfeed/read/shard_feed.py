@@ -10,7 +10,8 @@ pure function of (seed, epoch)), so fetching can run ahead of the reader in exac
 
 The last `pinned` shards handed out may still be opened or read by the interleave, so they are
 never evicted; the cache must therefore hold `pinned + 1` shards at least (checked at start).
-Per epoch it logs shards read from the cache and fetched, bytes fetched and seconds waited.
+Per epoch it logs shards read from the cache and fetched, bytes fetched and seconds waited (at
+debug level when everything came from the cache without a wait).
 """
 
 from __future__ import annotations
@@ -164,7 +165,9 @@ class _EpochFetch:
             self.waited += time.monotonic() - waiting
             self.handed.append(self.feed.shards[i].sha256)
             yield path, self.feed.counts[i]
-        log.info(
+        quiet = not self.fetched and self.waited < 1  # said once something had to be fetched or waited for
+        log.log(
+            logging.DEBUG if quiet else logging.INFO,
             "shard cache: epoch %d: %d shards, %d from the cache, %d fetched (%s bytes), waited %.1f s of %.1f s",
             epoch,
             len(self.order),

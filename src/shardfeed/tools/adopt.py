@@ -19,7 +19,6 @@ import errno
 import hashlib
 import os
 import re
-import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -249,6 +248,9 @@ def _link_files(files: list[str], out: str) -> None:
     """Each file into `out` under its name: a hard link, or a copy where links cannot be made
     (another filesystem, a filesystem without them). A file already there and the same is kept."""
     for f in files:
+        if fileio.is_remote(f) or fileio.is_remote(out):
+            fileio.copy_atomic(f, fileio.join(out, f.rsplit("/", 1)[-1]))
+            continue
         target = os.path.join(out, os.path.basename(f))
         if os.path.exists(target):
             if os.path.samefile(f, target):
@@ -259,8 +261,7 @@ def _link_files(files: list[str], out: str) -> None:
         except OSError as e:
             if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
                 raise
-            shutil.copyfile(f, target + ".incomplete")
-            os.replace(target + ".incomplete", target)
+            fileio.copy_atomic(f, target)
 
 
 def _write_report(folder: str, data: dict[str, Any], warnings: list[str]) -> None:
