@@ -85,6 +85,31 @@ def test_dask_output_is_byte_identical_and_both_workers_write(cluster: Cluster, 
 
 
 @pytest.mark.slow
+def test_dask_into_a_bucket_is_byte_identical_and_both_workers_write(
+    bucket: str, cluster: Cluster, odd_tree: Path, tmp_path: Path
+) -> None:
+    """The output in a bucket on the loopback S3 server (`bucket` comes first: the workers start
+    with its credentials and endpoint in their environment, as a cluster's would be set up)."""
+    import fsspec
+
+    options = ConvertOptions(split="train=0.6,validation=0.4", shards=4, seed=3)
+    convert(str(odd_tree), str(tmp_path / "local"), options, workers=2, progress=False)
+    flags = ["--split", "train=0.6,validation=0.4", "--shards", "4", "--seed", "3"]
+    out = f"{bucket}/dask-out"
+    done = _cli(str(odd_tree), out, *flags, "--runner", "dask", "--dask-address", cluster.address)
+    assert done.returncode == 0, done.stderr
+    fs = fsspec.filesystem("s3")
+    fs.invalidate_cache()
+    root = out.removeprefix("s3://")
+    written = {p[len(root) + 1 :]: fs.cat_file(p) for p in fs.find(root)}
+    expected = shard_bytes(tmp_path / "local")
+    names = [k for k in expected if k.startswith(("train", "validation", "index/"))]
+    assert len(names) == 16 and all(written[k] == expected[k] for k in names)
+    executed = cluster.executed()
+    assert len(executed) == 2 and all(n > 0 for n in executed.values()), executed
+
+
+@pytest.mark.slow
 def test_a_worker_killed_mid_job_then_the_same_command_resumes_to_the_same_bytes(
     cluster: Cluster, tmp_path: Path
 ) -> None:

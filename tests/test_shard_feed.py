@@ -230,3 +230,21 @@ def test_a_full_cache_disk_ends_in_one_line(bucket: str, even_shards: Path, tmp_
     assert code == "1", done.stdout + done.stderr
     assert last.startswith(f"error: the shard cache's disk is full: {mount_point} while fetching {url}/train-"), last
     assert "free space there, or lower the cache limit" in last
+
+
+def test_indexed_records_read_a_bucket_without_tensorflow(bucket: str, many_shards: Path, tmp_path: Path) -> None:
+    url = _upload(many_shards, f"{bucket}/out")
+    script = (
+        "import sys\n"
+        "from shardfeed import IndexedRecords\n"
+        "from shardfeed.read.shard_cache import ShardCache\n"
+        "r = IndexedRecords(sys.argv[1], 'validation', cache=ShardCache(sys.argv[2]))\n"
+        "print(len(r), r.image(0).shape, r.label(len(r) - 1), 'tensorflow' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, url, str(tmp_path / "cache")], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    local = IndexedRecords(str(many_shards), "validation")
+    count, *_, tensorflow_imported = done.stdout.split()
+    assert int(count) == len(local) and tensorflow_imported == "False"

@@ -25,7 +25,7 @@ def register(sub: Any) -> None:
         description="Write an image dataset as sharded TFRecords with a manifest.",
     )
     p.add_argument("source", help="class-per-folder tree, CSV/TSV list, or .npz/.npy arrays")
-    p.add_argument("output", help="output folder (local path or a TensorFlow filesystem URL)")
+    p.add_argument("output", help="output folder (local path, or a bucket URL: s3://, gs://, az://)")
     _input_flags(p.add_argument_group("input"))
     _split_flags(p.add_argument_group("splits and shards"))
     _image_flags(p.add_argument_group("images"))

@@ -118,7 +118,7 @@ _ARRAY_CACHE: dict[tuple[str, str], Any] = {}
 
 
 def _np_load(path: str, *, mmap: bool = False) -> Any:
-    """np.load for local files (memory-mapped .npy when asked) and TensorFlow filesystem URLs."""
+    """np.load for local files (memory-mapped .npy when asked) and URL paths."""
     if fileio.is_remote(path):
         return np.load(io.BytesIO(fileio.read_bytes(path)))
     return np.load(path, mmap_mode="r" if mmap and path.endswith(".npy") else None)

@@ -176,7 +176,7 @@ def convert(
     Args:
         source: a class-per-folder tree, a CSV/TSV list, an .npz/.npy file, or a source object
             (`FolderSource`, `FilenameSource`, `CsvSource`, `ArraySource`, `UnlabeledSource`).
-        output_dir: the folder to write (local path or any TensorFlow filesystem URL).
+        output_dir: the folder to write (local path, or a bucket URL: s3://, gs://, az://, ...).
         options: what decides the bytes written: splits, shards, seed, image transforms, ...
             (`ConvertOptions`; default: its defaults).
         strict: fail on the first input that cannot be used instead of reporting it.

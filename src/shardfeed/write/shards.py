@@ -70,7 +70,7 @@ class _HashingWriter:
     def write(self, data: bytes) -> int:
         self.digest.update(data)
         self.count += len(data)
-        self.sink.write(data)  # tf.io.gfile's GFile.write returns None, not a count
+        self.sink.write(data)  # some sinks (tf.io.gfile.GFile) return None, not a count
         return len(data)
 
     def flush(self) -> None:
