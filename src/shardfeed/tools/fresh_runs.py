@@ -92,8 +92,9 @@ def ratio(ours: Mapping[str, Any], baseline: Mapping[str, Any]) -> dict[str, flo
     result = {
         "median": ours["median_images_per_second"] / baseline["median_images_per_second"],
         "best": ours["best_images_per_second"] / baseline["best_images_per_second"],
-        "cpu_per_image": baseline["cpu_ms_per_image"] / ours["cpu_ms_per_image"],
     }
+    if ours["cpu_ms_per_image"] > 0:  # a run shorter than the CPU clock's tick measures none
+        result["cpu_per_image"] = baseline["cpu_ms_per_image"] / ours["cpu_ms_per_image"]
     mine, theirs = ours.get("runs"), baseline.get("runs")
     if mine and theirs and len(mine) == len(theirs):
         result["paired"] = statistics.median(a / b for a, b in zip(mine, theirs, strict=True))
