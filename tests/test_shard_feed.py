@@ -248,3 +248,70 @@ def test_indexed_records_read_a_bucket_without_tensorflow(bucket: str, many_shar
     local = IndexedRecords(str(many_shards), "validation")
     count, *_, tensorflow_imported = done.stdout.split()
     assert int(count) == len(local) and tensorflow_imported == "False"
+
+
+BOUNDED_EPOCHS = """
+import sys
+from shardfeed import ReadOptions, load
+read = ReadOptions(cache_dir=sys.argv[2], cache_limit=int(sys.argv[3]), drop_remainder=False)
+ds = load(sys.argv[1], batch_size=32, image_size=32, seed=0, read=read, augment=False)
+print([sum(int(b[0].shape[0]) for b in ds) for _ in range(3)])
+"""
+
+
+@pytest.mark.slow
+def test_long_shards_through_a_tight_cache_never_stall(bucket: str, tmp_path: Path) -> None:
+    """32 shards of ~25 photos, a cache a third of the split (4 shards read at once): a shard the
+    interleave had been handed but not yet opened was once evicted, and TensorFlow's reader
+    retried the missing file forever at 100% CPU. Now a shard stays pinned until read to its end."""
+    from bench.corpus import build_corpus
+
+    source = build_corpus(str(tmp_path / "src"), 3200, classes=4)
+    local = tmp_path / "local"
+    convert(source, str(local), ConvertOptions(split="train=1", shards=32), workers=2, progress=False)
+    url = _upload(local, f"{bucket}/out")
+    sizes = [p.stat().st_size for p in local.glob("train-*")]
+    limit = sum(sizes) // 3
+    assert limit // max(sizes) >= 8  # reading_cycle: 3 shards at once, 6 pinned by the old rule
+    done = subprocess.run(
+        [sys.executable, "-c", BOUNDED_EPOCHS, url, str(tmp_path / "cache"), str(limit)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == "[3200, 3200, 3200]"
+
+
+def test_a_handed_shard_stays_until_read_to_its_end(tmp_path: Path) -> None:
+    """With room for 4 shards, the feed hands out 3 that the reader has not finished: none of them
+    is evicted to fetch ahead, whatever the order says; once finished, they may go."""
+    import hashlib
+
+    from shardfeed.read.shard_feed import ShardFeed
+    from shardfeed.read.shardset import ShardSet
+
+    files, sizes, hashes = [], [], []
+    for i in range(8):
+        data = bytes([i]) * 1000
+        (tmp_path / f"obj-{i}").write_bytes(data)
+        files.append(str(tmp_path / f"obj-{i}"))
+        sizes.append(1000)
+        hashes.append(hashlib.sha256(data).hexdigest())
+    shards = ShardSet(files, [1] * 8, None, None, sizes, sha256s=hashes)
+    cache = ShardCache(str(tmp_path / "cache"), limit=4000)
+    feed = ShardFeed(cache, shards, shuffle=True, seed=0, first_epoch=0)
+    epoch = feed.epoch()
+    handed = [next(epoch)[0] for _ in range(3)]
+    time.sleep(0.5)  # fetches ahead run meanwhile
+    assert all(Path(p).exists() for p in handed)
+    assert cache.usage() <= 4000 + 4 * 1000
+    for p in handed:
+        feed.finished(p.encode())
+    rest = []
+    for path, _ in epoch:
+        rest.append(path)
+        feed.finished(path.encode())
+    assert len(rest) == 5 and len(set(handed + rest)) == 8
+    assert not list((tmp_path / "cache").glob("*.pin"))

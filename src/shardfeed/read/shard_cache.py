@@ -7,14 +7,17 @@ On-disk format (one folder, shareable by processes of one host):
                                        checked, so a file under this name is a verified copy (a
                                        re-converted dataset can never be served an old shard)
     <sha256>.<size>.<pid>-<n>.part     a fetch in flight (its size known, so it is counted)
+    <sha256>.<pid>.pin                 process <pid> has handed this shard to its reader and the
+                                       reader has not read it to the end: no process evicts it
     .lock                              flock'ed while space is made (released by the kernel when
                                        its process dies: nothing goes stale after a kill)
 
 Space is made before each fetch: complete shards + fetches in flight + the new one stay within
 `limit`, evicting first what nobody here will read (other datasets' shards, oldest first), then
 the shard whose next use lies furthest ahead (the caller ranks them: Belady's rule, since the
-epoch orders are known in advance). Shards the caller pins (being read, or fetched ahead) are
-never evicted. POSIX keeps an evicted file readable for whoever has it open.
+epoch orders are known in advance). Shards the caller keeps (fetched ahead) and shards any live
+process has pinned are never evicted; pins and fetches of a process that is gone are removed.
+POSIX keeps an evicted file readable for whoever has it open.
 """
 
 from __future__ import annotations
@@ -112,10 +115,11 @@ class ShardCache:
             if self.limit is None:
                 self._reserved[shard.sha256] = shard.size
                 return True
-            complete, parts = self._listing()
+            complete, parts, pinned = self._listing()
             used = sum(size for _, size, _ in complete) + parts + sum(self._reserved.values())
+            keep = keep | pinned | {shard.sha256}
             victims = sorted(
-                (entry for entry in complete if entry[0] not in keep and entry[0] != shard.sha256),
+                (entry for entry in complete if entry[0] not in keep),
                 key=lambda e: (-rank(e[0]), e[2]),
             )
             for sha, size, _ in victims:
@@ -202,10 +206,22 @@ class ShardCache:
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)
 
-    def _listing(self) -> tuple[list[tuple[str, int, float]], int]:
-        """(sha256, size, mtime) of the complete shards, and the bytes of other processes'
-        fetches in flight (from their names)."""
-        complete, parts = [], 0
+    def pin(self, sha256: str) -> None:
+        """Marks a shard as being read by this process (`unpin` when read to the end)."""
+        with open(self._pin_path(sha256), "wb"):
+            pass
+
+    def unpin(self, sha256: str) -> None:
+        self._discard(self._pin_path(sha256))
+
+    def _pin_path(self, sha256: str) -> str:
+        return os.path.join(self.directory, f"{sha256}.{os.getpid()}.pin")
+
+    def _listing(self) -> tuple[list[tuple[str, int, float]], int, set[str]]:
+        """(sha256, size, mtime) of the complete shards, the bytes of other processes' fetches in
+        flight (from their names), and the shards pinned by live processes; what processes that
+        are gone left behind is removed."""
+        complete, parts, pinned = [], 0, set()
         mine = f".{os.getpid()}-"
         for entry in os.scandir(self.directory):
             name = entry.name
@@ -218,7 +234,12 @@ class ShardCache:
                         parts += int(name.split(".")[1])
                     else:  # left by a killed process
                         os.remove(entry.path)
-        return complete, parts
+                elif name.endswith(".pin"):
+                    if process_alive(int(name.split(".")[1])):
+                        pinned.add(name.split(".")[0])
+                    else:
+                        os.remove(entry.path)
+        return complete, parts, pinned
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:

@@ -8,8 +8,11 @@ pure function of (seed, epoch)), so fetching can run ahead of the reader in exac
     shard order   -> fetches, several at a time, up to `ahead` shards beyond the one read now
     each shard    -> (local verified path, record count) once fetched: what the interleave opens
 
-The last `pinned` shards handed out may still be opened or read by the interleave, so they are
-never evicted; the cache must therefore hold `pinned + 1` shards at least (checked at start).
+A shard handed out is pinned until the reader has read its last record (`finished`, called by
+the pipeline as the shard's end marker passes): before that the interleave may not even have
+opened it, and a missing file would stall TensorFlow's reader. The interleave holds at most
+twice its cycle of shards (current and prefetched), so the cache must hold that many plus the one
+being fetched (checked at start: `reading_cycle`).
 Per epoch it logs shards read from the cache and fetched, bytes fetched and seconds waited (at
 debug level when everything came from the cache without a wait).
 """
@@ -17,8 +20,10 @@ debug level when everything came from the cache without a wait).
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
-from collections import deque
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -71,25 +76,46 @@ class ShardFeed:
         shuffle: a new seeded shard order each epoch (training); else manifest order.
         seed: the order's seed.
         first_epoch: the epoch number of the first pass (then one more per pass).
-        cycle: shards the interleave reads at once (pinned twice over: open and prefetched).
     """
 
-    def __init__(
-        self, cache: ShardCache, shards: ShardSet, *, shuffle: bool, seed: int, first_epoch: int, cycle: int
-    ) -> None:
+    def __init__(self, cache: ShardCache, shards: ShardSet, *, shuffle: bool, seed: int, first_epoch: int) -> None:
         self.cache, self.shards = cache, remote_shards(shards)
         self.counts = shards.counts
         self.shuffle, self.seed, self.next_epoch = shuffle, seed, first_epoch
-        self.pinned = 2 * cycle
+        self.reading: Counter[str] = Counter()  # sha256 -> copies handed out and not yet read to the end
+        self._guard = threading.Lock()
 
     def order(self, epoch: int) -> list[int]:
         n = len(self.shards)
         return [int(i) for i in global_order(n, self.seed, epoch)] if self.shuffle else list(range(n))
 
+    def handed(self, sha256: str) -> None:
+        with self._guard:
+            self.reading[sha256] += 1
+            self.cache.pin(sha256)
+
+    def finished(self, path: bytes) -> bool:
+        """The reader has read shard copy `path` to its end: it may be evicted again."""
+        sha256 = os.path.basename(os.fsdecode(path)).split(".")[0]
+        with self._guard:
+            self.reading[sha256] -= 1
+            if self.reading[sha256] <= 0:
+                del self.reading[sha256]
+                self.cache.unpin(sha256)
+        return True
+
+    def pinned(self) -> set[str]:
+        with self._guard:
+            return set(self.reading)
+
     def epoch(self) -> Iterator[tuple[str, int]]:
         """(local path, record count) of each shard of the next epoch, in its order."""
         epoch = self.next_epoch
         self.next_epoch += 1
+        with self._guard:  # a new pass: the previous one's reader is gone, read to the end or not
+            for sha256 in self.reading:
+                self.cache.unpin(sha256)
+            self.reading.clear()
         order = self.order(epoch)
         following = self.order(epoch + 1)
         pool = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="shardfeed-fetch")
@@ -114,7 +140,6 @@ class _EpochFetch:
         for step, i in reversed(list(enumerate(order + following))):
             self.next_use[shards[i].sha256] = step
         self.futures: dict[int, Future[str]] = {}  # position in order -> fetch
-        self.handed: deque[str] = deque(maxlen=feed.pinned)
         self.position = 0
         self.hits = self.fetched = self.fetched_bytes = 0
         self.waited = 0.0
@@ -126,7 +151,7 @@ class _EpochFetch:
     def keep(self) -> set[str]:
         shards = self.feed.shards
         ahead = {shards[self.order[p]].sha256 for p in self.futures if p >= self.position}
-        return ahead | set(self.handed)
+        return ahead | self.feed.pinned()
 
     def schedule(self) -> None:
         """Starts fetches in order from the current position while the cache has room."""
@@ -156,14 +181,15 @@ class _EpochFetch:
                 if time.monotonic() > deadline:
                     raise OptionError(
                         f"the shard cache ({self.feed.cache.limit:,} bytes in {self.feed.cache.directory}) had no "
-                        f"room for {self.feed.shards[i].url} for {WAIT_FOR_ROOM:.0f} s: another process fills it; "
-                        "give each reader its own cache_dir or raise cache_limit"
+                        f"room for {self.feed.shards[i].url} for {WAIT_FOR_ROOM:.0f} s: shards being read (here or by "
+                        "another process sharing the folder) fill it; raise cache_limit, or give each reader "
+                        "its own cache_dir"
                     )
                 time.sleep(0.05)
                 self.schedule()
             path = self.futures.pop(p).result()
             self.waited += time.monotonic() - waiting
-            self.handed.append(self.feed.shards[i].sha256)
+            self.feed.handed(self.feed.shards[i].sha256)
             yield path, self.feed.counts[i]
         quiet = not self.fetched and self.waited < 1  # said once something had to be fetched or waited for
         log.log(

@@ -69,7 +69,7 @@ def checked_records(
     it, against 6.2k records/s for a per-record check). `feed_from`: see `_shard_files`.
     """
     tf = tensorflow()
-    files, cycle = _shard_files(shards, shuffle_files, seed, feed_from)
+    files, cycle, feed = _shard_files(shards, shuffle_files, seed, feed_from)
     compression = "GZIP" if shards.compression == "gzip" else ""
     end = tf.constant([END_OF_SHARD])
 
@@ -122,7 +122,8 @@ def checked_records(
             with tf.control_dependencies([check]):
                 return count + tf.cast(tf.size(batch), tf.int64), batch
 
-        return batches.scan(tf.constant(0, tf.int64), step).filter(lambda b: tf.logical_not(_is_end(b)))
+        counted = _released_at_end(batches.scan(tf.constant(0, tf.int64), step), path, feed)
+        return counted.filter(lambda b: tf.logical_not(_is_end(b)))
 
     batches = files.interleave(
         read_one, cycle_length=cycle, block_length=1, num_parallel_calls=cycle, deterministic=deterministic
@@ -136,10 +137,27 @@ def _is_end(batch: Any) -> Any:
     return tf.logical_and(tf.equal(tf.size(batch), 1), tf.equal(batch[0], END_OF_SHARD))
 
 
+def _released_at_end(batches: Any, path: Any, feed: ShardFeed | None) -> Any:
+    """`batches`, telling the feed when the shard's end marker passes: its copy may be evicted."""
+    if feed is None:
+        return batches
+    tf = tensorflow()
+
+    def release(batch: Any) -> Any:
+        done = tf.cond(
+            _is_end(batch), lambda: tf.numpy_function(feed.finished, [path], tf.bool), lambda: tf.constant(False)
+        )
+        with tf.control_dependencies([done]):
+            return tf.identity(batch)
+
+    return batches.map(release)
+
+
 def _shard_files(
     shards: ShardSet, shuffle: bool, seed: int | None, feed_from: tuple[ShardCache, int, int] | None
-) -> tuple[Any, int]:
-    """(path, record count) of each shard in this epoch's order, and how many to read at once.
+) -> tuple[Any, int, ShardFeed | None]:
+    """(path, record count) of each shard in this epoch's order, how many to read at once, and
+    the feed handing them out.
 
     `feed_from` (cache, seed, first epoch): the shards are in a bucket; their local copies come
     from a `ShardFeed` in its seeded order, each pass the next epoch.
@@ -149,13 +167,13 @@ def _shard_files(
     if feed_from is not None:
         cache, base_seed, first_epoch = feed_from
         cycle = reading_cycle(cache, remote_shards(shards), cycle)
-        feed = ShardFeed(cache, shards, shuffle=shuffle, seed=base_seed, first_epoch=first_epoch, cycle=cycle)
+        feed = ShardFeed(cache, shards, shuffle=shuffle, seed=base_seed, first_epoch=first_epoch)
         signature = (tf.TensorSpec((), tf.string), tf.TensorSpec((), tf.int64))
-        return tf.data.Dataset.from_generator(feed.epoch, output_signature=signature), cycle
+        return tf.data.Dataset.from_generator(feed.epoch, output_signature=signature), cycle, feed
     files = tf.data.Dataset.from_tensor_slices((shards.files, tf.constant(shards.counts, tf.int64)))
     if shuffle:
         files = files.shuffle(len(shards.files), seed=seed, reshuffle_each_iteration=True)
-    return files, cycle
+    return files, cycle, None
 
 
 def _present(path: Any) -> Any:
