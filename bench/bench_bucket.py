@@ -23,7 +23,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.corpus import build_corpus
 from bench.report import emit
-from bench.s3_server import s3_environment, start_s3, stop
+from bench.s3_server import peak_usage, s3_environment, start_s3, stop
 from shardfeed.tools.fresh_runs import ratio, run_fresh, summary
 from shardfeed.tools.pipelines import PipelineSpec
 
@@ -81,7 +80,6 @@ def _reads(local: str, url: str, work: Path, rounds: int) -> dict[str, Any]:
 def _bounded_cache(url: str, work: Path, local: str) -> dict[str, Any]:
     """3 epochs through a cache a third of the split: peak disk use vs limit + fetches in flight."""
     from shardfeed import ReadOptions, load
-    from shardfeed.read.shard_cache import ShardCache
     from shardfeed.read.shard_feed import FETCH_THREADS
 
     shards = sorted(Path(local).glob("train-*"))
@@ -89,21 +87,10 @@ def _bounded_cache(url: str, work: Path, local: str) -> dict[str, Any]:
     limit = max(split_bytes // 3, 4 * largest)
     cache = work / "cache-bounded"
     shutil.rmtree(cache, ignore_errors=True)
-    peak, done = [0], threading.Event()
-
-    def watch() -> None:
-        while not done.is_set():
-            if cache.exists():
-                peak[0] = max(peak[0], ShardCache(str(cache)).usage())
-            time.sleep(0.002)
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
     read = ReadOptions(cache_dir=str(cache), cache_limit=limit, drop_remainder=False)
-    ds = load(url, batch_size=64, image_size=64, seed=0, read=read, augment=False)
-    images = [sum(int(b[0].shape[0]) for b in ds) for _ in range(3)]
-    done.set()
-    watcher.join()
+    with peak_usage(cache) as peak:
+        ds = load(url, batch_size=64, image_size=64, seed=0, read=read, augment=False)
+        images = [sum(int(b[0].shape[0]) for b in ds) for _ in range(3)]
     return {
         "split_bytes": split_bytes,
         "cache_limit": limit,

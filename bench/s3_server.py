@@ -10,10 +10,13 @@ The environment is what botocore (so s3fs) reads: test credentials and `AWS_ENDP
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -59,3 +62,26 @@ def s3_environment(endpoint: str) -> dict[str, str]:
 def stop(server: subprocess.Popen[bytes]) -> None:
     server.kill()
     server.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def peak_usage(cache: Path) -> Iterator[list[int]]:
+    """Samples a shard cache folder's bytes on disk every 2 ms while the block runs; the list's
+    one item is the peak seen (read it after the block)."""
+    from shardfeed.read.shard_cache import ShardCache
+
+    peak, done = [0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if cache.exists():
+                peak[0] = max(peak[0], ShardCache(str(cache)).usage())
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield peak
+    finally:
+        done.set()
+        watcher.join()

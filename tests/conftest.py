@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -234,3 +235,22 @@ def bucket(s3_endpoint: str, request: pytest.FixtureRequest) -> str:
     fs.mkdir(name)
     fs.invalidate_cache()
     return f"s3://{name}"
+
+
+def in_private_mounts(script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`python -c script args` under `unshare -rm`: a mount namespace of its own, where the script
+    may mount a small tmpfs (a disk that fills). Skips the test where the host allows none."""
+    try:
+        done = subprocess.run(
+            ["unshare", "-rm", sys.executable, "-c", script, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        )
+    except FileNotFoundError:
+        pytest.skip("no `unshare` here to make a private tmpfs")
+    if done.returncode != 0 and not done.stdout.strip() and ("unshare" in done.stderr or "mount" in done.stderr):
+        # no user namespaces or no tmpfs mounts allowed here (a container without the capability)
+        pytest.skip(f"cannot mount a private tmpfs here: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+    return done

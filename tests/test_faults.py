@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import copy_tree, shard_bytes
+from conftest import copy_tree, in_private_mounts, shard_bytes
 
 # Builds the dataset, then deletes one shard (after the plan was made: the file vanishes mid-run),
 # then reads it to the end.
@@ -471,19 +471,7 @@ def test_a_full_disk_ends_in_one_line_and_the_rerun_resumes_to_the_same_bytes(
     total = sum(len(v) // 2 for v in expected.values())
     mount_point = tmp_path / "mnt"
     mount_point.mkdir()
-    try:
-        done = subprocess.run(
-            ["unshare", "-rm", sys.executable, "-c", DISK_FULL, str(digits_tree), str(mount_point), str(total // 2)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-        )
-    except FileNotFoundError:
-        pytest.skip("no `unshare` here to make a private tmpfs")
-    if done.returncode != 0 and not done.stdout.strip() and ("unshare" in done.stderr or "mount" in done.stderr):
-        # no user namespaces or no tmpfs mounts allowed here (a container without the capability)
-        pytest.skip(f"cannot mount a private tmpfs here: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+    done = in_private_mounts(DISK_FULL, str(digits_tree), str(mount_point), str(total // 2))
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     code, last_line, names = seen["full"]

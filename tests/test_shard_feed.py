@@ -6,13 +6,14 @@ import logging
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import fsspec
 import pytest
+from conftest import in_private_mounts
 
+from bench.s3_server import peak_usage
 from shardfeed import ConvertOptions, ImageOptions, IndexedRecords, ReadOptions, convert, load, steps_per_epoch
 from shardfeed.errors import OptionError
 from shardfeed.read.shard_cache import ShardCache
@@ -99,17 +100,7 @@ def test_a_cache_a_third_of_the_split_stays_bounded_and_reads_everything(
     limit = max(split_bytes // 3, 4 * largest)
     assert limit * 2.5 < split_bytes
     cache = tmp_path / "cache"
-    peak, stop = [0], threading.Event()
-
-    def watch() -> None:
-        while not stop.is_set():
-            if cache.exists():
-                peak[0] = max(peak[0], ShardCache(str(cache)).usage())
-            time.sleep(0.002)
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
+    with peak_usage(cache) as peak:
         ds = load(
             url,
             batch_size=5,
@@ -119,9 +110,6 @@ def test_a_cache_a_third_of_the_split_stays_bounded_and_reads_everything(
             read=ReadOptions(with_filenames=True, cache_dir=str(cache), cache_limit=limit, drop_remainder=False),
         )
         epochs = [_names(ds) for _ in range(3)]
-    finally:
-        stop.set()
-        watcher.join()
     expected = sorted(_read(str(even_shards), tmp_path / "unused", training=False))
     assert all(sorted(e) == expected for e in epochs)
     in_flight = 4 * largest  # FETCH_THREADS fetches at most
@@ -214,18 +202,7 @@ def test_a_full_cache_disk_ends_in_one_line(bucket: str, even_shards: Path, tmp_
     mount_point = tmp_path / "mnt"
     mount_point.mkdir()
     size = 2 * max(p.stat().st_size for p in even_shards.glob("train-*"))
-    try:
-        done = subprocess.run(
-            ["unshare", "-rm", sys.executable, "-c", CACHE_DISK_FULL, str(mount_point), url, str(size)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-        )
-    except FileNotFoundError:
-        pytest.skip("no `unshare` here to make a private tmpfs")
-    if done.returncode != 0 and ("unshare" in done.stderr or "mount" in done.stderr):
-        pytest.skip(f"cannot mount a private tmpfs here: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+    done = in_private_mounts(CACHE_DISK_FULL, str(mount_point), url, str(size))
     code, last = done.stdout.strip().splitlines()[-2:]
     assert code == "1", done.stdout + done.stderr
     assert last.startswith(f"error: the shard cache's disk is full: {mount_point} while fetching {url}/train-"), last
