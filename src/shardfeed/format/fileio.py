@@ -39,6 +39,13 @@ def _fs(path: str) -> tuple[Any, str]:
     return storage.filesystem(path)
 
 
+def _on_store(path: str, method: str, *args: Any, action: str = "read", **kwargs: Any) -> Any:
+    """`method` of `path`'s fsspec filesystem called on it, its failures worded by storage.errors."""
+    fs, name = _fs(path)
+    with storage.errors(path, action):
+        return getattr(fs, method)(name, *args, **kwargs)
+
+
 def _local(path: str) -> str:
     return path[len("file://") :] if path.startswith("file://") else path
 
@@ -58,9 +65,7 @@ def join(*parts: str) -> str:
 def open_binary(path: str, mode: str) -> BinaryIO:
     """Opens a file in binary mode ('rb', 'wb' or 'ab')."""
     if storage.via_fsspec(path):
-        fs, name = _fs(path)
-        with storage.errors(path, "write" if "r" not in mode else "read"):
-            return cast(BinaryIO, fs.open(name, mode))
+        return cast(BinaryIO, _on_store(path, "open", mode, action="write" if "r" not in mode else "read"))
     if is_remote(path):
         return cast(BinaryIO, _gfile().GFile(path, mode))
     return cast(BinaryIO, open(_local(path), mode))
@@ -149,9 +154,7 @@ def copy_atomic(src: str, dst: str) -> None:
     """Copies a file under a temporary name, then renames it (within one bucket a server-side copy)."""
     tmp = dst + ".incomplete"
     if storage.via_fsspec(src) and storage.scheme(src) == storage.scheme(dst):
-        fs, name = _fs(src)
-        with storage.errors(src):
-            fs.copy(name, _fs(tmp)[1])
+        _on_store(src, "copy", _fs(tmp)[1], action="write")
     else:
         with open_binary(src, "rb") as source, open_binary(tmp, "wb") as sink:
             shutil.copyfileobj(source, sink, 8 << 20)
@@ -160,9 +163,7 @@ def copy_atomic(src: str, dst: str) -> None:
 
 def exists(path: str) -> bool:
     if storage.via_fsspec(path):
-        fs, name = _fs(path)
-        with storage.errors(path):
-            return bool(fs.exists(name))
+        return bool(_on_store(path, "exists"))
     if is_remote(path):
         return bool(_gfile().exists(path))
     return os.path.exists(_local(path))
@@ -171,9 +172,7 @@ def exists(path: str) -> bool:
 def isdir(path: str) -> bool:
     """Whether `path` is a folder (in a bucket: a prefix that holds objects)."""
     if storage.via_fsspec(path):
-        fs, name = _fs(path)
-        with storage.errors(path):
-            return bool(fs.isdir(name))
+        return bool(_on_store(path, "isdir"))
     if is_remote(path):
         return bool(_gfile().isdir(path))
     return os.path.isdir(_local(path))
@@ -182,9 +181,7 @@ def isdir(path: str) -> bool:
 def makedirs(path: str) -> None:
     """Creates a folder and its parents (nothing to create in a bucket: prefixes appear with objects)."""
     if storage.via_fsspec(path):
-        fs, name = _fs(path)
-        with storage.errors(path, "write"):
-            fs.makedirs(name, exist_ok=True)
+        _on_store(path, "makedirs", exist_ok=True, action="write")
     elif is_remote(path):
         _gfile().makedirs(path)
     else:
@@ -194,9 +191,7 @@ def makedirs(path: str) -> None:
 def listdir(path: str) -> list[str]:
     """Sorted entry names of a directory (sorted so every listing is deterministic)."""
     if storage.via_fsspec(path):
-        fs, name = _fs(path)
-        with storage.errors(path):
-            return sorted({posixpath.basename(entry.rstrip("/")) for entry in fs.ls(name, detail=False)})
+        return sorted({posixpath.basename(entry.rstrip("/")) for entry in _on_store(path, "ls", detail=False)})
     if is_remote(path):
         return sorted(name.rstrip("/") for name in _gfile().listdir(path))
     return sorted(os.listdir(_local(path)))
@@ -213,9 +208,7 @@ def size(path: str) -> int:
 def size_and_mtime(path: str) -> tuple[int, int]:
     """A file's size in bytes and modification time in nanoseconds (0 where the store has none)."""
     if storage.via_fsspec(path):
-        fs, name = _fs(path)
-        with storage.errors(path):
-            info = fs.info(name)
+        info = _on_store(path, "info")
         if info.get("type") == "directory":
             raise IsADirectoryError(path)
         modified = info.get("LastModified") or info.get("mtime") or info.get("updated") or info.get("last_modified")
@@ -230,10 +223,8 @@ def size_and_mtime(path: str) -> tuple[int, int]:
 def glob(pattern: str) -> list[str]:
     """The paths matching a glob pattern, sorted; URL paths keep their scheme."""
     if storage.via_fsspec(pattern):
-        fs, name = _fs(pattern)
-        with storage.errors(pattern):
-            found = fs.glob(name)
-        return sorted(fs.unstrip_protocol(f) for f in found)
+        fs = _fs(pattern)[0]
+        return sorted(fs.unstrip_protocol(f) for f in _on_store(pattern, "glob"))
     if is_remote(pattern):
         return sorted(_gfile().glob(pattern))
     import glob as globbing
@@ -256,9 +247,7 @@ def rename(src: str, dst: str) -> None:
     """Renames `src` to `dst`, replacing `dst`. In a bucket a server-side copy, then a delete:
     `dst` appears whole or not at all (an object is published when its copy completes)."""
     if storage.via_fsspec(src):
-        fs, name = _fs(src)
-        with storage.errors(src, "write"):
-            fs.mv(name, _fs(dst)[1])
+        _on_store(src, "mv", _fs(dst)[1], action="write")
     elif is_remote(src):
         _gfile().rename(src, dst, overwrite=True)
     else:
@@ -268,9 +257,8 @@ def rename(src: str, dst: str) -> None:
 def remove(path: str) -> None:
     """Removes a file if it exists."""
     if storage.via_fsspec(path):
-        fs, name = _fs(path)
-        with storage.errors(path, "write"), contextlib.suppress(FileNotFoundError):
-            fs.rm_file(name)
+        with contextlib.suppress(FileNotFoundError):
+            _on_store(path, "rm_file", action="write")
     elif is_remote(path):
         if _gfile().exists(path):
             _gfile().remove(path)
@@ -281,9 +269,8 @@ def remove(path: str) -> None:
 def rmtree(path: str) -> None:
     """Removes a directory tree if it exists."""
     if storage.via_fsspec(path):
-        fs, name = _fs(path)
-        with storage.errors(path, "write"), contextlib.suppress(FileNotFoundError):
-            fs.rm(name, recursive=True)
+        with contextlib.suppress(FileNotFoundError):
+            _on_store(path, "rm", recursive=True, action="write")
     elif is_remote(path):
         if _gfile().exists(path):
             _gfile().rmtree(path)
@@ -327,9 +314,7 @@ def _entries(directory: str) -> list[tuple[str, str, tuple[int, int] | None]]:
     know their type without a `stat` per file (one stat fewer per image: seconds at a million
     files); only folders are stat'ed, for their identity."""
     if storage.via_fsspec(directory):
-        fs, name = _fs(directory)
-        with storage.errors(directory):
-            listed = fs.ls(name, detail=True)
+        listed = _on_store(directory, "ls", detail=True)
         kinds = {
             posixpath.basename(e["name"].rstrip("/")): "dir" if e["type"] == "directory" else "file" for e in listed
         }
