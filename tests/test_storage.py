@@ -226,3 +226,12 @@ def test_missing_credentials_are_one_line_naming_the_variables(s3_endpoint: str,
         "error: cannot read s3://somebucket/data/manifest.json: no credentials found"
     )
     assert "AWS_ACCESS_KEY_ID" in lines[0] and "Traceback" not in done.stderr
+
+
+def test_a_bad_cache_limit_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from shardfeed.cli.main import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["train", "data", "--out", "run", "--cache-limit", "lots"])
+    assert stopped.value.code == 2
+    assert "--cache-limit: expected a size such as 20GB or 512MiB, got 'lots'" in capsys.readouterr().err

@@ -85,8 +85,19 @@ def add_cache_flags(parser: Any) -> None:
     )
     group.add_argument(
         "--cache-limit",
+        type=byte_size,
         help="bytes the cache may hold, e.g. 20GB (default: no bound; at least 4 of the largest shard)",
     )
+
+
+def byte_size(text: str) -> int:
+    """`--cache-limit`: '20GB', '512MiB' or a byte count."""
+    from shardfeed.write.sharding import parse_size
+
+    try:
+        return parse_size(int(text) if text.strip().isdigit() else text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size such as 20GB or 512MiB, got {text!r}") from None
 
 
 def use_cache_flags(args: argparse.Namespace) -> None:
