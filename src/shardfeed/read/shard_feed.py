@@ -24,8 +24,11 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
 
 from shardfeed.errors import OptionError
 from shardfeed.read.order import global_order
@@ -84,10 +87,24 @@ class ShardFeed:
         self.shuffle, self.seed, self.next_epoch = shuffle, seed, first_epoch
         self.reading: Counter[str] = Counter()  # sha256 -> copies handed out and not yet read to the end
         self._guard = threading.Lock()
+        self._pass: Generator[tuple[str, int], None, None] | None = None  # the epoch `next_shard` hands out
 
     def order(self, epoch: int) -> list[int]:
         n = len(self.shards)
         return [int(i) for i in global_order(n, self.seed, epoch)] if self.shuffle else list(range(n))
+
+    def next_shard(self, position: Any) -> tuple[bytes, np.int64]:
+        """(local path, record count) of the shard at `position` of the current pass; position 0
+        starts the next epoch (what tf.data calls once per element of `range(shards)`)."""
+        if int(position) == 0 or self._pass is None:
+            if self._pass is not None:
+                self._pass.close()  # a pass stopped early: its fetches not started give their room back
+            self._pass = self.epoch()
+        path, count = next(self._pass)
+        if int(position) == len(self.shards) - 1:  # the last one: the pass ends (its log line, cleanup)
+            next(self._pass, None)
+            self._pass = None
+        return os.fsencode(path), np.int64(count)
 
     def handed(self, sha256: str) -> None:
         with self._guard:
@@ -108,7 +125,7 @@ class ShardFeed:
         with self._guard:
             return set(self.reading)
 
-    def epoch(self) -> Iterator[tuple[str, int]]:
+    def epoch(self) -> Generator[tuple[str, int], None, None]:
         """(local path, record count) of each shard of the next epoch, in its order."""
         epoch = self.next_epoch
         self.next_epoch += 1
