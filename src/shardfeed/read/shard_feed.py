@@ -71,7 +71,8 @@ def reading_cycle(cache: ShardCache, shards: list[RemoteShard], cycle: int) -> i
 
 
 class ShardFeed:
-    """Hands out local paths of one worker's shards, epoch after epoch, fetching ahead.
+    """Hands out local paths of one worker's shards, epoch after epoch, fetching ahead. One pass
+    at a time: two iterators over one dataset at once would share its passes (Keras iterates one).
 
     Args:
         cache: the shard cache.
