@@ -60,13 +60,14 @@ class IndexedEpochs:
             if plan.mixture is not None
             else IndexedRecords(plan.shards.manifest, plan.split, cache=cache)
         )
-        if cache is not None and cache.limit is not None and cache.limit < sum(plan.shards.sizes or []):
+        split_bytes = sum(plan.shards.sizes or [])
+        if cache is not None and cache.limit is not None and cache.limit < split_bytes:
             log.warning(
                 "reading by index from a bucket with a cache_limit (%s bytes) below the split's %s bytes: records "
                 "come from every shard all epoch, so shards are fetched again and again; raise cache_limit to the "
                 "split's size or read with shuffle='buffer'",
                 f"{cache.limit:,}",
-                f"{sum(plan.shards.sizes or []):,}",
+                f"{split_bytes:,}",
             )
         self.n, self.first, self.skip = plan.epoch_records, read.epoch, read.start_step * plan.batch_size
         self.positions = plan.share.positions(self.n)

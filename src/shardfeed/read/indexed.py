@@ -69,7 +69,8 @@ class IndexedRecords:
                 "convert again without compression (--compression)"
             )
         info = self.manifest.split(split)
-        shardset.from_manifest(self.manifest, split).check_files()
+        shards = shardset.from_manifest(self.manifest, split)
+        shards.check_files()
         self.split = split
         self.keys = self.manifest.keys
         self._keys_are_ours = self.keys.is_ours  # asked per record
@@ -95,7 +96,7 @@ class IndexedRecords:
         in_bucket = any(fileio.is_bucket(f) for f in self.files)
         self._remote = not in_bucket and any(fileio.is_remote(f) for f in self.files)
         self._cache = (cache or ReadOptions().shard_cache()) if in_bucket else None
-        self._cached = remote_shards(shardset.from_manifest(self.manifest, split)) if in_bucket else []
+        self._cached = remote_shards(shards) if in_bucket else []
         self._last_read: dict[str, int] = {}  # cached shard's sha256 -> read number (least recent evicted)
         self._reads = 0
         self._handles: OrderedDict[int, Any] = OrderedDict()
