@@ -1,6 +1,7 @@
-"""Reading and writing a bucket (moto's S3 server on loopback) against the same shards on local disk.
+"""Reading and writing a bucket (moto's S3 server or fake-gcs-server on loopback) against the same
+shards on local disk.
 
-    .venv/bin/python bench/bench_bucket.py [--images 2000] [--shards 16] [--rounds 3] [--json docs/bench_bucket.json]
+    .venv/bin/python bench/bench_bucket.py [--store s3|gs] [--images 2000] [--shards 16] [--rounds 3] [--json F]
 
 Training reads (`load`, 224 px, augmentation on, one epoch) of one split, each in a fresh
 process, rounds interleaved: local disk; the bucket through a warm shard cache (filled once
@@ -11,8 +12,8 @@ the bucket vs into a local folder (fresh processes, interleaved; wall seconds). 
 reading the split 3 epochs through a cache limited to a third of it, with the cache folder's
 disk use sampled every 2 ms: its peak against the limit plus the fetches in flight.
 
-The S3 server is a Python process on the same 2 cores, so the bucket figures include its CPU
-too: a real store is elsewhere, farther away and faster per connection.
+The S3 server is a Python process (fake-gcs-server a Go one) on the same 2 cores, so the bucket
+figures include its CPU too: a real store is elsewhere, farther away and faster per connection.
 """
 
 from __future__ import annotations
@@ -31,19 +32,18 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.corpus import build_corpus
 from bench.report import emit
-from bench.s3_server import peak_usage, s3_environment, start_s3, stop
+from bench.store_servers import gcs_environment, peak_usage, s3_environment, start_gcs, start_s3, stop
+from shardfeed.format import storage
 from shardfeed.tools.fresh_runs import ratio, run_fresh, summary
 from shardfeed.tools.pipelines import PipelineSpec
 
 
 def _convert(source: str, out: str, shards: int) -> float:
     """Wall seconds of one `shardfeed convert` in a fresh process (into an emptied folder)."""
-    if out.startswith("s3://"):
-        import fsspec
-
-        fs = fsspec.filesystem("s3", skip_instance_cache=True)
-        if fs.exists(out):
-            fs.rm(out, recursive=True)
+    if "://" in out:
+        fs, path = storage.filesystem(out)
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
     else:
         shutil.rmtree(out, ignore_errors=True)
     start = time.perf_counter()
@@ -107,18 +107,18 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--work", default="/tmp/bench_bucket")
+    parser.add_argument("--store", choices=["s3", "gs"], default="s3", help="moto's S3 server or fake-gcs-server")
     parser.add_argument("--json")
     args = parser.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     source = build_corpus(str(work / "src"), args.images)
-    endpoint, server = start_s3(work)
-    os.environ.update(s3_environment(endpoint))
+    start, environment = (start_s3, s3_environment) if args.store == "s3" else (start_gcs, gcs_environment)
+    endpoint, server = start(work)
+    os.environ.update(environment(endpoint))
     try:
-        import fsspec
-
-        fsspec.filesystem("s3").mkdir("bench")
-        local, url = str(work / "local"), "s3://bench/out"
+        local, url = str(work / "local"), f"{args.store}://bench/out"
+        storage.filesystem(url)[0].mkdir("bench")
         converts: dict[str, list[float]] = {"local disk": [], "bucket": []}
         for r in range(args.rounds):
             for name, out in (("local disk", local), ("bucket", url)):
@@ -131,6 +131,7 @@ def main() -> None:
     emit(
         {
             "bench": "bucket",
+            "store": {"s3": "moto's S3 server", "gs": "fake-gcs-server"}[args.store],
             "images": args.images,
             "shards": args.shards,
             "rounds": args.rounds,

@@ -209,7 +209,7 @@ def hostile() -> dict[str, bytes]:
 def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real S3 server (moto's) on a free loopback port for the session, with the environment
     s3fs reads (credentials, AWS_ENDPOINT_URL) set for this process and its children."""
-    from bench.s3_server import s3_environment, start_s3, stop
+    from bench.store_servers import s3_environment, start_s3, stop
 
     endpoint, server = start_s3(tmp_path_factory.mktemp("moto"))
     saved = {k: os.environ.get(k) for k in s3_environment(endpoint)}
@@ -235,6 +235,37 @@ def bucket(s3_endpoint: str, request: pytest.FixtureRequest) -> str:
     fs.mkdir(name)
     fs.invalidate_cache()
     return f"s3://{name}"
+
+
+@pytest.fixture(scope="session")
+def gcs_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real GCS emulator (fake-gcs-server) on a free loopback port for the session, with
+    STORAGE_EMULATOR_HOST set for this process and its children."""
+    from bench.store_servers import gcs_environment, start_gcs, stop
+
+    endpoint, server = start_gcs(tmp_path_factory.mktemp("gcs"))
+    saved = os.environ.get("STORAGE_EMULATOR_HOST")
+    os.environ.update(gcs_environment(endpoint))
+    yield endpoint
+    if saved is None:
+        os.environ.pop("STORAGE_EMULATOR_HOST", None)
+    else:
+        os.environ["STORAGE_EMULATOR_HOST"] = saved
+    stop(server)
+
+
+@pytest.fixture(params=["s3", "gs"])
+def any_bucket(request: pytest.FixtureRequest) -> str:
+    """A new empty bucket on the loopback S3 server, then on the GCS emulator: its URL."""
+    if request.param == "s3":
+        return str(request.getfixturevalue("bucket"))
+    request.getfixturevalue("gcs_endpoint")
+    from shardfeed.format import storage
+
+    name = f"{request.node.originalname.replace('_', '-')[:40].strip('-')}-{os.getpid()}"
+    fs, _ = storage.filesystem(f"gs://{name}")
+    fs.mkdir(name)
+    return f"gs://{name}"
 
 
 def in_private_mounts(script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -13,9 +13,10 @@ import fsspec
 import pytest
 from conftest import in_private_mounts
 
-from bench.s3_server import peak_usage
+from bench.store_servers import peak_usage
 from shardfeed import ConvertOptions, ImageOptions, IndexedRecords, ReadOptions, convert, load, steps_per_epoch
 from shardfeed.errors import OptionError
+from shardfeed.format import storage
 from shardfeed.read.shard_cache import ShardCache
 
 
@@ -37,7 +38,8 @@ def even_shards(photo_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 
 
 def _upload(local: Path, url: str) -> str:
-    fsspec.filesystem("s3").put(str(local), url, recursive=True)
+    fs, path = storage.filesystem(url)
+    fs.put(str(local), path, recursive=True)
     return url
 
 
@@ -51,9 +53,9 @@ def _read(path: str, cache: Path, **kw) -> list[bytes]:  # type: ignore[no-untyp
 
 
 def test_evaluation_reads_what_local_reads_and_the_next_epoch_from_the_cache(
-    bucket: str, many_shards: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    any_bucket: str, many_shards: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    url = _upload(many_shards, f"{bucket}/out")
+    url = _upload(many_shards, f"{any_bucket}/out")
     caplog.set_level(logging.DEBUG, logger="shardfeed")
     local = _read(str(many_shards), tmp_path / "unused", split="validation")
     assert _read(url, tmp_path / "cache", split="validation") == local
@@ -161,7 +163,7 @@ for i, _ in enumerate(ds):
 def test_the_store_dying_mid_epoch_ends_in_an_error_naming_the_shard(even_shards: Path, tmp_path: Path) -> None:
     """A private S3 server, killed after the first batch (the cache holds 4 of the 22 shards, so
     most are still to fetch): bounded retries, then an error naming the shard, never a hang."""
-    from bench.s3_server import s3_environment, start_s3, stop
+    from bench.store_servers import s3_environment, start_s3, stop
 
     endpoint, server = start_s3(tmp_path)
     env = {**os.environ, **s3_environment(endpoint)}

@@ -1,4 +1,4 @@
-"""URL paths through fsspec, against a real S3 server on loopback (moto's, see conftest.py)."""
+"""URL paths through fsspec, against real stores on loopback: S3 (moto's server) and GCS (fake-gcs-server)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,13 @@ from shardfeed.tools import info, verify
 
 
 def _bucket_bytes(url: str) -> dict[str, bytes]:
-    fs = fsspec.filesystem("s3")
+    fs, root = storage.filesystem(url)
     fs.invalidate_cache()
-    root = url.removeprefix("s3://")
     return {path[len(root) + 1 :]: fs.cat_file(path) for path in fs.find(root)}
 
 
-def test_convert_into_s3_is_byte_identical_to_local(bucket: str, photo_tree: Path, tmp_path: Path) -> None:
-    out = f"{bucket}/photos"
+def test_convert_into_a_bucket_is_byte_identical_to_local(any_bucket: str, photo_tree: Path, tmp_path: Path) -> None:
+    out = f"{any_bucket}/photos"
     options = ConvertOptions(shards=2)
     remote = convert(str(photo_tree), out, options, workers=2, progress=False)
     local = convert(str(photo_tree), str(tmp_path / "local"), options, workers=1, progress=False)
@@ -39,10 +38,10 @@ def test_convert_into_s3_is_byte_identical_to_local(bucket: str, photo_tree: Pat
     assert convert(str(photo_tree), out, options, workers=1, progress=False).already_complete
 
 
-def test_source_in_a_bucket_gives_the_same_shards(bucket: str, photo_tree: Path, tmp_path: Path) -> None:
-    fs = fsspec.filesystem("s3")
-    fs.put(str(photo_tree), f"{bucket}/photos", recursive=True)
-    a = convert(f"{bucket}/photos", str(tmp_path / "a"), ConvertOptions(shards=2), workers=2, progress=False)
+def test_source_in_a_bucket_gives_the_same_shards(any_bucket: str, photo_tree: Path, tmp_path: Path) -> None:
+    fs, root = storage.filesystem(any_bucket)
+    fs.put(str(photo_tree), f"{root}/photos", recursive=True)
+    a = convert(f"{any_bucket}/photos", str(tmp_path / "a"), ConvertOptions(shards=2), workers=2, progress=False)
     b = convert(str(photo_tree), str(tmp_path / "b"), ConvertOptions(shards=2), workers=1, progress=False)
     assert a.num_written == b.num_written == 44
     differ = {"manifest.json", "report.json", "dataset_info.json"}
@@ -57,7 +56,7 @@ def test_missing_backend_names_the_extra() -> None:
 
 
 def test_unreachable_store_is_one_error_naming_the_url(monkeypatch: pytest.MonkeyPatch) -> None:
-    from bench.s3_server import free_port
+    from bench.store_servers import free_port
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
@@ -117,7 +116,7 @@ def test_a_second_writer_into_a_bucket_folder_is_refused_and_a_stale_lock_taken_
     assert not fs.exists(f"{out}/.lock.shardfeed")
 
 
-def test_a_conversion_into_a_bucket_killed_midway_resumes_to_the_same_bytes(bucket: str, tmp_path: Path) -> None:
+def test_a_conversion_into_a_bucket_killed_midway_resumes_to_the_same_bytes(any_bucket: str, tmp_path: Path) -> None:
     """kill -9 after two shards committed: nothing under a shard's final name is partial, and
     the same command resumes to the bytes of an uninterrupted local conversion."""
     import os
@@ -134,22 +133,22 @@ def test_a_conversion_into_a_bucket_killed_midway_resumes_to_the_same_bytes(buck
     command = [sys.executable, "-m", "shardfeed", "convert", source]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     subprocess.run([*command, str(local), *args], check=True, env=env, timeout=300)
-    out = f"{bucket}/killed"
-    fs = fsspec.filesystem("s3")
+    out = f"{any_bucket}/killed"
+    fs, folder = storage.filesystem(out)
     proc = subprocess.Popen([*command, out, *args], env=env)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(fs.glob(f"{out}/.shardfeed/parts/*.json")) < 2:
+    while time.monotonic() < deadline and len(fs.glob(f"{folder}/.shardfeed/parts/*.json")) < 2:
         fs.invalidate_cache()
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
     time.sleep(1)  # the workers get their parent-death signal
     fs.invalidate_cache()
-    assert not fs.exists(f"{out}/manifest.json"), "killed too late: the conversion had finished"
-    listed = fs.find(out.removeprefix("s3://"))
+    assert not fs.exists(f"{folder}/manifest.json"), "killed too late: the conversion had finished"
+    listed = fs.find(folder)
     committed = {p.rsplit("/", 1)[1] for p in listed if "/.shardfeed/" not in p and not p.endswith(".incomplete")}
     for name in committed & {p.name for p in local.iterdir() if p.name.startswith(("train", "validation"))}:
-        assert fs.cat_file(f"{out}/{name}") == (local / name).read_bytes(), f"{name} is partial under its final name"
+        assert fs.cat_file(f"{folder}/{name}") == (local / name).read_bytes(), f"{name} is partial under its final name"
     subprocess.run([*command, out, *args], check=True, env=env, timeout=300)
     kept = ("train", "validation", "index/")
     written = {k: v for k, v in _bucket_bytes(out).items() if k.startswith(kept)}

