@@ -121,7 +121,7 @@ def _emulated_gcs(options: dict[str, Any]) -> Any:
     from fsspec.asyn import sync_wrapper
     from gcsfs.core import GCSFileSystem
 
-    class EmulatorGCS(GCSFileSystem):  # type: ignore[misc]
+    class EmulatorGCS(GCSFileSystem):
         async def _mv_file(self, path1: str, path2: str, **kwargs: Any) -> None:
             await self._cp_file(path1, path2)
             await self._rm_file(path1)
