@@ -283,3 +283,78 @@ def test_a_shard_vanishing_while_the_service_reads_it_never_hangs(
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("error") and "is missing" in done.stdout and "train-" in done.stdout, done.stdout
+
+
+def test_a_bucket_is_read_through_the_workers_mirrors(data: Path, bucket: str, tmp_path: Path) -> None:
+    """Workers started with --mirror hold the bucket's shards, verified, in their cache folder; the
+    trainer's pipeline reads those copies by content name: the records of a local read."""
+    from shardfeed.format import storage
+
+    fs, root = storage.filesystem(f"{bucket}/digits")
+    fs.put(str(data), root, recursive=True)
+    url, mirrors = f"{bucket}/digits", str(tmp_path / "mirror")
+    dispatcher, address = start("dispatcher", "--port", "0")
+    flags = ["--dispatcher", address.split("://")[1], "--mirror", url, "--cache-dir", mirrors]
+    workers = [start("worker", *flags)[0] for _ in range(2)]
+    try:
+        manifest = read_manifest(str(data)).data["splits"]
+        copies = {p.name for p in (tmp_path / "mirror").glob("*.tfrecord")}
+        assert copies == {f"{s['sha256']}.tfrecord" for split in manifest.values() for s in split["shards"]}
+        read = ReadOptions(with_filenames=True)
+        service = ServiceOptions(address, mirror_dir=mirrors)
+        kw = {"batch_size": 8, "image_size": 16, "training": False, "read": read}
+        got = _names(load(url, split="validation", service=service, **kw))  # type: ignore[arg-type]
+        assert Counter(got) == Counter(_names(load(str(data), split="validation", **kw)))  # type: ignore[arg-type]
+        train = _names(load(url, split="train", batch_size=8, image_size=16, read=read, service=service))
+        assert len(train) == len(set(train)) > 0
+    finally:
+        for proc in [dispatcher, *workers]:
+            proc.kill()
+            proc.wait()
+
+
+MIRRORLESS = """import sys
+from shardfeed import ServiceOptions, load
+from shardfeed.errors import tensorflow_message
+url, address, mirrors = sys.argv[1:4]
+service = ServiceOptions(address, mirror_dir=mirrors)
+try:
+    n = sum(1 for _ in load(url, batch_size=4, image_size=16, training=False, service=service))
+    print('finished', n)
+except Exception as e:
+    print('error', tensorflow_message(e))
+"""
+
+
+def test_a_worker_without_the_mirror_fails_the_read_naming_the_flag(
+    data: Path, bucket: str, tmp_path: Path, cluster: tuple[str, list[subprocess.Popen[str]]]
+) -> None:
+    from shardfeed.format import storage
+
+    fs, root = storage.filesystem(f"{bucket}/digits")
+    fs.put(str(data), root, recursive=True)
+    address, _ = cluster
+    done = subprocess.run(
+        [sys.executable, "-c", MIRRORLESS, f"{bucket}/digits", address, str(tmp_path / "empty")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("error") and "--mirror" in done.stdout and ".tfrecord" in done.stdout, done.stdout
+
+
+def test_a_mirror_over_the_cache_limit_is_refused_at_start(data: Path, bucket: str) -> None:
+    from shardfeed.format import storage
+
+    fs, root = storage.filesystem(f"{bucket}/digits")
+    fs.put(str(data), root, recursive=True)
+    worker = ["serve", "worker", "--dispatcher", "localhost:1", "--mirror", f"{bucket}/digits"]
+    done = subprocess.run(
+        [sys.executable, "-m", "shardfeed", *worker, "--cache-limit", "1000"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0 and "over the cache limit of 1,000" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

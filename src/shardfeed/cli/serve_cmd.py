@@ -6,6 +6,8 @@ import argparse
 import logging
 from typing import Any
 
+from shardfeed.cli.options import add_cache_flags
+
 log = logging.getLogger("shardfeed")
 # A worker is often started before its dispatcher (cluster launchers start everything at once);
 # two minutes covers a dispatcher's start-up, and a typo'd address still fails within a coffee.
@@ -36,6 +38,15 @@ def register(sub: Any) -> None:
         help=f"give up (exit 1) when the dispatcher has not answered within this long (default {DISPATCHER_TIMEOUT:g}; "
         "0: wait for it forever). Once registered, a worker outlives its dispatcher: a restarted one takes it back",
     )
+    w.add_argument(
+        "--mirror",
+        action="append",
+        metavar="URL",
+        help="a converted folder in a bucket (s3://, gs://, ...) that trainers read through this service: all its "
+        "shards are fetched, verified, into --cache-dir before the worker serves, and kept there while it runs. "
+        "Trainers pass the same folder as ServiceOptions(mirror_dir=...) or --cache-dir (repeatable)",
+    )
+    add_cache_flags(w)
     p.set_defaults(run=run)
 
 
@@ -51,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
                 server = ds.start_dispatcher(args.port, work_dir=args.work_dir, worker_timeout=args.worker_timeout)
             what = "dispatcher"
         else:
+            for url in args.mirror or []:
+                _mirror(url)
             timeout = args.dispatcher_timeout or None
             limit = f"{timeout:g} s" if timeout else "never: --dispatcher-timeout 0"
 
@@ -71,3 +84,12 @@ def run(args: argparse.Namespace) -> int:
         ds.serve_until(server, stop)
     log.info("stopped")
     return 0
+
+
+def _mirror(url: str) -> None:
+    """Fetches the folder's shards into this host's shard cache (the --cache-dir/--cache-limit the
+    process was given) and keeps them pinned while the worker runs (read/shard_mirror.py)."""
+    from shardfeed.read.options import ReadOptions
+    from shardfeed.read.shard_mirror import mirror
+
+    mirror(url, ReadOptions().shard_cache())

@@ -207,11 +207,12 @@ def _check_applies(
         )
     if service is not None:
         _check_service(read, decode)
-    _check_bucket(path, decode, service)
+    _check_bucket(path, decode)
 
 
-def _check_bucket(path: DataPath, decode: DecodeOptions, service: ServiceOptions | None) -> None:
-    """Shards in a bucket are read through this host's verified cache, from a manifest."""
+def _check_bucket(path: DataPath, decode: DecodeOptions) -> None:
+    """Shards in a bucket are read through a verified cache (this host's, or the service workers'
+    mirrors), from a manifest."""
     paths = [path] if isinstance(path, str) else list(path) if isinstance(path, (list, tuple)) else []
     if not any(isinstance(p, str) and fileio.is_bucket(p) for p in paths):
         return
@@ -219,11 +220,6 @@ def _check_bucket(path: DataPath, decode: DecodeOptions, service: ServiceOptions
         raise OptionError(
             f"{paths[0]!r}: TFRecords in a bucket are read through a local cache that checks each shard against a "
             "manifest, and these have none; write one with `shardfeed adopt`, then load that folder"
-        )
-    if service is not None:
-        raise OptionError(
-            "shards in a bucket are read through this host's shard cache, which the tf.data service's workers do "
-            "not share; read without service=, or convert into a folder the workers can read"
         )
     if decode.decoder == "dali":
         raise OptionError("decoder='dali' reads shard files itself and cannot read a bucket; use decoder='tf'")

@@ -55,6 +55,11 @@ def default_dir() -> str:
     return os.path.join(base, "shardfeed", "shards")
 
 
+def copy_name(sha256: str) -> str:
+    """The file name of a verified copy of the shard whose content has this SHA-256."""
+    return sha256 + SUFFIX
+
+
 class CacheDiskFull(storage.StorageError):
     """The disk holding the shard cache has no room for a fetch (retrying would not help)."""
 
@@ -94,7 +99,7 @@ class ShardCache:
         self._guard = threading.Lock()
 
     def path(self, shard: RemoteShard) -> str:
-        return os.path.join(self.directory, shard.sha256 + SUFFIX)
+        return os.path.join(self.directory, copy_name(shard.sha256))
 
     def holds(self, shard: RemoteShard) -> bool:
         """Whether a verified copy is here (a file of another size is a damaged one: removed)."""
@@ -126,7 +131,7 @@ class ShardCache:
                 if used + shard.size <= self.limit:
                     break
                 with contextlib.suppress(FileNotFoundError):
-                    os.remove(os.path.join(self.directory, sha + SUFFIX))
+                    os.remove(os.path.join(self.directory, copy_name(sha)))
                 used -= size
             if used + shard.size > self.limit:
                 return False

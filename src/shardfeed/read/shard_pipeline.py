@@ -2,7 +2,8 @@
 
 shard file names   -> shuffled per epoch (training), whole shards per worker (the plan's share);
                       from a bucket: local copies in an order computed in Python, fetched ahead
-                      through the shard cache (read/shard_feed.py)
+                      through the shard cache (read/shard_feed.py); on the tf.data service: the
+                      workers' mirrors of the bucket (read/shard_mirror.py)
 serialized records -> parallel interleave across shards, each shard's record count checked
                       against the manifest (`checked_records`)
                    -> optional cache; shuffle buffer over the cheap serialized records
@@ -19,9 +20,15 @@ from shardfeed.read.order import buffer_shuffle
 from shardfeed.read.plan import ReadPlan
 from shardfeed.read.shard_cache import ShardCache
 from shardfeed.read.shard_feed import ShardFeed, reading_cycle, remote_shards
+from shardfeed.read.shard_mirror import in_mirror
 from shardfeed.read.shardset import ShardSet
 
 END_OF_SHARD = b"\x00shardfeed:end-of-shard\x00"
+MISSING = " is missing (deleted or moved after the dataset was made); run `shardfeed verify`"
+NOT_MIRRORED = (
+    " is not on this tf.data service worker: start every worker with `shardfeed serve worker --mirror URL` "
+    "(the folder in the bucket) and the --cache-dir given to load as ServiceOptions(mirror_dir=...)"
+)
 READ_BUFFER = 4 << 20  # per open shard; 4 MB read 31.8k records/s against 23.8k with 256 KB
 INTERLEAVE_CYCLE = 16  # shards read at once, each on its own thread (AUTOTUNE chose fewer: 22k vs 30k records/s)
 CHECK_BATCH = 64  # records per integrity-count step; also the interleave granularity
@@ -32,13 +39,19 @@ def shard_records(plan: ReadPlan) -> Any:
     docstring); `load` repeats the batched epoch, so each repetition reshuffles shards and buffer."""
     tf = tensorflow()
     read, shards = plan.read, plan.worker_shards
+    feed_from, missing = None, MISSING
+    if shards.in_bucket and plan.service is not None:
+        shards, missing = in_mirror(shards, plan.service.mirror_directory()), NOT_MIRRORED
+    elif shards.in_bucket:
+        feed_from = (read.shard_cache(), plan.base_seed, read.epoch)
     records = checked_records(
         shards,
         shuffle_files=plan.training,
         seed=plan.seed,
         deterministic=plan.deterministic,
         skip_corrupt=read.skip_corrupt,
-        feed_from=(read.shard_cache(), plan.base_seed, read.epoch) if shards.in_bucket else None,
+        feed_from=feed_from,
+        missing=missing,
     )
     if read.cache:
         records = records.cache("" if read.cache is True else str(read.cache))
@@ -58,6 +71,7 @@ def checked_records(
     deterministic: bool,
     skip_corrupt: bool,
     feed_from: tuple[ShardCache, int, int] | None = None,
+    missing: str = MISSING,
 ) -> Any:
     """A dataset of serialized records from `shards`, interleaved in parallel.
 
@@ -66,7 +80,8 @@ def checked_records(
     summed; after the shard's last batch the total is compared with the expected count: a
     shortfall raises an error naming the shard (or, with `skip_corrupt`, is logged). Checking per
     batch instead of per record keeps the check free (measured: 20.7k vs 21.4k records/s without
-    it, against 6.2k records/s for a per-record check). `feed_from`: see `_shard_files`.
+    it, against 6.2k records/s for a per-record check). `feed_from`: see `_shard_files`;
+    `missing`: what a missing shard's error says after its path.
     """
     tf = tensorflow()
     files, cycle, feed = _shard_files(shards, shuffle_files, seed, feed_from)
@@ -78,9 +93,7 @@ def checked_records(
         """The shard's records, read past damage (the count check below finds what was lost); a
         missing shard fails naming it (with `skip_corrupt`: no records, so the count check logs
         it as skipped)."""
-        message = tf.strings.join(
-            ["shard ", path, " is missing (deleted or moved after the dataset was made); run `shardfeed verify`"]
-        )
+        message = tf.strings.join(["shard ", path, missing])
         paths = tf.data.Dataset.from_tensors(path)
         paths = paths.filter(_present) if skip_corrupt else paths.map(lambda p: _asserted(p, _present(p), message))
         return paths.flat_map(
