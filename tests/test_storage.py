@@ -234,3 +234,14 @@ def test_a_bad_cache_limit_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
         main(["train", "data", "--out", "run", "--cache-limit", "lots"])
     assert stopped.value.code == 2
     assert "--cache-limit: expected a size such as 20GB or 512MiB, got 'lots'" in capsys.readouterr().err
+
+
+def test_a_glob_keeps_the_credentials_its_pattern_carries(bucket: str) -> None:
+    fs, root = storage.filesystem(bucket)
+    for name in ("a.tfrecord", "b.tfrecord", "c.txt"):
+        fs.pipe_file(f"{root}/g/{name}", b"x")
+    pattern = bucket.replace("s3://", f"s3://testing:{SECRET}@") + "/g/*.tfrecord"
+    found = fileio.glob(pattern)
+    assert found == [pattern.replace("*", "a"), pattern.replace("*", "b")]
+    assert fileio.glob(f"{bucket}/g/*.txt") == [f"{bucket}/g/c.txt"]
+    assert all(fileio.exists(f) for f in found)

@@ -221,10 +221,11 @@ def size_and_mtime(path: str) -> tuple[int, int]:
 
 
 def glob(pattern: str) -> list[str]:
-    """The paths matching a glob pattern, sorted; URL paths keep their scheme."""
+    """The paths matching a glob pattern, sorted; URL paths keep their scheme (and the
+    credentials an `s3://KEY:SECRET@` pattern carries, so each path opens as the pattern did)."""
     if storage.via_fsspec(pattern):
         fs = _fs(pattern)[0]
-        return sorted(fs.unstrip_protocol(f) for f in _on_store(pattern, "glob"))
+        return sorted(storage.with_userinfo_of(pattern, fs.unstrip_protocol(f)) for f in _on_store(pattern, "glob"))
     if is_remote(pattern):
         return sorted(_gfile().glob(pattern))
     import glob as globbing

@@ -107,6 +107,14 @@ def filesystem(path: str) -> tuple[Any, str]:
     return fs, fs._strip_protocol(path)
 
 
+def with_userinfo_of(original: str, url: str) -> str:
+    """`url` (a path fsspec listed under `original`) with the credentials `original` carries."""
+    credentials = _S3_USERINFO.match(original)
+    if not credentials or _S3_USERINFO.match(url):
+        return url
+    return url.replace("://", f"://{credentials['key']}:{credentials['secret']}@", 1)
+
+
 def _gcs_emulator(name: str) -> bool:
     """True for gs:// while STORAGE_EMULATOR_HOST points gcsfs at an emulator."""
     return EXTRAS.get(name) == "gcs" and bool(os.environ.get("STORAGE_EMULATOR_HOST"))
