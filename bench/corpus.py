@@ -151,3 +151,76 @@ def _encoded(image: Image.Image, fmt: str) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, fmt)
     return buffer.getvalue()
+
+
+NEAR_PHOTOS = (
+    "astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry", "hubble_deep_field", "retina",
+    "camera", "coins", "moon", "brick", "grass", "gravel", "cell", "clock",
+)  # fmt: skip
+
+
+def _near_photos() -> list[np.ndarray]:
+    """scikit-image's real photos and textures, and scikit-learn's two sample photos, as RGB."""
+    import skimage.data
+    from sklearn.datasets import load_sample_images
+
+    photos = [getattr(skimage.data, name)() for name in NEAR_PHOTOS] + list(load_sample_images().images)
+    return [np.stack([p] * 3, axis=-1) if p.ndim == 2 else p[..., :3] for p in photos]
+
+
+def _bases(photos: list[np.ndarray], overlap: float) -> list[np.ndarray]:
+    """Distinct images that look alike: crops of each photo (up to 320 px a side) on a grid whose
+    neighbours overlap by at most `overlap` of a side (the true negatives)."""
+    bases = []
+    for photo in photos:
+        h, w = photo.shape[:2]
+        side = min(320, min(h, w) // 2)
+        stride = max(1, int(side * (1 - overlap)))
+        for y in range(0, h - side + 1, stride):
+            for x in range(0, w - side + 1, stride):
+                bases.append(photo[y : y + side, x : x + side])
+    return bases
+
+
+def near_copy(image: Image.Image, kind: str, rng: np.random.Generator) -> tuple[Image.Image, str, int]:
+    """An edited copy of `image` (kind: jpeg, resize, crop, png, brightness): the image, the file
+    format to save it in, and the JPEG quality."""
+    w, h = image.size
+    if kind == "jpeg":
+        return image, "jpeg", int(rng.integers(50, 96))
+    if kind == "resize":
+        f = float(rng.uniform(0.5, 0.9))
+        return image.resize((max(1, round(w * f)), max(1, round(h * f))), Image.Resampling.LANCZOS), "jpeg", 90
+    if kind == "crop":
+        left, top, right, bottom = (float(v) for v in rng.uniform(0, 0.03, 4))
+        box = (round(w * left), round(h * top), w - round(w * right), h - round(h * bottom))
+        return image.crop(box), "jpeg", 90
+    if kind == "png":
+        return image, "png", 0
+    if kind == "brightness":
+        from PIL import ImageEnhance
+
+        return ImageEnhance.Brightness(image).enhance(float(rng.uniform(0.9, 1.1))), "jpeg", 90
+    raise ValueError(kind)
+
+
+NEAR_EDITS = ("jpeg", "resize", "crop", "png", "brightness")
+
+
+def build_near_duplicate_corpus(root: str, *, copies: int = 2, overlap: float = 0.25, seed: int = 0) -> dict[str, int]:
+    """Writes real-photo bases (JPEG q90) and `copies` edited near-copies of each (`near_copy`,
+    edits drawn at random) into root/<class>/; returns {relative file: base id}, the truth a
+    near-duplicate search should find (bases are crops of the same photos overlapping by at most
+    `overlap`: alike, but different images). Names: <base>-<copy>-<edit>.jpg|png."""
+    rng = np.random.default_rng(seed)
+    truth: dict[str, int] = {}
+    for i, pixels in enumerate(_bases(_near_photos(), overlap)):
+        base = Image.fromarray(np.ascontiguousarray(pixels))
+        kinds = ["base", *(str(k) for k in rng.choice(NEAR_EDITS, copies, replace=False))]
+        versions = [(base, "jpeg", 90)] + [near_copy(base, kind, rng) for kind in kinds[1:]]
+        for c, (image, fmt, quality) in enumerate(versions):
+            name = f"class{i % 5}/{i:04d}-{c}-{kinds[c]}.{'png' if fmt == 'png' else 'jpg'}"
+            os.makedirs(os.path.join(root, os.path.dirname(name)), exist_ok=True)
+            image.save(os.path.join(root, name), **({"quality": quality} if fmt == "jpeg" else {}))
+            truth[name] = i
+    return truth

@@ -67,18 +67,18 @@ def test_decode_check_rejects_truncation_and_warns_on_damaged_data() -> None:
     import skimage.data
 
     data = jpeg_bytes(np.ascontiguousarray(skimage.data.astronaut()[::2, ::2]))
-    assert jpeg_decode.decode_check(data, "YCbCr") is None
+    assert jpeg_decode.decode_check(data, "YCbCr")[0] is None
     with pytest.raises(jpeg_decode.DamagedJpegError, match="corrupt JPEG"):
         jpeg_decode.decode_check(data[: len(data) // 2], "YCbCr")
     start = data.index(b"\xff\xda")  # start of scan: damage the entropy-coded data after it
     damaged = data[: start + 1000] + b"\xff\xd0" + data[start + 1002 :]  # a stray restart marker
-    warning = jpeg_decode.decode_check(damaged, "YCbCr")
+    warning, _ = jpeg_decode.decode_check(damaged, "YCbCr")
     assert warning is not None and warning.startswith("damaged JPEG data, decodes with a warning: Corrupt JPEG data")
 
 
 def _verdict(data: bytes, colorspace: str) -> str:
     try:
-        return "ok" if jpeg_decode.decode_check(data, colorspace) is None else "warning"
+        return "ok" if jpeg_decode.decode_check(data, colorspace)[0] is None else "warning"
     except jpeg_decode.DamagedJpegError:
         return "rejected"
 

@@ -18,6 +18,16 @@ from shardfeed.write.sources import resolve_source
 log = logging.getLogger("shardfeed")
 
 
+def near_radius(text: str) -> int | str:
+    """`--near-radius`: a bit count or 'off'."""
+    if text.strip().lower() == "off":
+        return "off"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of bits (0..7) or 'off', got {text!r}") from None
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "convert",
@@ -91,6 +101,13 @@ def _split_flags(g: Any) -> None:
         "--label-offset", type=int, help="add to class ids (1: 0 is background, as Inception readers expect)"
     )
     g.add_argument("--dedupe", action="store_true", help="drop exact duplicate images (keep the first)")
+    g.add_argument(
+        "--near-radius",
+        type=near_radius,
+        metavar="BITS",
+        help="report images whose perceptual hashes differ in at most this many of 64 bits as near-duplicates "
+        "(report.json, with leaks across splits); 0..7, default 6; 'off' to not look",
+    )
     g.add_argument(
         "--split-rule",
         choices=["stratified", "hash"],
@@ -198,7 +215,8 @@ def run(args: argparse.Namespace) -> int:
         label_pattern=args.label_pattern,
         **_source_options(args),
     )
-    options = from_args(ConvertOptions, args, image=from_args(ImageOptions, args, **image_fields(args)))
+    near = {"near_radius": None} if args.near_radius == "off" else {}
+    options = from_args(ConvertOptions, args, image=from_args(ImageOptions, args, **image_fields(args)), **near)
     result = convert(
         source,
         args.output,

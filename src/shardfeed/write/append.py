@@ -42,7 +42,8 @@ from shardfeed.write.options import ConvertOptions
 from shardfeed.write.planning import plan_shards
 
 GENERATION = "-g{generation:04d}"
-Known = dict[str, tuple[str, str, tuple[int, int] | None]]  # key -> (source sha256, split, listed)
+# key -> (source sha256, split, listed size and mtime_ns, perceptual hash)
+Known = dict[str, tuple[str, str, tuple[int, int] | None, str | None]]
 # of every converted input; listed: its (size, mtime_ns) when converted (None: not recorded)
 
 
@@ -63,8 +64,9 @@ def appendable(discovery: Discovery, options: ConvertOptions) -> bool:
 
 
 def write_inputs(output_dir: str, work_dir: str, results: list[shards.ShardResult], generation: int) -> Known:
-    """index/inputs-gNNNN.json.gz: [key, source SHA-256, split, size, mtime_ns] of every record
-    written (size and mtime as listed; 0 where unknown, as for array items). Returns them as
+    """index/inputs-gNNNN.json.gz: [key, source SHA-256, split, size, mtime_ns, perceptual hash]
+    of every record written (size and mtime as listed, 0 where unknown, as for array items; the
+    hash None where none was made). Returns them as
     `read_inputs` reads them back."""
     rows = [
         [key, digest, r.split, *listed]
@@ -84,8 +86,12 @@ def read_inputs(output_dir: str, generation: int) -> Known:
 
 
 def _known(rows: list[list[Any]]) -> Known:
-    """Inputs-list rows as key -> (sha256, split, listed)."""
-    return {row[0]: (row[1], row[2], (row[3], row[4]) if len(row) == 5 else None) for row in rows}
+    """Inputs-list rows as key -> (sha256, split, listed, perceptual hash); rows of 3 predate the
+    listing, rows of 5 the hash."""
+    return {
+        row[0]: (row[1], row[2], (row[3], row[4]) if len(row) >= 5 else None, row[5] if len(row) >= 6 else None)
+        for row in rows
+    }
 
 
 def unchanged_by_listing(item: Item, listed: tuple[int, int] | None) -> bool:
@@ -104,6 +110,7 @@ class AppendOutcome:
     reread: int = 0  # known inputs read and hashed to check their bytes
     changed: list[dict[str, str]] = field(default_factory=list)
     duplicates_of_existing: int = 0
+    near_copies_of_existing: int = 0  # near-duplicate groups joining new images to converted ones
     shards_written: int = 0
     shards_resumed: int = 0
 
@@ -126,6 +133,8 @@ class AppendOutcome:
                     f"  {self.duplicates_of_existing} new images repeat the bytes of converted ones (report.json "
                     "'duplicates', with leak flags)"
                 )
+            if self.near_copies_of_existing:
+                lines.append(f"  {self.near_copies_of_existing} near-duplicate groups join new and converted images")
             if tfds_metadata.reason_not_written(m.data) is None:
                 entries = [e["name"] for e in tfds_metadata.dataset_info(m.data, "")["splits"]]
                 whole = ", ".join(
@@ -255,14 +264,18 @@ class Append:
         """Inputs list, report, TFDS metadata, then the manifest (last); the work folder goes."""
         new_rows = write_inputs(self.out, self.work_dir, results, self.generation)
         duplicates = merge.duplicate_groups_in(
-            lambda: ((k, d, s) for rows in (known, new_rows) for k, (d, s, _) in rows.items())
+            lambda: ((k, d, s) for rows in (known, new_rows) for k, (d, s, *_) in rows.items())
+        )
+        near = merge.near_groups_in(
+            lambda: ((k, h, s) for rows in (known, new_rows) for k, (_, s, _, h) in rows.items()),
+            self.options.near_radius,
         )
         new_keys = set(new_rows)
-        outcome.duplicates_of_existing = sum(
-            1 for g in duplicates if set(g["files"]) & new_keys and set(g["files"]) - new_keys
-        )
-        report = self._write_report(results, duplicates, outcome)
+        outcome.duplicates_of_existing = merge.joining(duplicates, new_keys)
+        outcome.near_copies_of_existing = merge.joining(near or [], new_keys)
+        report = self._write_report(results, duplicates, outcome, near)
         data = self._merged_manifest(results, duplicates, outcome, skipped=len(report["skipped"]))
+        data.update(merge.near_counts(near, self.options.near_radius))
         tfds_metadata.write(self.out, data)
         manifest.write(self.out, data)
         fileio.rmtree(self.work_dir)
@@ -315,12 +328,16 @@ class Append:
         }
 
     def _write_report(
-        self, results: list[shards.ShardResult], duplicates: list[dict[str, Any]], outcome: AppendOutcome
+        self,
+        results: list[shards.ShardResult],
+        duplicates: list[dict[str, Any]],
+        outcome: AppendOutcome,
+        near: list[dict[str, Any]] | None,
     ) -> dict[str, Any]:
         """report.json: the old entries, this generation's skips and conversions, the changed
-        files, and duplicate groups over every generation (returned as written)."""
+        files, and duplicate and near-duplicate groups over every generation (returned as written)."""
         old = _read_report(self.out)
-        new = merge.report_of(duplicates, self.discovery, results, [])
+        new = merge.report_of(duplicates, self.discovery, results, [], near)
         report = {
             **new,
             "skipped": _union(old.get("skipped", []), new["skipped"]),

@@ -114,6 +114,7 @@ class ConversionResult:
         extra = (
             f"{self.num_skipped} skipped, {self.num_converted} converted, {self.num_duplicates} duplicate groups"
             + (f" ({dropped} duplicates dropped)" if dropped else "")
+            + merge.near_summary(data)
         )
         lines.append(f"  {extra} (details: {fileio.join(self.output_dir, manifest.REPORT_NAME)})")
         upscaled = data["conversions"].get(UPSCALED, 0)
@@ -319,8 +320,9 @@ class _Conversion:
     ) -> None:
         """Merges the partial manifests: report, labels, then the manifest (last), and cleans up."""
         duplicates = merge.duplicate_groups(self.work_dir, results)
-        data = merge.merge_manifest(state, duplicates, discovery, self.options, results, dropped)
-        merge.write_report(self.output_dir, duplicates, discovery, results, dropped)
+        near = merge.near_groups(self.work_dir, results, self.options.near_radius)
+        data = merge.merge_manifest(state, duplicates, discovery, self.options, results, dropped, near)
+        merge.write_report(self.output_dir, duplicates, discovery, results, dropped, near)
         manifest.write_labels(self.output_dir, discovery.class_names, self.options.label_offset)
         if appendable(discovery, self.options):
             write_inputs(self.output_dir, self.work_dir, results, generation=0)

@@ -56,6 +56,7 @@ class EncodedRecord:
     max_side: int = 0  # the stored image's longer side, in pixels
     short_side: int = 0  # and its shorter side
     listed: tuple[int, int] = (0, 0)  # the source file's size and mtime_ns when listed (Item)
+    phash: str | None = None  # the source image's perceptual hash (write/perceptual_hash.py)
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,7 @@ def encode_item(item: Item, spec: EncodingSpec) -> EncodedRecord | SkippedItem:
         max(prepared.height, prepared.width),
         min(prepared.height, prepared.width),
         (item.size, item.mtime_ns),
+        prepared.phash,
     )
 
 

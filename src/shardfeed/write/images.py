@@ -17,7 +17,7 @@ from PIL import Image, ImageOps
 
 from shardfeed.errors import OptionError
 from shardfeed.format.image_format import sniff_format
-from shardfeed.write import image_limits, jpeg_decode, jpeg_header, png_check
+from shardfeed.write import image_limits, jpeg_decode, jpeg_header, perceptual_hash, png_check
 
 _JPEG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
 IMAGE_FORMATS = ("keep", "jpeg", "png")
@@ -89,6 +89,7 @@ class PreparedImage:
     channels: int
     conversion: str | None = None  # why the source bytes were re-encoded, if they were
     warning: str | None = None  # kept, but the decoder complained
+    phash: str | None = None  # the source image's perceptual hash (None: not decoded, or flat)
 
 
 def prepare_file_image(data: bytes, name: str, options: ImageOptions) -> PreparedImage:
@@ -140,18 +141,23 @@ def _keep_jpeg(data: bytes, check: str) -> PreparedImage | None:
     if colorspace not in ("Gray", "YCbCr", "RGB") or jpeg_header.exif_orientation(data) != 1:
         return None
     channels = 1 if colorspace == "Gray" else 3
-    warning = None
+    warning, phash = None, None
     if check == "decode":
-        warning = _decode_check(data, colorspace)
+        warning, pixels = _decode_check(data, colorspace, perceptual_hash.MIN_SIDE)
+        phash = perceptual_hash.of_gray(pixels[:, :, 0]) if pixels.shape[2] == 1 else _hash_rgb(pixels)
     elif data.rfind(b"\xff\xd9", -65536) < 0:
         raise BadImageError("truncated JPEG: no end-of-image marker")
-    return PreparedImage(data, "JPEG", height, width, channels, warning=warning)
+    return PreparedImage(data, "JPEG", height, width, channels, warning=warning, phash=phash)
 
 
-def _decode_check(data: bytes, colorspace: str) -> str | None:
+def _hash_rgb(pixels: np.ndarray) -> str | None:
+    return perceptual_hash.of_image(Image.fromarray(pixels, "RGB"))
+
+
+def _decode_check(data: bytes, colorspace: str, min_side: int = 1) -> tuple[str | None, np.ndarray]:
     """`jpeg_decode.decode_check`, its failure as a BadImageError."""
     try:
-        return jpeg_decode.decode_check(data, colorspace)
+        return jpeg_decode.decode_check(data, colorspace, min_side)
     except jpeg_decode.DamagedJpegError as e:
         raise BadImageError(str(e)) from e
 
@@ -193,17 +199,19 @@ def _keep_png(data: bytes, check: str) -> PreparedImage | None:
     bit_depth, color_type = data[24], data[25]
     if bit_depth != 8 or color_type not in (0, 2):
         return None
+    phash = None
     try:
         with Image.open(io.BytesIO(data)) as im:
             if check == "decode":
                 im.load()
+                phash = perceptual_hash.of_image(im)
             else:
                 im.verify()
     except Exception as e:
         raise BadImageError(f"corrupt PNG: {e}") from e
     if check == "decode" and (missing := png_check.problem(data)):  # Pillow pads missing rows
         raise BadImageError(missing)
-    return PreparedImage(data, "PNG", height, width, 1 if color_type == 0 else 3)
+    return PreparedImage(data, "PNG", height, width, 1 if color_type == 0 else 3, phash=phash)
 
 
 def _transcode(data: bytes, fmt: str, claims_jpeg: bool, options: ImageOptions) -> PreparedImage:
@@ -212,6 +220,7 @@ def _transcode(data: bytes, fmt: str, claims_jpeg: bool, options: ImageOptions) 
     im = _decode(data, fmt, orientation, options)
     reasons = _conversion_reasons(im, fmt, claims_jpeg, orientation)
     im = _normalise_mode(_upright(im, orientation))
+    phash = perceptual_hash.of_image(im)
     if _upscales(im.size, options):
         reasons.append(UPSCALED)
     im = _apply_transforms(im, options)
@@ -221,7 +230,7 @@ def _transcode(data: bytes, fmt: str, claims_jpeg: bool, options: ImageOptions) 
         out_format = "jpeg" if fmt in ("jpeg", "webp") or claims_jpeg else "png"
     encoded = encode(im, out_format, options.quality)
     reason = ", ".join(reasons) if reasons else None
-    return PreparedImage(encoded, out_format.upper(), im.height, im.width, _channels(im), reason)
+    return PreparedImage(encoded, out_format.upper(), im.height, im.width, _channels(im), reason, phash=phash)
 
 
 def _decode(data: bytes, fmt: str, orientation: int | None, options: ImageOptions) -> Image.Image:
@@ -373,10 +382,11 @@ def prepare_array_image(array: np.ndarray, options: ImageOptions) -> PreparedIma
     if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[2] != 3):
         raise BadImageError(f"array image shape must be (H, W), (H, W, 1) or (H, W, 3), got {array.shape}")
     im = Image.fromarray(np.ascontiguousarray(array), "L" if array.ndim == 2 else "RGB")
+    phash = perceptual_hash.of_image(im)
     if options.transforms:
         im = _apply_transforms(im, options)
     channels = _channels(im)
     if options.image_format == "keep" and options.array_encoding == "raw":
-        return PreparedImage(np.asarray(im).tobytes(), "RAW", im.height, im.width, channels)
+        return PreparedImage(np.asarray(im).tobytes(), "RAW", im.height, im.width, channels, phash=phash)
     fmt = "png" if options.image_format == "keep" else options.image_format
-    return PreparedImage(encode(im, fmt, options.quality), fmt.upper(), im.height, im.width, channels)
+    return PreparedImage(encode(im, fmt, options.quality), fmt.upper(), im.height, im.width, channels, phash=phash)

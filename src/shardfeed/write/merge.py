@@ -10,7 +10,7 @@ import numpy as np
 
 from shardfeed.format import fileio, manifest, schema, storage
 from shardfeed.version import __version__
-from shardfeed.write import shards
+from shardfeed.write import near_duplicates, perceptual_hash, shards
 from shardfeed.write.items import Discovery
 from shardfeed.write.options import ConvertOptions
 
@@ -22,8 +22,10 @@ def merge_manifest(
     options: ConvertOptions,
     results: list[shards.ShardResult],
     dropped: list[tuple[str, str]],
+    near: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The manifest from the partial manifests of all shards."""
+    """The manifest from the partial manifests of all shards (`near`: the near-duplicate
+    groups, None when they were not looked for)."""
     split_data: dict[str, dict[str, Any]] = {}
     for result in results:
         entry = split_data.setdefault(
@@ -66,8 +68,51 @@ def merge_manifest(
         "num_skipped": len(discovery.skipped) + sum(len(r.skipped) for r in results),
         "num_duplicates": len(duplicates),
         "num_dropped_duplicates": len(dropped),
+        **near_counts(near, options.near_radius),
         "report": manifest.REPORT_NAME,
     }
+
+
+def near_counts(near: list[dict[str, Any]] | None, radius: int | None) -> dict[str, Any]:
+    """The manifest's near-duplicate fields: the hash and radius, groups, leaking groups."""
+    if near is None or radius is None:
+        return {}
+    return {
+        "near_duplicates": {
+            "hash": perceptual_hash.NAME,
+            "radius": radius,
+            "groups": len(near),
+            "images": sum(len(g["files"]) for g in near),
+            "leaks": sum(1 for g in near if g["leak"]),
+        }
+    }
+
+
+def near_summary(data: dict[str, Any]) -> str:
+    """', N near-duplicate groups (K across splits)' from a manifest, or '' (not looked for)."""
+    near = data.get("near_duplicates")
+    if not near:
+        return ""
+    leaks = f", {near['leaks']} across splits" if near["leaks"] else ""
+    return f", {near['groups']} near-duplicate groups of {near['images']} images{leaks}"
+
+
+def near_groups(work_dir: str, results: list[shards.ShardResult], radius: int | None) -> list[dict[str, Any]] | None:
+    """Near-duplicate groups among the records of the partial manifests (None: radius None)."""
+
+    def records() -> Iterator[tuple[str, str | None, str]]:
+        for result in results:
+            for key, _, *rest in read_part(work_dir, result).records:
+                yield key, (rest[2] if len(rest) > 2 else None), result.split
+
+    return near_groups_in(records, radius)
+
+
+def near_groups_in(
+    records: Callable[[], Iterable[tuple[str, str | None, str]]], radius: int | None
+) -> list[dict[str, Any]] | None:
+    """`near_duplicates.groups_in` the (key, hash, split) records, or None when radius is None."""
+    return None if radius is None else near_duplicates.groups_in(records, radius)
 
 
 def duplicate_groups(work_dir: str, results: list[shards.ShardResult]) -> list[dict[str, Any]]:
@@ -92,6 +137,11 @@ def duplicate_groups_in(records: Callable[[], Iterable[tuple[str, str, str]]]) -
     if not repeated:
         return []
     return groups_of(r for r in records() if int(r[1][:16], 16) in repeated)
+
+
+def joining(groups: list[dict[str, Any]], new_keys: set[str]) -> int:
+    """How many of the (duplicate or near-duplicate) groups hold both new and older files."""
+    return sum(1 for g in groups if set(g["files"]) & new_keys and set(g["files"]) - new_keys)
 
 
 def groups_of(records: Iterable[tuple[str, str, str]]) -> list[dict[str, Any]]:
@@ -127,9 +177,10 @@ def write_report(
     discovery: Discovery,
     results: list[shards.ShardResult],
     dropped: list[tuple[str, str]],
+    near: list[dict[str, Any]] | None = None,
 ) -> None:
     """report.json: every input that is not in a shard as it was, with the reason."""
-    report = report_of(duplicates, discovery, results, dropped)
+    report = report_of(duplicates, discovery, results, dropped, near)
     fileio.write_text_atomic(fileio.join(output_dir, manifest.REPORT_NAME), manifest.dumps(report))
 
 
@@ -138,6 +189,7 @@ def report_of(
     discovery: Discovery,
     results: list[shards.ShardResult],
     dropped: list[tuple[str, str]],
+    near: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """What report.json says of one conversion (`write_report`)."""
     skipped = sorted(discovery.skipped + [s for r in results for s in r.skipped])
@@ -148,6 +200,7 @@ def report_of(
         "warnings": [{"file": k, "warning": w} for k, w in sorted(x for r in results for x in r.warnings)],
         "duplicates": duplicates,
         "dropped_duplicates": [{"file": k, "duplicate_of": kept} for k, kept in sorted(dropped)],
+        **({} if near is None else {"near_duplicates": near}),
     }
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from shardfeed.errors import OptionError
 from shardfeed.format.schema import PRESETS, Schema
-from shardfeed.write import sharding, splits
+from shardfeed.write import near_duplicates, sharding, splits
 from shardfeed.write.images import ImageOptions
 
 COMPRESSIONS = (None, "gzip")
@@ -55,6 +55,10 @@ class ConvertOptions:
             were converted are read (as make and rsync decide; rsync's --checksum reads all).
         custom_split_names: allow split names that look like misspellings of known ones
             ('valdation', refused by default: a trainer looking for 'validation' finds none).
+        near_radius: images whose perceptual hashes differ in at most this many of 64 bits are
+            reported as near-duplicates (report.json `near_duplicates`, with leak flags across
+            splits); 0..7, default 6 (measured: docs/benchmarks.md); None: not looked for.
+            Only reported: it changes no byte of the shards.
     """
 
     split: str | Mapping[str, float] | None = None
@@ -73,6 +77,7 @@ class ConvertOptions:
     append: bool = False
     checksum: bool = False
     custom_split_names: bool = False
+    near_radius: int | None = near_duplicates.DEFAULT_RADIUS
 
     def __post_init__(self) -> None:
         if self.split_rule not in splits.SPLIT_RULES:
@@ -81,6 +86,12 @@ class ConvertOptions:
             raise OptionError(
                 "dedupe=True with append=True is not supported: an appended image that copies an existing one is "
                 "reported as a duplicate (report.json) instead; convert without --dedupe"
+            )
+        if self.near_radius is not None and (
+            not isinstance(self.near_radius, int) or not 0 <= self.near_radius <= near_duplicates.MAX_RADIUS
+        ):
+            raise OptionError(
+                f"near_radius must be 0..{near_duplicates.MAX_RADIUS} bits (or None), got {self.near_radius!r}"
             )
         if self.checksum and not self.append:
             raise OptionError("checksum=True (--checksum) only applies with append=True (--append)")

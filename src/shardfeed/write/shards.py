@@ -37,7 +37,8 @@ class ShardResult:
     formats: dict[str, int] = field(default_factory=dict)  # stored image format -> records
     max_side: int | None = None  # longest stored image side (None: written before it was counted)
     short_sides: dict[str, int] | None = None  # manifest.side_bucket of shorter sides -> records (ditto)
-    # (key, source sha256, size and mtime_ns as listed); parts written before 0.10 hold the first two
+    # (key, source sha256, size and mtime_ns as listed, perceptual hash or None); parts written
+    # before 0.10 hold the first two, before 0.12 the first four
     records: list[tuple[Any, ...]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     converted: list[tuple[str, str]] = field(default_factory=list)
@@ -113,7 +114,7 @@ def write_shard(
                 continue
             stream.write(tfrecord.frame(item.data))
             sizes.append(len(item.data))
-            result.records.append((item.key, item.source_sha256, *item.listed))
+            result.records.append((item.key, item.source_sha256, *item.listed, item.phash))
             if class_names is not None and item.label >= 0:
                 name = class_names[item.label]
                 result.class_counts[name] = result.class_counts.get(name, 0) + 1

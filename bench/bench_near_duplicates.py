@@ -1,0 +1,194 @@
+"""Near-duplicates: recall and precision of the groups per radius on real photos, imagededup's
+PHash beside ours when it is installed, the conversion's cost with hashing on vs off, and the
+grouping index at ImageNet size.
+
+    .venv/bin/python bench/bench_near_duplicates.py [--copies 2] [--rounds 5] [--scale 1300000] [--json F]
+
+Accuracy: bench/corpus.py `build_near_duplicate_corpus`: crops of 17 real photos and textures
+(up to 320 px, neighbours overlapping by at most 25%: alike but different images), each saved as
+a JPEG and with `--copies` near-copies (JPEG quality 50-95, resized to 50-90%, cropped 0-3% per
+side, re-saved as PNG, brightness +-10%). Each image is hashed as the conversion hashes it
+(`images.prepare_file_image`); the groups at each radius are the connected components of the
+pairs within it; a pair of images counts as found when both are in one group. Recall: true pairs
+(same base) found; precision: found pairs that are true.
+
+Cost: `shardfeed convert` of 2,000 real-photo JPEGs (bench/corpus.py) with `--near-radius off`
+and with the default, each in a fresh process, rounds interleaved; wall and CPU seconds. (Hashing
+itself runs in every conversion that decodes; `off` skips the grouping only, so the cost of the
+hash is measured against the code before it: see the `--baseline-src` option.)
+
+Scale: `near_duplicates.close_pairs` over N random 64-bit hashes with 1,000 planted pairs at
+1..radius bits, at radius 3 and the default: seconds, peak memory (tracemalloc) and pairs found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.corpus import build_corpus, build_near_duplicate_corpus
+from bench.report import emit
+from shardfeed.write import near_duplicates
+from shardfeed.write.images import ImageOptions, prepare_file_image
+
+
+def _scores(names: list[str], truth: dict[str, int], distances: np.ndarray, radius: int) -> dict[str, float]:
+    """Pairwise recall and precision of the groups (components of the pairs within `radius`)."""
+    i, j = np.nonzero(np.triu(distances <= radius, 1))
+    groups = near_duplicates.components(len(names), i, j)
+    found = {(a, b) for g in groups for a, b in itertools.combinations(g, 2)}
+    true = {(a, b) for a, b in itertools.combinations(range(len(names)), 2) if truth[names[a]] == truth[names[b]]}
+    hits = len(found & true)
+    return {
+        "radius": radius,
+        "recall": hits / len(true),
+        "precision": hits / len(found) if found else 1.0,
+        "pairs_found": len(found),
+        "true_pairs": len(true),
+    }
+
+
+def _accuracy(root: Path, copies: int) -> dict[str, Any]:
+    shutil.rmtree(root, ignore_errors=True)
+    truth = build_near_duplicate_corpus(str(root), copies=copies)
+    names = sorted(truth)
+    ours, flat = [], []
+    for name in names:
+        phash = prepare_file_image((root / name).read_bytes(), name, ImageOptions()).phash
+        ours.append(int(phash, 16) if phash else 0)
+        flat.append(phash is None)
+    hashes = np.array(ours, dtype=np.uint64)
+    distances = np.bitwise_count(hashes[:, None] ^ hashes[None, :]).astype(np.int64)
+    distances[np.array(flat)] = 99
+    distances[:, np.array(flat)] = 99
+    out: dict[str, Any] = {
+        "images": len(names),
+        "bases": len(set(truth.values())),
+        "no_hash": int(sum(flat)),
+        "shardfeed": [_scores(names, truth, distances, r) for r in range(near_duplicates.MAX_RADIUS + 1)],
+        "edit_distances": _edit_distances(names, truth, distances),
+    }
+    try:
+        from imagededup.methods import PHash
+    except ImportError:
+        out["imagededup"] = "not installed"
+        return out
+    encoder = PHash(verbose=False)
+    theirs = [int(encoder.encode_image(image_file=str(root / name)), 16) for name in names]
+    hashes = np.array(theirs, dtype=np.uint64)
+    distances = np.bitwise_count(hashes[:, None] ^ hashes[None, :]).astype(np.int64)
+    out["imagededup"] = [_scores(names, truth, distances, r) for r in (*range(8), 10, 12)]
+    return out
+
+
+def _edit_distances(names: list[str], truth: dict[str, int], distances: np.ndarray) -> dict[str, Any]:
+    """Bits between each copy and its base per edit (mean, max, copies over the default radius),
+    and between different bases (min, pairs under 10 bits)."""
+    index = {n: k for k, n in enumerate(names)}
+    base_of = {truth[n]: index[n] for n in names if "-0-base." in n}
+    by_edit: dict[str, list[int]] = {}
+    for n in names:
+        if "-0-base." not in n:
+            edit = n.rsplit("-", 1)[1].split(".")[0]
+            by_edit.setdefault(edit, []).append(int(distances[index[n], base_of[truth[n]]]))
+    across = [int(distances[a, b]) for a, b in itertools.combinations(base_of.values(), 2)]
+    radius = near_duplicates.DEFAULT_RADIUS
+    return {
+        "copy_to_base": {
+            edit: {
+                "copies": len(d),
+                "mean": float(np.mean(d)),
+                "max": max(d),
+                "over_radius": sum(x > radius for x in d),
+            }
+            for edit, d in sorted(by_edit.items())
+        },
+        "different_bases_min": min(across),
+        "different_bases_under_10": sum(1 for a in across if a < 10),
+    }
+
+
+def _convert_cost(work: Path, rounds: int, images: int) -> dict[str, Any]:
+    source = build_corpus(str(work / "corpus"), images)
+    runs: dict[str, list[tuple[float, float]]] = {"off": [], "default": []}
+    for r in range(rounds):
+        for name in ("off", "default") if r % 2 == 0 else ("default", "off"):
+            out = work / f"out-{name}"
+            shutil.rmtree(out, ignore_errors=True)
+            flags = ["--near-radius", "off"] if name == "off" else []
+            cmd = [sys.executable, "-m", "shardfeed", "convert", source, str(out), "--shards", "16", "-q", *flags]
+            before = os.times()
+            start = time.perf_counter()
+            subprocess.run(cmd, check=True, capture_output=True)
+            wall, after = time.perf_counter() - start, os.times()
+            runs[name].append(
+                (wall, after.children_user + after.children_system - before.children_user - before.children_system)
+            )
+            print(f"round {r}: {name} {wall:.2f}s", file=sys.stderr, flush=True)
+    summary = {
+        name: {
+            "wall_best": min(w for w, _ in rs),
+            "wall_median": statistics.median(w for w, _ in rs),
+            "cpu_median": statistics.median(c for _, c in rs),
+        }
+        for name, rs in runs.items()
+    }
+    summary["default_vs_off_wall_median"] = summary["default"]["wall_median"] / summary["off"]["wall_median"]
+    return summary
+
+
+def _scale(n: int, radius: int, seed: int = 0) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    hashes = rng.integers(0, 2**63, n, dtype=np.uint64) * np.uint64(2) + rng.integers(0, 2, n).astype(np.uint64)
+    planted = rng.choice(n, 2000, replace=False)
+    for a, b in zip(planted[:1000], planted[1000:], strict=True):
+        value = int(hashes[a])
+        for bit in rng.choice(64, int(rng.integers(1, radius + 1)), replace=False):
+            value ^= 1 << int(bit)
+        hashes[b] = np.uint64(value)
+    tracemalloc.start()
+    start = time.perf_counter()
+    i, _, _ = near_duplicates.close_pairs(hashes, radius)
+    seconds = time.perf_counter() - start
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return {"hashes": n, "radius": radius, "seconds": seconds, "peak_bytes": peak, "pairs": len(i)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--copies", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--images", type=int, default=2000)
+    parser.add_argument("--scale", type=int, default=1_300_000)
+    parser.add_argument("--work", default="/tmp/bench_near")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["accuracy", "cost", "scale"])
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {"bench": "near_duplicates"}
+    if "accuracy" not in args.skip:
+        result["accuracy"] = _accuracy(work / "near", args.copies)
+    if "cost" not in args.skip:
+        result["convert_cost"] = _convert_cost(work, args.rounds, args.images)
+    if "scale" not in args.skip:
+        result["scale"] = [_scale(args.scale, r) for r in (3, near_duplicates.DEFAULT_RADIUS)]
+    emit(result, args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Near-duplicate groups: images whose perceptual hashes (write/perceptual_hash.py) differ in at
+most `radius` bits, found without comparing all pairs.
+
+The index is exact Hamming search by the pigeonhole principle: split the 64 bits into 4 blocks of
+16. Two hashes within 3 bits agree exactly on some block; within 7 bits, some block differs in at
+most 1 bit. So per block the hashes are sorted by that block's value, and each is compared with
+the run of hashes whose block equals its own (radius <= 3) or its own with one of 16 bits flipped
+(radius 4..7); every candidate is checked on all 64 bits. Memory is some 50 bytes a hash, and the
+candidate pairs are checked in bounded chunks; time grows with the sum of squared run sizes, about
+N^2 / 65536 per block and probe for evenly spread hashes (docs/benchmarks.md: 1.3 M hashes).
+
+Groups are the connected components of the pairs found (a union-find), so a chain of small edits
+can join images further apart than `radius`: each group lists its pairs with their distances. A
+group whose members fall in more than one split is a leak: validation holds a near-copy of a
+training image.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from shardfeed.errors import OptionError
+
+BLOCK_BITS = 16
+BLOCKS = 64 // BLOCK_BITS
+MAX_RADIUS = 2 * BLOCKS - 1  # 7: within it some block differs in at most one bit
+DEFAULT_RADIUS = 6  # measured: docs/benchmarks.md, "near-duplicates"
+CHUNK_PAIRS = 1 << 22  # candidate pairs checked at once (some 100 MB of temporaries)
+PAIRS_SHOWN = 50  # pairs listed per group in report.json
+
+
+def close_pairs(hashes: np.ndarray, radius: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(i, j, distance), i < j, of every pair of `hashes` (uint64) at most `radius` bits apart,
+    sorted by (i, j)."""
+    if not 0 <= radius <= MAX_RADIUS:
+        raise OptionError(f"radius must be in 0..{MAX_RADIUS} bits, got {radius}")
+    hashes = np.ascontiguousarray(hashes, dtype=np.uint64)
+    flips = [0] if radius < BLOCKS else [0, *(1 << b for b in range(BLOCK_BITS))]
+    found: list[np.ndarray] = []
+    for block in range(BLOCKS):
+        keys = ((hashes >> np.uint64(BLOCK_BITS * block)) & np.uint64(0xFFFF)).astype(np.int64)
+        order = np.argsort(keys, kind="stable")
+        ordered = keys[order]
+        for flip in flips:
+            found.extend(_probe(hashes, order, ordered, flip, radius))
+    if not found:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    pairs = np.unique(np.concatenate(found))
+    i, j = pairs // len(hashes), pairs % len(hashes)
+    return i, j, np.bitwise_count(hashes[i] ^ hashes[j]).astype(np.int64)
+
+
+def _probe(hashes: np.ndarray, order: np.ndarray, ordered: np.ndarray, flip: int, radius: int) -> list[np.ndarray]:
+    """Pairs (as i * n + j, i < j) within `radius` among each hash and those whose block value
+    is its own XOR `flip`, in chunks of at most CHUNK_PAIRS candidates."""
+    n = len(ordered)
+    lo = np.searchsorted(ordered, ordered ^ flip, "left")
+    hi = np.searchsorted(ordered, ordered ^ flip, "right")
+    # the partner later in sorted order (for flip 0: the rest of its own run): each pair once
+    lo = np.arange(1, n + 1) if flip == 0 else np.maximum(lo, np.arange(1, n + 1))
+    counts = np.maximum(hi - lo, 0)
+    ends = np.cumsum(counts)
+    out, start = [], 0
+    while start < n:
+        stop = int(np.searchsorted(ends, (ends[start - 1] if start else 0) + CHUNK_PAIRS, "right"))
+        stop = max(stop, start + 1)
+        c = counts[start:stop]
+        total = int(c.sum())
+        if total:
+            a = np.repeat(np.arange(start, stop), c)
+            first = np.repeat(np.cumsum(c) - c, c)
+            b = np.repeat(lo[start:stop], c) + np.arange(total) - first
+            ia, ib = order[a], order[b]
+            close = np.bitwise_count(hashes[ia] ^ hashes[ib]) <= radius
+            ia, ib = ia[close], ib[close]
+            out.append(np.minimum(ia, ib) * n + np.maximum(ia, ib))
+        start = stop
+    return out
+
+
+def components(n: int, i: np.ndarray, j: np.ndarray) -> list[list[int]]:
+    """The groups (sorted lists of indices, ordered by their first) joined by the pairs (i, j)."""
+    parent: dict[int, int] = {}
+
+    def root(x: int) -> int:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in zip(i.tolist(), j.tolist(), strict=True):
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    groups: dict[int, list[int]] = {}
+    for x in parent:
+        groups.setdefault(root(x), []).append(x)
+    return sorted(sorted(g) for g in groups.values())
+
+
+def groups_in(records: Callable[[], Iterable[tuple[str, str | None, str]]], radius: int) -> list[dict[str, Any]]:
+    """Near-duplicate groups among the (key, perceptual hash or None, split) records `records()`
+    yields, for report.json: each with its files, splits, `leak` when they span splits, its pairs'
+    distances (the first PAIRS_SHOWN) and the largest. Two passes over `records()`: the hashes
+    into one uint64 array first, then only the grouped records' keys and splits (memory bounded
+    by some 50 bytes a record, not by its key)."""
+    values, positions = [], []
+    for position, (_, h, _) in enumerate(records()):
+        if h:
+            values.append(int(h, 16))
+            positions.append(position)
+    hashes = np.array(values, dtype=np.uint64)
+    i, j, d = close_pairs(hashes, radius)
+    if not len(i):
+        return []
+    where = np.array(positions, dtype=np.int64)
+    grouped = components(len(hashes), i, j)
+    wanted = {int(where[x]) for g in grouped for x in g}
+    named = {p: (key, split) for p, (key, _, split) in enumerate(records()) if p in wanted}
+    by_root = {x: g[0] for g in grouped for x in g}
+    edges: dict[int, list[tuple[int, int, int]]] = {}
+    for a, b, dist in zip(i.tolist(), j.tolist(), d.tolist(), strict=True):
+        edges.setdefault(by_root[a], []).append((a, b, dist))
+    out = []
+    for g in grouped:
+        members = sorted(named[int(where[x])] for x in g)
+        group_splits = sorted({s for _, s in members})
+        names = [(sorted((named[int(where[a])][0], named[int(where[b])][0])), d) for a, b, d in edges[g[0]]]
+        pairs = sorted((first, second, d) for (first, second), d in names)
+        out.append(
+            {
+                "files": [k for k, _ in members],
+                "splits": group_splits,
+                "leak": len(group_splits) > 1,
+                "max_distance": max(p[2] for p in pairs),
+                "pairs": [list(p) for p in pairs[:PAIRS_SHOWN]],
+            }
+        )
+    return sorted(out, key=lambda g: g["files"])
