@@ -12,10 +12,10 @@ side, re-saved as PNG, brightness +-10%). Each image is hashed as the conversion
 pairs within it; a pair of images counts as found when both are in one group. Recall: true pairs
 (same base) found; precision: found pairs that are true.
 
-Cost: `shardfeed convert` of 2,000 real-photo JPEGs (bench/corpus.py) with `--near-radius off`
-and with the default, each in a fresh process, rounds interleaved; wall and CPU seconds. (Hashing
-itself runs in every conversion that decodes; `off` skips the grouping only, so the cost of the
-hash is measured against the code before it: see the `--baseline-src` option.)
+Cost: `shardfeed convert` of 2,000 real-photo JPEGs (bench/corpus.py) by the code before hashing
+(`--baseline-src`, e.g. `git archive 41ae642 src | tar -x -C /tmp/before`, then
+`--baseline-src /tmp/before/src`), with `--near-radius off` (hashes made, not grouped) and with
+the default, each in a fresh process, rounds interleaved; wall and CPU seconds (of the children).
 
 Scale: `near_duplicates.close_pairs` over N random 64-bit hashes with 1,000 planted pairs at
 1..radius bits, at radius 3 and the default: seconds, peak memory (tracemalloc) and pairs found.
@@ -67,7 +67,7 @@ def _accuracy(root: Path, copies: int) -> dict[str, Any]:
     names = sorted(truth)
     ours, flat = [], []
     for name in names:
-        phash = prepare_file_image((root / name).read_bytes(), name, ImageOptions()).phash
+        phash = prepare_file_image((root / name).read_bytes(), name, ImageOptions(), phash=True).phash
         ours.append(int(phash, 16) if phash else 0)
         flat.append(phash is None)
     hashes = np.array(ours, dtype=np.uint64)
@@ -121,32 +121,39 @@ def _edit_distances(names: list[str], truth: dict[str, int], distances: np.ndarr
     }
 
 
-def _convert_cost(work: Path, rounds: int, images: int) -> dict[str, Any]:
+def _convert_cost(work: Path, rounds: int, images: int, baseline_src: str | None) -> dict[str, Any]:
+    """Fresh-process conversions, rounds interleaved (order rotated each round): 'before' (the
+    code before hashing, from `baseline_src`), 'off' (hashing, no grouping), 'default'."""
     source = build_corpus(str(work / "corpus"), images)
-    runs: dict[str, list[tuple[float, float]]] = {"off": [], "default": []}
+    names = (["before"] if baseline_src else []) + ["off", "default"]
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
     for r in range(rounds):
-        for name in ("off", "default") if r % 2 == 0 else ("default", "off"):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             out = work / f"out-{name}"
             shutil.rmtree(out, ignore_errors=True)
             flags = ["--near-radius", "off"] if name == "off" else []
             cmd = [sys.executable, "-m", "shardfeed", "convert", source, str(out), "--shards", "16", "-q", *flags]
+            env = {**os.environ, "PYTHONPATH": baseline_src} if name == "before" and baseline_src else None
             before = os.times()
             start = time.perf_counter()
-            subprocess.run(cmd, check=True, capture_output=True)
+            subprocess.run(cmd, check=True, capture_output=True, env=env)
             wall, after = time.perf_counter() - start, os.times()
-            runs[name].append(
-                (wall, after.children_user + after.children_system - before.children_user - before.children_system)
-            )
+            cpu = after.children_user + after.children_system - before.children_user - before.children_system
+            runs[name].append((wall, cpu))
             print(f"round {r}: {name} {wall:.2f}s", file=sys.stderr, flush=True)
-    summary = {
+    summary: dict[str, Any] = {
         name: {
             "wall_best": min(w for w, _ in rs),
             "wall_median": statistics.median(w for w, _ in rs),
             "cpu_median": statistics.median(c for _, c in rs),
+            "runs": rs,
         }
         for name, rs in runs.items()
     }
-    summary["default_vs_off_wall_median"] = summary["default"]["wall_median"] / summary["off"]["wall_median"]
+    reference = "before" if baseline_src else "off"
+    for name in names:
+        summary[name]["wall_median_vs_" + reference] = summary[name]["wall_median"] / summary[reference]["wall_median"]
+        summary[name]["cpu_median_vs_" + reference] = summary[name]["cpu_median"] / summary[reference]["cpu_median"]
     return summary
 
 
@@ -176,6 +183,7 @@ def main() -> None:
     parser.add_argument("--scale", type=int, default=1_300_000)
     parser.add_argument("--work", default="/tmp/bench_near")
     parser.add_argument("--skip", nargs="*", default=[], choices=["accuracy", "cost", "scale"])
+    parser.add_argument("--baseline-src", help="a src/ folder of the code before hashing ('before' runs)")
     parser.add_argument("--json")
     args = parser.parse_args()
     work = Path(args.work)
@@ -184,7 +192,7 @@ def main() -> None:
     if "accuracy" not in args.skip:
         result["accuracy"] = _accuracy(work / "near", args.copies)
     if "cost" not in args.skip:
-        result["convert_cost"] = _convert_cost(work, args.rounds, args.images)
+        result["convert_cost"] = _convert_cost(work, args.rounds, args.images, args.baseline_src)
     if "scale" not in args.skip:
         result["scale"] = [_scale(args.scale, r) for r in (3, near_duplicates.DEFAULT_RADIUS)]
     emit(result, args.json)

@@ -28,6 +28,7 @@ class EncodingSpec:
         image: image checks and write-time transforms.
         label_offset: added to class ids in image/class/label.
         keys: where the image and label go (ours, or a `--schema` preset's names).
+        phash: make each image's perceptual hash (for near-duplicate groups; not in the records).
     """
 
     base: str
@@ -35,11 +36,19 @@ class EncodingSpec:
     image: images.ImageOptions
     label_offset: int = 0
     keys: schema.Schema = field(default_factory=schema.Schema)
+    phash: bool = True
 
     @classmethod
     def of(cls, discovery: Discovery, options: ConvertOptions) -> EncodingSpec:
         """The spec of a conversion: the source's base and classes with the options' image settings."""
-        return cls(discovery.base, discovery.class_names, options.image, options.label_offset, options.keys)
+        return cls(
+            discovery.base,
+            discovery.class_names,
+            options.image,
+            options.label_offset,
+            options.keys,
+            phash=options.near_radius is not None,
+        )
 
 
 @dataclass(frozen=True)
@@ -91,7 +100,7 @@ def encode_item(item: Item, spec: EncodingSpec) -> EncodedRecord | SkippedItem:
         if item.array_key is not None:
             array = load_array(location, item.array_key[0])[item.array_key[1]]
             source_sha = hashlib.sha256(f"{array.shape}".encode() + array.tobytes()).hexdigest()
-            prepared = images.prepare_array_image(array, spec.image)
+            prepared = images.prepare_array_image(array, spec.image, phash=spec.phash)
         else:
             try:
                 raw_data = read_source_bytes(item, location, spec.image)
@@ -105,7 +114,7 @@ def encode_item(item: Item, spec: EncodingSpec) -> EncodedRecord | SkippedItem:
                     f"changed during the conversion ({item.size:,} bytes when listed, {len(raw_data):,} when read)",
                 )
             source_sha = hashlib.sha256(raw_data).hexdigest()
-            prepared = images.prepare_file_image(raw_data, item.key, spec.image)
+            prepared = images.prepare_file_image(raw_data, item.key, spec.image, phash=spec.phash)
     except images.BadImageError as e:
         return SkippedItem(item.key, str(e))
     features: dict[str, FeatureValue] = {

@@ -92,13 +92,15 @@ class PreparedImage:
     phash: str | None = None  # the source image's perceptual hash (None: not decoded, or flat)
 
 
-def prepare_file_image(data: bytes, name: str, options: ImageOptions) -> PreparedImage:
+def prepare_file_image(data: bytes, name: str, options: ImageOptions, *, phash: bool = False) -> PreparedImage:
     """Checks an image file's bytes and returns what goes into the record.
 
     Args:
         data: the file's content.
         name: the file name (its extension decides whether a non-JPEG named .jpg is converted).
         options: write-time checks and transforms.
+        phash: also make the image's perceptual hash (from the decode check's pixels where there
+            is one; with check='header' a JPEG or PNG kept as it is gets none).
 
     Raises:
         BadImageError: empty, not an image, truncated or corrupt.
@@ -114,14 +116,14 @@ def prepare_file_image(data: bytes, name: str, options: ImageOptions) -> Prepare
     claims_jpeg = name.lower().endswith(_JPEG_EXTENSIONS)
     if not options.transforms:
         if fmt == "jpeg":
-            kept = _keep_jpeg(data, options.check)
+            kept = _keep_jpeg(data, options.check, phash)
             if kept is not None:
                 return kept
         elif fmt == "png" and not claims_jpeg:
-            kept = _keep_png(data, options.check)
+            kept = _keep_png(data, options.check, phash)
             if kept is not None:
                 return kept
-    return _transcode(data, fmt, claims_jpeg, options)
+    return _transcode(data, fmt, claims_jpeg, options, phash)
 
 
 def _identify_with_pillow(data: bytes) -> str:
@@ -132,7 +134,7 @@ def _identify_with_pillow(data: bytes) -> str:
         raise BadImageError(f"not an image: unrecognised content ({type(e).__name__})") from e
 
 
-def _keep_jpeg(data: bytes, check: str) -> PreparedImage | None:
+def _keep_jpeg(data: bytes, check: str, hashed: bool) -> PreparedImage | None:
     """The JPEG as it is, or None when it must be converted (CMYK, EXIF-rotated)."""
     try:
         height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
@@ -143,8 +145,9 @@ def _keep_jpeg(data: bytes, check: str) -> PreparedImage | None:
     channels = 1 if colorspace == "Gray" else 3
     warning, phash = None, None
     if check == "decode":
-        warning, pixels = _decode_check(data, colorspace, perceptual_hash.MIN_SIDE)
-        phash = perceptual_hash.of_gray(pixels[:, :, 0]) if pixels.shape[2] == 1 else _hash_rgb(pixels)
+        warning, pixels = _decode_check(data, colorspace, perceptual_hash.MIN_SIDE if hashed else 1)
+        if hashed:
+            phash = perceptual_hash.of_gray(pixels[:, :, 0]) if pixels.shape[2] == 1 else _hash_rgb(pixels)
     elif data.rfind(b"\xff\xd9", -65536) < 0:
         raise BadImageError("truncated JPEG: no end-of-image marker")
     return PreparedImage(data, "JPEG", height, width, channels, warning=warning, phash=phash)
@@ -190,7 +193,7 @@ def check_stored_image(data: bytes, fmt: str, height: int, width: int, channels:
     return None
 
 
-def _keep_png(data: bytes, check: str) -> PreparedImage | None:
+def _keep_png(data: bytes, check: str, hashed: bool) -> PreparedImage | None:
     """The PNG as it is if 8-bit gray or RGB, else None (16-bit, palette, alpha get converted)."""
     if len(data) < 33:
         raise BadImageError("truncated PNG: header cut short")
@@ -204,7 +207,7 @@ def _keep_png(data: bytes, check: str) -> PreparedImage | None:
         with Image.open(io.BytesIO(data)) as im:
             if check == "decode":
                 im.load()
-                phash = perceptual_hash.of_image(im)
+                phash = perceptual_hash.of_image(im) if hashed else None
             else:
                 im.verify()
     except Exception as e:
@@ -214,13 +217,13 @@ def _keep_png(data: bytes, check: str) -> PreparedImage | None:
     return PreparedImage(data, "PNG", height, width, 1 if color_type == 0 else 3, phash=phash)
 
 
-def _transcode(data: bytes, fmt: str, claims_jpeg: bool, options: ImageOptions) -> PreparedImage:
+def _transcode(data: bytes, fmt: str, claims_jpeg: bool, options: ImageOptions, hashed: bool) -> PreparedImage:
     """Decodes, makes the image upright RGB/gray, applies transforms, re-encodes."""
     orientation = jpeg_header.exif_orientation(data) if fmt == "jpeg" else None
     im = _decode(data, fmt, orientation, options)
     reasons = _conversion_reasons(im, fmt, claims_jpeg, orientation)
     im = _normalise_mode(_upright(im, orientation))
-    phash = perceptual_hash.of_image(im)
+    phash = perceptual_hash.of_image(im) if hashed else None
     if _upscales(im.size, options):
         reasons.append(UPSCALED)
     im = _apply_transforms(im, options)
@@ -369,7 +372,7 @@ def encode(im: Image.Image, fmt: str, quality: int = 95) -> bytes:
     return buffer.getvalue()
 
 
-def prepare_array_image(array: np.ndarray, options: ImageOptions) -> PreparedImage:
+def prepare_array_image(array: np.ndarray, options: ImageOptions, *, phash: bool = False) -> PreparedImage:
     """A NumPy uint8 image (H, W) or (H, W, C) with C in 1/3, stored losslessly.
 
     Raises:
@@ -382,11 +385,11 @@ def prepare_array_image(array: np.ndarray, options: ImageOptions) -> PreparedIma
     if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[2] != 3):
         raise BadImageError(f"array image shape must be (H, W), (H, W, 1) or (H, W, 3), got {array.shape}")
     im = Image.fromarray(np.ascontiguousarray(array), "L" if array.ndim == 2 else "RGB")
-    phash = perceptual_hash.of_image(im)
+    hashed = perceptual_hash.of_image(im) if phash else None
     if options.transforms:
         im = _apply_transforms(im, options)
     channels = _channels(im)
     if options.image_format == "keep" and options.array_encoding == "raw":
-        return PreparedImage(np.asarray(im).tobytes(), "RAW", im.height, im.width, channels, phash=phash)
+        return PreparedImage(np.asarray(im).tobytes(), "RAW", im.height, im.width, channels, phash=hashed)
     fmt = "png" if options.image_format == "keep" else options.image_format
-    return PreparedImage(encode(im, fmt, options.quality), fmt.upper(), im.height, im.width, channels, phash=phash)
+    return PreparedImage(encode(im, fmt, options.quality), fmt.upper(), im.height, im.width, channels, phash=hashed)
