@@ -123,3 +123,122 @@ def test_near_radius_off_and_out_of_range(photo_tree: Path, tmp_path: Path) -> N
         timeout=120,
     )
     assert done.returncode == 2 and "--near-radius" in done.stderr and "Traceback" not in done.stderr
+
+
+def _shards(out: Path) -> dict[str, bytes]:
+    """The shards and index files (manifest and report name their folder)."""
+    from conftest import shard_bytes
+
+    return {k: v for k, v in shard_bytes(out).items() if k.startswith(("train", "validation", "index/"))}
+
+
+def _report(out: Path) -> dict:  # type: ignore[type-arg]
+    return json.loads((out / "report.json").read_text())
+
+
+def test_split_groups_keep_every_group_in_one_split_at_the_fractions(
+    near_corpus: tuple[Path, dict[str, int]], tmp_path: Path
+) -> None:
+    """Near-copies of one photo never straddle train and validation; sizes and class counts stay
+    within a group's size of the fractions; the same bytes with 1 or 2 workers."""
+    root, truth = near_corpus
+    options = ConvertOptions(shards=3, split_groups="near")
+    a = convert(str(root), str(tmp_path / "a"), options, workers=2, progress=False)
+    convert(str(root), str(tmp_path / "b"), options, workers=1, progress=False)
+    assert a.num_written == len(truth)
+    splits = {key: name for name in ("train", "validation") for key in _keys(tmp_path / "a", name)}
+    by_base: dict[int, set[str]] = {}
+    for key, base in truth.items():
+        by_base.setdefault(base, set()).add(splits[key])
+    spanning = [base for base, where in by_base.items() if len(where) > 1]
+    assert len(spanning) <= 0.05 * len(by_base)  # copies the hash did not group (recall 0.95+) may straddle
+    grouped = [set(g["files"]) for g in _report(tmp_path / "a")["near_duplicates"]]
+    for base in spanning:  # ... only those
+        assert not any({k for k, b in truth.items() if b == base} <= g for g in grouped)
+    near = a.manifest.data["near_duplicates"]
+    assert near["leaks"] == 0 and near["kept_together"]["groups"] == near["groups"]
+    validation = a.manifest.split("validation").num_records
+    assert abs(validation - round(0.2 * len(truth))) <= 5  # the largest group has 3 images
+    assert sum(abs(v) for v in near["kept_together"]["drift"].values()) == 2 * abs(validation - round(0.2 * len(truth)))
+    assert a.manifest.data["settings"]["split_groups"] == "near" and a.manifest.data["settings"]["near_radius"] == 6
+    assert _shards(tmp_path / "a") == _shards(tmp_path / "b")
+    plain = convert(str(root), str(tmp_path / "plain"), ConvertOptions(shards=3), workers=2, progress=False)
+    assert plain.manifest.data["near_duplicates"]["leaks"] > 10  # what split_groups prevented
+
+
+def test_dedupe_near_keeps_the_first_image_of_each_group(
+    near_corpus: tuple[Path, dict[str, int]], tmp_path: Path
+) -> None:
+    root, truth = near_corpus
+    result = convert(str(root), str(tmp_path / "out"), ConvertOptions(shards=2, dedupe="near"), workers=2)
+    report = _report(tmp_path / "out")
+    dropped = {d["file"]: d["duplicate_of"] for d in report["dropped_duplicates"]}
+    kept = set(_keys(tmp_path / "out", "train")) | set(_keys(tmp_path / "out", "validation"))
+    assert kept.isdisjoint(dropped) and kept | set(dropped) == set(truth)
+    assert all(truth[f] == truth[k] and k < f and k in kept for f, k in dropped.items())  # no false drop
+    assert len(kept) <= len(set(truth.values())) + 10  # about one image per photo
+    assert result.manifest.data["num_dropped_duplicates"] == len(dropped)
+    assert result.manifest.data["near_duplicates"]["groups"] == 0
+    assert result.manifest.data["settings"]["dedupe"] == "near"
+
+
+def test_split_groups_refused_where_it_cannot_act(photo_tree: Path, tmp_path: Path) -> None:
+    with pytest.raises(OptionError, match="append"):
+        ConvertOptions(split_groups="near", append=True, split_rule="hash")
+    with pytest.raises(OptionError, match="near_radius"):
+        ConvertOptions(split_groups="near", near_radius=None)
+    presplit = tmp_path / "presplit"
+    for split in ("train", "validation"):
+        shutil.copytree(photo_tree, presplit / split)
+    from shardfeed.errors import ConvertError
+
+    with pytest.raises(ConvertError, match="already split"):
+        convert(str(presplit), str(tmp_path / "out"), ConvertOptions(split_groups="near"), workers=1)
+
+
+def test_info_and_verify_show_the_counts(near_corpus: tuple[Path, dict[str, int]], tmp_path: Path) -> None:
+    root, _ = near_corpus
+    out = tmp_path / "out"
+    convert(str(root), str(out), ConvertOptions(shards=2), workers=2, progress=False)
+    env = {"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin"}
+    info = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "info", str(out)], capture_output=True, text=True, env=env
+    )
+    check = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "verify", str(out), "-q"], capture_output=True, text=True, env=env
+    )
+    near = json.loads((out / "manifest.json").read_text())["near_duplicates"]
+    assert f"near-duplicates (within 6 bits): {near['groups']} groups" in info.stdout, info.stdout + info.stderr
+    assert f"near-duplicates: {near['groups']} groups of {near['images']} images, {near['leaks']} across" in (
+        check.stdout + check.stderr
+    )
+
+
+KILLED = """import sys
+from shardfeed import ConvertOptions, convert
+options = ConvertOptions(shards=24, split_groups='near', dedupe='near')
+convert(sys.argv[1], sys.argv[2], options, workers=2, progress=False)
+"""
+
+
+def test_split_groups_resume_after_kill_to_the_same_bytes(
+    near_corpus: tuple[Path, dict[str, int]], tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import time
+
+    root, _ = near_corpus
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    subprocess.run([sys.executable, "-c", KILLED, str(root), str(whole)], check=True, timeout=300)
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(root), str(killed)])
+    parts = killed / ".shardfeed" / "parts"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(parts.glob("*.json")) if parts.exists() else []) < 2:
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    if (killed / "manifest.json").exists():
+        pytest.skip("the conversion finished before the kill")
+    subprocess.run([sys.executable, "-c", KILLED, str(root), str(killed)], check=True, timeout=300)
+    assert _shards(killed) == _shards(whole)

@@ -100,7 +100,21 @@ def _split_flags(g: Any) -> None:
     g.add_argument(
         "--label-offset", type=int, help="add to class ids (1: 0 is background, as Inception readers expect)"
     )
-    g.add_argument("--dedupe", action="store_true", help="drop exact duplicate images (keep the first)")
+    g.add_argument(
+        "--dedupe",
+        nargs="?",
+        const="exact",
+        choices=["exact", "near"],
+        help="drop duplicate images, keeping the first of each set: exact (the default) byte-for-byte copies; "
+        "near: also near-copies (re-encoded, resized, slightly cropped; see --near-radius)",
+    )
+    g.add_argument(
+        "--split-groups",
+        choices=["near"],
+        help="near: put every image of a near-duplicate group in one split, so validation holds no near-copy of "
+        "a training image (split sizes and class counts kept by swapping ungrouped images; hashes every image "
+        "before the split)",
+    )
     g.add_argument(
         "--near-radius",
         type=near_radius,

@@ -12,7 +12,7 @@ from shardfeed.format import manifest, schema, tfrecord
 from shardfeed.format.example_proto import parse_example
 from shardfeed.read import shardset as reader
 from shardfeed.read.sampling import sample_examples
-from shardfeed.write.convert import non_jpeg_note
+from shardfeed.write.notes import non_jpeg_note
 
 HISTOGRAM_WIDTH = 40
 CLASS_LINES = 20  # more classes than this: a summary instead of a line per class (format_info)
@@ -71,6 +71,7 @@ def _ours(path: str, sample: int, seed: int) -> dict[str, Any]:
         "skipped": data["num_skipped"],
         "duplicate_groups": data["num_duplicates"],
         "dropped_duplicates": data.get("num_dropped_duplicates", 0),
+        "near_duplicates": data.get("near_duplicates"),
         "image_formats": data.get("image_formats"),
         "created_by": data["created_by"],
         "generations": data.get("generations"),
@@ -180,6 +181,11 @@ def format_info(data: dict[str, Any], *, all_classes: bool = False) -> str:
         f"  skipped inputs: {data['skipped']:,}; duplicate groups: {data['duplicate_groups']:,}; "
         f"duplicates dropped: {data.get('dropped_duplicates', 0):,}"
     )
+    if near := data.get("near_duplicates"):
+        lines.append(
+            f"  near-duplicates (within {near['radius']} bits): {near['groups']:,} groups of {near['images']:,} "
+            f"images, {near['leaks']:,} across splits" + ("; each kept in one split" if "kept_together" in near else "")
+        )
     note = non_jpeg_note(data.get("image_formats") or {})
     if note:
         lines.append(f"  note: {note}")

@@ -54,6 +54,7 @@ class VerifyReport:
     images_decoded: int = 0
     seconds: float = 0.0
     foreign: bool = False  # TFRecords another program wrote: no manifest to check against
+    near_duplicates: dict[str, Any] | None = None  # the manifest's counts (not problems: report.json lists them)
 
     @property
     def ok(self) -> bool:
@@ -70,9 +71,16 @@ class VerifyReport:
             )
         else:
             head = f"{self.path}: {self.shards} shards, {self.records} records, {self.images_decoded} images decoded"
+        near = self.near_duplicates
+        note = (
+            f"\n  near-duplicates: {near['groups']} groups of {near['images']} images, {near['leaks']} across splits "
+            "(report.json)"
+            if near
+            else ""
+        )
         if self.ok:
-            return f"{head}: OK ({self.seconds:.1f}s)"
-        lines = [f"{head}: {len(self.problems)} problems"] + [f"  {p}" for p in self.problems[:200]]
+            return f"{head}: OK ({self.seconds:.1f}s){note}"
+        lines = [f"{head}: {len(self.problems)} problems{note}"] + [f"  {p}" for p in self.problems[:200]]
         if len(self.problems) > 200:
             lines.append(f"  ... and {len(self.problems) - 200} more (see --json)")
         return "\n".join(lines)
@@ -126,7 +134,7 @@ def verify(
     assert isinstance(path, str)  # narrowed: a converted folder is a path here
     start = time.monotonic()
     m = manifest.read(path, check=False)
-    report = VerifyReport(path)
+    report = VerifyReport(path, near_duplicates=m.data.get("near_duplicates"))
     report.problems.extend(_stray_files(path))
     unusable = manifest.structure_problems(m.data)
     report.problems.extend(Problem(f"manifest.json: {p}") for p in unusable or manifest.total_problems(m.data))

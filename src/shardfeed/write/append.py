@@ -188,7 +188,7 @@ class Append:
         options = dataclasses.replace(
             self.options, name_template=generation_template(self.options.template, self.generation)
         )
-        plans = plan_shards(dataclasses.replace(self.discovery, items=new), options)
+        plans = plan_shards(dataclasses.replace(self.discovery, items=new), options).shards
         folder_state.start(self.out, {**self.state, "append": self.generation})
         results, resumed = self.conversion.write_all(plans, spec, self.pool)
         outcome.shards_written, outcome.shards_resumed = len(results) - resumed, resumed

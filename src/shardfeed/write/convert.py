@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.errors import ConvertError, OptionError, SourceError
-from shardfeed.format import fileio, manifest, schema, tfds_metadata
+from shardfeed.format import fileio, manifest, tfds_metadata
 from shardfeed.format.manifest import Manifest
-from shardfeed.write import dedupe, folder_lock, folder_state, local_runner, merge, shards
+from shardfeed.write import dedupe, folder_lock, folder_state, local_runner, merge, notes, shards
 from shardfeed.write.append import Append, AppendOutcome, appendable, write_inputs
 from shardfeed.write.encode import EncodingSpec, SkippedItem
 from shardfeed.write.folder_settings import folder_options
@@ -40,6 +40,7 @@ from shardfeed.write.planning import ShardPlan, plan_shards
 from shardfeed.write.pool import WorkerPool
 from shardfeed.write.shards import WriteTarget
 from shardfeed.write.sources import Source, empty_source_hint, resolve_source
+from shardfeed.write.splits import GroupMoves
 
 RUNNERS = ("local", "beam", "dask")
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # no space, quota, file size limit
@@ -114,7 +115,7 @@ class ConversionResult:
         extra = (
             f"{self.num_skipped} skipped, {self.num_converted} converted, {self.num_duplicates} duplicate groups"
             + (f" ({dropped} duplicates dropped)" if dropped else "")
-            + merge.near_summary(data)
+            + notes.near_summary(data)
         )
         lines.append(f"  {extra} (details: {fileio.join(self.output_dir, manifest.REPORT_NAME)})")
         upscaled = data["conversions"].get(UPSCALED, 0)
@@ -123,41 +124,14 @@ class ConversionResult:
                 f"  warning: {upscaled:,} images were smaller than the centre crop and were upscaled (listed in "
                 "report.json); use a smaller --center-crop or --resize to at least the crop size"
             )
-        lines += label_base_lines(self.manifest)
-        note = non_jpeg_note(data.get("image_formats", {}))
+        lines += notes.label_base_lines(self.manifest)
+        note = notes.non_jpeg_note(data.get("image_formats", {}))
         if note:
             lines.append(f"  {note}")
         no_tfds = tfds_metadata.reason_not_written(data)
         if no_tfds:
             lines.append(f"  no TFDS metadata (dataset_info.json): {no_tfds}")
         return "\n".join(lines)
-
-
-def label_base_lines(m: manifest.Manifest) -> list[str]:
-    """The label base written, said once: readers disagree on it (docs/interop.md has the table),
-    and a reader with the other base shifts every label without an error."""
-    stored = m.stored_label_range()
-    if stored is None:
-        return []
-    if m.label_offset == 0:
-        advice = "0-based, as Keras, TFDS and the Model Garden read them; for readers that expect 1..K "
-        advice += "(Inception's build_image_data readers, keras_imagenet) convert with --label-offset 1"
-    else:
-        advice = f"class id + {m.label_offset}; shardfeed's readers subtract it (the manifest says so)"
-    return [f"  labels: {m.keys.label_key or schema.LABEL} holds {stored[0]}..{stored[1]} ({advice})"]
-
-
-def non_jpeg_note(formats: dict[str, int]) -> str | None:
-    """A line for records not stored as JPEG, which JPEG-only readers (Model Garden's parser with
-    its default decode_jpeg_only=True) cannot decode; None when all are JPEG."""
-    others = {name: n for name, n in formats.items() if name != "JPEG"}
-    if not others:
-        return None
-    listed = ", ".join(f"{n:,} {name}" for name, n in sorted(others.items()))
-    return (
-        f"{sum(others.values()):,} records are not JPEG ({listed}): readers that decode only JPEG cannot read "
-        "them; convert with --format jpeg for those"
-    )
 
 
 def convert(
@@ -281,14 +255,17 @@ class _Conversion:
                     existing, shards_written=0, shards_resumed=0, already_complete=True, start=start
                 )
             spec = EncodingSpec.of(discovery, self.options)
-            dropped = (
-                dedupe.find_duplicates(spec, discovery, pool, self.run_settings.workers) if self.options.dedupe else []
+            dropped, groups = dedupe.before_split(spec, discovery, self.options, pool, self.run_settings.workers)
+            planned = plan_shards(
+                discovery,
+                self.options,
+                dropped_keys={k for k, _ in dropped},
+                groups=groups if self.options.split_groups else None,
             )
-            plans = plan_shards(discovery, self.options, dropped_keys={k for k, _ in dropped})
             with self._disk_full_as_error(discovery):
                 folder_state.start(self.output_dir, state)
-                results, resumed = self.write_all(plans, spec, pool)
-                self._finish(state, discovery, results, dropped)
+                results, resumed = self.write_all(planned.shards, spec, pool)
+                self._finish(state, discovery, results, dropped, planned.moves)
         result = ConversionResult.of(
             manifest.read(self.output_dir), shards_written=len(results) - resumed, shards_resumed=resumed, start=start
         )
@@ -317,12 +294,13 @@ class _Conversion:
         discovery: Discovery,
         results: list[shards.ShardResult],
         dropped: list[tuple[str, str]],
+        moves: GroupMoves | None,
     ) -> None:
         """Merges the partial manifests: report, labels, then the manifest (last), and cleans up."""
         duplicates = merge.duplicate_groups(self.work_dir, results)
         near = merge.near_groups(self.work_dir, results, self.options.near_radius)
-        data = merge.merge_manifest(state, duplicates, discovery, self.options, results, dropped, near)
-        merge.write_report(self.output_dir, duplicates, discovery, results, dropped, near)
+        data = merge.merge_manifest(state, duplicates, discovery, self.options, results, dropped, near, moves)
+        merge.write_report(self.output_dir, duplicates, discovery, results, dropped, near, moves)
         manifest.write_labels(self.output_dir, discovery.class_names, self.options.label_offset)
         if appendable(discovery, self.options):
             write_inputs(self.output_dir, self.work_dir, results, generation=0)

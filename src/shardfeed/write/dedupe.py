@@ -1,4 +1,6 @@
-"""Exact-duplicate removal (`dedupe=True`): which later inputs are byte-for-byte copies of earlier ones."""
+"""Duplicates found before the split: which later inputs are byte-for-byte copies of earlier ones
+(`dedupe=True`), and which inputs are near-copies of each other (`split_groups='near'`,
+`dedupe='near'`: their perceptual hashes within `near_radius` bits, write/near_duplicates.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,12 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import Executor
 
-from shardfeed.write.encode import EncodingSpec, hash_items
+import numpy as np
+
+from shardfeed.write import near_duplicates
+from shardfeed.write.encode import EncodingSpec, hash_items, phash_items
 from shardfeed.write.items import Discovery, Item
+from shardfeed.write.options import ConvertOptions
 from shardfeed.write.pool import CHUNK_SIZE, map_ordered
 
 
@@ -41,3 +47,48 @@ def find_duplicates(
         else:
             first[digest] = item.key
     return dropped
+
+
+def before_split(
+    spec: EncodingSpec, discovery: Discovery, options: ConvertOptions, pool: Executor | None, workers: int
+) -> tuple[list[tuple[str, str]], list[list[str]] | None]:
+    """(dropped key, kept key) of the inputs `options.dedupe` drops, and the near-duplicate groups
+    when the options act on them (None when they don't)."""
+    dropped = find_duplicates(spec, discovery, pool, workers) if options.dedupe else []
+    if not options.acts_on_near_duplicates or options.near_radius is None:
+        return dropped, None
+    groups = near_groups(spec, discovery, pool, workers, options.near_radius)
+    if options.dedupe == "near":
+        dropped = near_drops(groups, dropped)
+    return dropped, groups
+
+
+def near_groups(
+    spec: EncodingSpec, discovery: Discovery, pool: Executor | None, workers: int, radius: int
+) -> list[list[str]]:
+    """The keys of each near-duplicate group among the inputs (sorted, groups ordered by their
+    first key): every input hashed as its conversion will hash it, by the worker pool."""
+    items = discovery.items
+    chunks = (items[i : i + CHUNK_SIZE] for i in range(0, len(items), CHUNK_SIZE))
+    tasks = ((None, (chunk, spec)) for chunk in chunks)
+    hashes = itertools.chain.from_iterable(result for _, result in map_ordered(pool, phash_items, tasks, workers))
+    keyed = [(item.key, h) for item, h in zip(items, hashes, strict=True) if h]
+    values = np.array([int(h, 16) for _, h in keyed], dtype=np.uint64)
+    i, j, _ = near_duplicates.close_pairs(values, radius)
+    groups = [sorted(keyed[x][0] for x in g) for g in near_duplicates.components(len(values), i, j)]
+    return sorted(groups)
+
+
+def near_drops(groups: list[list[str]], exact: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(dropped key, kept key) for `dedupe='near'`: the first key of each group is kept, as for
+    exact copies (`exact`, which this includes: a copy whose hash is missing is still dropped)."""
+    dropped = dict(exact)
+    for group in groups:
+        for key in group[1:]:
+            dropped.setdefault(key, group[0])
+    kept = {}
+    for key, other in dropped.items():
+        while other in dropped:  # an exact copy of an image that is itself a near-copy
+            other = dropped[other]
+        kept[key] = other
+    return sorted(kept.items())

@@ -161,3 +161,9 @@ def hash_items(items: list[Item], spec: EncodingSpec) -> list[str | None]:
         except OSError:
             out.append(None)
     return out
+
+
+def phash_items(items: list[Item], spec: EncodingSpec) -> list[str | None]:
+    """Each item's perceptual hash as its conversion will make it (None: unusable or flat), for
+    near-duplicate groups decided before the split (`dedupe.near_groups`)."""
+    return [r.phash if isinstance(r, EncodedRecord) else None for r in encode_items(items, spec)]

@@ -13,6 +13,7 @@ from shardfeed.version import __version__
 from shardfeed.write import near_duplicates, perceptual_hash, shards
 from shardfeed.write.items import Discovery
 from shardfeed.write.options import ConvertOptions
+from shardfeed.write.splits import GroupMoves
 
 
 def merge_manifest(
@@ -23,9 +24,10 @@ def merge_manifest(
     results: list[shards.ShardResult],
     dropped: list[tuple[str, str]],
     near: list[dict[str, Any]] | None = None,
+    moves: GroupMoves | None = None,
 ) -> dict[str, Any]:
     """The manifest from the partial manifests of all shards (`near`: the near-duplicate
-    groups, None when they were not looked for)."""
+    groups, None when they were not looked for; `moves`: how split_groups kept them together)."""
     split_data: dict[str, dict[str, Any]] = {}
     for result in results:
         entry = split_data.setdefault(
@@ -68,33 +70,33 @@ def merge_manifest(
         "num_skipped": len(discovery.skipped) + sum(len(r.skipped) for r in results),
         "num_duplicates": len(duplicates),
         "num_dropped_duplicates": len(dropped),
-        **near_counts(near, options.near_radius),
+        **near_counts(near, options.near_radius, moves),
         "report": manifest.REPORT_NAME,
     }
 
 
-def near_counts(near: list[dict[str, Any]] | None, radius: int | None) -> dict[str, Any]:
-    """The manifest's near-duplicate fields: the hash and radius, groups, leaking groups."""
+def near_counts(
+    near: list[dict[str, Any]] | None, radius: int | None, moves: GroupMoves | None = None
+) -> dict[str, Any]:
+    """The manifest's near-duplicate fields: the hash and radius, groups, leaking groups, and
+    what split_groups moved."""
     if near is None or radius is None:
         return {}
-    return {
-        "near_duplicates": {
-            "hash": perceptual_hash.NAME,
-            "radius": radius,
-            "groups": len(near),
-            "images": sum(len(g["files"]) for g in near),
-            "leaks": sum(1 for g in near if g["leak"]),
-        }
+    counts: dict[str, Any] = {
+        "hash": perceptual_hash.NAME,
+        "radius": radius,
+        "groups": len(near),
+        "images": sum(len(g["files"]) for g in near),
+        "leaks": sum(1 for g in near if g["leak"]),
     }
+    if moves is not None:
+        counts["kept_together"] = moved(moves)
+    return {"near_duplicates": counts}
 
 
-def near_summary(data: dict[str, Any]) -> str:
-    """', N near-duplicate groups (K across splits)' from a manifest, or '' (not looked for)."""
-    near = data.get("near_duplicates")
-    if not near:
-        return ""
-    leaks = f", {near['leaks']} across splits" if near["leaks"] else ""
-    return f", {near['groups']} near-duplicate groups of {near['images']} images{leaks}"
+def moved(moves: GroupMoves) -> dict[str, Any]:
+    """How `splits.assign_groups` split, for the manifest and report.json."""
+    return {"groups": moves.groups, "images": moves.images, "drift": moves.drift}
 
 
 def near_groups(work_dir: str, results: list[shards.ShardResult], radius: int | None) -> list[dict[str, Any]] | None:
@@ -178,9 +180,12 @@ def write_report(
     results: list[shards.ShardResult],
     dropped: list[tuple[str, str]],
     near: list[dict[str, Any]] | None = None,
+    moves: GroupMoves | None = None,
 ) -> None:
     """report.json: every input that is not in a shard as it was, with the reason."""
     report = report_of(duplicates, discovery, results, dropped, near)
+    if moves is not None:
+        report["near_duplicates_kept_together"] = moved(moves)
     fileio.write_text_atomic(fileio.join(output_dir, manifest.REPORT_NAME), manifest.dumps(report))
 
 

@@ -38,7 +38,8 @@ class ConvertOptions:
         name_template: shard file names; default '{split}-{shard:05d}-of-{num_shards:05d}'.
         compression: None or 'gzip'.
         label_offset: added to class ids (1 for readers that reserve 0 for background).
-        dedupe: drop exact duplicate images (the later key in sorted order is dropped).
+        dedupe: drop duplicate images, keeping the first key in sorted order of each set: True
+            (or 'exact'): byte-for-byte copies; 'near': also near-copies (`near_radius`).
         image: image checks and write-time transforms (`ImageOptions`).
         schema: a record layout other readers expect (`schema.PRESETS`: 'inception', 'tfds',
             'recipe'): its keys, and its label offset, shard names and JPEG re-encoding where
@@ -58,7 +59,13 @@ class ConvertOptions:
         near_radius: images whose perceptual hashes differ in at most this many of 64 bits are
             reported as near-duplicates (report.json `near_duplicates`, with leak flags across
             splits); 0..7, default 6 (measured: docs/benchmarks.md); None: not looked for.
-            Only reported: it changes no byte of the shards.
+            Only reported, unless `split_groups` or `dedupe='near'` act on the groups.
+        split_groups: 'near' assigns every image of a near-duplicate group to one split (the one
+            holding most of it), so no split holds a near-copy of another's image; each image
+            moved is paid back by an ungrouped image of its class moving the other way, so split
+            sizes and class counts stay what the split fractions gave (with split_rule='hash',
+            sizes follow the fractions only on average anyway: no payback). Hashes every image
+            before the split (a second decode of each). Not with a source that is already split.
     """
 
     split: str | Mapping[str, float] | None = None
@@ -70,7 +77,7 @@ class ConvertOptions:
     name_template: str | None = None
     compression: str | None = None
     label_offset: int = 0
-    dedupe: bool = False
+    dedupe: bool | str = False
     image: ImageOptions = field(default_factory=ImageOptions)
     schema: str | None = None
     split_rule: str = "stratified"
@@ -78,10 +85,12 @@ class ConvertOptions:
     checksum: bool = False
     custom_split_names: bool = False
     near_radius: int | None = near_duplicates.DEFAULT_RADIUS
+    split_groups: str | None = None
 
     def __post_init__(self) -> None:
         if self.split_rule not in splits.SPLIT_RULES:
             raise OptionError(f"split_rule must be one of {list(splits.SPLIT_RULES)}, got {self.split_rule!r}")
+        self._check_near()
         if self.append and self.dedupe:
             raise OptionError(
                 "dedupe=True with append=True is not supported: an appended image that copies an existing one is "
@@ -119,6 +128,27 @@ class ConvertOptions:
             raise OptionError(f"image must be an ImageOptions, got {type(self.image).__name__}")
         sharding.validate_template(self.template, by_class=self.by_class)
 
+    def _check_near(self) -> None:
+        """dedupe and split_groups values, and what acting on near-duplicate groups needs."""
+        if self.dedupe == "exact":
+            object.__setattr__(self, "dedupe", True)
+        if self.dedupe not in (False, True, "near"):
+            raise OptionError(f"dedupe must be True/'exact', 'near' or False, got {self.dedupe!r}")
+        if self.split_groups not in (None, "near"):
+            raise OptionError(f"split_groups must be 'near' or None, got {self.split_groups!r}")
+        if (self.split_groups or self.dedupe == "near") and self.near_radius is None:
+            raise OptionError("split_groups='near' and dedupe='near' act on near-duplicate groups: give a near_radius")
+        if self.split_groups and self.append:
+            raise OptionError(
+                "split_groups='near' with append=True is not supported: appended images keep the split the hash "
+                "rule gives them; their near-copies of converted images are reported (report.json)"
+            )
+
+    @property
+    def acts_on_near_duplicates(self) -> bool:
+        """Whether near-duplicate groups decide which images go where (so they are found first)."""
+        return self.split_groups == "near" or self.dedupe == "near"
+
     @property
     def template(self) -> str:
         """The shard name template in force."""
@@ -150,6 +180,8 @@ class ConvertOptions:
             "image": asdict(self.image),
             **({"schema": self.schema} if self.schema else {}),
             **({"split_rule": self.split_rule} if self.split_rule != "stratified" else {}),
+            **({"split_groups": self.split_groups} if self.split_groups else {}),
+            **({"near_radius": self.near_radius} if self.acts_on_near_duplicates else {}),
         }
 
     @property

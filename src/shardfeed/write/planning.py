@@ -21,12 +21,26 @@ class ShardPlan:
     items: list[Item]
 
 
+@dataclass(frozen=True)
+class Planned:
+    """The shards to write, and how near-duplicate groups were kept in one split (None: not asked)."""
+
+    shards: list[ShardPlan]
+    moves: splits.GroupMoves | None = None
+
+
 def plan_shards(
-    discovery: Discovery, options: ConvertOptions, *, dropped_keys: set[str] | None = None
-) -> list[ShardPlan]:
-    """Assigns items to splits and shards. Pure: depends only on the items and the options."""
+    discovery: Discovery,
+    options: ConvertOptions,
+    *,
+    dropped_keys: set[str] | None = None,
+    groups: list[list[str]] | None = None,
+) -> Planned:
+    """Assigns items to splits and shards; with `groups` (near-duplicate groups of keys), each
+    group's images to one split (`splits.keep_groups_together`). Pure: depends only on the items,
+    the groups and the options."""
     items = [i for i in discovery.items if i.key not in (dropped_keys or set())]
-    by_split = _split_items(items, discovery, options)
+    by_split, moves = _split_items(items, discovery, options, groups)
     counts = options.shards
     if isinstance(counts, dict) and set(counts) != set(by_split):
         raise ConvertError(f"shards given for splits {sorted(counts)} but the splits are {sorted(by_split)}")
@@ -34,12 +48,12 @@ def plan_shards(
     plans: list[ShardPlan] = []
     for split_name, members in by_split.items():
         ordered = splits.seeded_order(members, options.seed)
-        groups: list[tuple[str | None, list[Item]]] = [(None, ordered)]
+        parts: list[tuple[str | None, list[Item]]] = [(None, ordered)]
         if options.by_class and discovery.class_names is not None:
-            groups = [
+            parts = [
                 (name, [i for i in ordered if i.label == label]) for label, name in enumerate(discovery.class_names)
             ]
-        for label_name, group in groups:
+        for label_name, group in parts:
             asked = counts[split_name] if isinstance(counts, dict) else counts
             count = _shard_count(group, asked if isinstance(asked, int) else None, options, ratio)
             for index, (start, end) in enumerate(sharding.shard_bounds(len(group), count)):
@@ -48,11 +62,14 @@ def plan_shards(
     names = [p.file for p in plans]
     if len(set(names)) != len(names):
         raise ConvertError(f"shard name template {options.template!r} gives two shards the same name")
-    return plans
+    return Planned(plans, moves)
 
 
-def _split_items(items: list[Item], discovery: Discovery, options: ConvertOptions) -> dict[str, list[Item]]:
-    """Items by split: the source's own splits, or a seeded (stratified) assignment by fractions."""
+def _split_items(
+    items: list[Item], discovery: Discovery, options: ConvertOptions, groups: list[list[str]] | None
+) -> tuple[dict[str, list[Item]], splits.GroupMoves | None]:
+    """Items by split: the source's own splits, or a seeded (stratified) assignment by fractions,
+    with each near-duplicate group whole when `groups` are given."""
     if discovery.presplit:
         if options.split is not None:
             names = sorted({i.split for i in items if i.split})
@@ -60,11 +77,21 @@ def _split_items(items: list[Item], discovery: Discovery, options: ConvertOption
                 f"the source is already split into {names}; drop the split option (split=None, --split) "
                 "to keep those splits"
             )
-        return splits.group_presplit(items)
+        if groups is not None:
+            raise ConvertError(
+                "the source is already split, so split_groups='near' cannot move images between its splits; "
+                "convert without it: near-copies across the splits are reported (report.json, leak flags)"
+            )
+        return splits.group_presplit(items), None
     fractions = options.split_fractions(labelled=discovery.class_names is not None)
-    if options.split_rule == "hash":
-        return splits.assign_by_hash(items, fractions, seed=options.seed)
-    return splits.assign_splits(items, fractions, seed=options.seed, stratify=options.stratify)
+    by_hash = options.split_rule == "hash"
+    if groups is not None:
+        return splits.assign_groups(
+            items, fractions, groups, seed=options.seed, stratify=options.stratify, by_hash=by_hash
+        )
+    if by_hash:
+        return splits.assign_by_hash(items, fractions, seed=options.seed), None
+    return splits.assign_splits(items, fractions, seed=options.seed, stratify=options.stratify), None
 
 
 def _shard_count(group: list[Item], asked: int | None, options: ConvertOptions, ratio: float) -> int:

@@ -12,6 +12,7 @@ import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from shardfeed.errors import OptionError
@@ -185,3 +186,61 @@ def group_presplit(items: Sequence[T]) -> dict[str, list[T]]:
 def default_fractions(labelled: bool) -> dict[str, float]:
     """The split a conversion gets when none is given: train/validation, or all 'test' when unlabeled."""
     return parse_split_spec(DEFAULT_SPLIT if labelled else UNLABELED_SPLIT)
+
+
+@dataclass
+class GroupMoves:
+    """How `assign_groups` split near-duplicate groups: groups and images kept whole, and by how
+    many images each split ended up off the size the fractions give."""
+
+    groups: int = 0
+    images: int = 0
+    drift: dict[str, int] = field(default_factory=dict)
+
+
+def assign_groups(
+    items: Sequence[T],
+    fractions: Mapping[str, float],
+    groups: Sequence[Sequence[str]],
+    *,
+    seed: int,
+    stratify: bool,
+    by_hash: bool = False,
+) -> tuple[dict[str, list[T]], GroupMoves]:
+    """Assigns items to splits with each group (of item keys) whole in one split.
+
+    Units are the groups and the ungrouped items. Stratified (the default rule): each unit counts
+    for the class most of its images have; per class, the split sizes are those
+    `stratified_counts` gives for its images, and the units, largest first (seeded order among
+    equals), each go to the split that still needs the most images of that class. Sizes then
+    follow the fractions to within a group's size per class (`GroupMoves.drift` says by how
+    much in all). With `by_hash`: each unit goes where the hash rule sends its first key."""
+    by_key = {item.key: item for item in items}
+    units = [[by_key[k] for k in g if k in by_key] for g in groups]
+    units = [u for u in units if len(u) > 1]
+    grouped = {item.key for u in units for item in u}
+    moves = GroupMoves(groups=len(units), images=len(grouped))
+    units += [[item] for item in items if item.key not in grouped]
+    names = list(fractions)
+    out: dict[str, list[T]] = {name: [] for name in names}
+    if by_hash:
+        heads = assign_by_hash([u[0] for u in units], fractions, seed=seed)
+        unit_of = {u[0].key: u for u in units}
+        for name, members in heads.items():
+            out[name] = [item for head in members for item in unit_of[head.key]]
+    else:
+        strata: dict[int, list[list[T]]] = {}
+        for u in units:
+            label = min({i.label for i in u}, key=lambda x: (-sum(i.label == x for i in u), x)) if stratify else 0
+            strata.setdefault(label, []).append(u)
+        labels = sorted(strata)
+        rows = stratified_counts([sum(map(len, strata[x])) for x in labels], list(fractions.values()), labels, seed)
+        for label, row in zip(labels, rows, strict=True):
+            need = list(row)
+            for u in sorted(strata[label], key=lambda u: (-len(u), order_key(seed, u[0].key))):
+                j = max(range(len(names)), key=lambda j: (need[j], -j))
+                need[j] -= len(u)
+                out[names[j]].extend(u)
+    target = allocate(len(items), list(fractions.values()))
+    moves.drift = {name: len(out[name]) - t for name, t in zip(names, target, strict=True) if len(out[name]) != t}
+    return out, moves

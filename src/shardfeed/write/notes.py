@@ -1,0 +1,48 @@
+"""The notes a conversion's summary (and `info`) adds from a manifest: the label base written,
+records other readers cannot decode, near-duplicate groups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardfeed.format import manifest, schema
+
+
+def label_base_lines(m: manifest.Manifest) -> list[str]:
+    """The label base written, said once: readers disagree on it (docs/interop.md has the table),
+    and a reader with the other base shifts every label without an error."""
+    stored = m.stored_label_range()
+    if stored is None:
+        return []
+    if m.label_offset == 0:
+        advice = "0-based, as Keras, TFDS and the Model Garden read them; for readers that expect 1..K "
+        advice += "(Inception's build_image_data readers, keras_imagenet) convert with --label-offset 1"
+    else:
+        advice = f"class id + {m.label_offset}; shardfeed's readers subtract it (the manifest says so)"
+    return [f"  labels: {m.keys.label_key or schema.LABEL} holds {stored[0]}..{stored[1]} ({advice})"]
+
+
+def non_jpeg_note(formats: dict[str, int]) -> str | None:
+    """A line for records not stored as JPEG, which JPEG-only readers (Model Garden's parser with
+    its default decode_jpeg_only=True) cannot decode; None when all are JPEG."""
+    others = {name: n for name, n in formats.items() if name != "JPEG"}
+    if not others:
+        return None
+    listed = ", ".join(f"{n:,} {name}" for name, n in sorted(others.items()))
+    return (
+        f"{sum(others.values()):,} records are not JPEG ({listed}): readers that decode only JPEG cannot read "
+        "them; convert with --format jpeg for those"
+    )
+
+
+def near_summary(data: dict[str, Any]) -> str:
+    """', N near-duplicate groups (K across splits)' from a manifest, or '' (not looked for)."""
+    near = data.get("near_duplicates")
+    if not near:
+        return ""
+    leaks = f", {near['leaks']} across splits" if near["leaks"] else ""
+    together = near.get("kept_together")
+    if together:
+        drift = ", ".join(f"{k} {v:+d}" for k, v in together["drift"].items()) or "none"
+        leaks += f"; each group kept in one split ({together['groups']} groups, split sizes off by: {drift})"
+    return f", {near['groups']} near-duplicate groups of {near['images']} images{leaks}"
