@@ -83,6 +83,12 @@ def test_a_conversion_groups_near_copies_and_flags_leaks(
         "leaks": sum(g["leak"] for g in groups),
     }
     assert near["leaks"] > 0 and f"{near['groups']} near-duplicate groups" in result.summary()
+    from shardfeed.tools.dataset_report import dataset_report
+
+    page = Path(dataset_report(str(tmp_path / "out"))).read_text()
+    assert f"Near-duplicate groups ({near['leaks']} spanning splits): {near['groups']}" in page
+    leak = next(g for g in groups if g["leak"])  # leaks come first, each file named under its image
+    assert all(f"<figcaption>{f}</figcaption>" in page for f in leak["files"]) and "LEAK: train, validation" in page
 
 
 def _keys(out: Path, split: str) -> list[str]:

@@ -203,7 +203,28 @@ def _problems(report: dict[str, Any], source: str, max_pixels: int | None) -> st
     groups = report.get("duplicates", [])
     rows = [(", ".join(g["files"]), "LEAK: copies in different splits" if g["leak"] else "same split") for g in groups]
     tables.append(_problem_table(f"Duplicate groups ({sum(1 for g in groups if g.get('leak'))} leaking)", rows, None))
+    if "near_duplicates" in report:
+        tables.append(_near_table(report["near_duplicates"], thumb))
     return h.section("Inputs not stored as they came", *tables)
+
+
+def _near_table(groups: list[dict[str, Any]], thumb: Any) -> str:
+    """Near-duplicate groups, those spanning splits first: their images side by side, each with
+    its file name, and the group's splits and largest distance."""
+    title = f"Near-duplicate groups ({sum(1 for g in groups if g['leak'])} spanning splits)"
+    if not groups:
+        return f"<h3>{h.esc(title)}: none</h3>"
+    shown = sorted(groups, key=lambda g: (not g["leak"], g["files"]))[:MAX_ROWS]
+    body = [
+        [
+            " ".join(h.figure(thumb(f), f) for f in g["files"]),
+            h.esc(("LEAK: " if g["leak"] else "") + ", ".join(g["splits"])),
+            h.esc(f"{g['max_distance']} bits"),
+        ]
+        for g in shown
+    ]
+    more = f'<p class="note">{len(groups) - MAX_ROWS:,} more in report.json</p>' if len(groups) > MAX_ROWS else ""
+    return f"<h3>{h.esc(title)}: {len(groups):,}</h3>" + h.table(["images", "splits", "largest distance"], body) + more
 
 
 def _problem_table(title: str, rows: list[tuple[str, str]], thumb: Any) -> str:

@@ -21,6 +21,7 @@ h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd
 table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
 td.n,th.n{text-align:right}.grid{display:flex;flex-wrap:wrap;gap:8px}
 figure{margin:0;width:112px;font-size:11px;word-break:break-all}
+td figure{display:inline-block;vertical-align:top;margin-right:4px}
 figure img{width:112px;height:112px;object-fit:contain;background:#eee}
 .note{color:#555}.warn{color:#a40}
 """
