@@ -56,6 +56,8 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]], numeric: Sequenc
 def thumbnail(image: np.ndarray | Image.Image, size: int = 112) -> str:
     """An <img> with the image shrunk to `size` px and inlined as JPEG data."""
     im = image if isinstance(image, Image.Image) else Image.fromarray(np.asarray(image).squeeze().astype(np.uint8))
+    if im.format == "JPEG":  # a file not decoded yet: at the DCT scale that keeps 2 x size (5x faster)
+        im.draft("RGB", (2 * size, 2 * size))
     im = im.convert("RGB")
     im.thumbnail((size, size))
     buffer = io.BytesIO()

@@ -28,7 +28,7 @@ BLOCK_BITS = 16
 BLOCKS = 64 // BLOCK_BITS
 MAX_RADIUS = 2 * BLOCKS - 1  # 7: within it some block differs in at most one bit
 DEFAULT_RADIUS = 6  # measured: docs/benchmarks.md, "near-duplicates"
-CHUNK_PAIRS = 1 << 22  # candidate pairs checked at once (some 100 MB of temporaries)
+CHUNK_PAIRS = 1 << 20  # candidate pairs checked at once (some 50 MB of temporaries)
 PAIRS_SHOWN = 50  # pairs listed per group in report.json
 
 
