@@ -17,7 +17,8 @@ Cost: `shardfeed convert` of 2,000 real-photo JPEGs (bench/corpus.py) by the cod
 `--baseline-src /tmp/before/src`), with `--near-radius off` (hashes made, not grouped) and with
 the default, each in a fresh process, rounds interleaved; wall and CPU seconds (of the children);
 `--no-report`: the HTML report's near-duplicate table decodes at most 60 thumbnails, a fixed
-cost of ~0.1 s whatever the dataset's size, left out of the per-image comparison.
+cost of ~0.1 s whatever the dataset's size, left out of the per-image comparison. The same for
+`--large` phone-size photos (bench/corpus.py `build_large_corpus`, 3-12 MP).
 
 Scale: `near_duplicates.close_pairs` over N random 64-bit hashes with 1,000 planted pairs at
 1..radius bits, at radius 3 and the default: seconds, peak memory (tracemalloc) and pairs found.
@@ -41,7 +42,7 @@ import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench.corpus import build_corpus, build_near_duplicate_corpus
+from bench.corpus import build_corpus, build_large_corpus, build_near_duplicate_corpus
 from bench.report import emit
 from shardfeed.write import near_duplicates
 from shardfeed.write.images import ImageOptions, prepare_file_image
@@ -123,10 +124,9 @@ def _edit_distances(names: list[str], truth: dict[str, int], distances: np.ndarr
     }
 
 
-def _convert_cost(work: Path, rounds: int, images: int, baseline_src: str | None) -> dict[str, Any]:
-    """Fresh-process conversions, rounds interleaved (order rotated each round): 'before' (the
-    code before hashing, from `baseline_src`), 'off' (hashing, no grouping), 'default'."""
-    source = build_corpus(str(work / "corpus"), images)
+def _convert_cost(work: Path, source: str, rounds: int, baseline_src: str | None) -> dict[str, Any]:
+    """Fresh-process conversions of `source`, rounds interleaved (order rotated each round):
+    'before' (the code before hashing, from `baseline_src`), 'off' (no hashing), 'default'."""
     names = (["before"] if baseline_src else []) + ["off", "default"]
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
     for r in range(rounds):
@@ -183,6 +183,7 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--images", type=int, default=2000)
+    parser.add_argument("--large", type=int, default=200, help="phone-size photos for a second cost run (0: none)")
     parser.add_argument("--scale", type=int, default=1_300_000)
     parser.add_argument("--work", default="/tmp/bench_near")
     parser.add_argument("--skip", nargs="*", default=[], choices=["accuracy", "cost", "scale"])
@@ -195,7 +196,11 @@ def main() -> None:
     if "accuracy" not in args.skip:
         result["accuracy"] = _accuracy(work / "near", args.copies)
     if "cost" not in args.skip:
-        result["convert_cost"] = _convert_cost(work, args.rounds, args.images, args.baseline_src)
+        small = build_corpus(str(work / "corpus"), args.images)
+        result["convert_cost"] = _convert_cost(work, small, args.rounds, args.baseline_src)
+        if args.large:
+            large = build_large_corpus(str(work / "large"), args.large)
+            result["convert_cost_large"] = _convert_cost(work, large, args.rounds, args.baseline_src)
     if "scale" not in args.skip:
         result["scale"] = [_scale(args.scale, r) for r in (3, near_duplicates.DEFAULT_RADIUS)]
     emit(result, args.json)

@@ -1,7 +1,8 @@
 """A 64-bit perceptual hash of each image, from the small gray image the decode check makes anyway.
 
     gray image (a JPEG's DCT-scaled decode, 1/8 down to 64 px a side at most: block means of its
-                luma; other images: their luma; more than 128 px a side: box-reduced below it)
+                luma; other images: their luma), box-reduced by an integer factor to a shorter
+                side of 32..63 px
     -> its projection on the 8 x 8 lowest cosines of a DCT-II at its own size (the frequencies a
        32 x 32 pHash keeps, without resampling to 32 x 32 first: cheaper, and the same cosines
        whatever the image's size)
@@ -24,7 +25,10 @@ from PIL import Image
 NAME = "shardfeed-phash-v1"  # recorded in the manifest: hashes of another version are not compared
 LOW = 8  # the lowest LOW x LOW frequencies make the 64 bits
 MIN_SIDE = 64  # a JPEG is decoded at the smallest DCT scale that keeps both sides at least this
-MAX_SIDE = 128  # larger gray images are box-reduced by an integer factor first
+# Larger gray images are box-reduced by an integer factor to under twice this first: cheaper, and
+# the projection stays a small product BLAS runs on one thread (a 8 x 187 x 250 one ran threaded
+# in each of the conversion's worker processes, which then fought over the cores: 1.35x wall).
+MAX_SIDE = 64
 # A cosine of amplitude A projects to A / 4 on its (mean-normalised) basis pair: an image whose
 # low frequencies all stay under 0.1 (under half a gray level's amplitude) has no hash. (A
 # constant image measures 2e-6; the dimmest real photo crop in the benchmark corpus, 0.38.)
@@ -41,7 +45,7 @@ def _basis(n: int) -> np.ndarray:
 def of_gray(gray: np.ndarray) -> str | None:
     """The hash of a 2-D uint8 gray image as 16 hex digits; None for a flat image."""
     factor = min(gray.shape) // MAX_SIDE
-    if factor > 1:
+    if factor > 1:  # the shorter side ends in MAX_SIDE..2 * MAX_SIDE - 1
         gray = np.asarray(Image.fromarray(np.ascontiguousarray(gray), "L").reduce(factor))
     h, w = gray.shape
     coefficients = (_basis(h) @ gray.astype(np.float32) @ _basis(w).T).ravel()
