@@ -410,3 +410,14 @@ def test_manifest_version_is_checked(photo_tree: Path, tmp_path: Path) -> None:
         data["version"] = 1
         (out / "manifest.json").write_text(json.dumps(data))
         read_manifest(str(out)).split("test")
+
+
+def test_a_conversion_that_writes_no_image_is_an_error_naming_the_reasons(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        (tmp_path / "src" / name).mkdir(parents=True)
+        (tmp_path / "src" / name / "notes.jpg").write_bytes(b"plain text, not a JPEG")
+    with pytest.raises(
+        ConvertError, match=r"no image could be converted .* all 2 inputs were skipped \(2 not an image"
+    ):
+        convert(str(tmp_path / "src"), str(tmp_path / "out"), ConvertOptions(split="train=1"), workers=1)
+    assert not (tmp_path / "out" / "manifest.json").exists()

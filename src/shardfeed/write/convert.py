@@ -251,6 +251,7 @@ class _Conversion:
                 labelled=discovery.class_names is not None,
             )
             if existing is not None:
+                self._source_finished()
                 return ConversionResult.of(
                     existing, shards_written=0, shards_resumed=0, already_complete=True, start=start
                 )
@@ -265,13 +266,22 @@ class _Conversion:
             with self._disk_full_as_error(discovery):
                 folder_state.start(self.output_dir, state)
                 results, resumed = self.write_all(planned.shards, spec, pool)
+                if not sum(r.num_records for r in results):
+                    raise ConvertError(notes.nothing_written(discovery, results))
                 self._finish(state, discovery, results, dropped, planned.moves)
+            self._source_finished()
         result = ConversionResult.of(
             manifest.read(self.output_dir), shards_written=len(results) - resumed, shards_resumed=resumed, start=start
         )
         if not discovery.presplit:
             result.requested_splits = tuple(self.options.split_fractions(labelled=discovery.class_names is not None))
         return result
+
+    def _source_finished(self) -> None:
+        """Tells a source that stages its images (tables, tars: write/staging.py) they can go."""
+        finished = getattr(self.source, "finished", None)
+        if finished is not None:
+            finished()
 
     def _append(
         self, discovery: Discovery, state: dict[str, Any], pool: Executor | None, start: float

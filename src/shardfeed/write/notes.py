@@ -3,6 +3,7 @@ records other readers cannot decode, near-duplicate groups."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from shardfeed.format import manifest, schema
@@ -46,3 +47,15 @@ def near_summary(data: dict[str, Any]) -> str:
         drift = ", ".join(f"{k} {v:+d}" for k, v in together["drift"].items()) or "none"
         leaks += f"; each group kept in one split ({together['groups']} groups, split sizes off by: {drift})"
     return f", {near['groups']} near-duplicate groups of {near['images']} images{leaks}"
+
+
+def nothing_written(discovery: Any, results: list[Any]) -> str:
+    """Why a conversion wrote no image: its inputs' skip reasons, the commonest first."""
+    skipped = list(discovery.skipped) + [s for r in results for s in r.skipped]
+    reasons = Counter(why.split(":")[0] for _, why in skipped)
+    listed = "; ".join(f"{n} {why}" for why, n in reasons.most_common(3))
+    example = f" (e.g. {skipped[0][0]}: {skipped[0][1]})" if skipped else ""
+    return (
+        f"no image could be converted from {discovery.root}: all {len(skipped)} inputs were skipped ({listed})"
+        f"{example}; nothing was written as a dataset"
+    )
