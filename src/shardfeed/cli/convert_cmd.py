@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from typing import Any
 
 from shardfeed.cli.options import add_pixel_limit_flag, from_args, image_fields
@@ -57,12 +58,26 @@ def _input_flags(g: Any) -> None:
         "(default: text before the first dot, as in cat.123.jpg)",
     )
     g.add_argument("--path-column", default="path", help="CSV: column with image paths (default: path)")
-    g.add_argument("--label-column", default="label", help="CSV: column with labels (default: label)")
+    g.add_argument(
+        "--label-column",
+        help="CSV: column with labels (default: label); Parquet/Arrow: the label column (default: the ClassLabel "
+        "feature, else a column named label, class, ...; none: unlabeled)",
+    )
+    g.add_argument("--image-column", help="Parquet/Arrow: the image column (default: the Image feature, or 'image')")
+    g.add_argument(
+        "--image-ext",
+        help="WebDataset: the image member's extensions, first present wins (default: jpg;png;jpeg;webp)",
+    )
+    g.add_argument("--label-ext", help="WebDataset: the label member's extension, an integer id as text (default: cls)")
+    g.add_argument("--label-field", help="WebDataset: take the label from this field of each sample's .json instead")
     g.add_argument("--split-column", help="CSV: column with split names (default: 'split' if present)")
     g.add_argument("--labels-file", help="NumPy: labels .npy for an images .npy")
     g.add_argument("--images-key", help="NumPy .npz: name of the images array")
     g.add_argument("--labels-key", help="NumPy .npz: name of the labels array")
-    g.add_argument("--class-names", help="NumPy: comma-separated class names for labels 0..K-1")
+    g.add_argument(
+        "--class-names",
+        help="NumPy, WebDataset: class names for labels 0..K-1, comma-separated or a file with one per line",
+    )
 
 
 def _split_flags(g: Any) -> None:
@@ -208,7 +223,7 @@ def _source_options(args: argparse.Namespace) -> dict[str, Any]:
     if lower.endswith((".csv", ".tsv")):
         return {
             "path_column": args.path_column,
-            "label_column": args.label_column,
+            "label_column": args.label_column or "label",
             "split_column": args.split_column,
         }
     if lower.endswith((".npz", ".npy")):
@@ -219,7 +234,20 @@ def _source_options(args: argparse.Namespace) -> dict[str, Any]:
             "labels_key": args.labels_key,
             "class_names": names,
         }
-    return {}
+    names_given = args.class_names
+    if names_given and not os.path.exists(names_given):
+        names_given = names_given.split(",")
+    label_column = args.label_column
+    return {
+        "container_options": {
+            "image_column": args.image_column,
+            "label_column": "" if label_column == "none" else label_column,
+            "image_exts": args.image_ext,
+            "label_ext": args.label_ext,
+            "label_field": args.label_field,
+            "class_names": names_given,
+        }
+    }
 
 
 def run(args: argparse.Namespace) -> int:

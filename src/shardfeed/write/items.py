@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 
 from shardfeed.format import fileio
 
+# Top-level folder (or file name prefix) names that mark an already split layout.
+SPLIT_FOLDER_NAMES = frozenset({"train", "training", "validation", "valid", "val", "test", "testing", "eval", "dev"})
+
 
 @dataclass(frozen=True, slots=True)
 class Item:

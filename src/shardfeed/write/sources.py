@@ -16,10 +16,10 @@ from typing import Any
 from shardfeed.errors import SourceError
 from shardfeed.format import fileio
 from shardfeed.write.array_source import ArraySource
-from shardfeed.write.items import Discovery, Item, file_item, sorted_labels
+from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, Item, file_item, sorted_labels
+from shardfeed.write.table_source import TableSource, looks_like_table
+from shardfeed.write.webdataset_source import WebDatasetSource, looks_like_webdataset
 
-# Top-level folder names that mark an already split class-per-folder tree.
-SPLIT_FOLDER_NAMES = frozenset({"train", "training", "validation", "valid", "val", "test", "testing", "eval", "dev"})
 # "text before the first dot", with at least one more dot before the extension: cat.123.jpg
 DEFAULT_FILENAME_PATTERN = r"^([^.]+)\..+\.[^.]+$"
 
@@ -219,7 +219,7 @@ class UnlabeledSource:
         return Discovery(self.kind, self.root, items, self.root, None, skipped)
 
 
-Source = FolderSource | FilenameSource | CsvSource | ArraySource | UnlabeledSource
+Source = FolderSource | FilenameSource | CsvSource | ArraySource | UnlabeledSource | TableSource | WebDatasetSource
 LABELS_FROM = ("folders", "filenames", "none")
 
 
@@ -228,16 +228,21 @@ def resolve_source(
     *,
     labels_from: str = "folders",
     label_pattern: str | None = None,
+    container_options: dict[str, Any] | None = None,
     **csv_or_array_options: Any,
 ) -> Source:
-    """A source object from a path: folder, .csv/.tsv list or .npz/.npy arrays.
+    """A source object from a path: folder, .csv/.tsv list, .npz/.npy arrays, Hugging Face
+    Parquet/Arrow tables (write/table_source.py) or WebDataset tars (write/webdataset_source.py).
 
     Args:
         source: a path, or an already built source object (returned as is).
         labels_from: for folders: 'folders' (class per folder), 'filenames', or 'none'.
         label_pattern: regex with one group, for labels_from='filenames'.
+        container_options: image_column/label_column for tables; image_exts, label_ext,
+            label_field, class_names for WebDataset tars (None values are left out).
         csv_or_array_options: column names for CSV, array names for NumPy inputs.
     """
+    container_options = container_options or {}
     if not isinstance(source, str):
         return source
     lower = source.lower()
@@ -247,6 +252,12 @@ def resolve_source(
         return ArraySource(source, **csv_or_array_options)
     if labels_from not in LABELS_FROM:
         raise SourceError(f"labels_from must be one of {list(LABELS_FROM)}, got {labels_from!r}")
+    table = {k: v for k, v in container_options.items() if k in ("image_column", "label_column") and v is not None}
+    wds = {k: v for k, v in container_options.items() if k not in table and v is not None}
+    if labels_from == "folders" and looks_like_table(source):
+        return TableSource(source, **table)
+    if labels_from == "folders" and looks_like_webdataset(source):
+        return WebDatasetSource(source, **wds)
     if labels_from == "filenames":
         return FilenameSource(source, label_pattern)
     if labels_from == "none":

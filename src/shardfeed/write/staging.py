@@ -1,0 +1,111 @@
+"""Images that live inside container files (Parquet, Arrow, tar), extracted once into a local
+folder that the conversion then reads like any folder of images.
+
+Converting shuffles records across shards, so images are read in a seeded random order; read
+straight from a Parquet row group or a compressed tar, each image would cost a whole row group or
+a seek from the tar's start. Instead the containers are streamed once, in order (one row group or
+tar member in memory at a time), and every image is written to
+
+    $XDG_CACHE_HOME/shardfeed/staged/<id>/<key>     id: a hash of the containers' paths, sizes
+                                                    and modification times
+    .../<id>/listing.json                           what was found: keys, labels, splits, skips
+
+An extraction is written under `<id>.partial-<pid>` and renamed when complete, so a killed one is
+never taken for whole; a re-run (a resume after a kill, or a finished conversion run again)
+reuses a complete one. The conversion removes it when it has finished (`Staged.remove`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from shardfeed.format import fileio
+from shardfeed.write.folder_lock import process_alive
+
+LISTING = "listing.json"
+
+
+@dataclass
+class Extracted:
+    """What an extraction found: each image's (key, label, split), the rows or members it could
+    not use with the reason, the class names (index = label id) and whether splits came with it."""
+
+    images: list[tuple[str, int, str | None]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    class_names: list[str] | None = None
+    presplit: bool = False
+
+
+class Staged:
+    """The staging folder of one set of containers (see the module docstring)."""
+
+    def __init__(self, containers: list[str]) -> None:
+        identity = hashlib.sha256()
+        for path in containers:
+            size, mtime = fileio.size_and_mtime(path)
+            identity.update(f"{fileio.absolute(path)}\0{size}\0{mtime}\n".encode())
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        self.folder = os.path.join(base, "shardfeed", "staged", identity.hexdigest()[:24])
+
+    def extracted(self, extract: Callable[[Writer], Extracted]) -> Extracted:
+        """The listing of a complete extraction, made now by `extract` unless one is here."""
+        listing = os.path.join(self.folder, LISTING)
+        if os.path.exists(listing):
+            with open(listing) as f:
+                data = json.load(f)
+            return Extracted(
+                [tuple(i) for i in data["images"]],
+                [tuple(s) for s in data["skipped"]],
+                data["class_names"],
+                data["presplit"],
+            )
+        self._remove_dead_partials()
+        partial = f"{self.folder}.partial-{os.getpid()}"
+        shutil.rmtree(partial, ignore_errors=True)
+        found = extract(Writer(partial))
+        with open(os.path.join(partial, LISTING), "w") as f:
+            json.dump(asdict(found), f)
+        shutil.rmtree(self.folder, ignore_errors=True)
+        os.replace(partial, self.folder)
+        return found
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _remove_dead_partials(self) -> None:
+        """Extractions left half-done by killed processes."""
+        parent, name = os.path.split(self.folder)
+        if not os.path.isdir(parent):
+            return
+        for entry in os.listdir(parent):
+            pid = entry.removeprefix(name + ".partial-")
+            if pid != entry and pid.isdigit() and not process_alive(int(pid)):
+                shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+
+
+class Writer:
+    """Writes extracted images into a staging folder under their keys."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        os.makedirs(folder, exist_ok=True)
+
+    def put(self, key: str, data: bytes) -> None:
+        path = os.path.join(self.folder, key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+
+    def link(self, key: str, source: str) -> None:
+        """Stages the file `source` (an image a table names by path) under `key`."""
+        path = os.path.join(self.folder, key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            os.link(source, path)
+        except OSError:
+            shutil.copyfile(source, path)

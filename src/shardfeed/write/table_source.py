@@ -1,0 +1,267 @@
+"""Hugging Face datasets as sources: Parquet files as the Hub lays them out, and folders written by
+`datasets`' `save_to_disk` (Arrow files per split).
+
+    hub/data/train-00000-of-00002.parquet    the Hub's layout: split = the name before the first '-'
+    hub/default/train/0000.parquet           the Hub's converted layout: split = the parent folder
+    one.parquet                              one table: split by the conversion's fractions
+    saved/dataset_dict.json + train/*.arrow  save_to_disk of a DatasetDict: its splits
+    saved/state.json + data-*.arrow          save_to_disk of one Dataset
+
+The image column and the label column come from `datasets`' feature metadata when it is there
+(the `Image` feature; a `ClassLabel`, whose names become labels.txt in the same id order), else
+from their names and types; `image_column` / `label_column` override. An image is stored as its
+bytes (`{bytes, path}`); one given by path only is read from that path, relative to the dataset.
+Tables are read with pyarrow (`pip install 'shardfeed[hub]'`), a record batch at a time, and the
+images extracted once into a staging folder (write/staging.py). Each image's key (report.json,
+image/filename) is its table and row: `data/train-00000-of-00002.parquet/0000123.jpg`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from shardfeed.errors import SourceError
+from shardfeed.format import fileio, storage
+from shardfeed.format.image_format import sniff_format
+from shardfeed.write.items import Discovery, file_item
+from shardfeed.write.staging import Extracted, Staged, Writer
+
+IMAGE_NAMES = ("image", "img", "picture", "photo", "jpg", "png", "image_bytes")
+LABEL_NAMES = ("label", "labels", "class", "category", "target", "fine_label")
+BATCH_ROWS = 64  # rows in memory at a time
+_HUB_FILE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-\d{5}-of-\d{5}\.parquet$")
+
+
+def pyarrow() -> Any:
+    """pyarrow, or a SourceError naming the extra that installs it."""
+    try:
+        import pyarrow as pa
+        import pyarrow.ipc
+        import pyarrow.parquet
+    except ImportError as e:
+        raise SourceError("reading Parquet or Arrow needs pyarrow: pip install 'shardfeed[hub]'") from e
+    return pa
+
+
+def looks_like_table(path: str) -> bool:
+    """A .parquet/.arrow file, or a folder holding Parquet files or a save_to_disk layout."""
+    lower = path.lower().rstrip("/")
+    if lower.endswith((".parquet", ".arrow")):
+        return True
+    if not fileio.isdir(path):
+        return False
+    return any(fileio.exists(fileio.join(path, n)) for n in ("dataset_dict.json", "state.json")) or bool(
+        _parquet_files(path)
+    )
+
+
+def _parquet_files(folder: str) -> list[str]:
+    """Parquet files up to three levels down (data/, config/split/), relative, sorted."""
+    return sorted(
+        rel for rel in fileio.walk_files(folder)[0] if rel.lower().endswith(".parquet") and rel.count("/") <= 2
+    )
+
+
+class TableSource:
+    """Parquet or Arrow tables of images (see the module docstring)."""
+
+    def __init__(self, path: str, *, image_column: str | None = None, label_column: str | None = None) -> None:
+        self.path = path.rstrip("/")
+        self.image_column = image_column
+        self.label_column = label_column
+        self.kind = "arrow" if self._arrow_layout() else "parquet"
+        self.staged: Staged | None = None
+
+    def _arrow_layout(self) -> bool:
+        if self.path.lower().endswith(".arrow"):
+            return True
+        return fileio.isdir(self.path) and any(
+            fileio.exists(fileio.join(self.path, n)) for n in ("dataset_dict.json", "state.json")
+        )
+
+    def tables(self) -> list[tuple[str, str | None]]:
+        """(table file, its split or None) in a fixed order."""
+        if not fileio.isdir(self.path):
+            if not fileio.exists(self.path):
+                raise SourceError(f"{storage.redact(self.path)} does not exist")
+            return [(self.path, None)]
+        if self.kind == "arrow":
+            return self._arrow_tables()
+        found = []
+        for rel in _parquet_files(self.path):
+            name, parent = rel.rsplit("/", 1)[-1], rel.rsplit("/", 2)[-2] if "/" in rel else ""
+            hub = _HUB_FILE.match(name)
+            split = hub["split"] if hub else (parent if parent and parent != "data" else None)
+            found.append((fileio.join(self.path, rel), split))
+        if len({s for _, s in found}) > 1 and any(s is None for _, s in found):
+            raise SourceError(
+                f"{storage.redact(self.path)}: some Parquet files name a split and some do not "
+                f"({[rel for rel, s in found if s is None][:3]}); give one layout"
+            )
+        return found
+
+    def _arrow_tables(self) -> list[tuple[str, str | None]]:
+        dict_file = fileio.join(self.path, "dataset_dict.json")
+        if fileio.exists(dict_file):
+            splits = json.loads(fileio.read_bytes(dict_file))["splits"]
+            folders = [(fileio.join(self.path, s), s) for s in splits]
+        else:
+            folders = [(self.path, None)]
+        out = []
+        for folder, split in folders:
+            state = json.loads(fileio.read_bytes(fileio.join(folder, "state.json")))
+            out += [(fileio.join(folder, f["filename"]), split) for f in state["_data_files"]]
+        return out
+
+    def discover(self) -> Discovery:
+        pyarrow()
+        tables = self.tables()
+        if not tables:
+            raise SourceError(f"{storage.redact(self.path)}: no Parquet or Arrow tables found")
+        self.staged = Staged([t for t, _ in tables])
+        found = self.staged.extracted(lambda writer: self._extract(tables, writer))
+        items = [file_item(self.staged.folder, key, label, split) for key, label, split in found.images]
+        return Discovery(
+            self.kind, self.path, items, self.staged.folder, found.class_names, found.skipped, found.presplit
+        )
+
+    def finished(self) -> None:
+        """The conversion is complete: the staged images go."""
+        if self.staged is not None:
+            self.staged.remove()
+
+    def _extract(self, tables: list[tuple[str, str | None]], writer: Writer) -> Extracted:
+        """Streams every table once, staging its images (see the module docstring)."""
+        found = Extracted(presplit=all(split is not None for _, split in tables))
+        columns: tuple[str, str | None] | None = None
+        names: dict[str, int] = {}
+        for table, split in tables:
+            schema = self._schema(table)
+            image, label, class_names = self._columns(table, schema)
+            if columns is not None and columns != (image, label):
+                raise SourceError(
+                    f"{storage.redact(table)}: columns {(image, label)} differ from the others' {columns}"
+                )
+            columns = (image, label)
+            if class_names is not None:
+                found.class_names = class_names
+            rel = table.removeprefix(self.path + "/") if table != self.path else table.rsplit("/", 1)[-1]
+            for row, (value, label_value) in enumerate(self._rows(table, image, label)):
+                where = f"{rel} row {row}"
+                key_base = f"{rel}/{row:07d}"  # the table and row: how report.json and image/filename name it
+                self._stage_row(found, writer, names, where, key_base, split, value, label_value, label)
+        if found.class_names is None and names:
+            found.class_names = sorted(names, key=names.__getitem__)
+        if columns is not None and columns[1] is None:
+            found.class_names = None
+        return found
+
+    def _stage_row(
+        self,
+        found: Extracted,
+        writer: Writer,
+        names: dict[str, int],
+        where: str,
+        key_base: str,
+        split: str | None,
+        value: Any,
+        label_value: Any,
+        label_column: str | None,
+    ) -> None:
+        """One row: its image staged and listed, or the row reported with why not."""
+        data, path = _image_value(value)
+        if data is None and path:
+            local = path if os.path.isabs(path) or "://" in path else fileio.join(self._root(), path)
+            try:
+                data = fileio.read_bytes(local)
+            except OSError as e:
+                found.skipped.append((where, f"its image names the file {path!r}, which cannot be read: {e}"))
+                return
+        if not data:
+            found.skipped.append((where, "no image in the row (empty or null)"))
+            return
+        if label_column is not None and label_value is None:
+            found.skipped.append((where, f"no label (null in column {label_column!r})"))
+            return
+        if label_column is None:
+            label = -1
+        elif isinstance(label_value, str):
+            label = names.setdefault(label_value, len(names))
+        else:
+            label = int(label_value)
+            if label < 0:
+                found.skipped.append((where, f"label {label} (-1 marks unlabeled rows in datasets' ClassLabel)"))
+                return
+        key = key_base + "." + (sniff_format(data) or "bin").replace("jpeg", "jpg")
+        writer.put(key, data)
+        found.images.append((key, label, split))
+
+    def _root(self) -> str:
+        return self.path if fileio.isdir(self.path) else self.path.rsplit("/", 1)[0]
+
+    def _schema(self, table: str) -> Any:
+        pa = pyarrow()
+        with fileio.open_binary(table, "rb") as f:
+            if self.kind == "parquet":
+                return pa.parquet.read_schema(f)
+            return pa.ipc.open_stream(f).schema
+
+    def _columns(self, table: str, schema: Any) -> tuple[str, str | None, list[str] | None]:
+        """(image column, label column or None, ClassLabel names or None) of a table."""
+        features = _features(schema)
+        names = list(schema.names)
+        image = self.image_column or next((n for n, f in features.items() if f.get("_type") == "Image"), None)
+        image = image or next((n for n in names if n.lower() in IMAGE_NAMES), None)
+        if image is None or image not in names:
+            raise SourceError(
+                f"{storage.redact(table)}: no image column found among {names}; name it with --image-column"
+            )
+        if self.label_column == "":  # asked for none: unlabeled
+            return image, None, None
+        label = self.label_column or next((n for n, f in features.items() if f.get("_type") == "ClassLabel"), None)
+        label = label or next((n for n in names if n.lower() in LABEL_NAMES), None)
+        if label is not None and label not in names:
+            raise SourceError(f"{storage.redact(table)}: no column {label!r} among {names}")
+        class_names = features.get(label or "", {}).get("names") if label else None
+        return image, label, class_names
+
+    def _rows(self, table: str, image: str, label: str | None) -> Iterator[tuple[Any, Any]]:
+        """(image value, label value) of each row, BATCH_ROWS at a time."""
+        pa = pyarrow()
+        columns = [image] + ([label] if label else [])
+        with fileio.open_binary(table, "rb") as f:
+            if self.kind == "parquet":
+                batches = pa.parquet.ParquetFile(f).iter_batches(batch_size=BATCH_ROWS, columns=columns)
+            else:
+                batches = iter(pa.ipc.open_stream(f))
+            for batch in batches:
+                images = batch.column(batch.schema.get_field_index(image)).to_pylist()
+                labels = (
+                    batch.column(batch.schema.get_field_index(label)).to_pylist() if label else [None] * len(images)
+                )
+                yield from zip(images, labels, strict=True)
+
+
+def _features(schema: Any) -> dict[str, dict[str, Any]]:
+    """`datasets`' feature metadata in a table's schema ({} when it has none)."""
+    raw = (schema.metadata or {}).get(b"huggingface")
+    if not raw:
+        return {}
+    info = json.loads(raw)
+    features = info.get("info", {}).get("features") or info.get("features") or {}
+    return {k: v for k, v in features.items() if isinstance(v, dict)}
+
+
+def _image_value(value: Any) -> tuple[bytes | None, str | None]:
+    """(bytes, path) of an image cell: datasets' {bytes, path} struct, or plain bytes."""
+    if isinstance(value, dict):
+        return value.get("bytes"), value.get("path")
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value), None
+    if isinstance(value, str):
+        return None, value
+    return None, None

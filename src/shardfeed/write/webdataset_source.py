@@ -1,0 +1,189 @@
+"""WebDataset tar shards as a source: a .tar, a folder of them, or a brace pattern
+(`data-{000000..000009}.tar`).
+
+Samples are grouped by key as WebDataset groups them: a member's key is its path up to the
+first '.' of its base name, its extension the rest (`0001.jpg`, `0001.cls` -> key `0001`).
+Consecutive members with one key make a sample. The image is the first extension present of
+`image_exts` (default jpg;png;jpeg;webp), the label the `label_ext` member (default cls: an
+integer as text); with `label_field`, a field of the sample's `.json` instead (an integer, or a
+name: names then become the classes, sorted). Class names come from `class_names` (a list, or a
+file with one per line, in id order) when given, else from the ids. Tars whose names or folders start with a
+split name (`train-000000.tar`, `val/000000.tar`) keep their splits.
+
+Each tar is streamed once (one member in memory at a time) and its images staged as files
+(write/staging.py). A sample without an image or a label is reported with its tar and members.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tarfile
+from collections.abc import Iterator
+
+from shardfeed.errors import SourceError
+from shardfeed.format import fileio, storage
+from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, file_item, sorted_labels
+from shardfeed.write.staging import Extracted, Staged, Writer
+
+DEFAULT_IMAGE_EXTS = "jpg;png;jpeg;webp"
+DEFAULT_LABEL_EXT = "cls"
+_SPLIT_PREFIX = re.compile(r"^(?P<split>[A-Za-z]+)[-_.]")
+
+
+def looks_like_webdataset(path: str) -> bool:
+    """A .tar file or brace pattern, or a folder whose files are .tar shards."""
+    lower = path.lower()
+    if lower.endswith((".tar", ".tgz", ".tar.gz")):
+        return True
+    if not fileio.isdir(path):
+        return False
+    files = fileio.walk_files(path)[0]
+    return bool(files) and all(f.lower().endswith((".tar", ".tgz", ".tar.gz")) for f in files)
+
+
+def expand(pattern: str) -> list[str]:
+    """The tar files a path names: a brace pattern expanded (braceexpand, as WebDataset does), a
+    folder's .tar files, or the file itself."""
+    if "{" in pattern:
+        try:
+            from braceexpand import braceexpand
+        except ImportError as e:
+            raise SourceError("brace patterns need braceexpand: pip install 'shardfeed[webdataset]'") from e
+        return list(braceexpand(pattern))
+    if fileio.isdir(pattern):
+        return [fileio.join(pattern, rel) for rel in sorted(fileio.walk_files(pattern)[0])]
+    return [pattern]
+
+
+class WebDatasetSource:
+    """WebDataset tar shards (see the module docstring)."""
+
+    kind = "webdataset"
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        image_exts: str = DEFAULT_IMAGE_EXTS,
+        label_ext: str = DEFAULT_LABEL_EXT,
+        label_field: str | None = None,
+        class_names: str | list[str] | None = None,
+    ) -> None:
+        self.path = path.rstrip("/")
+        self.image_exts = [e.strip().lower() for e in image_exts.split(";") if e.strip()]
+        self.label_ext = label_ext.lower()
+        self.label_field = label_field
+        self.names_file = class_names
+        self.staged: Staged | None = None
+
+    def discover(self) -> Discovery:
+        tars = expand(self.path)
+        missing = [t for t in tars if not fileio.exists(t)]
+        if missing:
+            raise SourceError(f"{len(missing)} tar shards do not exist, e.g. {storage.redact(missing[0])}")
+        self.staged = Staged(tars)
+        found = self.staged.extracted(lambda writer: self._extract(tars, writer))
+        items = [file_item(self.staged.folder, key, label, split) for key, label, split in found.images]
+        return Discovery(
+            self.kind, self.path, items, self.staged.folder, found.class_names, found.skipped, found.presplit
+        )
+
+    def finished(self) -> None:
+        if self.staged is not None:
+            self.staged.remove()
+
+    def _split_of(self, tar: str) -> str | None:
+        """The split a tar's name or folder names (train-000000.tar, val/000000.tar), else None."""
+        rel = tar.removeprefix(self.path).lstrip("/") if fileio.isdir(self.path) else tar.rsplit("/", 1)[-1]
+        first = rel.split("/")[0] if "/" in rel else ""
+        if first.lower() in SPLIT_FOLDER_NAMES:
+            return first
+        prefix = _SPLIT_PREFIX.match(rel.rsplit("/", 1)[-1])
+        return prefix["split"] if prefix and prefix["split"].lower() in SPLIT_FOLDER_NAMES else None
+
+    def _extract(self, tars: list[str], writer: Writer) -> Extracted:
+        splits = [self._split_of(t) for t in tars]
+        found = Extracted(presplit=all(s is not None for s in splits))
+        labels: list[tuple[int, object]] = []  # (image index, raw label) resolved once names are known
+        for tar, split in zip(tars, splits, strict=True):
+            name = tar.rsplit("/", 1)[-1]
+            for key, members in _samples(tar):
+                where = f"{name}:{key}"
+                image_ext = next((e for e in self.image_exts if e in members), None)
+                raw = self._label(members, where, found)
+                if image_ext is None:
+                    found.skipped.append((where, f"no image member ({', '.join(sorted(members))})"))
+                    continue
+                if raw is None:
+                    if not any(r == where for r, _ in found.skipped):
+                        found.skipped.append((where, f"no .{self.label_ext} label ({', '.join(sorted(members))})"))
+                    continue
+                staged_key = f"{split or 'all'}/{name}/{key}.{image_ext}"
+                writer.put(staged_key, members[image_ext])
+                labels.append((len(found.images), raw))
+                found.images.append((staged_key, -1, split))
+        found.class_names = self._class_names([r for _, r in labels])
+        ids = {n: i for i, n in enumerate(found.class_names)}
+        for index, raw in labels:
+            key, _, split = found.images[index]
+            found.images[index] = (key, raw if isinstance(raw, int) else ids[str(raw)], split)
+        return found
+
+    def _label(self, members: dict[str, bytes], where: str, found: Extracted) -> object | None:
+        """The sample's raw label (int or name), or None (reported) when it has none."""
+        if self.label_field is None:
+            text = members.get(self.label_ext)
+            if text is None:
+                return None
+            try:
+                return int(text.decode().strip())
+            except ValueError:
+                found.skipped.append((where, f".{self.label_ext} holds {text[:40]!r}, not an integer class id"))
+                return None
+        raw = members.get("json")
+        try:
+            value = json.loads(raw)[self.label_field] if raw is not None else None
+        except (ValueError, KeyError, TypeError):
+            value = None
+        if value is None:
+            found.skipped.append((where, f"no {self.label_field!r} field in its .json"))
+        return value
+
+    def _class_names(self, raw: list[object]) -> list[str]:
+        """Names in id order: from the names file, else the ids or label names found."""
+        if self.names_file is not None:
+            names = (
+                self.names_file
+                if isinstance(self.names_file, list)
+                else [n.strip() for n in fileio.read_bytes(self.names_file).decode().splitlines() if n.strip()]
+            )
+            bad = sorted({str(r) for r in raw if not (isinstance(r, int) and 0 <= r < len(names))})
+            if bad:
+                raise SourceError(f"labels {bad[:5]} are not ids of the {len(names)} names in {self.names_file}")
+            return names
+        if all(isinstance(r, int) for r in raw):
+            return [str(i) for i in range(max((r for r in raw if isinstance(r, int)), default=-1) + 1)]
+        return sorted_labels({str(r) for r in raw})
+
+
+def _samples(tar: str) -> Iterator[tuple[str, dict[str, bytes]]]:
+    """(key, {extension: bytes}) of each sample, streaming the tar once."""
+    with fileio.open_binary(tar, "rb") as f, tarfile.open(fileobj=f, mode="r|*") as archive:
+        key, members = None, {}
+        for member in archive:
+            if not member.isfile():
+                continue
+            folder, _, base = member.name.rpartition("/")
+            if "." not in base or base.startswith("."):
+                continue
+            stem, ext = base.split(".", 1)
+            this = f"{folder}/{stem}" if folder else stem
+            if this != key and key is not None:
+                yield key, members
+                members = {}
+            key = this
+            data = archive.extractfile(member)
+            members[ext.lower()] = data.read() if data is not None else b""
+        if key is not None:
+            yield key, members

@@ -1,0 +1,204 @@
+"""Hugging Face datasets as sources, written by the `datasets` library itself from real photos:
+Hub-layout Parquet (`to_parquet` per split), `save_to_disk` of a DatasetDict, one Parquet file,
+images given by path; after conversion each split holds exactly the (image bytes, class) pairs
+written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from shardfeed import ConvertOptions, convert
+from shardfeed.errors import SourceError
+from shardfeed.format import schema
+from shardfeed.read.indexed import IndexedRecords
+from shardfeed.write.sources import resolve_source
+
+datasets = pytest.importorskip("datasets")
+
+CLASSES = ["astronaut", "coffee", "chelsea", "rocket"]
+
+
+def _rows(photo_tree: Path) -> dict[str, list[tuple[bytes, int]]]:
+    """The photo tree's images as (bytes, class id) rows: 'train' and 'test' by file number."""
+    rows: dict[str, list[tuple[bytes, int]]] = {"train": [], "test": []}
+    for path in sorted(photo_tree.rglob("*.*")):
+        split = "test" if path.stem in ("000", "001") else "train"
+        rows[split].append((path.read_bytes(), sorted(p.name for p in photo_tree.iterdir()).index(path.parent.name)))
+    return rows
+
+
+def _dataset(rows: list[tuple[bytes, int]], names: list[str]) -> object:
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=names)})
+    return datasets.Dataset.from_dict(
+        {"image": [{"bytes": b, "path": None} for b, _ in rows], "label": [c for _, c in rows]}, features=features
+    )
+
+
+def _converted(out: Path) -> dict[str, Counter[tuple[str, str]]]:
+    """Per split, the multiset of (image sha256, class name) in the shards."""
+    m = json.loads((out / "manifest.json").read_text())
+    found = {}
+    for split in m["splits"]:
+        records = IndexedRecords(str(out), split=split)
+        found[split] = Counter(
+            (hashlib.sha256(e[schema.ENCODED]).hexdigest(), e[schema.TEXT].decode())
+            for e in (records.example(i) for i in range(len(records)))
+        )
+    return found
+
+
+def _expected(rows: dict[str, list[tuple[bytes, int]]], names: list[str]) -> dict[str, Counter[tuple[str, str]]]:
+    return {s: Counter((hashlib.sha256(b).hexdigest(), names[c]) for b, c in r) for s, r in rows.items()}
+
+
+@pytest.fixture(scope="module")
+def names(photo_tree: Path) -> list[str]:
+    return sorted(p.name for p in photo_tree.iterdir())
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Staging folders (write/staging.py) under the test's own cache directory."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def test_hub_parquet_layout_keeps_splits_labels_and_bytes(photo_tree: Path, names: list[str], tmp_path: Path) -> None:
+    rows = _rows(photo_tree)
+    hub = tmp_path / "hub"
+    (hub / "data").mkdir(parents=True)
+    for split, split_rows in rows.items():
+        _dataset(split_rows, names).to_parquet(str(hub / "data" / f"{split}-00000-of-00001.parquet"))  # type: ignore[attr-defined]
+    result = convert(str(hub), str(tmp_path / "out"), ConvertOptions(shards=2), workers=2, progress=False)
+    assert result.manifest.data["source"]["kind"] == "parquet"
+    assert result.manifest.labels == names  # ClassLabel's names, in its id order
+    assert _converted(tmp_path / "out") == _expected(rows, names)
+    assert list((tmp_path / "cache" / "shardfeed" / "staged").iterdir()) == []  # removed once converted
+    staged = Path(resolve_source(str(hub)).discover().base)  # what a conversion stages
+    assert sorted(p.name for p in (staged / "data").iterdir()) == [
+        "test-00000-of-00001.parquet",
+        "train-00000-of-00001.parquet",
+    ]
+
+
+def test_save_to_disk_of_a_dataset_dict(photo_tree: Path, names: list[str], tmp_path: Path) -> None:
+    rows = _rows(photo_tree)
+    saved = tmp_path / "saved"
+    datasets.DatasetDict({s: _dataset(r, names) for s, r in rows.items()}).save_to_disk(str(saved))
+    result = convert(str(saved), str(tmp_path / "out"), ConvertOptions(shards=2), workers=1, progress=False)
+    assert result.manifest.data["source"]["kind"] == "arrow"
+    assert _converted(tmp_path / "out") == _expected(rows, names)
+
+
+def test_one_parquet_file_is_split_by_the_fractions_and_bad_rows_reported(
+    photo_tree: Path, names: list[str], tmp_path: Path
+) -> None:
+    rows = _rows(photo_tree)["train"]
+    bad = [(b"not an image at all", 0)]
+    table = tmp_path / "one.parquet"
+    _dataset(rows + bad, names).to_parquet(str(table))  # type: ignore[attr-defined]
+    result = convert(str(table), str(tmp_path / "out"), ConvertOptions(shards=1), workers=1, progress=False)
+    assert result.num_written == len(rows) and set(result.manifest.split_names) == {"train", "validation"}
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [(s["file"], s["reason"].split(":")[0]) for s in report["skipped"]] == [
+        ("one.parquet/0000036.bin", "not an image")  # the table and its row
+    ]
+    merged = sum(_converted(tmp_path / "out").values(), Counter())
+    assert merged == _expected({"all": rows}, names)["all"]
+
+
+def test_images_given_by_path_are_read_relative_to_the_dataset(photo_tree: Path, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    hub = tmp_path / "hub"
+    (hub / "images").mkdir(parents=True)
+    files = sorted(photo_tree.rglob("*.jpg"))[:6]
+    for f in files:
+        (hub / "images" / f.name.replace(".", f"-{f.parent.name}.")).write_bytes(f.read_bytes())
+    paths = sorted(p.name for p in (hub / "images").iterdir())
+    table = pa.table({"image": [{"bytes": None, "path": f"images/{p}"} for p in paths], "label": ["x"] * 3 + ["y"] * 3})
+    pq.write_table(table, hub / "train.parquet")
+    discovery = resolve_source(str(hub / "train.parquet")).discover()
+    assert len(discovery.items) == 6 and discovery.class_names == ["x", "y"]
+    staged = Counter(hashlib.sha256((Path(discovery.base) / i.key).read_bytes()).hexdigest() for i in discovery.items)
+    assert staged == Counter(hashlib.sha256((hub / "images" / p).read_bytes()).hexdigest() for p in paths)
+
+
+def test_a_table_without_an_image_column_is_refused_naming_its_columns(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "hub" / "data").mkdir(parents=True)
+    pq.write_table(
+        pa.table({"text": ["a", "b"], "label": [0, 1]}), tmp_path / "hub" / "data" / "train-00000-of-00001.parquet"
+    )
+    with pytest.raises(SourceError, match=r"no image column found among \['text', 'label'\]"):
+        convert(str(tmp_path / "hub"), str(tmp_path / "out"), workers=1, progress=False)
+
+
+def test_info_verify_and_train_run_on_the_result(photo_tree: Path, names: list[str], tmp_path: Path) -> None:
+    rows = _rows(photo_tree)
+    saved = tmp_path / "saved"
+    datasets.DatasetDict({s: _dataset(r, names) for s, r in rows.items()}).save_to_disk(str(saved))
+    out, run = tmp_path / "out", tmp_path / "run"
+    env = {"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    for args in (
+        ["convert", str(saved), str(out), "--shards", "1", "-q"],
+        ["info", str(out)],
+        ["verify", str(out), "-q"],
+        ["train", str(out), "--out", str(run), "--epochs", "1", "--image-size", "32", "--batch-size", "8"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "shardfeed", *args], capture_output=True, text=True, env=env, timeout=600
+        )
+        assert done.returncode == 0, (args, done.stderr[-2000:])
+    assert (run / "run.json").exists()
+
+
+KILLED = """import sys
+from shardfeed import ConvertOptions, convert
+convert(sys.argv[1], sys.argv[2], ConvertOptions(shards=16), workers=int(sys.argv[3]), progress=False)
+"""
+
+
+def test_deterministic_and_resumed_after_kill_to_the_same_bytes(
+    photo_tree: Path, names: list[str], tmp_path: Path
+) -> None:
+    """A table of 8 x 44 photos: 1 and 2 workers write the same bytes; a conversion killed
+    (SIGKILL) after two shards resumes, from its complete staging folder, to those bytes."""
+    import os
+    import signal
+    import time
+
+    from conftest import shard_bytes
+
+    rows = [row for _ in range(8) for split in _rows(photo_tree).values() for row in split]
+    table = tmp_path / "many.parquet"
+    _dataset(rows, names).to_parquet(str(table))  # type: ignore[attr-defined]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    outs = {n: tmp_path / f"out{n}" for n in (1, 2)}
+    for n, out in outs.items():
+        subprocess.run([sys.executable, "-c", KILLED, str(table), str(out), str(n)], check=True, env=env, timeout=300)
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(table), str(killed), "2"], env=env)
+    parts = killed / ".shardfeed" / "parts"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(parts.glob("*.json")) if parts.exists() else []) < 2:
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    if (killed / "manifest.json").exists():
+        pytest.skip("the conversion finished before the kill")
+    subprocess.run([sys.executable, "-c", KILLED, str(table), str(killed), "2"], check=True, env=env, timeout=300)
+    shards = [
+        {k: v for k, v in shard_bytes(o).items() if k.startswith(("train", "validation", "index/"))}
+        for o in (*outs.values(), killed)
+    ]
+    assert shards[0] == shards[1] == shards[2] and len(shards[0]) == 2 * 16 * 2

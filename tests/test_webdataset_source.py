@@ -1,0 +1,89 @@
+"""WebDataset tar shards as a source, written by the `webdataset` library's TarWriter from real
+photos: after conversion each split holds exactly the (image bytes, class) pairs written; samples
+without an image or label are reported with their members."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from shardfeed import ConvertOptions, convert
+from shardfeed.format import schema
+from shardfeed.read.indexed import IndexedRecords
+
+wds = pytest.importorskip("webdataset")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Staging folders (write/staging.py) under the test's own cache directory."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def _photos(photo_tree: Path) -> list[tuple[bytes, int, str]]:
+    """(bytes, class id, extension) of every photo."""
+    classes = sorted(p.name for p in photo_tree.iterdir())
+    return [(p.read_bytes(), classes.index(p.parent.name), p.suffix[1:]) for p in sorted(photo_tree.rglob("*.*"))]
+
+
+def _write(path: Path, samples: list[dict[str, object]]) -> None:
+    with wds.TarWriter(str(path)) as sink:
+        for sample in samples:
+            sink.write(sample)
+
+
+def _converted(out: Path) -> dict[str, Counter[tuple[str, int]]]:
+    m = json.loads((out / "manifest.json").read_text())
+    found = {}
+    for split in m["splits"]:
+        records = IndexedRecords(str(out), split=split)
+        found[split] = Counter(
+            (hashlib.sha256(e[schema.ENCODED]).hexdigest(), int(e[schema.LABEL]))
+            for e in (records.example(i) for i in range(len(records)))
+        )
+    return found
+
+
+def test_tar_shards_with_splits_in_their_names(photo_tree: Path, tmp_path: Path) -> None:
+    photos = _photos(photo_tree)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    expected: dict[str, Counter[tuple[str, int]]] = {"train": Counter(), "val": Counter()}
+    for n, chunk in enumerate((photos[:20], photos[20:36], photos[36:])):
+        split = "val" if n == 2 else "train"
+        samples = [{"__key__": f"{n}{i:04d}", ext: data, "cls": label} for i, (data, label, ext) in enumerate(chunk)]
+        _write(shards / f"{split}-{n:06d}.tar", samples)
+        expected[split].update((hashlib.sha256(d).hexdigest(), label) for d, label, _ in chunk)
+    result = convert(str(shards), str(tmp_path / "out"), ConvertOptions(shards=2), workers=2, progress=False)
+    assert result.manifest.data["source"]["kind"] == "webdataset"
+    assert _converted(tmp_path / "out") == expected
+
+
+def test_a_brace_pattern_json_labels_and_incomplete_samples(photo_tree: Path, tmp_path: Path) -> None:
+    pytest.importorskip("braceexpand")
+    photos = _photos(photo_tree)
+    names = ["astronaut", "chelsea", "coffee", "rocket"]
+    for n in range(2):
+        samples: list[dict[str, object]] = [
+            {"__key__": f"s{n}{i:03d}", ext: data, "json": {"label": names[label]}}
+            for i, (data, label, ext) in enumerate(photos[n * 22 : (n + 1) * 22])
+        ]
+        samples.append({"__key__": f"nolabel{n}", "jpg": photos[0][0], "json": {"other": 1}})
+        samples.append({"__key__": f"noimage{n}", "json": {"label": "coffee"}})
+        _write(tmp_path / f"data-{n:06d}.tar", samples)
+    source = str(tmp_path / "data-{000000..000001}.tar")
+    from shardfeed.write.webdataset_source import WebDatasetSource
+
+    out = tmp_path / "out"
+    result = convert(WebDatasetSource(source, label_field="label"), str(out), ConvertOptions(shards=1), workers=1)
+    assert result.num_written == len(photos) and result.manifest.labels == names
+    report = json.loads((out / "report.json").read_text())
+    skipped = {s["file"]: s["reason"] for s in report["skipped"]}
+    assert skipped["data-000000.tar:nolabel0"] == "no 'label' field in its .json"
+    assert skipped["data-000001.tar:noimage1"] == "no image member (json)"
+    got = sum(_converted(out).values(), Counter())
+    assert got == Counter((hashlib.sha256(d).hexdigest(), label) for d, label, _ in photos)
