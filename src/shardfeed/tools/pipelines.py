@@ -14,6 +14,9 @@ The kinds:
                   shuffle -> map(parse_single_example + decode_and_crop_jpeg + resize + flip) ->
                   batch -> prefetch (evaluation: the same with the centre crop)
   keras_folder    `tf.keras.utils.image_dataset_from_directory` on the image folder
+  hf_tf_dataset   Hugging Face's own TensorFlow path on a `save_to_disk` folder: `load_from_disk`,
+                  a transform that decodes, random-crops (training) or centre-crops to the size and
+                  flips, then `to_tf_dataset` (shuffled for training)
   decode_ceiling  the folder's JPEG bytes already in memory, decoded by `load`'s own per-image
                   code with map(AUTOTUNE): what reading and parsing could at best reach
   parse           `load`'s reading and parsing (records/s, no decode)
@@ -37,7 +40,16 @@ from shardfeed.read.augment import Augment, random_crop_window
 from shardfeed.read.mixture import Mixture
 from shardfeed.read.options import DecodeOptions, ReadOptions
 
-KINDS = ("shardfeed", "plain_tfdata", "keras_folder", "decode_ceiling", "parse", "raw_parse", "raw_read")
+KINDS = (
+    "shardfeed",
+    "plain_tfdata",
+    "keras_folder",
+    "hf_tf_dataset",
+    "decode_ceiling",
+    "parse",
+    "raw_parse",
+    "raw_read",
+)
 PARSE_BATCH = 256
 
 
@@ -87,6 +99,7 @@ def build(spec: PipelineSpec) -> Any:
         "shardfeed": _shardfeed,
         "plain_tfdata": plain_tfdata,
         "keras_folder": _keras_folder,
+        "hf_tf_dataset": _hf_tf_dataset,
         "decode_ceiling": _decode_ceiling,
         "parse": _parse,
         "raw_parse": _raw_parse,
@@ -156,6 +169,41 @@ def _keras_folder(spec: PipelineSpec) -> Any:
     tf = tensorflow()
     return tf.keras.utils.image_dataset_from_directory(
         spec.path, image_size=spec.image_size, batch_size=spec.batch_size, verbose=False
+    )
+
+
+def _hf_tf_dataset(spec: PipelineSpec) -> Any:
+    """`datasets`' documented TensorFlow path for image classification (see the module docstring)."""
+    import datasets
+    import numpy as np
+
+    loaded = datasets.load_from_disk(spec.path)
+    ds = loaded[spec.split] if isinstance(loaded, datasets.DatasetDict) else loaded
+    height, width = spec.image_size
+    rng = np.random.default_rng(0)
+
+    def transform(batch: dict[str, Any]) -> dict[str, Any]:
+        pixels = []
+        for image in batch["image"]:
+            im = image.convert("RGB")
+            side = min(im.size)
+            if spec.training:
+                crop = int(side * rng.uniform(0.5, 1.0))
+                x, y = int(rng.integers(0, im.width - crop + 1)), int(rng.integers(0, im.height - crop + 1))
+            else:
+                crop, x, y = side, (im.width - side) // 2, (im.height - side) // 2
+            im = im.crop((x, y, x + crop, y + crop)).resize((width, height))
+            array = np.asarray(im, dtype=np.float32)
+            pixels.append(array[:, ::-1] if spec.training and rng.random() < 0.5 else array)
+        return {"pixel_values": pixels, "label": batch["label"]}
+
+    ds.set_transform(transform)
+    return ds.to_tf_dataset(
+        columns="pixel_values",
+        label_cols="label",
+        batch_size=spec.batch_size,
+        shuffle=spec.training,
+        drop_remainder=spec.training,
     )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -85,17 +86,36 @@ class Placement:
         return {"devices": list(self.devices), "strategy": "MirroredStrategy" if self.strategy else None}
 
 
+def gpu_present(keras: Any) -> bool:
+    """Whether Keras' backend (tensorflow, jax or torch: KERAS_BACKEND) sees a GPU, asked of that
+    backend: TensorFlow's device list says nothing of what JAX or PyTorch will compute on."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return any(d.platform == "gpu" for d in jax.devices())
+    if backend == "torch":
+        import torch
+
+        return bool(torch.cuda.is_available())
+    return bool(tensorflow().config.list_physical_devices("GPU"))
+
+
 def set_precision(keras: Any, options: Any) -> str:
     """Sets Keras' dtype policy for a run (`TrainOptions.compute_precision` on this host), says
     which it is and why, and returns 'mixed' or 'float32'."""
-    gpu = bool(tensorflow().config.list_physical_devices("GPU"))
+    gpu = gpu_present(keras)
     precision = options.compute_precision(gpu)
     keras.mixed_precision.set_global_policy("mixed_float16" if precision == "mixed" else "float32")
     if precision == "mixed":
         why = "a GPU is present" if gpu and options.precision == "auto" else "asked for"
         log.info("precision: mixed_float16 (%s; logits stay float32; --precision float32 turns it off)", why)
     else:
-        why = "no GPU" if not gpu and options.precision == "auto" else "asked for"
+        why = (
+            f"no GPU for Keras' {keras.backend.backend()} backend"
+            if not gpu and options.precision == "auto"
+            else "asked for"
+        )
         log.info("precision: float32 (%s)", why)
     return str(precision)
 
@@ -119,5 +139,11 @@ def place(spec: int | str) -> Placement:
         )
     if count == 1:
         return Placement((candidates[0],))
+    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    if backend != "tensorflow":
+        raise OptionError(
+            f"--devices {spec} spreads batches with TensorFlow's MirroredStrategy, which Keras' {backend} backend "
+            "does not run; train on one device, or with KERAS_BACKEND=tensorflow"
+        )
     chosen = tuple(candidates[:count])
     return Placement(chosen, tf.distribute.MirroredStrategy(devices=list(chosen)))
