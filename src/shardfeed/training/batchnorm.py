@@ -54,7 +54,6 @@ def recompute(net: Any, batches: Iterable[Any], cache: dict[Any, Any] | None = N
     layers = batchnorm_layers(net)
     if not layers:
         return 0
-    tf = tensorflow()
     cache = {} if cache is None else cache
     key = (id(net), *(id(layer) for layer in layers))
     momenta = [layer.momentum for layer in layers]
@@ -68,7 +67,7 @@ def recompute(net: Any, batches: Iterable[Any], cache: dict[Any, Any] | None = N
             layer.momentum = 0.0  # read when the forward pass is traced: it is traced with 0 only
         if key not in cache:
             cache.clear()
-            cache[key] = tf.function(lambda x: net(x, training=True), reduce_retracing=True)
+            cache[key] = _forward(net)
         forward = cache[key]
         for batch in batches:
             images = batch[0] if isinstance(batch, tuple | list) else batch
@@ -90,6 +89,17 @@ def recompute(net: Any, batches: Iterable[Any], cache: dict[Any, Any] | None = N
             layer.moving_mean.assign((mean / seen).astype(layer.moving_mean.dtype))
             layer.moving_variance.assign((var / seen).astype(layer.moving_variance.dtype))
     return seen
+
+
+def _forward(net: Any) -> Callable[[Any], Any]:
+    """`net`'s training-mode forward pass, compiled: a tf.function on TensorFlow's backend; on
+    JAX's or PyTorch's, Keras runs the layers itself on the batch as a NumPy array."""
+    import keras
+
+    if keras.backend.backend() == "tensorflow":
+        tf = tensorflow()
+        return tf.function(lambda x: net(x, training=True), reduce_retracing=True)
+    return lambda x: net(np.asarray(x), training=True)
 
 
 def settled(momentum: float, steps: int) -> bool:

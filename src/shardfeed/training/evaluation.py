@@ -10,7 +10,7 @@ from tqdm import tqdm
 
 from shardfeed.errors import SourceError
 from shardfeed.format import manifest
-from shardfeed.training.models import load_model, model_class_names
+from shardfeed.training.models import load_model, model_class_names, predicted
 from shardfeed.training.run_folder import CONFUSION, MODEL, RunFolder
 
 
@@ -46,7 +46,7 @@ def evaluate(
     probs, labels = [], []
     with tqdm(total=m.split(split).num_records, unit="img", desc=f"evaluate {split}", disable=None) as bar:
         for images, y in ds:
-            probs.append(net.predict_on_batch(images))
+            probs.append(predicted(net, images))
             labels.append(y.numpy())
             bar.update(len(labels[-1]))
     p, y = np.concatenate(probs), np.concatenate(labels)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from shardfeed.format import manifest
+from shardfeed.training.models import predicted as predicted_probabilities
 
 IMBALANCE_RATIO = 3.0  # largest / smallest training class above which the summary shows per-class recall
 
@@ -35,7 +36,7 @@ def per_class_recall(net: Any, dataset: Any, names: list[str]) -> dict[str, floa
     """{class: share of its images the model labels as it} over (images, labels) batches."""
     labels, predicted = [], []
     for images, y in dataset:
-        predicted.append(np.asarray(net.predict_on_batch(images)).argmax(axis=1))
+        predicted.append(predicted_probabilities(net, images).argmax(axis=1))
         labels.append(y.numpy())
     y_true, y_pred = np.concatenate(labels), np.concatenate(predicted)
     return {names[c]: float((y_pred[y_true == c] == c).mean()) for c in range(len(names)) if (y_true == c).any()}

@@ -12,6 +12,8 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from shardfeed.errors import OptionError
 from shardfeed.lazy import tensorflow
 
@@ -256,6 +258,12 @@ def _first_line(error: BaseException) -> str:
 def model_class_names(model: Any) -> list[str]:
     """The class names stored in a model built by `build_model`."""
     return list(model.get_layer("class_names").class_names)
+
+
+def predicted(net: Any, images: Any) -> np.ndarray:
+    """`net.predict_on_batch` on a batch that tf.data made: handed over as a NumPy array, which
+    every Keras backend takes (JAX's refuses TensorFlow tensors), and returned as one."""
+    return np.asarray(net.predict_on_batch(np.asarray(images)))
 
 
 def load_model(path: str) -> Any:

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from shardfeed.format import manifest
 from shardfeed.read.options import ReadOptions
 from shardfeed.read.shardset import is_converted_folder
-from shardfeed.training.models import load_model, model_class_names
+from shardfeed.training.models import load_model, model_class_names, predicted
 from shardfeed.training.run_folder import MODEL, RunFolder
 from shardfeed.write.convert import convert
 from shardfeed.write.image_limits import DEFAULT_MAX_PIXELS
@@ -73,7 +73,7 @@ def predict(
         bar = tqdm(total=m.split(split).num_records, unit="img", desc="predict", disable=None)
         for batch in ds:
             images, files = batch[0], batch[-1]
-            probs = net.predict_on_batch(images)
+            probs = predicted(net, images)
             bar.update(len(probs))
             for i, p in enumerate(probs):
                 rows.append(_row(files[i].numpy().decode(), p, names, top_k))

@@ -19,7 +19,7 @@ from shardfeed.format import manifest
 from shardfeed.read.options import ReadOptions
 from shardfeed.tools import html_page as h
 from shardfeed.training.evaluation import evaluate
-from shardfeed.training.models import load_model
+from shardfeed.training.models import load_model, predicted
 from shardfeed.training.run_folder import CONFUSION, LOG, REPORT, RunFolder
 
 WORST = 16
@@ -120,7 +120,7 @@ def _worst(run_dir: str, data: str, split: str) -> str:
     names = record.class_names
     found: list[tuple[float, np.ndarray, str, str, str]] = []
     for images, labels, files in record.inputs(data).evaluation(split, read=ReadOptions(with_filenames=True)):
-        probs = net.predict_on_batch(images)
+        probs = predicted(net, images)
         for i, p in enumerate(probs):
             true, guess = int(labels[i]), int(np.argmax(p))
             if guess != true:
