@@ -164,6 +164,11 @@ class IndexedRecords:
         """Record `index`'s image decoded to a uint8 [H, W, C] array."""
         return decode_image(self._ours(self.example(index)))
 
+    def encoded(self, index: int) -> tuple[bytes, int]:
+        """Record `index`'s stored image bytes and class id, from one parse."""
+        example = self._ours(self.example(index))
+        return example[schema.ENCODED], int(example[schema.LABEL]) - self.manifest.label_offset
+
     def label(self, index: int) -> int:
         return int(self._ours(self.example(index))[schema.LABEL]) - self.manifest.label_offset
 

@@ -1,0 +1,168 @@
+"""A TensorFlow-free input pipeline for Keras 3 on JAX or PyTorch: Grain over `IndexedRecords`.
+
+    ds = shardfeed.grain_dataset("data/flowers", batch_size=64, image_size=224, seed=0, epochs=10)
+    model.fit(ds, epochs=10, steps_per_epoch=ds.steps_per_epoch)
+
+Each element is one batch, (uint8 images [B, H, W, 3], int32 labels [B]), made by a Grain
+`MapDataset` over global batch numbers: batch g is step g % steps of epoch g // steps, so
+
+    order          each epoch reads `order.global_order(N, seed, epoch)`, the permutation `load`'s
+                   global shuffle reads (evaluation: file order), from the split's index files;
+                   the last partial batch is dropped when training, as `load` drops it
+    decode         JPEG with simplejpeg at the DCT scale that keeps the crop at least the output
+                   size (only what is needed is decoded, as `decode_and_crop_jpeg` does), other
+                   formats with Pillow; resized bilinearly (antialiased) to the output size
+    augmentation   training: the random-resized crop (`Augment`'s area and aspect ranges, 10
+                   tries, else the centre crop) and the horizontal flip; evaluation: the centre
+                   crop of `crop_fraction` of the shorter side (0.875, as `load`)
+    randomness     per record from a generator seeded by (seed, epoch, position): a pure function,
+                   so a run started at (start_epoch, start_step) makes exactly the batches an
+                   uninterrupted run makes from there (exact resume without a checkpoint of state)
+
+Batches are made on `num_threads` threads (simplejpeg and Pillow release the GIL while decoding).
+The pixels are not TensorFlow's (its JPEG decoder and resize differ in rounding), the records,
+their order and the crop windows' distribution are `load`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simplejpeg
+from PIL import Image
+
+from shardfeed.errors import OptionError
+from shardfeed.format.image_format import sniff_format
+from shardfeed.read.augment import Augment, resolve_augment
+from shardfeed.read.indexed import IndexedRecords
+from shardfeed.read.order import global_order
+
+CROP_FRACTION = 0.875  # the evaluation centre crop, as `DecodeOptions.crop_fraction`
+CROP_TRIES = 10  # random-resized crop attempts before the centre crop, as TensorFlow's sampler
+
+
+@dataclass(frozen=True)
+class _Batches:
+    """The batch maker: global batch number -> (images, labels). Picklable for Grain's workers."""
+
+    records: IndexedRecords
+    batch_size: int
+    size: tuple[int, int]
+    seed: int
+    training: bool
+    augment: Augment | None
+    steps: int
+
+    def __call__(self, number: int) -> tuple[np.ndarray, np.ndarray]:
+        epoch, step = divmod(int(number), self.steps)
+        n = len(self.records)
+        order = global_order(n, self.seed, epoch) if self.training else np.arange(n)
+        positions = range(step * self.batch_size, min((step + 1) * self.batch_size, n))
+        images = np.empty((len(positions), *self.size, 3), np.uint8)
+        labels = np.empty(len(positions), np.int32)
+        for row, position in enumerate(positions):
+            data, labels[row] = self.records.encoded(int(order[position]))
+            rng = np.random.default_rng((self.seed, epoch, position))
+            images[row] = self._image(data, rng)
+        return images, labels
+
+    def _image(self, data: bytes, rng: np.random.Generator) -> np.ndarray:
+        """One record's image: cropped (randomly when augmenting), resized, maybe flipped."""
+        height, width = _image_size(data)
+        if self.augment is not None and self.augment.crop:
+            top, left, h, w = _random_window(height, width, rng, self.augment)
+        else:
+            side = max(1, int(min(height, width) * (CROP_FRACTION if not self.training else 1.0)))
+            top, left, h, w = (height - side) // 2, (width - side) // 2, side, side
+        im = _decoded_window(data, (top, left, h, w), self.size)
+        pixels = np.asarray(im.resize((self.size[1], self.size[0]), Image.Resampling.BILINEAR), np.uint8)
+        if self.augment is not None and self.augment.flip and rng.random() < 0.5:
+            pixels = pixels[:, ::-1]
+        return pixels
+
+
+def _image_size(data: bytes) -> tuple[int, int]:
+    """(height, width) from the header."""
+    if sniff_format(data) == "jpeg":
+        height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+        return int(height), int(width)
+    with Image.open(_bytes_io(data)) as im:
+        return im.height, im.width
+
+
+def _random_window(height: int, width: int, rng: np.random.Generator, augment: Augment) -> tuple[int, int, int, int]:
+    """[top, left, height, width] of a random-resized crop: area and aspect drawn as TensorFlow's
+    bounding-box sampler draws them; after CROP_TRIES misses, the whole image."""
+    area = height * width
+    low, high = np.log(augment.aspect_ratio_range[0]), np.log(augment.aspect_ratio_range[1])
+    for _ in range(CROP_TRIES):
+        target = area * rng.uniform(*augment.area_range)
+        ratio = math.exp(rng.uniform(low, high))
+        w, h = round(math.sqrt(target * ratio)), round(math.sqrt(target / ratio))
+        if 0 < w <= width and 0 < h <= height:
+            return int(rng.integers(0, height - h + 1)), int(rng.integers(0, width - w + 1)), h, w
+    return 0, 0, height, width
+
+
+def _decoded_window(data: bytes, window: tuple[int, int, int, int], size: tuple[int, int]) -> Image.Image:
+    """The window of the image as RGB: a JPEG decoded at the smallest DCT scale that keeps the
+    window at least `size` (1/2, 1/4, 1/8), anything else decoded by Pillow."""
+    top, left, h, w = window
+    if sniff_format(data) == "jpeg":
+        scale = next((s for s in (8, 4, 2) if h // s >= size[0] and w // s >= size[1]), 1)
+        height, width = _image_size(data)
+        pixels = simplejpeg.decode_jpeg(data, "RGB", min_height=-(-height // scale), min_width=-(-width // scale))
+        fy, fx = pixels.shape[0] / height, pixels.shape[1] / width
+        x0, y0 = int(left * fx), int(top * fy)
+        box = (x0, y0, max(x0 + 1, int((left + w) * fx)), max(y0 + 1, int((top + h) * fy)))
+        return Image.fromarray(pixels).crop(box)
+    with Image.open(_bytes_io(data)) as im:
+        return im.convert("RGB").crop((left, top, left + w, top + h))
+
+
+def _bytes_io(data: bytes) -> Any:
+    import io
+
+    return io.BytesIO(data)
+
+
+def grain_dataset(
+    path: str,
+    *,
+    split: str = "train",
+    batch_size: int = 64,
+    image_size: int | tuple[int, int] = 224,
+    seed: int = 0,
+    training: bool | None = None,
+    augment: bool | Augment | None = None,
+    epochs: int = 1,
+    start_epoch: int = 0,
+    start_step: int = 0,
+    num_threads: int = 4,
+) -> Any:
+    """A Grain dataset of `epochs` epochs of batches of `split` (see the module docstring),
+    starting at (start_epoch, start_step); `.steps_per_epoch` tells Keras the epoch's length.
+
+    Raises:
+        OptionError: a split smaller than one batch when training, or a start past the end.
+    """
+    import grain
+
+    training = split == "train" if training is None else training
+    records = IndexedRecords(path, split=split)
+    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    n = len(records)
+    steps = n // batch_size if training else math.ceil(n / batch_size)
+    if steps == 0:
+        raise OptionError(f"the {split!r} split has {n} records, fewer than one batch of {batch_size}")
+    first, last = start_epoch * steps + start_step, (start_epoch + epochs) * steps
+    if not 0 <= start_step < steps or first >= last:
+        raise OptionError(f"start_epoch {start_epoch}, start_step {start_step}: past the {epochs} epochs of {steps}")
+    make = _Batches(records, batch_size, size, seed, training, resolve_augment(augment, training), steps)  # type: ignore[arg-type]
+    ds = grain.MapDataset.range(first, last).map(make)
+    ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=2 * num_threads))
+    ds.steps_per_epoch = steps
+    return ds

@@ -1,0 +1,110 @@
+"""`grain_dataset`: the TensorFlow-free pipeline for Keras on JAX/PyTorch, run by Keras where
+TensorFlow is not installed (a view of the venv without it); its order is `load`'s global
+order, its batches after a restart at (epoch, step) are the uninterrupted run's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardfeed import ConvertOptions, IndexedRecords, ReadOptions, convert, grain_dataset, load
+from shardfeed.read.order import global_order
+
+pytest.importorskip("grain")
+
+
+@pytest.fixture(scope="module")
+def site_without_tensorflow(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A view of this venv's site-packages without TensorFlow (links to everything else): with
+    `python -S` and this on PYTHONPATH, TensorFlow is not installed as far as Python can tell."""
+    import sysconfig
+
+    site = Path(sysconfig.get_paths()["purelib"])
+    view = tmp_path_factory.mktemp("site")
+    for entry in site.iterdir():
+        if not entry.name.startswith(("tensorflow", "_tensorflow", "tf_keras", "tensorboard")) or entry.name.startswith(
+            ("tensorflow_datasets", "tensorflow_metadata")
+        ):
+            (view / entry.name).symlink_to(entry)
+    return str(view)
+
+
+@pytest.fixture(scope="module")
+def data(photo_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("grain") / "out"
+    convert(str(photo_tree), str(out), ConvertOptions(shards=3, split="train=0.75,validation=0.25"), workers=1)
+    return out
+
+
+def _epochs(ds: object) -> list[tuple[np.ndarray, np.ndarray]]:
+    return [(np.asarray(x), np.asarray(y)) for x, y in ds]  # type: ignore[attr-defined]
+
+
+def test_each_epoch_reads_the_global_order_and_a_restart_makes_the_same_batches(data: Path) -> None:
+    records = IndexedRecords(str(data), split="train")
+    n = len(records)
+    batches = _epochs(grain_dataset(str(data), batch_size=4, image_size=32, seed=7, epochs=2))
+    steps = n // 4
+    assert len(batches) == 2 * steps and all(x.shape == (4, 32, 32, 3) and x.dtype == np.uint8 for x, _ in batches)
+    for epoch in range(2):
+        labels = np.concatenate([y for _, y in batches[epoch * steps : (epoch + 1) * steps]])
+        want = [records.label(int(i)) for i in global_order(n, 7, epoch)[: steps * 4]]
+        assert labels.tolist() == want
+    resumed = _epochs(
+        grain_dataset(str(data), batch_size=4, image_size=32, seed=7, epochs=1, start_epoch=1, start_step=3)
+    )
+    assert len(resumed) == steps - 3
+    for (x, y), (x2, y2) in zip(resumed, batches[steps + 3 :], strict=True):
+        assert (x == x2).all() and (y == y2).all()
+
+
+def test_the_order_is_loads_global_order(data: Path) -> None:
+    read = ReadOptions(shuffle="global", with_filenames=True)
+    from_load = np.concatenate([b[1].numpy() for b in load(str(data), batch_size=4, image_size=32, seed=3, read=read)])
+    from_grain = np.concatenate([y for _, y in _epochs(grain_dataset(str(data), batch_size=4, image_size=32, seed=3))])
+    assert from_grain.tolist() == from_load.tolist()
+
+
+def test_evaluation_reads_every_record_in_file_order(data: Path) -> None:
+    records = IndexedRecords(str(data), split="validation")
+    batches = _epochs(grain_dataset(str(data), split="validation", batch_size=4, image_size=24))
+    labels = np.concatenate([y for _, y in batches])
+    assert labels.tolist() == [records.label(i) for i in range(len(records))]
+    again = _epochs(grain_dataset(str(data), split="validation", batch_size=4, image_size=24))
+    assert all((a[0] == b[0]).all() for a, b in zip(batches, again, strict=True))  # no randomness
+
+
+SCRIPT = """import importlib.util, os, sys
+os.environ["KERAS_BACKEND"] = sys.argv[2]
+assert importlib.util.find_spec("tensorflow") is None
+import keras, shardfeed
+ds = shardfeed.grain_dataset(sys.argv[1], batch_size=4, image_size=32, seed=0, epochs=2)
+model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Rescaling(1 / 255), keras.layers.Flatten(),
+                          keras.layers.Dense(4, activation="softmax")])
+model.compile("adam", "sparse_categorical_crossentropy")
+history = model.fit(ds, epochs=2, steps_per_epoch=ds.steps_per_epoch, verbose=0)
+print(keras.backend.backend(), len(history.history["loss"]), "tensorflow" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_keras_fits_it_without_tensorflow(backend: str, data: Path, site_without_tensorflow: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(backend) is None:
+        pytest.skip(f"{backend} is not installed")
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", SCRIPT, str(data), backend],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": f"{site_without_tensorflow}:{src}"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == [backend, "2", "False"]
