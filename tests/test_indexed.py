@@ -93,6 +93,11 @@ class Crop(grain.transforms.Map):
         return item[0][:16, :16], item[1]
 
 if __name__ == "__main__":
+    from absl import flags
+
+    # With JAX installed, Grain's DataLoader reads an absl flag (its worker profiling), which a
+    # script that never parsed absl's flags must mark as parsed first (grain 0.2.18).
+    flags.FLAGS.mark_as_parsed()
     records = IndexedRecords({str(by_class)!r}, "train")
     batch = grain.MapDataset.source(records).shuffle(seed=3).map(Crop().map).batch(8)[0]
     sampler = grain.samplers.IndexSampler(

@@ -15,7 +15,7 @@ Each element is one batch, (uint8 images [B, H, W, 3], int32 labels [B]), made b
     augmentation   training: the random-resized crop (`Augment`'s area and aspect ranges, 10
                    tries, else the centre crop) and the horizontal flip; evaluation: the centre
                    crop of `crop_fraction` of the shorter side (0.875, as `load`)
-    randomness     per record from a generator seeded by (seed, epoch, position): a pure function,
+    randomness     per record, numbers hashed from (seed, epoch, position): a pure function,
                    so a run started at (start_epoch, start_step) makes exactly the batches an
                    uninterrupted run makes from there (exact resume without a checkpoint of state)
 
@@ -26,7 +26,9 @@ their order and the crop windows' distribution are `load`'s.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,10 +40,11 @@ from shardfeed.errors import OptionError
 from shardfeed.format.image_format import sniff_format
 from shardfeed.read.augment import Augment, resolve_augment
 from shardfeed.read.indexed import IndexedRecords
-from shardfeed.read.order import global_order
+from shardfeed.read.order import global_order, record_uniforms
 
 CROP_FRACTION = 0.875  # the evaluation centre crop, as `DecodeOptions.crop_fraction`
-CROP_TRIES = 10  # random-resized crop attempts before the centre crop, as TensorFlow's sampler
+CROP_TRIES = 10  # random-resized crop attempts before the whole image, as TensorFlow's sampler
+RANDOMS = 2 * CROP_TRIES + 3  # numbers drawn per record at most: the tries, the offsets, the flip
 
 
 @dataclass(frozen=True)
@@ -59,29 +62,36 @@ class _Batches:
     def __call__(self, number: int) -> tuple[np.ndarray, np.ndarray]:
         epoch, step = divmod(int(number), self.steps)
         n = len(self.records)
-        order = global_order(n, self.seed, epoch) if self.training else np.arange(n)
-        positions = range(step * self.batch_size, min((step + 1) * self.batch_size, n))
+        order = _epoch_order(n, self.seed, epoch) if self.training else np.arange(n)
+        positions = np.arange(step * self.batch_size, min((step + 1) * self.batch_size, n))
+        randoms = record_uniforms(self.seed, epoch, positions, RANDOMS)
         images = np.empty((len(positions), *self.size, 3), np.uint8)
         labels = np.empty(len(positions), np.int32)
         for row, position in enumerate(positions):
             data, labels[row] = self.records.encoded(int(order[position]))
-            rng = np.random.default_rng((self.seed, epoch, position))
-            images[row] = self._image(data, rng)
+            images[row] = self._image(data, iter(randoms[row]))
         return images, labels
 
-    def _image(self, data: bytes, rng: np.random.Generator) -> np.ndarray:
-        """One record's image: cropped (randomly when augmenting), resized, maybe flipped."""
+    def _image(self, data: bytes, draws: Iterator[float]) -> np.ndarray:
+        """One record's image: cropped (randomly when augmenting), resized, maybe flipped;
+        `draws`: its numbers in [0, 1)."""
         height, width = _image_size(data)
         if self.augment is not None and self.augment.crop:
-            top, left, h, w = _random_window(height, width, rng, self.augment)
+            top, left, h, w = _random_window(height, width, draws, self.augment)
         else:
             side = max(1, int(min(height, width) * (CROP_FRACTION if not self.training else 1.0)))
             top, left, h, w = (height - side) // 2, (width - side) // 2, side, side
         im = _decoded_window(data, (top, left, h, w), self.size)
         pixels = np.asarray(im.resize((self.size[1], self.size[0]), Image.Resampling.BILINEAR), np.uint8)
-        if self.augment is not None and self.augment.flip and rng.random() < 0.5:
+        if self.augment is not None and self.augment.flip and next(draws) < 0.5:
             pixels = pixels[:, ::-1]
         return pixels
+
+
+@functools.lru_cache(maxsize=4)
+def _epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
+    """`global_order`, computed once per epoch (per thread's worth of batches, not per batch)."""
+    return global_order(n, seed, epoch)
 
 
 def _image_size(data: bytes) -> tuple[int, int]:
@@ -93,17 +103,17 @@ def _image_size(data: bytes) -> tuple[int, int]:
         return im.height, im.width
 
 
-def _random_window(height: int, width: int, rng: np.random.Generator, augment: Augment) -> tuple[int, int, int, int]:
+def _random_window(height: int, width: int, draws: Iterator[float], augment: Augment) -> tuple[int, int, int, int]:
     """[top, left, height, width] of a random-resized crop: area and aspect drawn as TensorFlow's
     bounding-box sampler draws them; after CROP_TRIES misses, the whole image."""
     area = height * width
-    low, high = np.log(augment.aspect_ratio_range[0]), np.log(augment.aspect_ratio_range[1])
+    (a_low, a_high), (r_low, r_high) = augment.area_range, augment.aspect_ratio_range
     for _ in range(CROP_TRIES):
-        target = area * rng.uniform(*augment.area_range)
-        ratio = math.exp(rng.uniform(low, high))
+        target = area * (a_low + (a_high - a_low) * next(draws))
+        ratio = math.exp(math.log(r_low) + (math.log(r_high) - math.log(r_low)) * next(draws))
         w, h = round(math.sqrt(target * ratio)), round(math.sqrt(target / ratio))
         if 0 < w <= width and 0 < h <= height:
-            return int(rng.integers(0, height - h + 1)), int(rng.integers(0, width - w + 1)), h, w
+            return int(next(draws) * (height - h + 1)), int(next(draws) * (width - w + 1)), h, w
     return 0, 0, height, width
 
 

@@ -49,6 +49,15 @@ def global_order(num_records: int, seed: int, epoch: int) -> np.ndarray:
     return np.argsort(keys, kind="stable").astype(np.int64)
 
 
+def record_uniforms(seed: int, epoch: int, positions: np.ndarray, count: int) -> np.ndarray:
+    """[len(positions), count] numbers in [0, 1): a pure function of (seed, epoch, position), the
+    per-record randomness of the TensorFlow-free pipeline (read/grain_pipeline.py); a hash, so
+    drawing them costs no generator per record."""
+    keys: np.ndarray = positions.astype(np.uint64)[:, None] * np.uint64(count) + np.arange(count, dtype=np.uint64)
+    hashed = _splitmix64(np.bitwise_xor(keys, _epoch_salt(seed, epoch, 0xA06)))
+    return (hashed >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
 def window_order(num_records: int, window: int, seed: int, epoch: int) -> np.ndarray:
     """Record numbers in file order, shuffled within consecutive windows of `window` records: a
     pure function of (seed, epoch) that moves records about as far as a shuffle buffer of that
