@@ -61,6 +61,10 @@ def test_tar_shards_with_splits_in_their_names(photo_tree: Path, tmp_path: Path)
     result = convert(str(shards), str(tmp_path / "out"), ConvertOptions(shards=2), workers=2, progress=False)
     assert result.manifest.data["source"]["kind"] == "webdataset"
     assert _converted(tmp_path / "out") == expected
+    from shardfeed.tools import info, verify
+
+    assert info(str(tmp_path / "out"))["records"] == len(photos)
+    assert verify(str(tmp_path / "out"), workers=1, progress=False).ok
 
 
 def test_a_brace_pattern_json_labels_and_incomplete_samples(photo_tree: Path, tmp_path: Path) -> None:
