@@ -268,6 +268,22 @@ def any_bucket(request: pytest.FixtureRequest) -> str:
     return f"gs://{name}"
 
 
+def killed_after_two_shards(command: list[str], out: Path, env: dict[str, str] | None = None) -> bool:
+    """Runs a conversion `command` writing into `out` and SIGKILLs it once two shards have
+    committed (their partial manifests exist); False when it had already finished."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(command, env=env)
+    parts = out / ".shardfeed" / "parts"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(parts.glob("*.json")) if parts.exists() else []) < 2:
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    return not (out / "manifest.json").exists()
+
+
 def in_private_mounts(script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """`python -c script args` under `unshare -rm`: a mount namespace of its own, where the script
     may mount a small tmpfs (a disk that fills). Skips the test where the host allows none."""

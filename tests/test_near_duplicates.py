@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import photos
+from conftest import killed_after_two_shards, photos
 from PIL import Image
 
 from bench.corpus import build_near_duplicate_corpus
@@ -230,21 +230,10 @@ convert(sys.argv[1], sys.argv[2], options, workers=2, progress=False)
 def test_split_groups_resume_after_kill_to_the_same_bytes(
     near_corpus: tuple[Path, dict[str, int]], tmp_path: Path
 ) -> None:
-    import os
-    import signal
-    import time
-
     root, _ = near_corpus
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     subprocess.run([sys.executable, "-c", KILLED, str(root), str(whole)], check=True, timeout=300)
-    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(root), str(killed)])
-    parts = killed / ".shardfeed" / "parts"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(list(parts.glob("*.json")) if parts.exists() else []) < 2:
-        time.sleep(0.01)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=60)
-    if (killed / "manifest.json").exists():
+    if not killed_after_two_shards([sys.executable, "-c", KILLED, str(root), str(killed)], killed):
         pytest.skip("the conversion finished before the kill")
     subprocess.run([sys.executable, "-c", KILLED, str(root), str(killed)], check=True, timeout=300)
     assert _shards(killed) == _shards(whole)

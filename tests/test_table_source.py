@@ -174,10 +174,8 @@ def test_deterministic_and_resumed_after_kill_to_the_same_bytes(
     """A table of 8 x 44 photos: 1 and 2 workers write the same bytes; a conversion killed
     (SIGKILL) after two shards resumes, from its complete staging folder, to those bytes."""
     import os
-    import signal
-    import time
 
-    from conftest import shard_bytes
+    from conftest import killed_after_two_shards, shard_bytes
 
     rows = [row for _ in range(8) for split in _rows(photo_tree).values() for row in split]
     table = tmp_path / "many.parquet"
@@ -187,14 +185,7 @@ def test_deterministic_and_resumed_after_kill_to_the_same_bytes(
     for n, out in outs.items():
         subprocess.run([sys.executable, "-c", KILLED, str(table), str(out), str(n)], check=True, env=env, timeout=300)
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(table), str(killed), "2"], env=env)
-    parts = killed / ".shardfeed" / "parts"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(list(parts.glob("*.json")) if parts.exists() else []) < 2:
-        time.sleep(0.01)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=60)
-    if (killed / "manifest.json").exists():
+    if not killed_after_two_shards([sys.executable, "-c", KILLED, str(table), str(killed), "2"], killed, env):
         pytest.skip("the conversion finished before the kill")
     subprocess.run([sys.executable, "-c", KILLED, str(table), str(killed), "2"], check=True, env=env, timeout=300)
     shards = [

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 
 from shardfeed.format import fileio
 from shardfeed.write.folder_lock import process_alive
+from shardfeed.write.items import Discovery, file_item
 
 LISTING = "listing.json"
 
@@ -73,6 +74,11 @@ class Staged:
         shutil.rmtree(self.folder, ignore_errors=True)
         os.replace(partial, self.folder)
         return found
+
+    def discovery(self, kind: str, root: str, found: Extracted) -> Discovery:
+        """What a source found, as the conversion takes it: staged files below this folder."""
+        items = [file_item(self.folder, key, label, split) for key, label, split in found.images]
+        return Discovery(kind, root, items, self.folder, found.class_names, found.skipped, found.presplit)
 
     def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -27,7 +27,7 @@ from typing import Any
 from shardfeed.errors import SourceError
 from shardfeed.format import fileio, storage
 from shardfeed.format.image_format import sniff_format
-from shardfeed.write.items import Discovery, file_item
+from shardfeed.write.items import Discovery
 from shardfeed.write.staging import Extracted, Staged, Writer
 
 IMAGE_NAMES = ("image", "img", "picture", "photo", "jpg", "png", "image_bytes")
@@ -124,10 +124,7 @@ class TableSource:
             raise SourceError(f"{storage.redact(self.path)}: no Parquet or Arrow tables found")
         self.staged = Staged([t for t, _ in tables])
         found = self.staged.extracted(lambda writer: self._extract(tables, writer))
-        items = [file_item(self.staged.folder, key, label, split) for key, label, split in found.images]
-        return Discovery(
-            self.kind, self.path, items, self.staged.folder, found.class_names, found.skipped, found.presplit
-        )
+        return self.staged.discovery(self.kind, self.path, found)
 
     def finished(self) -> None:
         """The conversion is complete: the staged images go."""

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 from shardfeed.errors import SourceError
 from shardfeed.format import fileio, storage
-from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, file_item, sorted_labels
+from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, sorted_labels
 from shardfeed.write.staging import Extracted, Staged, Writer
 
 DEFAULT_IMAGE_EXTS = "jpg;png;jpeg;webp"
@@ -84,10 +84,7 @@ class WebDatasetSource:
             raise SourceError(f"{len(missing)} tar shards do not exist, e.g. {storage.redact(missing[0])}")
         self.staged = Staged(tars)
         found = self.staged.extracted(lambda writer: self._extract(tars, writer))
-        items = [file_item(self.staged.folder, key, label, split) for key, label, split in found.images]
-        return Discovery(
-            self.kind, self.path, items, self.staged.folder, found.class_names, found.skipped, found.presplit
-        )
+        return self.staged.discovery(self.kind, self.path, found)
 
     def finished(self) -> None:
         if self.staged is not None:
