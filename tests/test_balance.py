@@ -83,4 +83,4 @@ def test_train_says_which_remedy_it_used(imbalanced: Path, tmp_path: Path, flag:
     said = done.stdout + done.stderr
     assert f"imbalance: {word}" in said
     assert "per-class recall (classes 10.0x imbalanced; lowest first): " in said  # 60 vs 6 images
-    assert "precision: float32 (no GPU)" in said  # 'auto' on this machine
+    assert "precision: float32 (no GPU for Keras' tensorflow backend)" in said  # 'auto' on this machine

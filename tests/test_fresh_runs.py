@@ -51,10 +51,27 @@ def test_paired_ratio_is_the_median_of_per_round_ratios() -> None:
     assert got["median"] == pytest.approx(200.0 / 300.0)
 
 
-def test_every_kind_reads_its_data_in_a_fresh_process(shards: Path, photo_tree: Path) -> None:
+def _saved_to_disk(photo_tree: Path, out: Path) -> Path:
+    """photo_tree as `datasets` writes it with save_to_disk (what hf_tf_dataset reads)."""
+    datasets = pytest.importorskip("datasets")
+    files = sorted(photo_tree.rglob("*.*"))
+    classes = sorted(p.name for p in photo_tree.iterdir())
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=classes)})
+    rows = {
+        "image": [{"bytes": f.read_bytes(), "path": None} for f in files],
+        "label": [classes.index(f.parent.name) for f in files],
+    }
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows, features=features)}).save_to_disk(str(out))
+    return out
+
+
+def test_every_kind_reads_its_data_in_a_fresh_process(shards: Path, photo_tree: Path, tmp_path: Path) -> None:
     images = 44  # photo_tree: 4 classes x (10 JPEG + 1 PNG)
+    saved = _saved_to_disk(photo_tree, tmp_path / "saved")
     for kind in KINDS:
-        folder = photo_tree if kind in ("keras_folder", "decode_ceiling") else shards
+        folder = (
+            photo_tree if kind in ("keras_folder", "decode_ceiling") else saved if kind == "hf_tf_dataset" else shards
+        )
         spec = PipelineSpec(kind, str(folder), batch_size=4, image_size=(32, 32), training=False, warmup_batches=0)
         result = run_fresh(spec, timeout=300)
         assert result["images"] == images, (kind, result)
