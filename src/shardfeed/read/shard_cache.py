@@ -138,8 +138,9 @@ class ShardCache:
             self._reserved[shard.sha256] = shard.size
             return True
 
-    def fetch(self, shard: RemoteShard) -> str:
+    def fetch(self, shard: RemoteShard, stop: threading.Event | None = None) -> str:
         """The local path of a verified copy of `shard`, fetched (after `reserve`) unless here.
+        `stop`: once set, a failed attempt is not retried (the reader has gone).
 
         Raises:
             CorruptRecordError: the object's bytes are not what the manifest says, twice.
@@ -157,7 +158,7 @@ class ShardCache:
                 except CacheDiskFull:
                     raise
                 except storage.StorageError as e:
-                    if attempt == FETCH_ATTEMPTS - 1:
+                    if attempt == FETCH_ATTEMPTS - 1 or (stop is not None and stop.is_set()):
                         raise storage.StorageError(
                             f"{e} (shard {storage.redact(shard.url)}, {FETCH_ATTEMPTS} attempts)"
                         ) from e

@@ -140,7 +140,9 @@ class ShardFeed:
         fetch = _EpochFetch(self, order, following, pool)
         try:
             yield from fetch.run(epoch)
-        finally:  # also when the reader stops early: fetches not started give their room back
+        finally:  # also when the reader stops early (or a fetch failed): fetches not started give
+            # their room back, those running stop retrying, so the error or the end comes quickly
+            fetch.stop.set()
             pool.shutdown(wait=True, cancel_futures=True)
             for p, future in fetch.futures.items():
                 if future.cancelled():
@@ -158,6 +160,7 @@ class _EpochFetch:
         for step, i in reversed(list(enumerate(order + following))):
             self.next_use[shards[i].sha256] = step
         self.futures: dict[int, Future[str]] = {}  # position in order -> fetch
+        self.stop = threading.Event()  # set when the pass ends: running fetches retry no more
         self.position = 0
         self.hits = self.fetched = self.fetched_bytes = 0
         self.waited = 0.0
@@ -184,7 +187,7 @@ class _EpochFetch:
                 continue
             if not cache.reserve(shard, self.keep() | {shard.sha256}, self.rank):
                 return  # in order: nothing later starts before this one
-            self.futures[p] = self.pool.submit(cache.fetch, shard)
+            self.futures[p] = self.pool.submit(cache.fetch, shard, self.stop)
             self.fetched += 1
             self.fetched_bytes += shard.size
 
