@@ -27,6 +27,7 @@ their order and the crop windows' distribution are `load`'s.
 from __future__ import annotations
 
 import functools
+import io
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -81,7 +82,7 @@ class _Batches:
         else:
             side = max(1, int(min(height, width) * (CROP_FRACTION if not self.training else 1.0)))
             top, left, h, w = (height - side) // 2, (width - side) // 2, side, side
-        im = _decoded_window(data, (top, left, h, w), self.size)
+        im = _decoded_window(data, (height, width), (top, left, h, w), self.size)
         pixels = np.asarray(im.resize((self.size[1], self.size[0]), Image.Resampling.BILINEAR), np.uint8)
         if self.augment is not None and self.augment.flip and next(draws) < 0.5:
             pixels = pixels[:, ::-1]
@@ -99,7 +100,7 @@ def _image_size(data: bytes) -> tuple[int, int]:
     if sniff_format(data) == "jpeg":
         height, width, _, _ = simplejpeg.decode_jpeg_header(data)
         return int(height), int(width)
-    with Image.open(_bytes_io(data)) as im:
+    with Image.open(io.BytesIO(data)) as im:
         return im.height, im.width
 
 
@@ -117,26 +118,23 @@ def _random_window(height: int, width: int, draws: Iterator[float], augment: Aug
     return 0, 0, height, width
 
 
-def _decoded_window(data: bytes, window: tuple[int, int, int, int], size: tuple[int, int]) -> Image.Image:
-    """The window of the image as RGB: a JPEG decoded at the smallest DCT scale that keeps the
-    window at least `size` (1/2, 1/4, 1/8), anything else decoded by Pillow."""
+def _decoded_window(
+    data: bytes, shape: tuple[int, int], window: tuple[int, int, int, int], size: tuple[int, int]
+) -> Image.Image:
+    """The window of the image (of `shape`, from its header) as RGB: a JPEG decoded at the
+    smallest DCT scale that keeps the window at least `size` (1/2, 1/4, 1/8), anything else
+    decoded by Pillow."""
     top, left, h, w = window
     if sniff_format(data) == "jpeg":
         scale = next((s for s in (8, 4, 2) if h // s >= size[0] and w // s >= size[1]), 1)
-        height, width = _image_size(data)
+        height, width = shape
         pixels = simplejpeg.decode_jpeg(data, "RGB", min_height=-(-height // scale), min_width=-(-width // scale))
         fy, fx = pixels.shape[0] / height, pixels.shape[1] / width
         x0, y0 = int(left * fx), int(top * fy)
         box = (x0, y0, max(x0 + 1, int((left + w) * fx)), max(y0 + 1, int((top + h) * fy)))
         return Image.fromarray(pixels).crop(box)
-    with Image.open(_bytes_io(data)) as im:
+    with Image.open(io.BytesIO(data)) as im:
         return im.convert("RGB").crop((left, top, left + w, top + h))
-
-
-def _bytes_io(data: bytes) -> Any:
-    import io
-
-    return io.BytesIO(data)
 
 
 def grain_dataset(
