@@ -64,9 +64,29 @@ def _scores(names: list[str], truth: dict[str, int], distances: np.ndarray, radi
     }
 
 
-def _accuracy(root: Path, copies: int) -> dict[str, Any]:
+def _accuracy_over_seeds(root: Path, copies: int, seeds: list[int]) -> dict[str, Any]:
+    """`_accuracy` on one corpus per seed (other edits of the same bases), and the mean recall
+    and precision per radius: one corpus's 1,080 pairs move recall by +-0.01 between seeds."""
+    runs = {seed: _accuracy(root / f"seed{seed}", copies, seed) for seed in seeds}
+    out: dict[str, Any] = {"seeds": runs}
+    for method in ("shardfeed", "imagededup"):
+        if all(isinstance(run[method], list) for run in runs.values()):
+            rows = zip(*(run[method] for run in runs.values()), strict=True)
+            out[f"{method}_mean"] = [
+                {
+                    "radius": row[0]["radius"],
+                    "recall": statistics.mean(r["recall"] for r in row),
+                    "precision": statistics.mean(r["precision"] for r in row),
+                    "recall_min": min(r["recall"] for r in row),
+                }
+                for row in rows
+            ]
+    return out
+
+
+def _accuracy(root: Path, copies: int, seed: int) -> dict[str, Any]:
     shutil.rmtree(root, ignore_errors=True)
-    truth = build_near_duplicate_corpus(str(root), copies=copies)
+    truth = build_near_duplicate_corpus(str(root), copies=copies, seed=seed)
     names = sorted(truth)
     ours, flat = [], []
     for name in names:
@@ -181,6 +201,7 @@ def _scale(n: int, radius: int, seed: int = 0) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--copies", type=int, default=2)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="one accuracy corpus per seed")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--images", type=int, default=2000)
     parser.add_argument("--large", type=int, default=200, help="phone-size photos for a second cost run (0: none)")
@@ -194,7 +215,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"bench": "near_duplicates"}
     if "accuracy" not in args.skip:
-        result["accuracy"] = _accuracy(work / "near", args.copies)
+        result["accuracy"] = _accuracy_over_seeds(work / "near", args.copies, args.seeds)
     if "cost" not in args.skip:
         small = build_corpus(str(work / "corpus"), args.images)
         result["convert_cost"] = _convert_cost(work, small, args.rounds, args.baseline_src)

@@ -3,6 +3,7 @@ photos with near-copies made at test time (bench/corpus.py)."""
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import shutil
@@ -18,6 +19,7 @@ from PIL import Image
 from bench.corpus import build_near_duplicate_corpus
 from shardfeed import ConvertOptions, OptionError, convert
 from shardfeed.write import near_duplicates, perceptual_hash
+from shardfeed.write.images import ImageOptions, prepare_file_image
 
 
 @pytest.fixture(scope="module")
@@ -28,9 +30,23 @@ def near_corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[st
 
 def test_the_hash_is_pinned() -> None:
     """Our definition, bit for bit (a change here is a new `perceptual_hash.NAME`)."""
-    assert perceptual_hash.of_image(Image.fromarray(photos()["astronaut"])) == "c2924c5532bddfc8"
+    assert perceptual_hash.of_image(Image.fromarray(photos()["astronaut"])) == "d2924c4d32bdddc8"
     assert perceptual_hash.of_image(Image.new("L", (300, 200), 128)) is None  # flat: no hash
-    assert perceptual_hash.distance("c2924c5532bddfc8", "c2924c5532bddfc9") == 1
+    assert perceptual_hash.distance("d2924c4d32bdddc8", "d2924c4d32bdddc9") == 1
+
+
+def test_a_scaled_decode_hashes_like_the_full_image(tmp_path: Path) -> None:
+    """The conversion hashes a JPEG from its 1/8-scale decode, whose last pixels cover part
+    blocks (257 x 329 px: 33 x 42 pixels, the last covering 1 px of 8); the hash places them
+    where they are, so it equals the full-size image's (10 bits off if every pixel counted as 8
+    px). Images under 16 px a side get none."""
+    pixels = photos()["astronaut"][:257, :329]
+    data = io.BytesIO()
+    Image.fromarray(pixels).save(data, "JPEG", quality=95)
+    scaled = prepare_file_image(data.getvalue(), "a.jpg", ImageOptions(), phash=True).phash
+    full = perceptual_hash.of_image(Image.open(data))
+    assert scaled and full and perceptual_hash.distance(scaled, full) <= 1
+    assert perceptual_hash.of_image(Image.fromarray(pixels[:15])) is None
 
 
 def test_close_pairs_finds_exactly_what_all_pairs_would() -> None:
@@ -114,6 +130,30 @@ def test_append_groups_new_near_copies_with_converted_images(photo_tree: Path, t
     rel = lambda p: str(p.relative_to(source))  # noqa: E731
     assert [g["files"] for g in report["near_duplicates"]] == [sorted([rel(original), rel(copy)])]
     assert "1 near-duplicate groups join new and converted images" in second.summary()
+
+
+def test_append_never_compares_hashes_of_another_version(photo_tree: Path, tmp_path: Path) -> None:
+    """A folder whose images were hashed by another version of the hash (its manifest names it):
+    appended images are compared with each other, not with those, and the summary says so; each
+    generation keeps its own hash name, so a later append still compares the new ones."""
+    source = tmp_path / "src"
+    shutil.copytree(photo_tree, source)
+    out = tmp_path / "out"
+    convert(str(source), str(out), ConvertOptions(shards=1, split_rule="hash"), workers=1, progress=False)
+    data = json.loads((out / "manifest.json").read_text())
+    data["near_duplicates"]["hash"] = "shardfeed-phash-v1"  # as an earlier shardfeed wrote it
+    (out / "manifest.json").write_text(json.dumps(data))
+    original = sorted(source.rglob("*.jpg"))[0]
+    appended = ConvertOptions(shards=1, split_rule="hash", append=True)
+    for n in (1, 2):
+        Image.open(original).save(original.with_name(f"copy{n}-{original.stem}.png"))
+        result = convert(str(source), str(out), appended, workers=1)
+        groups = [g["files"] for g in _report(out)["near_duplicates"]]
+        assert "converted images with shardfeed-phash-v1 hashes were not compared" in result.summary()
+    copies = sorted(str(p.relative_to(source)) for p in source.rglob("copy*"))
+    assert groups == [copies]  # the two copies, not the original
+    history = json.loads((out / "manifest.json").read_text())["generations"]
+    assert [g["hash"] for g in history] == ["shardfeed-phash-v1", perceptual_hash.NAME, perceptual_hash.NAME]
 
 
 def test_near_radius_off_and_out_of_range(photo_tree: Path, tmp_path: Path) -> None:

@@ -15,14 +15,13 @@
 An image keeps its split because appendable folders split by a rule that looks at the key alone:
 the 'hash' split rule, or the source's own split folders. Each generation's inputs (key, SHA-256
 of the source bytes, split, and the file's size and modification time in ns when listed) are kept
-in index/inputs-gNNNN.json.gz, which is how the next append knows what was converted and whether
-its bytes changed.
+in index/inputs-gNNNN.json.gz (write/inputs_list.py), which is how the next append knows what was
+converted and whether its bytes changed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
 import os
 import time
@@ -33,18 +32,16 @@ from typing import Any
 
 from shardfeed.errors import ConvertError
 from shardfeed.format import fileio, manifest, tfds_metadata
-from shardfeed.write import folder_state, merge, shards
+from shardfeed.write import folder_state, merge, perceptual_hash, shards
 from shardfeed.write.dedupe import source_hashes
 from shardfeed.write.encode import EncodingSpec
 from shardfeed.write.folder_settings import as_flags
+from shardfeed.write.inputs_list import Known, inputs_file, read_known, write_inputs
 from shardfeed.write.items import Discovery, Item
 from shardfeed.write.options import ConvertOptions
 from shardfeed.write.planning import plan_shards
 
 GENERATION = "-g{generation:04d}"
-# key -> (source sha256, split, listed size and mtime_ns, perceptual hash)
-Known = dict[str, tuple[str, str, tuple[int, int] | None, str | None]]
-# of every converted input; listed: its (size, mtime_ns) when converted (None: not recorded)
 
 
 def generation_template(template: str, generation: int) -> str:
@@ -53,45 +50,9 @@ def generation_template(template: str, generation: int) -> str:
     return template.replace("{split}", "{split}" + GENERATION.format(generation=generation), 1)
 
 
-def inputs_file(generation: int) -> str:
-    """The file (relative to the folder) listing a generation's inputs."""
-    return f"{shards.INDEX_DIR}/inputs-g{generation:04d}.json.gz"
-
-
 def appendable(discovery: Discovery, options: ConvertOptions) -> bool:
     """Whether a conversion's splits survive growth: a pre-split source, or the 'hash' rule."""
     return discovery.presplit or options.split_rule == "hash"
-
-
-def write_inputs(output_dir: str, work_dir: str, results: list[shards.ShardResult], generation: int) -> Known:
-    """index/inputs-gNNNN.json.gz: [key, source SHA-256, split, size, mtime_ns, perceptual hash]
-    of every record written (size and mtime as listed, 0 where unknown, as for array items; the
-    hash None where none was made). Returns them as
-    `read_inputs` reads them back."""
-    rows = [
-        [key, digest, r.split, *listed]
-        for r in results
-        for key, digest, *listed in merge.read_part(work_dir, r).records
-    ]
-    data = gzip.compress(json.dumps(sorted(rows)).encode(), mtime=0)
-    fileio.write_bytes_atomic(fileio.join(output_dir, inputs_file(generation)), data)
-    return _known(rows)
-
-
-def read_inputs(output_dir: str, generation: int) -> Known:
-    """A generation's inputs, as written by `write_inputs` (rows of 3 before sizes and times were
-    recorded)."""
-    path = fileio.join(output_dir, inputs_file(generation))
-    return _known(json.loads(gzip.decompress(fileio.read_bytes(path))))
-
-
-def _known(rows: list[list[Any]]) -> Known:
-    """Inputs-list rows as key -> (sha256, split, listed, perceptual hash); rows of 3 predate the
-    listing, rows of 5 the hash."""
-    return {
-        row[0]: (row[1], row[2], (row[3], row[4]) if len(row) >= 5 else None, row[5] if len(row) >= 6 else None)
-        for row in rows
-    }
 
 
 def unchanged_by_listing(item: Item, listed: tuple[int, int] | None) -> bool:
@@ -111,6 +72,7 @@ class AppendOutcome:
     changed: list[dict[str, str]] = field(default_factory=list)
     duplicates_of_existing: int = 0
     near_copies_of_existing: int = 0  # near-duplicate groups joining new images to converted ones
+    old_hash: str | None = None  # another version's perceptual hash some converted images have
     shards_written: int = 0
     shards_resumed: int = 0
 
@@ -135,6 +97,8 @@ class AppendOutcome:
                 )
             if self.near_copies_of_existing:
                 lines.append(f"  {self.near_copies_of_existing} near-duplicate groups join new and converted images")
+            if self.old_hash:
+                lines.append(f"  near-duplicates: converted images with {self.old_hash} hashes were not compared")
             if tfds_metadata.reason_not_written(m.data) is None:
                 entries = [e["name"] for e in tfds_metadata.dataset_info(m.data, "")["splits"]]
                 whole = ", ".join(
@@ -169,11 +133,9 @@ class Append:
         """Checks, plans, writes and merges the next generation (nothing when nothing is new)."""
         self._check()
         spec = EncodingSpec.of(self.discovery, self.options)
-        known: Known = {}
-        for g in range(self.generation):
-            known.update(read_inputs(self.out, g))
+        known, old_hash = read_known(self.out, self.history)
         new = [i for i in self.discovery.items if i.key not in known]
-        outcome = AppendOutcome(self.generation, known=len(self.discovery.items) - len(new))
+        outcome = AppendOutcome(self.generation, known=len(self.discovery.items) - len(new), old_hash=old_hash)
         unsure = [
             i
             for i in self.discovery.items
@@ -325,6 +287,7 @@ class Append:
             "known": outcome.known,
             "reread": outcome.reread,
             "changed": len(outcome.changed),
+            "hash": perceptual_hash.NAME if self.options.near_radius is not None else None,
         }
 
     def _write_report(
@@ -375,6 +338,7 @@ def history(m: manifest.Manifest) -> list[dict[str, Any]]:
             "known": 0,
             "reread": 0,
             "changed": 0,
+            "hash": m.data.get("near_duplicates", {}).get("hash"),
         }
     ]
 

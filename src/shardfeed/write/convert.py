@@ -30,10 +30,11 @@ from shardfeed.errors import ConvertError, OptionError, SourceError
 from shardfeed.format import fileio, manifest, tfds_metadata
 from shardfeed.format.manifest import Manifest
 from shardfeed.write import dedupe, folder_lock, folder_state, local_runner, merge, notes, shards
-from shardfeed.write.append import Append, AppendOutcome, appendable, write_inputs
+from shardfeed.write.append import Append, AppendOutcome, appendable
 from shardfeed.write.encode import EncodingSpec, SkippedItem
 from shardfeed.write.folder_settings import folder_options
 from shardfeed.write.images import UPSCALED
+from shardfeed.write.inputs_list import write_inputs
 from shardfeed.write.items import Discovery
 from shardfeed.write.options import ConvertOptions
 from shardfeed.write.planning import ShardPlan, plan_shards
