@@ -14,10 +14,12 @@ pairs within it; a pair of images counts as found when both are in one group. Re
 
 Cost: `shardfeed convert` of 2,000 real-photo JPEGs (bench/corpus.py) by the code before hashing
 (`--baseline-src`, e.g. `git archive 41ae642 src | tar -x -C /tmp/before`, then
-`--baseline-src /tmp/before/src`), with `--near-radius off` (hashes made, not grouped) and with
+`--baseline-src /tmp/before/src`), with `--near-radius off` (no hash made, nothing grouped) and with
 the default, each in a fresh process, rounds interleaved; wall and CPU seconds (of the children);
 `--no-report`: the HTML report's near-duplicate table decodes at most 60 thumbnails, a fixed
 cost of ~0.1 s whatever the dataset's size, left out of the per-image comparison. The same for
+`--distinct` JPEGs of the same sizes with no near-copies among them (`build_distinct_corpus`:
+the crop corpus has a fifth or more near-duplicates, whose grouping and report cost more) and
 `--large` phone-size photos (bench/corpus.py `build_large_corpus`, 3-12 MP).
 
 Scale: `near_duplicates.close_pairs` over N random 64-bit hashes with 1,000 planted pairs at
@@ -42,7 +44,7 @@ import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench.corpus import build_corpus, build_large_corpus, build_near_duplicate_corpus
+from bench.corpus import build_corpus, build_distinct_corpus, build_large_corpus, build_near_duplicate_corpus
 from bench.report import emit
 from shardfeed.write import near_duplicates
 from shardfeed.write.images import ImageOptions, prepare_file_image
@@ -204,7 +206,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="one accuracy corpus per seed")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--images", type=int, default=2000)
-    parser.add_argument("--large", type=int, default=200, help="phone-size photos for a second cost run (0: none)")
+    parser.add_argument("--distinct", type=int, default=2000, help="mosaic JPEGs, no near-copies (0: no such run)")
+    parser.add_argument("--large", type=int, default=200, help="phone-size photos for a third cost run (0: none)")
     parser.add_argument("--scale", type=int, default=1_300_000)
     parser.add_argument("--work", default="/tmp/bench_near")
     parser.add_argument("--skip", nargs="*", default=[], choices=["accuracy", "cost", "scale"])
@@ -219,6 +222,9 @@ def main() -> None:
     if "cost" not in args.skip:
         small = build_corpus(str(work / "corpus"), args.images)
         result["convert_cost"] = _convert_cost(work, small, args.rounds, args.baseline_src)
+        if args.distinct:
+            distinct = build_distinct_corpus(str(work / "distinct"), args.distinct)
+            result["convert_cost_distinct"] = _convert_cost(work, distinct, args.rounds, args.baseline_src)
         if args.large:
             large = build_large_corpus(str(work / "large"), args.large)
             result["convert_cost_large"] = _convert_cost(work, large, args.rounds, args.baseline_src)

@@ -55,6 +55,28 @@ def build_corpus(root: str, count: int, *, classes: int = 10, seed: int = 0) -> 
     return root
 
 
+def build_distinct_corpus(root: str, count: int, *, classes: int = 10, seed: int = 0) -> str:
+    """Writes `count` JPEGs of 200-500 px a side (quality 90) into root/<class>/ that are not near
+    copies of each other: each a 2 x 2 mosaic of native-resolution crops from random places of
+    random photos (`build_corpus` cuts overlapping crops of 8 photos: a fifth or more of its
+    images are near-duplicates, which a dataset seldom has). Re-uses a folder of that many."""
+    photos = _photos_for(root, count)
+    if photos is None:
+        return root
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        height, width = (int(v) for v in rng.integers(200, 501, 2))
+        canvas = np.empty((height, width, 3), np.uint8)
+        for y0, y1 in ((0, height // 2), (height // 2, height)):
+            for x0, x1 in ((0, width // 2), (width // 2, width)):
+                photo = photos[int(rng.integers(len(photos)))]
+                py = int(rng.integers(0, photo.shape[0] - (y1 - y0) + 1))
+                px = int(rng.integers(0, photo.shape[1] - (x1 - x0) + 1))
+                canvas[y0:y1, x0:x1] = photo[py : py + y1 - y0, px : px + x1 - x0]
+        _save(root, i, classes, canvas[:, ::-1] if rng.random() < 0.5 else canvas)
+    return root
+
+
 def build_large_corpus(root: str, count: int, *, classes: int = 10, seed: int = 0) -> str:
     """Writes `count` phone-sized JPEGs (2,000-4,032 px wide, 4:3, 3-12 MP, quality 90) into
     root/<class>/: mosaics of native-resolution crops of the shipped photos (no upscaling, so
