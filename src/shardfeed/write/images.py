@@ -147,15 +147,16 @@ def _keep_jpeg(data: bytes, check: str, hashed: bool) -> PreparedImage | None:
     if check == "decode":
         warning, pixels = _decode_check(data, colorspace, perceptual_hash.MIN_SIDE if hashed else 1)
         if hashed:
-            phash = perceptual_hash.of_gray(_luma(pixels), (height, width))
+            gray = _luma(pixels) if colorspace == "RGB" else pixels[:, :, 0]  # decoded in gray, but RGB files
+            phash = perceptual_hash.of_gray(gray, (height, width))
     elif data.rfind(b"\xff\xd9", -65536) < 0:
         raise BadImageError("truncated JPEG: no end-of-image marker")
     return PreparedImage(data, "JPEG", height, width, channels, warning=warning, phash=phash)
 
 
 def _luma(pixels: np.ndarray) -> np.ndarray:
-    """The gray image of a decode check's gray or RGB pixels."""
-    return pixels[:, :, 0] if pixels.shape[2] == 1 else np.asarray(Image.fromarray(pixels, "RGB").convert("L"))
+    """The gray image of a decode check's RGB pixels."""
+    return np.asarray(Image.fromarray(pixels, "RGB").convert("L"))
 
 
 def _decode_check(data: bytes, colorspace: str, min_side: int = 1) -> tuple[str | None, np.ndarray]:

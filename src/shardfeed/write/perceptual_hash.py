@@ -70,16 +70,18 @@ def of_gray(gray: np.ndarray, size: tuple[int, int] | None = None) -> str | None
         gray: the image, or a DCT-scaled decode of it.
         size: (height, width) of the full-size image `gray` was decoded from; None: full size.
     """
-    (h, w), (height, width) = gray.shape, size or gray.shape
-    if min(h, w) < SMALLEST:
+    h, w = gray.shape
+    height, width = size or (h, w)
+    short = min(h, w)
+    if short < SMALLEST:
         return None
-    factor = max(1, min(h, w) // MAX_SIDE)
+    factor = max(1, short // MAX_SIDE)
     if factor > 1:  # the shorter side ends in MAX_SIDE..2 * MAX_SIDE - 1
         gray = np.asarray(Image.fromarray(np.ascontiguousarray(gray), "L").reduce(factor))
     rows, columns = _axis(h, height, factor), _axis(w, width, factor)
     coefficients = np.dot(np.dot(rows, gray.astype(np.float32)), columns.T).ravel()  # (np.dot: 1 us under @)
     ac = np.sort(coefficients[1:])
-    if max(-ac[0], ac[-1]) < MIN_AC:
+    if -ac[0] < MIN_AC and ac[-1] < MIN_AC:
         return None
     return np.packbits(coefficients > ac[len(ac) // 2]).tobytes().hex()  # above the median of the 63
 
