@@ -49,7 +49,10 @@ def test_a_scaled_decode_hashes_like_the_full_image(tmp_path: Path) -> None:
     assert perceptual_hash.of_image(Image.fromarray(pixels[:15])) is None
 
 
-def test_close_pairs_finds_exactly_what_all_pairs_would() -> None:
+@pytest.mark.parametrize("threaded_from", [near_duplicates.THREADED_FROM, 1], ids=["one-thread", "threads"])
+def test_close_pairs_finds_exactly_what_all_pairs_would(threaded_from: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On one thread (as under THREADED_FROM hashes) and on several (as above it)."""
+    monkeypatch.setattr(near_duplicates, "THREADED_FROM", threaded_from)
     rng = np.random.default_rng(1)
     hashes = rng.integers(0, 2**63, 3000, dtype=np.uint64) * np.uint64(2)
     for a, b in rng.choice(3000, (300, 2), replace=False):

@@ -5,9 +5,10 @@ The index is exact Hamming search by the pigeonhole principle: split the 64 bits
 16. Two hashes within 3 bits agree exactly on some block; within 7 bits, some block differs in at
 most 1 bit. So per block the hashes are sorted by that block's value, and each is compared with
 the run of hashes whose block equals its own (radius <= 3) or its own with one of 16 bits flipped
-(radius 4..7); every candidate is checked on all 64 bits. Memory is some 50 bytes a hash, and the
-candidate pairs are checked in bounded chunks; time grows with the sum of squared run sizes, about
-N^2 / 65536 per block and probe for evenly spread hashes (docs/benchmarks.md: 1.3 M hashes).
+(radius 4..7); every candidate is checked on all 64 bits. Memory is some 110 bytes a hash for
+each block searched at once (two on two cores), and the candidate pairs are checked in bounded
+chunks; time grows with the sum of squared run sizes, about N^2 / 65536 per block and probe for
+evenly spread hashes (docs/benchmarks.md: 1.3 M hashes).
 
 Groups are the connected components of the pairs found (a union-find), so a chain of small edits
 can join images further apart than `radius`: each group lists its pairs with their distances. A
@@ -17,7 +18,9 @@ training image.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -29,32 +32,41 @@ BLOCKS = 64 // BLOCK_BITS
 MAX_RADIUS = 2 * BLOCKS - 1  # 7: within it some block differs in at most one bit
 DEFAULT_RADIUS = 6  # measured: docs/benchmarks.md, "near-duplicates"
 CHUNK_PAIRS = 1 << 20  # candidate pairs checked at once (some 50 MB of temporaries)
+THREADED_FROM = 100_000
 PAIRS_SHOWN = 50  # pairs listed per group in report.json
 
 
 def close_pairs(hashes: np.ndarray, radius: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(i, j, distance), i < j, of every pair of `hashes` (uint64) at most `radius` bits apart,
-    sorted by (i, j)."""
+    sorted by (i, j). From THREADED_FROM hashes the blocks are searched on up to BLOCKS threads
+    (NumPy's sorts, gathers and comparisons release the GIL: 1.9x quicker on two cores at 1.3 M
+    hashes, for twice the temporaries; at 10,000 the threads only contend)."""
     if not 0 <= radius <= MAX_RADIUS:
         raise OptionError(f"radius must be in 0..{MAX_RADIUS} bits, got {radius}")
     hashes = np.ascontiguousarray(hashes, dtype=np.uint64)
-    flips = [0] if radius < BLOCKS else [0, *(1 << b for b in range(BLOCK_BITS))]
-    found: list[np.ndarray] = []
-    for block in range(BLOCKS):
-        keys = ((hashes >> np.uint64(BLOCK_BITS * block)) & np.uint64(0xFFFF)).astype(np.int64)
-        order = np.argsort(keys, kind="stable")
-        ordered = keys[order]
-        # where each block value's run starts in `ordered` (a table of 65,537: a gather per probe
-        # instead of two binary searches, 4x quicker at 10,000 hashes)
-        starts = np.concatenate(([0], np.cumsum(np.bincount(ordered, minlength=1 << BLOCK_BITS))))
-        for flip in flips:
-            found.extend(_probe(hashes, order, ordered, starts, flip, radius))
+    threads = min(BLOCKS, os.cpu_count() or 1) if len(hashes) >= THREADED_FROM else 1
+    with ThreadPoolExecutor(threads) as pool:
+        blocks = pool.map(lambda block: _block_pairs(hashes, block, radius), range(BLOCKS))
+        found = [pairs for block in blocks for pairs in block]
     if not found:
         empty = np.zeros(0, np.int64)
         return empty, empty, empty
     pairs = np.unique(np.concatenate(found))
     i, j = pairs // len(hashes), pairs % len(hashes)
     return i, j, np.bitwise_count(hashes[i] ^ hashes[j]).astype(np.int64)
+
+
+def _block_pairs(hashes: np.ndarray, block: int, radius: int) -> list[np.ndarray]:
+    """The pairs within `radius` that agree on `block` exactly (radius < BLOCKS) or but for one
+    bit (`_probe` codes)."""
+    keys = ((hashes >> np.uint64(BLOCK_BITS * block)) & np.uint64(0xFFFF)).astype(np.int64)
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    # where each block value's run starts in `ordered` (a table of 65,537: a gather per probe
+    # instead of two binary searches, 4x quicker at 10,000 hashes)
+    starts = np.concatenate(([0], np.cumsum(np.bincount(ordered, minlength=1 << BLOCK_BITS))))
+    flips = [0] if radius < BLOCKS else [0, *(1 << b for b in range(BLOCK_BITS))]
+    return [pairs for flip in flips for pairs in _probe(hashes, order, ordered, starts, flip, radius)]
 
 
 def _probe(
