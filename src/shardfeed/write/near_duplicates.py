@@ -127,17 +127,12 @@ def groups_in(records: Callable[[], Iterable[tuple[str, str | None, str]]], radi
     distances (the first PAIRS_SHOWN) and the largest. Two passes over `records()`: the hashes
     into one uint64 array first, then only the grouped records' keys and splits (memory bounded
     by some 50 bytes a record, not by its key)."""
-    values, positions = [], []
-    for position, (_, h, _) in enumerate(records()):
-        if h:
-            values.append(int(h, 16))
-            positions.append(position)
-    hashes = np.array(values, dtype=np.uint64)
-    i, j, d = close_pairs(hashes, radius)
+    every = np.fromiter((int(h, 16) if h else 0 for _, h, _ in records()), dtype=np.uint64)
+    where = np.flatnonzero(every)  # 0: no hash (a hash has 32 bits set, never none)
+    i, j, d = close_pairs(every[where], radius)
     if not len(i):
         return []
-    where = np.array(positions, dtype=np.int64)
-    grouped = components(len(hashes), i, j)
+    grouped = components(len(where), i, j)
     wanted = {int(where[x]) for g in grouped for x in g}
     named = {p: (key, split) for p, (key, _, split) in enumerate(records()) if p in wanted}
     by_root = {x: g[0] for g in grouped for x in g}

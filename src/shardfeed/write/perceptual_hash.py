@@ -79,7 +79,8 @@ def of_gray(gray: np.ndarray, size: tuple[int, int] | None = None) -> str | None
     if factor > 1:  # the shorter side ends in MAX_SIDE..2 * MAX_SIDE - 1
         gray = np.asarray(Image.fromarray(np.ascontiguousarray(gray), "L").reduce(factor))
     rows, columns = _axis(h, height, factor), _axis(w, width, factor)
-    coefficients = np.dot(np.dot(rows, gray.astype(np.float32)), columns.T).ravel()  # (np.dot: 1 us under @)
+    # np.dot casts the uint8 image itself, and costs 1 us less than @ (4 us an image in all)
+    coefficients = np.dot(np.dot(rows, gray), columns.T).ravel()
     ac = np.sort(coefficients[1:])
     if -ac[0] < MIN_AC and ac[-1] < MIN_AC:
         return None
