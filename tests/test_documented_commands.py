@@ -70,3 +70,21 @@ def test_beam_options_starting_with_dashes_reach_convert(tmp_path: Path) -> None
     argv = ["convert", str(tmp_path / "missing"), str(tmp_path / "out"), "--runner", "beam"]
     assert main([*argv, "--beam-options", "--runner=DirectRunner --direct_num_workers=1"]) == 1
     assert joined_flag_values(["--beam-options", "--a=1 --b", "-q"]) == ["--beam-options=--a=1 --b", "-q"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "dedupe"),
+    [
+        (["--dedupe", "SRC", "OUT"], "exact"),
+        (["--dedupe", "near", "SRC", "OUT"], "near"),
+        (["SRC", "OUT", "--dedupe"], "exact"),
+        (["SRC", "--dedupe", "OUT"], "exact"),
+        (["--dedupe", "-q", "SRC", "OUT"], "exact"),
+        (["SRC", "OUT"], None),
+    ],
+)
+def test_a_bare_dedupe_never_takes_the_source_for_its_value(argv: list[str], dedupe: str | None) -> None:
+    """`convert --dedupe SRC OUT` failed with "invalid choice: 'SRC'" (argparse gave the optional
+    value the next word)."""
+    args = build_parser().parse_args(joined_flag_values(["convert", *argv]))
+    assert (args.source, args.output, args.dedupe) == ("SRC", "OUT", dedupe)

@@ -18,6 +18,8 @@ from shardfeed.write.sources import resolve_source
 
 log = logging.getLogger("shardfeed")
 
+DEDUPE_KINDS = ("exact", "near")  # a bare --dedupe is the first (cli/main.py `joined_flag_values`)
+
 
 def near_radius(text: str) -> int | str:
     """`--near-radius`: a bit count or 'off'."""
@@ -118,8 +120,8 @@ def _split_flags(g: Any) -> None:
     g.add_argument(
         "--dedupe",
         nargs="?",
-        const="exact",
-        choices=["exact", "near"],
+        const=DEDUPE_KINDS[0],
+        choices=DEDUPE_KINDS,
         help="drop duplicate images, keeping the first of each set: exact (the default) byte-for-byte copies; "
         "near: also near-copies (re-encoded, resized, slightly cropped; see --near-radius)",
     )

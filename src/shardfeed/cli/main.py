@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 FLAG_VALUED = ("--beam-options",)  # options whose value is itself a string of flags
+# options whose value may be left out: their values (the first: what the bare flag means)
+OPTIONAL_VALUED = {"--dedupe": convert_cmd.DEDUPE_KINDS}
 # quiet unless -v ("Found credentials in environment variables." on every open)
 STORAGE_LOGGERS = (
     "botocore",
@@ -80,13 +82,15 @@ STORAGE_LOGGERS = (
     "gcsfs",
     "adlfs",
     "azure",
-)  # options whose value is itself a string of flags
+)
 
 
 def joined_flag_values(argv: Sequence[str]) -> list[str]:
     """`argv` with each `--beam-options "--runner=X ..."` written as `--beam-options=--runner=X ...`:
     argparse takes a separate value that starts with '-' for another option and stops with
-    'expected one argument', so the documented form would never parse."""
+    'expected one argument', so the documented form would never parse; and each bare `--dedupe`
+    before a word that is none of its values (`convert --dedupe SRC OUT`) as `--dedupe=exact`:
+    argparse took the source folder for the flag's value and refused it."""
     out: list[str] = []
     args = list(argv)
     i = 0
@@ -94,6 +98,9 @@ def joined_flag_values(argv: Sequence[str]) -> list[str]:
         if args[i] in FLAG_VALUED and i + 1 < len(args) and args[i + 1].startswith("-"):
             out.append(f"{args[i]}={args[i + 1]}")
             i += 2
+        elif args[i] in OPTIONAL_VALUED and i + 1 < len(args) and args[i + 1] not in OPTIONAL_VALUED[args[i]]:
+            out.append(f"{args[i]}={OPTIONAL_VALUED[args[i]][0]}")
+            i += 1
         else:
             out.append(args[i])
             i += 1
