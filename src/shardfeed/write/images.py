@@ -146,17 +146,13 @@ def _keep_jpeg(data: bytes, check: str, hashed: bool) -> PreparedImage | None:
     warning, phash = None, None
     if check == "decode":
         warning, pixels = _decode_check(data, colorspace, perceptual_hash.MIN_SIDE if hashed else 1)
-        if hashed:
-            gray = _luma(pixels) if colorspace == "RGB" else pixels[:, :, 0]  # decoded in gray, but RGB files
-            phash = perceptual_hash.of_gray(gray, (height, width))
+        if hashed and colorspace == "RGB":  # (RGB files are decoded in RGB, the rest in gray)
+            phash = perceptual_hash.of_image(Image.fromarray(pixels, "RGB"), (height, width))
+        elif hashed:
+            phash = perceptual_hash.of_gray(pixels[:, :, 0], (height, width))
     elif data.rfind(b"\xff\xd9", -65536) < 0:
         raise BadImageError("truncated JPEG: no end-of-image marker")
     return PreparedImage(data, "JPEG", height, width, channels, warning=warning, phash=phash)
-
-
-def _luma(pixels: np.ndarray) -> np.ndarray:
-    """The gray image of a decode check's RGB pixels."""
-    return np.asarray(Image.fromarray(pixels, "RGB").convert("L"))
 
 
 def _decode_check(data: bytes, colorspace: str, min_side: int = 1) -> tuple[str | None, np.ndarray]:

@@ -87,10 +87,10 @@ def of_gray(gray: np.ndarray, size: tuple[int, int] | None = None) -> str | None
     return np.packbits(coefficients > ac[len(ac) // 2]).tobytes().hex()  # above the median of the 63
 
 
-def of_image(im: Image.Image) -> str | None:
-    """The hash of a decoded full-size image (any mode): its luma, hashed by `of_gray`."""
+def of_image(im: Image.Image, size: tuple[int, int] | None = None) -> str | None:
+    """The hash of a decoded image (any mode): its luma, hashed by `of_gray` (`size`: as there)."""
     gray = im if im.mode == "L" else im.convert("RGB").convert("L")
-    return of_gray(np.asarray(gray))
+    return of_gray(np.asarray(gray), size)
 
 
 def distance(a: str, b: str) -> int:
