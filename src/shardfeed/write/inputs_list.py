@@ -43,7 +43,7 @@ def read_known(output_dir: str, history: list[dict[str, Any]]) -> tuple[Known, s
     known: Known = {}
     other = None
     for g, entry in enumerate(history):
-        name = entry.get("hash", "shardfeed-phash-v1")
+        name = entry.get("hash", perceptual_hash.UNNAMED)
         known.update(read_inputs(output_dir, g, hashes=name == perceptual_hash.NAME))
         other = other or (name if name not in (None, perceptual_hash.NAME) else None)
     return known, other

@@ -26,6 +26,7 @@ import numpy as np
 from PIL import Image
 
 NAME = "shardfeed-phash-v2"  # recorded in the manifest: hashes of another version are not compared
+UNNAMED = "shardfeed-phash-v1"  # what made the hashes of an appended generation that names none
 LOW = 8  # the lowest LOW x LOW frequencies make the 64 bits
 MIN_SIDE = 24  # a JPEG is decoded at the smallest DCT scale that keeps both sides at least this
 # Larger gray images are box-reduced by an integer factor to under twice this first: cheaper, and
