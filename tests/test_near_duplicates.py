@@ -49,12 +49,22 @@ def test_a_scaled_decode_hashes_like_the_full_image(tmp_path: Path) -> None:
     assert perceptual_hash.of_image(Image.fromarray(pixels[:15])) is None
 
 
-@pytest.mark.parametrize("threaded_from", [near_duplicates.THREADED_FROM, 1], ids=["one-thread", "threads"])
-def test_close_pairs_finds_exactly_what_all_pairs_would(threaded_from: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """On one thread (as under THREADED_FROM hashes) and on several (as above it)."""
+@pytest.mark.parametrize(
+    ("threaded_from", "chunk"),
+    [(near_duplicates.THREADED_FROM, near_duplicates.CHUNK_PAIRS), (1, near_duplicates.CHUNK_PAIRS), (1, 5)],
+    ids=["one-thread", "threads", "small-chunks"],
+)
+def test_close_pairs_finds_exactly_what_all_pairs_would(
+    threaded_from: int, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On one thread (as under THREADED_FROM hashes) and on several (as above it), and with the
+    candidates checked a few at a time. Half the hashes share their top 16 bits (long runs, as
+    the real hashes' constant DC bit makes), the rest are spread out."""
     monkeypatch.setattr(near_duplicates, "THREADED_FROM", threaded_from)
+    monkeypatch.setattr(near_duplicates, "CHUNK_PAIRS", chunk)
     rng = np.random.default_rng(1)
     hashes = rng.integers(0, 2**63, 3000, dtype=np.uint64) * np.uint64(2)
+    hashes[:1500] = (hashes[:1500] & np.uint64(2**48 - 1)) | np.uint64(0xA5C3 << 48)
     for a, b in rng.choice(3000, (300, 2), replace=False):
         value = int(hashes[a])
         for bit in rng.choice(64, int(rng.integers(0, 9)), replace=False):
@@ -68,6 +78,9 @@ def test_close_pairs_finds_exactly_what_all_pairs_would(threaded_from: int, monk
             zip(want_i.tolist(), want_j.tolist(), strict=True)
         )
         assert (d == everything[i, j]).all() and (d <= radius).all()
+    far = np.array([0, 2**64 - 1, 0xFFFFFFFF, 0xFFFFFFFF << 32], np.uint64)  # >= 32 bits apart
+    assert all(len(a) == 0 for a in near_duplicates.close_pairs(far, 7))
+    assert all(len(a) == 0 for a in near_duplicates.close_pairs(far[:1], 7))
     with pytest.raises(OptionError):
         near_duplicates.close_pairs(hashes, 8)
 

@@ -308,8 +308,7 @@ class _Conversion:
         moves: GroupMoves | None,
     ) -> None:
         """Merges the partial manifests: report, labels, then the manifest (last), and cleans up."""
-        duplicates = merge.duplicate_groups(self.work_dir, results)
-        near = merge.near_groups(self.work_dir, results, self.options.near_radius)
+        duplicates, near = merge.record_groups(self.work_dir, results, self.options.near_radius)
         data = merge.merge_manifest(state, duplicates, discovery, self.options, results, dropped, near, moves)
         merge.write_report(self.output_dir, duplicates, discovery, results, dropped, near, moves)
         manifest.write_labels(self.output_dir, discovery.class_names, self.options.label_offset)

@@ -99,15 +99,27 @@ def moved(moves: GroupMoves) -> dict[str, Any]:
     return {"groups": moves.groups, "images": moves.images, "drift": moves.drift}
 
 
-def near_groups(work_dir: str, results: list[shards.ShardResult], radius: int | None) -> list[dict[str, Any]] | None:
-    """Near-duplicate groups among the records of the partial manifests (None: radius None)."""
+def record_groups(
+    work_dir: str, results: list[shards.ShardResult], radius: int | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """Duplicate groups and near-duplicate groups (None: radius None) among the records of the
+    partial manifests. Both first passes, a compact array each, share one read of the parts;
+    only a grouping that finds something reads them again, for the grouped records' names."""
 
-    def records() -> Iterator[tuple[str, str | None, str]]:
+    def records() -> Iterator[tuple[str, str, str | None, str]]:
         for result in results:
-            for key, _, *rest in read_part(work_dir, result).records:
-                yield key, (rest[2] if len(rest) > 2 else None), result.split
+            for key, digest, *rest in read_part(work_dir, result).records:
+                yield key, digest, (rest[2] if len(rest) > 2 else None), result.split
 
-    return near_groups_in(records, radius)
+    hashed = radius is not None
+    columns = np.fromiter(
+        ((int(d[:16], 16), int(h, 16) if h and hashed else 0) for _, d, h, _ in records()), np.dtype((np.uint64, 2))
+    )
+    duplicates = duplicate_groups_in(lambda: ((k, d, s) for k, d, _, s in records()), columns[:, 0])
+    if radius is None:
+        return duplicates, None
+    near_records = lambda: ((k, h, s) for k, _, h, s in records())  # noqa: E731
+    return duplicates, near_duplicates.groups_in(near_records, radius, columns[:, 1])
 
 
 def near_groups_in(
@@ -117,23 +129,14 @@ def near_groups_in(
     return None if radius is None else near_duplicates.groups_in(records, radius)
 
 
-def duplicate_groups(work_dir: str, results: list[shards.ShardResult]) -> list[dict[str, Any]]:
-    """Groups of records with identical source bytes; `leak` when a group spans splits (the
-    partial manifests streamed by `duplicate_groups_in`)."""
-
-    def records() -> Iterator[tuple[str, str, str]]:
-        for result in results:
-            for key, digest, *_ in read_part(work_dir, result).records:
-                yield key, digest, result.split
-
-    return duplicate_groups_in(records)
-
-
-def duplicate_groups_in(records: Callable[[], Iterable[tuple[str, str, str]]]) -> list[dict[str, Any]]:
+def duplicate_groups_in(
+    records: Callable[[], Iterable[tuple[str, str, str]]], prefixes: np.ndarray | None = None
+) -> list[dict[str, Any]]:
     """`groups_of` the (key, source sha256, split) records `records()` yields, in memory bounded
     by some 16 bytes a record: a first pass puts 8-byte digest prefixes into one compact array to
-    find candidate duplicates, a second keeps just those records."""
-    flat = np.fromiter((int(digest[:16], 16) for _, digest, _ in records()), dtype=np.uint64)
+    find candidate duplicates (`prefixes`: that array, made by the caller), a second keeps just
+    those records."""
+    flat = prefixes if prefixes is not None else np.fromiter((int(d[:16], 16) for _, d, _ in records()), np.uint64)
     values, counts = np.unique(flat, return_counts=True)
     repeated = set(values[counts > 1].tolist())
     if not repeated:

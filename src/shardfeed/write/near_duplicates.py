@@ -47,57 +47,66 @@ def close_pairs(hashes: np.ndarray, radius: int) -> tuple[np.ndarray, np.ndarray
     threads = min(BLOCKS, os.cpu_count() or 1) if len(hashes) >= THREADED_FROM else 1
     with ThreadPoolExecutor(threads) as pool:
         blocks = pool.map(lambda block: _block_pairs(hashes, block, radius), range(BLOCKS))
-        found = [pairs for block in blocks for pairs in block]
+        found = [pairs for block in blocks for pairs in block if len(pairs)]
     if not found:
         empty = np.zeros(0, np.int64)
         return empty, empty, empty
-    pairs = np.unique(np.concatenate(found))
+    pairs = np.sort(np.concatenate(found))  # (not np.unique: it imports numpy.ma, 10 ms)
+    pairs = pairs[np.concatenate(([True], pairs[1:] != pairs[:-1]))]  # a pair found in two blocks
     i, j = pairs // len(hashes), pairs % len(hashes)
     return i, j, np.bitwise_count(hashes[i] ^ hashes[j]).astype(np.int64)
 
 
 def _block_pairs(hashes: np.ndarray, block: int, radius: int) -> list[np.ndarray]:
     """The pairs within `radius` that agree on `block` exactly (radius < BLOCKS) or but for one
-    bit (`_probe` codes)."""
+    bit (`_probe`)."""
     keys = ((hashes >> np.uint64(BLOCK_BITS * block)) & np.uint64(0xFFFF)).astype(np.int64)
     order = np.argsort(keys, kind="stable")
     ordered = keys[order]
     # where each block value's run starts in `ordered` (a table of 65,537: a gather per probe
     # instead of two binary searches: 2.5x quicker at 10,000 hashes, docs/benchmarks.md)
     starts = np.concatenate(([0], np.cumsum(np.bincount(ordered, minlength=1 << BLOCK_BITS))))
-    flips = [0] if radius < BLOCKS else [0, *(1 << b for b in range(BLOCK_BITS))]
-    return [pairs for flip in flips for pairs in _probe(hashes, order, ordered, starts, flip, radius)]
+    runs = _Runs(hashes, order, ordered, starts, radius)
+    flips = [] if radius < BLOCKS else [1 << b for b in range(BLOCK_BITS)]
+    return [pairs for flip in [0, *flips] for pairs in runs.probe(flip)]
 
 
-def _probe(
-    hashes: np.ndarray, order: np.ndarray, ordered: np.ndarray, starts: np.ndarray, flip: int, radius: int
-) -> list[np.ndarray]:
-    """Pairs (as i * n + j, i < j) within `radius` among each hash and those whose block value
-    is its own XOR `flip` (the run starts[v]:starts[v + 1] of `ordered`), in chunks of at most
-    CHUNK_PAIRS candidates."""
-    n = len(ordered)
-    target = ordered ^ flip
-    lo, hi = starts[target], starts[target + 1]
-    # the partner later in sorted order (for flip 0: the rest of its own run): each pair once
-    lo = np.arange(1, n + 1) if flip == 0 else np.maximum(lo, np.arange(1, n + 1))
-    counts = np.maximum(hi - lo, 0)
-    ends = np.cumsum(counts)
-    out, start = [], 0
-    while start < n:
-        stop = int(np.searchsorted(ends, (ends[start - 1] if start else 0) + CHUNK_PAIRS, "right"))
-        stop = max(stop, start + 1)
-        c = counts[start:stop]
-        total = int(c.sum())
-        if total:
-            a = np.repeat(np.arange(start, stop), c)
-            first = np.repeat(np.cumsum(c) - c, c)
-            b = np.repeat(lo[start:stop], c) + np.arange(total) - first
-            ia, ib = order[a], order[b]
-            close = np.bitwise_count(hashes[ia] ^ hashes[ib]) <= radius
+class _Runs:
+    """One block's hashes sorted by the block's value, with the table of where each value's run
+    starts, probed for the pairs whose values differ by a given bit (or agree)."""
+
+    def __init__(self, hashes: np.ndarray, order: np.ndarray, ordered: np.ndarray, starts: np.ndarray, radius: int):
+        self.hashes, self.order, self.ordered, self.radius = hashes, order, ordered, radius
+        self.starts, self.ends = starts[:-1], starts[1:]
+
+    def probe(self, flip: int) -> list[np.ndarray]:
+        """Pairs (as i * n + j, i < j) within `radius` among each hash and the later ones in
+        sorted order whose block value is its own XOR `flip`: for flip 0 the rest of its own run;
+        else, probed from the hashes with the `flip` bit clear only (their partners sort later),
+        so each pair is seen once. Only the probes that find a run are expanded."""
+        n = len(self.ordered)
+        if flip == 0:
+            at = np.arange(n)
+            lo, hi = at + 1, self.ends[self.ordered]
+        else:
+            at = np.flatnonzero((self.ordered & flip) == 0)
+            target = self.ordered[at] | flip
+            lo, hi = self.starts[target], self.ends[target]
+        found = np.flatnonzero(hi > lo)
+        at, lo, counts = at[found], lo[found], (hi - lo)[found]
+        ends = np.cumsum(counts)
+        out, start = [], 0
+        while start < len(counts):
+            stop = max(int(np.searchsorted(ends, (ends[start - 1] if start else 0) + CHUNK_PAIRS, "right")), start + 1)
+            c = counts[start:stop]
+            a = np.repeat(at[start:stop], c)
+            b = np.repeat(lo[start:stop] - (np.cumsum(c) - c), c) + np.arange(len(a))
+            ia, ib = self.order[a], self.order[b]
+            close = np.bitwise_count(self.hashes[ia] ^ self.hashes[ib]) <= self.radius
             ia, ib = ia[close], ib[close]
             out.append(np.minimum(ia, ib) * n + np.maximum(ia, ib))
-        start = stop
-    return out
+            start = stop
+        return out
 
 
 def components(n: int, i: np.ndarray, j: np.ndarray) -> list[list[int]]:
@@ -121,13 +130,15 @@ def components(n: int, i: np.ndarray, j: np.ndarray) -> list[list[int]]:
     return sorted(sorted(g) for g in groups.values())
 
 
-def groups_in(records: Callable[[], Iterable[tuple[str, str | None, str]]], radius: int) -> list[dict[str, Any]]:
+def groups_in(
+    records: Callable[[], Iterable[tuple[str, str | None, str]]], radius: int, hashes: np.ndarray | None = None
+) -> list[dict[str, Any]]:
     """Near-duplicate groups among the (key, perceptual hash or None, split) records `records()`
     yields, for report.json: each with its files, splits, `leak` when they span splits, its pairs'
     distances (the first PAIRS_SHOWN) and the largest. Two passes over `records()`: the hashes
-    into one uint64 array first, then only the grouped records' keys and splits (memory bounded
-    by some 50 bytes a record, not by its key)."""
-    every = np.fromiter((int(h, 16) if h else 0 for _, h, _ in records()), dtype=np.uint64)
+    into one uint64 array first (0: none; `hashes`: that array, made by the caller), then only
+    the grouped records' keys and splits (memory bounded by some 50 bytes a record, not by its key)."""
+    every = hashes if hashes is not None else np.fromiter((int(h, 16) if h else 0 for _, h, _ in records()), np.uint64)
     where = np.flatnonzero(every)  # 0: no hash (a hash has 32 bits set, never none)
     i, j, d = close_pairs(every[where], radius)
     if not len(i):
