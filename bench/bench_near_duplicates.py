@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,9 +54,8 @@ from shardfeed.write.images import ImageOptions, prepare_file_image
 
 def _scores(names: list[str], truth: dict[str, int], distances: np.ndarray, radius: int) -> dict[str, float]:
     """Pairwise recall and precision of the groups (components of the pairs within `radius`)."""
-    i, j = np.nonzero(np.triu(distances <= radius, 1))
-    groups = near_duplicates.components(len(names), i, j)
-    found = {(a, b) for g in groups for a, b in itertools.combinations(g, 2)}
+    _, component = connected_components(csr_matrix(np.triu(distances <= radius, 1)), directed=False)
+    found = {(a, b) for a, b in itertools.combinations(range(len(names)), 2) if component[a] == component[b]}
     true = {(a, b) for a, b in itertools.combinations(range(len(names)), 2) if truth[names[a]] == truth[names[b]]}
     hits = len(found & true)
     return {
@@ -196,11 +197,19 @@ def _scale(n: int, radius: int, seed: int = 0) -> dict[str, Any]:
         hashes[b] = np.uint64(value)
     tracemalloc.start()
     start = time.perf_counter()
-    i, _, _ = near_duplicates.close_pairs(hashes, radius)
+    links = near_duplicates.link(hashes, radius)  # what a conversion runs (the pairs and the groups)
     seconds = time.perf_counter() - start
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    return {"hashes": n, "radius": radius, "seconds": seconds, "peak_bytes": peak, "pairs": len(i)}
+    groups = links.groups()
+    return {
+        "hashes": n,
+        "radius": radius,
+        "seconds": seconds,
+        "peak_bytes": peak,
+        "pairs": len(links.pairs[0]),
+        "groups": len(groups),
+    }
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +84,72 @@ def test_close_pairs_finds_exactly_what_all_pairs_would(
     assert all(len(a) == 0 for a in near_duplicates.close_pairs(far[:1], 7))
     with pytest.raises(OptionError):
         near_duplicates.close_pairs(hashes, 8)
+
+
+def _clustered_hashes(rng: np.random.Generator) -> np.ndarray:
+    """2,000 spread-out hashes, 300 copies of one (a placeholder image), a dense cluster of 400
+    distinct hashes within 3 bits of one centre (frames of a still camera), and chains of edits."""
+    hashes = rng.integers(0, 2**63, 3000, dtype=np.uint64)
+    hashes[2000:2300] = hashes[0]
+    centre = int(hashes[1])
+    for k in range(2300, 2700):
+        value = centre
+        for bit in rng.choice(64, 3, replace=False):
+            value ^= 1 << int(bit)
+        hashes[k] = np.uint64(value)
+    for k in range(2700, 3000):
+        value = int(hashes[k - 300])
+        for bit in rng.choice(64, int(rng.integers(1, 7)), replace=False):
+            value ^= 1 << int(bit)
+        hashes[k] = np.uint64(value)
+    return rng.permutation(hashes)
+
+
+@pytest.mark.parametrize(("kept", "chunk"), [(near_duplicates.KEPT_PAIRS, near_duplicates.CHUNK_PAIRS), (500, 300)])
+def test_link_groups_as_all_pairs_would_in_bounded_memory(
+    kept: int, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The groups are the connected components of all pairs within the radius (scipy's, over the
+    full distance matrix), also when the pairs are joined a few hundred at a time and only a few
+    are kept; the largest distance of each hash is that of all its pairs."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    monkeypatch.setattr(near_duplicates, "KEPT_PAIRS", kept)
+    monkeypatch.setattr(near_duplicates, "CHUNK_PAIRS", chunk)
+    hashes = _clustered_hashes(np.random.default_rng(2))
+    distances = np.bitwise_count(hashes[:, None] ^ hashes[None, :])
+    close = (distances <= 6) & ~np.eye(len(hashes), dtype=bool)
+    _, component = connected_components(csr_matrix(close), directed=False)
+    want = sorted(g.tolist() for c in np.unique(component) if len(g := np.flatnonzero(component == c)) > 1)
+    links = near_duplicates.link(hashes, 6)
+    assert links.groups() == want
+    assert (links.farthest == np.where(close, distances, 0).max(axis=1)).all()
+    i, j, d = links.pairs
+    assert (i < j).all() and (d == distances[i, j]).all() and (d <= 6).all()
+    assert (links.group[i] == links.group[j]).all()
+    if kept < near_duplicates.KEPT_PAIRS:  # beyond `kept`, at most one more pair a hash
+        assert len(i) <= kept + len(hashes)
+
+
+def test_many_copies_of_one_image_group_in_bounded_memory() -> None:
+    """5,000 copies of one image among 20,000 (12.5 M pairs, 5 GB when each pair was kept): one
+    group, its first PAIRS_SHOWN pairs by name, in a few MB."""
+    rng = np.random.default_rng(3)
+    hashes = rng.integers(0, 2**63, 20_000, dtype=np.uint64)
+    hashes[10_000:15_000] = hashes[7]
+    records = [
+        (f"img{k:05d}.jpg", format(int(h), "016x"), "train" if k % 5 else "validation") for k, h in enumerate(hashes)
+    ]
+    tracemalloc.start()
+    groups = near_duplicates.groups_in(lambda: iter(records), 6)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 64 * 2**20, f"{peak / 2**20:.0f} MB"
+    (group,) = groups
+    assert len(group["files"]) == 5001 and group["leak"] and group["max_distance"] == 0
+    assert group["pairs"][:2] == [["img00007.jpg", "img10000.jpg", 0], ["img00007.jpg", "img10001.jpg", 0]]
+    assert len(group["pairs"]) == near_duplicates.PAIRS_SHOWN
 
 
 def test_a_conversion_groups_near_copies_and_flags_leaks(

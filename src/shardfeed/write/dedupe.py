@@ -74,8 +74,7 @@ def near_groups(
     hashes = itertools.chain.from_iterable(result for _, result in map_ordered(pool, phash_items, tasks, workers))
     keyed = [(item.key, h) for item, h in zip(items, hashes, strict=True) if h]
     values = np.array([int(h, 16) for _, h in keyed], dtype=np.uint64)
-    i, j, _ = near_duplicates.close_pairs(values, radius)
-    groups = [sorted(keyed[x][0] for x in g) for g in near_duplicates.components(len(values), i, j)]
+    groups = [sorted(keyed[x][0] for x in g) for g in near_duplicates.link(values, radius).groups()]
     return sorted(groups)
 
 

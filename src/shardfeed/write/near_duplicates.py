@@ -10,18 +10,21 @@ each block searched at once (two on two cores), and the candidate pairs are chec
 chunks; time grows with the sum of squared run sizes, about N^2 / 65536 per block and probe for
 evenly spread hashes (docs/benchmarks.md: 1.3 M hashes).
 
-Groups are the connected components of the pairs found (a union-find), so a chain of small edits
-can join images further apart than `radius`: each group lists its pairs with their distances. A
-group whose members fall in more than one split is a leak: validation holds a near-copy of a
-training image.
+Groups are the connected components of the pairs found (`link`: a union-find over the distinct
+hashes, fed the pairs a chunk at a time), so a chain of small edits can join images further apart
+than `radius`; each group lists its first pairs with their distances. Memory stays bounded by the
+number of hashes however many pairs there are (5,000 copies of a placeholder image make 12.5 M; a
+still camera's frames, a dense cluster of distinct hashes). A group whose members fall in more
+than one split is a leak: validation holds a near-copy of a training image.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -34,20 +37,15 @@ DEFAULT_RADIUS = 6  # measured: docs/benchmarks.md, "near-duplicates"
 CHUNK_PAIRS = 1 << 20  # candidate pairs checked at once (some 50 MB of temporaries)
 THREADED_FROM = 100_000
 PAIRS_SHOWN = 50  # pairs listed per group in report.json
+KEPT_PAIRS = 1 << 20  # pairs kept for the report; beyond, only those that join groups (`link`)
 
 
 def close_pairs(hashes: np.ndarray, radius: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(i, j, distance), i < j, of every pair of `hashes` (uint64) at most `radius` bits apart,
-    sorted by (i, j). From THREADED_FROM hashes the blocks are searched on up to BLOCKS threads
-    (NumPy's sorts, gathers and comparisons release the GIL: 1.9x quicker on two cores at 1.3 M
-    hashes, for twice the temporaries; at 10,000 the threads only contend)."""
-    if not 0 <= radius <= MAX_RADIUS:
-        raise OptionError(f"radius must be in 0..{MAX_RADIUS} bits, got {radius}")
+    sorted by (i, j): all of them in memory (`link` keeps memory bounded where there are many)."""
     hashes = np.ascontiguousarray(hashes, dtype=np.uint64)
-    threads = min(BLOCKS, os.cpu_count() or 1) if len(hashes) >= THREADED_FROM else 1
-    with ThreadPoolExecutor(threads) as pool:
-        blocks = pool.map(lambda block: _block_pairs(hashes, block, radius), range(BLOCKS))
-        found = [pairs for block in blocks for pairs in block if len(pairs)]
+    found: list[np.ndarray] = []
+    search(hashes, radius, found.append)
     if not found:
         empty = np.zeros(0, np.int64)
         return empty, empty, empty
@@ -57,7 +55,28 @@ def close_pairs(hashes: np.ndarray, radius: int) -> tuple[np.ndarray, np.ndarray
     return i, j, np.bitwise_count(hashes[i] ^ hashes[j]).astype(np.int64)
 
 
-def _block_pairs(hashes: np.ndarray, block: int, radius: int) -> list[np.ndarray]:
+def search(hashes: np.ndarray, radius: int, sink: Callable[[np.ndarray], object]) -> None:
+    """Calls `sink` with the pairs of `hashes` (uint64, contiguous) at most `radius` bits apart,
+    as codes i * n + j (i < j), at most CHUNK_PAIRS at a time, one call at a time; a pair can
+    come twice (from two blocks). From THREADED_FROM hashes the blocks are searched on up to
+    BLOCKS threads (NumPy's sorts, gathers and comparisons release the GIL: 1.9x quicker on two
+    cores at 1.3 M hashes, for twice the temporaries; at 10,000 the threads only contend)."""
+    if not 0 <= radius <= MAX_RADIUS:
+        raise OptionError(f"radius must be in 0..{MAX_RADIUS} bits, got {radius}")
+    threads = min(BLOCKS, os.cpu_count() or 1) if len(hashes) >= THREADED_FROM else 1
+    lock = threading.Lock()
+
+    def one_block(block: int) -> None:
+        for codes in _block_pairs(hashes, block, radius):
+            if len(codes):
+                with lock:
+                    sink(codes)
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one_block, range(BLOCKS)))
+
+
+def _block_pairs(hashes: np.ndarray, block: int, radius: int) -> Iterator[np.ndarray]:
     """The pairs within `radius` that agree on `block` exactly (radius < BLOCKS) or but for one
     bit (`_probe`)."""
     keys = ((hashes >> np.uint64(BLOCK_BITS * block)) & np.uint64(0xFFFF)).astype(np.int64)
@@ -68,7 +87,8 @@ def _block_pairs(hashes: np.ndarray, block: int, radius: int) -> list[np.ndarray
     starts = np.concatenate(([0], np.cumsum(np.bincount(ordered, minlength=1 << BLOCK_BITS))))
     runs = _Runs(hashes, order, ordered, starts, radius)
     flips = [] if radius < BLOCKS else [1 << b for b in range(BLOCK_BITS)]
-    return [pairs for flip in [0, *flips] for pairs in runs.probe(flip)]
+    for flip in [0, *flips]:
+        yield from runs.probe(flip)
 
 
 class _Runs:
@@ -79,7 +99,7 @@ class _Runs:
         self.hashes, self.order, self.ordered, self.radius = hashes, order, ordered, radius
         self.starts, self.ends = starts[:-1], starts[1:]
 
-    def probe(self, flip: int) -> list[np.ndarray]:
+    def probe(self, flip: int) -> Iterator[np.ndarray]:
         """Pairs (as i * n + j, i < j) within `radius` among each hash and the later ones in
         sorted order whose block value is its own XOR `flip`: for flip 0 the rest of its own run;
         else, probed from the hashes with the `flip` bit clear only (their partners sort later),
@@ -95,7 +115,7 @@ class _Runs:
         found = np.flatnonzero(hi > lo)
         at, lo, counts = at[found], lo[found], (hi - lo)[found]
         ends = np.cumsum(counts)
-        out, start = [], 0
+        start = 0
         while start < len(counts):
             stop = max(int(np.searchsorted(ends, (ends[start - 1] if start else 0) + CHUNK_PAIRS, "right")), start + 1)
             c = counts[start:stop]
@@ -104,30 +124,110 @@ class _Runs:
             ia, ib = self.order[a], self.order[b]
             close = np.bitwise_count(self.hashes[ia] ^ self.hashes[ib]) <= self.radius
             ia, ib = ia[close], ib[close]
-            out.append(np.minimum(ia, ib) * n + np.maximum(ia, ib))
+            yield np.minimum(ia, ib) * n + np.maximum(ia, ib)
             start = stop
-        return out
 
 
-def components(n: int, i: np.ndarray, j: np.ndarray) -> list[list[int]]:
-    """The groups (sorted lists of indices, ordered by their first) joined by the pairs (i, j)."""
-    parent: dict[int, int] = {}
+class Links(NamedTuple):
+    """How a set of hashes hangs together (`link`)."""
 
-    def root(x: int) -> int:
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
+    group: np.ndarray  # per hash, its group: the smallest index in it (itself where it has no near-copy)
+    pairs: tuple[np.ndarray, np.ndarray, np.ndarray]  # (i, j, distance) of pairs that join groups
+    farthest: np.ndarray  # per hash, the largest distance to any hash it is paired with
 
-    for a, b in zip(i.tolist(), j.tolist(), strict=True):
-        ra, rb = root(a), root(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    groups: dict[int, list[int]] = {}
-    for x in parent:
-        groups.setdefault(root(x), []).append(x)
-    return sorted(sorted(g) for g in groups.values())
+    def groups(self) -> list[list[int]]:
+        """The groups of more than one hash (sorted indices, ordered by their first)."""
+        order = np.argsort(self.group, kind="stable")
+        cuts = np.flatnonzero(np.diff(self.group[order])) + 1
+        return [g.tolist() for g in np.split(order, cuts) if len(g) > 1]
+
+
+def link(hashes: np.ndarray, radius: int) -> Links:
+    """The near-duplicate groups of `hashes` (uint64): the connected components of their pairs
+    within `radius`, in memory bounded by the number of hashes, however many pairs there are.
+
+    Equal hashes are searched once (5,000 copies of one placeholder image among 100,000 made
+    12.5 M pairs: 5 GB and 30 s when every pair was kept); the pairs of the distinct ones are
+    streamed into a union-find (`_Forest`), and kept for the report only up to KEPT_PAIRS, then
+    only those that join two groups. A hash is paired with the first hash equal to it (distance 0)."""
+    hashes = np.ascontiguousarray(hashes, dtype=np.uint64)
+    values, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+    forest = _Forest(values)
+    search(values, radius, forest.add)
+    roots = forest.roots()
+    smallest = np.full(len(values), len(hashes), np.int64)
+    np.minimum.at(smallest, roots, first)
+    group = smallest[roots][inverse]
+    vi, vj, d = forest.kept()
+    copies = np.flatnonzero(first[inverse] != np.arange(len(hashes)))
+    i = np.concatenate((first[vi], first[inverse[copies]]))
+    j = np.concatenate((first[vj], copies))
+    distance = np.concatenate((d, np.zeros(len(copies), np.int64)))
+    return Links(group, (np.minimum(i, j), np.maximum(i, j), distance), forest.farthest[inverse])
+
+
+class _Forest:
+    """Connected components of pairs that arrive in chunks (`add`): a label per hash, pointing
+    towards its component's smallest index (union by the smaller root, pointer jumping), and the
+    pairs kept up to KEPT_PAIRS, then one for each component a join ends (at most one a hash).
+    Pairs are joined CHUNK_PAIRS at a time, as each join passes over every label."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+        self.labels = np.arange(len(values))
+        self.farthest = np.zeros(len(values), np.int64)
+        self.pending: list[np.ndarray] = []
+        self.found: list[np.ndarray] = []
+        self.count = 0
+
+    def add(self, codes: np.ndarray) -> None:
+        """Takes pairs (codes i * n + j) to join."""
+        self.pending.append(codes)
+        if sum(len(c) for c in self.pending) >= CHUNK_PAIRS:
+            self._join()
+
+    def _join(self) -> None:
+        """Joins the pending pairs, and keeps them while there are few (`kept`)."""
+        if not self.pending:
+            return
+        codes = np.concatenate(self.pending)
+        self.pending = []
+        i, j = np.divmod(codes, len(self.values))
+        distance = np.bitwise_count(self.values[i] ^ self.values[j]).astype(np.int64)
+        np.maximum.at(self.farthest, i, distance)
+        np.maximum.at(self.farthest, j, distance)
+        if self.count + len(codes) > KEPT_PAIRS:  # one pair for each root this join hooks
+            ri, rj = self._compressed()[i], self.labels[j]
+            joining = np.flatnonzero(ri != rj)
+            _, one = np.unique(np.maximum(ri, rj)[joining], return_index=True)
+            codes = codes[joining[one]]
+        self.found.append(codes)
+        self.count += len(codes)
+        while len(i):
+            labels = self._compressed()
+            ri, rj = labels[i], labels[j]
+            apart = ri != rj
+            i, j, ri, rj = i[apart], j[apart], ri[apart], rj[apart]
+            np.minimum.at(self.labels, np.maximum(ri, rj), np.minimum(ri, rj))
+
+    def _compressed(self) -> np.ndarray:
+        """The labels, each pointing at its component's root (pointer jumping)."""
+        while not np.array_equal(up := self.labels[self.labels], self.labels):
+            self.labels = up
+        return self.labels
+
+    def roots(self) -> np.ndarray:
+        """Every hash's component: its smallest index."""
+        self._join()
+        return self._compressed()
+
+    def kept(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(i, j, distance) of the pairs kept, each once."""
+        self._join()
+        codes = np.sort(np.concatenate(self.found)) if self.found else np.zeros(0, np.int64)
+        codes = codes[np.concatenate(([True], codes[1:] != codes[:-1]))] if len(codes) else codes
+        i, j = np.divmod(codes, len(self.values))
+        return i, j, np.bitwise_count(self.values[i] ^ self.values[j]).astype(np.int64)
 
 
 def groups_in(
@@ -140,29 +240,43 @@ def groups_in(
     the grouped records' keys and splits (memory bounded by some 50 bytes a record, not by its key)."""
     every = hashes if hashes is not None else np.fromiter((int(h, 16) if h else 0 for _, h, _ in records()), np.uint64)
     where = np.flatnonzero(every)  # 0: no hash (a hash has 32 bits set, never none)
-    i, j, d = close_pairs(every[where], radius)
-    if not len(i):
+    links = link(every[where], radius)
+    grouped = links.groups()
+    if not grouped:
         return []
-    grouped = components(len(where), i, j)
-    wanted = {int(where[x]) for g in grouped for x in g}
-    named = {p: (key, split) for p, (key, _, split) in enumerate(records()) if p in wanted}
-    by_root = {x: g[0] for g in grouped for x in g}
-    edges: dict[int, list[tuple[int, int, int]]] = {}
-    for a, b, dist in zip(i.tolist(), j.tolist(), d.tolist(), strict=True):
-        edges.setdefault(by_root[a], []).append((a, b, dist))
+    wanted = {int(where[x]): x for g in grouped for x in g}
+    named = {wanted[p]: (key, split) for p, (key, _, split) in enumerate(records()) if p in wanted}
+    shown = _pairs_shown(links, named)
     out = []
     for g in grouped:
-        members = sorted(named[int(where[x])] for x in g)
+        members = sorted(named[x] for x in g)
         group_splits = sorted({s for _, s in members})
-        names = [(sorted((named[int(where[a])][0], named[int(where[b])][0])), d) for a, b, d in edges[g[0]]]
-        pairs = sorted((first, second, d) for (first, second), d in names)
         out.append(
             {
                 "files": [k for k, _ in members],
                 "splits": group_splits,
                 "leak": len(group_splits) > 1,
-                "max_distance": max(p[2] for p in pairs),
-                "pairs": [list(p) for p in pairs[:PAIRS_SHOWN]],
+                "max_distance": int(links.farthest[g].max()),
+                "pairs": shown[g[0]],
             }
         )
     return sorted(out, key=lambda g: g["files"])
+
+
+def _pairs_shown(links: Links, named: dict[int, tuple[str, str]]) -> dict[int, list[list[Any]]]:
+    """Per group (by its first index), its first PAIRS_SHOWN pairs [file, file, distance] in
+    the order of their names: chosen by rank in NumPy, so a group of a million pairs costs no
+    million names."""
+    i, j, d = links.pairs
+    rank = np.zeros(len(links.group), np.int64)
+    by_name = sorted(named, key=lambda x: named[x][0])
+    rank[by_name] = np.arange(len(by_name))
+    low, high, group = np.minimum(rank[i], rank[j]), np.maximum(rank[i], rank[j]), links.group[i]
+    order = np.lexsort((d, high, low, group))
+    starts = np.flatnonzero(np.concatenate(([True], group[order][1:] != group[order][:-1])))
+    place = np.arange(len(order)) - np.repeat(starts, np.diff(np.append(starts, len(order))))
+    shown: dict[int, list[list[Any]]] = {}
+    for k in order[place < PAIRS_SHOWN].tolist():
+        first, second = sorted((named[int(i[k])][0], named[int(j[k])][0]))
+        shown.setdefault(int(group[k]), []).append([first, second, int(d[k])])
+    return shown
