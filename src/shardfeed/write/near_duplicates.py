@@ -137,9 +137,10 @@ class Links(NamedTuple):
 
     def groups(self) -> list[list[int]]:
         """The groups of more than one hash (sorted indices, ordered by their first)."""
-        order = np.argsort(self.group, kind="stable")
+        grouped = np.flatnonzero(np.bincount(self.group)[self.group] > 1)
+        order = grouped[np.argsort(self.group[grouped], kind="stable")]
         cuts = np.flatnonzero(np.diff(self.group[order])) + 1
-        return [g.tolist() for g in np.split(order, cuts) if len(g) > 1]
+        return [g.tolist() for g in np.split(order, cuts)] if len(order) else []
 
 
 def link(hashes: np.ndarray, radius: int) -> Links:
