@@ -50,6 +50,22 @@ def test_a_scaled_decode_hashes_like_the_full_image(tmp_path: Path) -> None:
     assert perceptual_hash.of_image(Image.fromarray(pixels[:15])) is None
 
 
+def test_a_basis_is_the_same_made_alone_or_with_its_siblings() -> None:
+    """A cache miss makes the bases of every length that decodes to as many pixels (8 at 1/8
+    scale); each is what it would be made alone, so a hash never depends on which image came
+    first (same bytes whatever the worker count)."""
+    for decoded, factor in [(38, 1), (150, 2), (7, 1)]:
+        step = perceptual_hash._decode_step(decoded, decoded * 8)
+        lengths = list(perceptual_hash._decoding_alike(decoded, step))
+        assert len(lengths) == 8 and all(-(-n // 8) == decoded for n in lengths)
+        together = perceptual_hash._windowed_cosines(lengths, step * factor, -(-decoded // factor))
+        for n, basis in zip(lengths, together, strict=True):
+            alone = perceptual_hash._windowed_cosines([n], step * factor, -(-decoded // factor))[0]
+            assert np.array_equal(basis, alone)
+            perceptual_hash._bases.clear()
+            assert np.array_equal(perceptual_hash._axis(decoded, n, factor), basis)
+
+
 @pytest.mark.parametrize(
     ("threaded_from", "chunk"),
     [(near_duplicates.THREADED_FROM, near_duplicates.CHUNK_PAIRS), (1, near_duplicates.CHUNK_PAIRS), (1, 5)],

@@ -20,8 +20,6 @@ by a golden test), not imagehash's or imagededup's: their resize filters differ,
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 from PIL import Image
 
@@ -41,18 +39,52 @@ MIN_AC = 0.1
 ALPHA = 0.2  # the window's depth: recall 0.945 without it, 0.96 with 0.1..0.3 (docs/benchmarks.md)
 
 
-@functools.lru_cache(maxsize=4096)
+_FREQUENCIES = np.pi * np.arange(LOW)[:, None]
+_HALVES = np.arange(4096) + 0.5  # pixel centres, in pixels (a longer side makes its own)
+_CACHED = 4096  # bases kept (`_axis`), some 1.5 KB each
+_bases: dict[tuple[int, int, int], np.ndarray] = {}
+
+
 def _axis(decoded: int, length: int, factor: int) -> np.ndarray:
     """The LOW windowed cosines (LOW x pixels) along one side of `length` full-size pixels that
-    was decoded to `decoded` pixels (`_decode_step`), then box-reduced by `factor`: pixel i covers
-    [i * step, (i + 1) * step) of the full-size side, the last one cut at `length`. AC rows sum
-    to zero, so a constant image projects to nothing."""
-    step, pixels = _decode_step(decoded, length) * factor, -(-decoded // factor)
-    starts = np.arange(pixels) * step
-    ends = np.minimum(starts + step, length)
-    centre, cover = (starts + ends) / 2 / length, (ends - starts) / length
-    rows = np.cos(np.pi * np.arange(LOW)[:, None] * centre) * (cover * (1 - ALPHA + ALPHA * np.sin(np.pi * centre)))
-    rows[1:] -= rows[1:].sum(axis=1, keepdims=True) * (cover / cover.sum())
+    was decoded to `decoded` pixels (`_decode_step`), then box-reduced by `factor`, cached.
+
+    A miss also makes the bases of the other lengths that decode to as many pixels (8 at 1/8
+    scale) in the same NumPy calls: photos of many sizes (200-500 px a side) made ~300 misses a
+    worker at ~30 us each, more than the hashes of 1,000 photos cost (docs/benchmarks.md)."""
+    found = _bases.get((decoded, length, factor))
+    if found is None:
+        if len(_bases) >= _CACHED:
+            _bases.clear()
+        step = _decode_step(decoded, length)
+        lengths = [n for n in _decoding_alike(decoded, step) if n == length or _decode_step(decoded, n) == step]
+        for n, basis in zip(lengths, _windowed_cosines(lengths, step * factor, -(-decoded // factor)), strict=True):
+            _bases[(decoded, n, factor)] = basis
+        found = _bases[(decoded, length, factor)]
+    return found
+
+
+def _decoding_alike(decoded: int, step: float) -> range:
+    """The lengths whose decode at this scale (one pixel a `step` full-size ones) has `decoded`
+    pixels: just `decoded` at full size (or an unknown scale)."""
+    m = 8 / step
+    if step == 1 or m != round(m):
+        return range(decoded, decoded + 1)
+    return range((decoded - 1) * 8 // round(m) + 1, decoded * 8 // round(m) + 1)
+
+
+def _windowed_cosines(lengths: list[int], step: float, pixels: int) -> np.ndarray:
+    """Per length, the bases `_axis` describes for `pixels` pixels of `step` full-size ones each:
+    pixel i covers [i * step, (i + 1) * step) of the side, the last one cut at the length. AC rows
+    sum to zero, so a constant image projects to nothing."""
+    length = np.array(lengths, np.float64)[:, None]
+    halves = _HALVES[:pixels] if pixels <= len(_HALVES) else np.arange(pixels) + 0.5
+    centre, cover = halves * (step / length), np.repeat(step / length, pixels, axis=1)
+    last = (pixels - 1) * step  # where the last pixel starts: it ends at the length
+    centre[:, -1], cover[:, -1] = ((last + length) / 2 / length)[:, 0], ((length - last) / length)[:, 0]
+    rows = np.cos(_FREQUENCIES * centre[:, None, :])
+    rows *= (cover * (1 - ALPHA + ALPHA * np.sin(np.pi * centre)))[:, None, :]
+    rows[:, 1:] -= rows[:, 1:].sum(axis=2, keepdims=True) * (cover / cover.sum(axis=1, keepdims=True))[:, None, :]
     return rows.astype(np.float32)
 
 
