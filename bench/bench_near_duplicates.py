@@ -48,7 +48,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.corpus import build_corpus, build_distinct_corpus, build_large_corpus, build_near_duplicate_corpus
 from bench.report import emit
-from shardfeed.write import near_duplicates
+from shardfeed.write import near_duplicates, perceptual_hash
 from shardfeed.write.images import ImageOptions, prepare_file_image
 
 
@@ -93,7 +93,8 @@ def _accuracy(root: Path, copies: int, seed: int) -> dict[str, Any]:
     names = sorted(truth)
     ours, flat = [], []
     for name in names:
-        phash = prepare_file_image((root / name).read_bytes(), name, ImageOptions(), phash=True).phash
+        prepared = prepare_file_image((root / name).read_bytes(), name, ImageOptions(), phash=True)
+        phash = perceptual_hash.of_sources([prepared.hash_source])[0] if prepared.hash_source else None
         ours.append(int(phash, 16) if phash else 0)
         flat.append(phash is None)
     hashes = np.array(ours, dtype=np.uint64)

@@ -44,7 +44,8 @@ def test_a_scaled_decode_hashes_like_the_full_image(tmp_path: Path) -> None:
     pixels = photos()["astronaut"][:257, :329]
     data = io.BytesIO()
     Image.fromarray(pixels).save(data, "JPEG", quality=95)
-    scaled = prepare_file_image(data.getvalue(), "a.jpg", ImageOptions(), phash=True).phash
+    prepared = prepare_file_image(data.getvalue(), "a.jpg", ImageOptions(), phash=True)
+    scaled = perceptual_hash.of_sources([prepared.hash_source])[0] if prepared.hash_source else None
     full = perceptual_hash.of_image(Image.open(data))
     assert scaled and full and perceptual_hash.distance(scaled, full) <= 1
     assert perceptual_hash.of_image(Image.fromarray(pixels[:15])) is None
@@ -198,6 +199,9 @@ def test_a_conversion_groups_near_copies_and_flags_leaks(
         "leaks": sum(g["leak"] for g in groups),
     }
     assert near["leaks"] > 0 and f"{near['groups']} near-duplicate groups" in result.summary()
+    # one worker hashes 32 images at a time, two workers a shard's at a time: the same groups
+    convert(str(root), str(tmp_path / "one"), ConvertOptions(shards=2), workers=1, progress=False)
+    assert json.loads((tmp_path / "one" / "report.json").read_text()) == report
     from shardfeed.tools.dataset_report import dataset_report
 
     page = Path(dataset_report(str(tmp_path / "out"))).read_text()

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from shardfeed.format import fileio, schema
 from shardfeed.format.example_proto import FeatureValue, serialize_example
-from shardfeed.write import image_limits, images
+from shardfeed.write import image_limits, images, perceptual_hash
 from shardfeed.write.array_source import load_array
 from shardfeed.write.items import Discovery, Item, locate
 from shardfeed.write.options import ConvertOptions
@@ -89,11 +90,42 @@ def read_source_bytes(item: Item, location: str, image: images.ImageOptions) -> 
     return fileio.read_regular(location, image_limits.max_file_bytes(image.max_pixels))
 
 
+class Unhashed(NamedTuple):
+    """A record but for its perceptual hash (`encode_unhashed`), and what the hash is made from:
+    hashes are made a batch at a time, after the batch's images (`perceptual_hash.of_sources`)."""
+
+    record: EncodedRecord  # with phash None
+    source: perceptual_hash.Source | None
+
+    def hashed(self, phash: str | None) -> EncodedRecord:
+        """The record with its hash (made from `source`)."""
+        r = self.record
+        return EncodedRecord(
+            r.key, r.data, r.label, r.source_sha256, r.conversion, r.warning, r.image_format, r.max_side,
+            r.short_side, r.listed, phash,
+        )  # fmt: skip
+
+
 def encode_item(item: Item, spec: EncodingSpec) -> EncodedRecord | SkippedItem:
     """Reads, checks and (if asked) transforms one input, and serializes its record.
 
     Never raises for bad input: unreadable or broken images come back as SkippedItem.
     """
+    return encode_items([item], spec)[0]
+
+
+def encode_items(items: list[Item], spec: EncodingSpec) -> list[EncodedRecord | SkippedItem]:
+    """`encode_item` over a chunk (the unit of work sent to a worker process), whose perceptual
+    hashes are made after all its images."""
+    encoded = [encode_unhashed(item, spec) for item in items]
+    hashes = iter(perceptual_hash.of_sources([e.source for e in encoded if isinstance(e, Unhashed) and e.source]))
+    return [
+        e if isinstance(e, SkippedItem) else e.record if e.source is None else e.hashed(next(hashes)) for e in encoded
+    ]
+
+
+def encode_unhashed(item: Item, spec: EncodingSpec) -> Unhashed | SkippedItem:
+    """`encode_item` but for the perceptual hash (`Unhashed`)."""
     raw_data: bytes | None = None
     location = locate(spec.base, item)
     try:
@@ -132,7 +164,7 @@ def encode_item(item: Item, spec: EncodingSpec) -> EncodedRecord | SkippedItem:
         features[schema.TEXT] = spec.class_names[item.label]
         features[schema.SYNSET] = spec.class_names[item.label]
     data = serialize_example(features)
-    return EncodedRecord(
+    record = EncodedRecord(
         item.key,
         data,
         item.label,
@@ -143,13 +175,8 @@ def encode_item(item: Item, spec: EncodingSpec) -> EncodedRecord | SkippedItem:
         max(prepared.height, prepared.width),
         min(prepared.height, prepared.width),
         (item.size, item.mtime_ns),
-        prepared.phash,
     )
-
-
-def encode_items(items: list[Item], spec: EncodingSpec) -> list[EncodedRecord | SkippedItem]:
-    """`encode_item` over a chunk (the unit of work sent to a worker process)."""
-    return [encode_item(item, spec) for item in items]
+    return Unhashed(record, prepared.hash_source)
 
 
 def hash_items(items: list[Item], spec: EncodingSpec) -> list[str | None]:

@@ -89,7 +89,7 @@ class PreparedImage:
     channels: int
     conversion: str | None = None  # why the source bytes were re-encoded, if they were
     warning: str | None = None  # kept, but the decoder complained
-    phash: str | None = None  # the source image's perceptual hash (None: not decoded, or flat)
+    hash_source: perceptual_hash.Source | None = None  # what its perceptual hash is made from
 
 
 def prepare_file_image(data: bytes, name: str, options: ImageOptions, *, phash: bool = False) -> PreparedImage:
@@ -99,8 +99,8 @@ def prepare_file_image(data: bytes, name: str, options: ImageOptions, *, phash: 
         data: the file's content.
         name: the file name (its extension decides whether a non-JPEG named .jpg is converted).
         options: write-time checks and transforms.
-        phash: also make the image's perceptual hash (from the decode check's pixels where there
-            is one; with check='header' a JPEG or PNG kept as it is gets none).
+        phash: also keep what the image's perceptual hash is made from (the decode check's
+            pixels where there is one; with check='header' a JPEG or PNG kept as it is gets none).
 
     Raises:
         BadImageError: empty, not an image, truncated or corrupt.
@@ -143,16 +143,16 @@ def _keep_jpeg(data: bytes, check: str, hashed: bool) -> PreparedImage | None:
     if colorspace not in ("Gray", "YCbCr", "RGB") or jpeg_header.exif_orientation(data) != 1:
         return None
     channels = 1 if colorspace == "Gray" else 3
-    warning, phash = None, None
+    warning, source = None, None
     if check == "decode":
         warning, pixels = _decode_check(data, colorspace, perceptual_hash.MIN_SIDE if hashed else 1)
         if hashed and colorspace == "RGB":  # (RGB files are decoded in RGB, the rest in gray)
-            phash = perceptual_hash.of_image(Image.fromarray(pixels, "RGB"), (height, width))
+            source = perceptual_hash.image_source(Image.fromarray(pixels, "RGB"), (height, width))
         elif hashed:
-            phash = perceptual_hash.of_gray(pixels[:, :, 0], (height, width))
+            source = perceptual_hash.source(pixels[:, :, 0], (height, width))
     elif data.rfind(b"\xff\xd9", -65536) < 0:
         raise BadImageError("truncated JPEG: no end-of-image marker")
-    return PreparedImage(data, "JPEG", height, width, channels, warning=warning, phash=phash)
+    return PreparedImage(data, "JPEG", height, width, channels, warning=warning, hash_source=source)
 
 
 def _decode_check(data: bytes, colorspace: str, min_side: int = 1) -> tuple[str | None, np.ndarray]:
@@ -200,19 +200,19 @@ def _keep_png(data: bytes, check: str, hashed: bool) -> PreparedImage | None:
     bit_depth, color_type = data[24], data[25]
     if bit_depth != 8 or color_type not in (0, 2):
         return None
-    phash = None
+    source = None
     try:
         with Image.open(io.BytesIO(data)) as im:
             if check == "decode":
                 im.load()
-                phash = perceptual_hash.of_image(im) if hashed else None
+                source = perceptual_hash.image_source(im) if hashed else None
             else:
                 im.verify()
     except Exception as e:
         raise BadImageError(f"corrupt PNG: {e}") from e
     if check == "decode" and (missing := png_check.problem(data)):  # Pillow pads missing rows
         raise BadImageError(missing)
-    return PreparedImage(data, "PNG", height, width, 1 if color_type == 0 else 3, phash=phash)
+    return PreparedImage(data, "PNG", height, width, 1 if color_type == 0 else 3, hash_source=source)
 
 
 def _transcode(data: bytes, fmt: str, claims_jpeg: bool, options: ImageOptions, hashed: bool) -> PreparedImage:
@@ -221,7 +221,7 @@ def _transcode(data: bytes, fmt: str, claims_jpeg: bool, options: ImageOptions, 
     im = _decode(data, fmt, orientation, options)
     reasons = _conversion_reasons(im, fmt, claims_jpeg, orientation)
     im = _normalise_mode(_upright(im, orientation))
-    phash = perceptual_hash.of_image(im) if hashed else None
+    source = perceptual_hash.image_source(im) if hashed else None
     if _upscales(im.size, options):
         reasons.append(UPSCALED)
     im = _apply_transforms(im, options)
@@ -231,7 +231,7 @@ def _transcode(data: bytes, fmt: str, claims_jpeg: bool, options: ImageOptions, 
         out_format = "jpeg" if fmt in ("jpeg", "webp") or claims_jpeg else "png"
     encoded = encode(im, out_format, options.quality)
     reason = ", ".join(reasons) if reasons else None
-    return PreparedImage(encoded, out_format.upper(), im.height, im.width, _channels(im), reason, phash=phash)
+    return PreparedImage(encoded, out_format.upper(), im.height, im.width, _channels(im), reason, hash_source=source)
 
 
 def _decode(data: bytes, fmt: str, orientation: int | None, options: ImageOptions) -> Image.Image:
@@ -383,11 +383,13 @@ def prepare_array_image(array: np.ndarray, options: ImageOptions, *, phash: bool
     if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[2] != 3):
         raise BadImageError(f"array image shape must be (H, W), (H, W, 1) or (H, W, 3), got {array.shape}")
     im = Image.fromarray(np.ascontiguousarray(array), "L" if array.ndim == 2 else "RGB")
-    hashed = perceptual_hash.of_image(im) if phash else None
+    source = perceptual_hash.image_source(im) if phash else None
     if options.transforms:
         im = _apply_transforms(im, options)
     channels = _channels(im)
     if options.image_format == "keep" and options.array_encoding == "raw":
-        return PreparedImage(np.asarray(im).tobytes(), "RAW", im.height, im.width, channels, phash=hashed)
+        return PreparedImage(np.asarray(im).tobytes(), "RAW", im.height, im.width, channels, hash_source=source)
     fmt = "png" if options.image_format == "keep" else options.image_format
-    return PreparedImage(encode(im, fmt, options.quality), fmt.upper(), im.height, im.width, channels, phash=hashed)
+    return PreparedImage(
+        encode(im, fmt, options.quality), fmt.upper(), im.height, im.width, channels, hash_source=source
+    )

@@ -20,6 +20,9 @@ by a golden test), not imagehash's or imagededup's: their resize filters differ,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple
+
 import numpy as np
 from PIL import Image
 
@@ -36,9 +39,11 @@ SMALLEST = 16  # 8 cosines need at least this many pixels a side: smaller images
 # 0.1 (under half a gray level's amplitude) has no hash. (A constant image measures under 1e-5;
 # the dimmest of 3,620 real photo crops and their copies in the benchmark corpora, 0.33.)
 MIN_AC = 0.1
+KEPT_PIXELS = 1 << 16  # a larger (reduced) gray image is hashed at once, not kept for a batch
 ALPHA = 0.2  # the window's depth: recall 0.945 without it, 0.96 with 0.1..0.3 (docs/benchmarks.md)
 
 
+_NOTHING = np.zeros((0, 0), np.uint8)
 _FREQUENCIES = np.pi * np.arange(LOW)[:, None]
 _HALVES = np.arange(4096) + 0.5  # pixel centres, in pixels (a longer side makes its own)
 _CACHED = 4096  # bases kept (`_axis`), some 1.5 KB each
@@ -96,8 +101,19 @@ def _decode_step(decoded: int, length: int) -> float:
     return next((8 / m for m in range(1, 16) if -(-length * m // 8) == decoded), length / decoded)
 
 
-def of_gray(gray: np.ndarray, size: tuple[int, int] | None = None) -> str | None:
-    """The hash of a 2-D uint8 gray image as 16 hex digits; None for a flat or tiny image.
+class Source(NamedTuple):
+    """What one image's hash is made from (`source`): its gray image, box-reduced, and the keys
+    of its sides' bases; or, for a large one, the hash itself, made at once (`done`)."""
+
+    gray: np.ndarray
+    rows: tuple[int, int, int]  # `_axis` arguments of its height
+    columns: tuple[int, int, int]  # and of its width
+    done: bool = False
+    hash: str | None = None
+
+
+def source(gray: np.ndarray, size: tuple[int, int] | None = None) -> Source | None:
+    """What the hash of a 2-D uint8 gray image is made from (`of_sources`); None for a tiny one.
 
     Args:
         gray: the image, or a DCT-scaled decode of it.
@@ -111,19 +127,50 @@ def of_gray(gray: np.ndarray, size: tuple[int, int] | None = None) -> str | None
     factor = max(1, short // MAX_SIDE)
     if factor > 1:  # the shorter side ends in MAX_SIDE..2 * MAX_SIDE - 1
         gray = np.asarray(Image.fromarray(np.ascontiguousarray(gray), "L").reduce(factor))
-    rows, columns = _axis(h, height, factor), _axis(w, width, factor)
+    found = Source(gray, (h, height, factor), (w, width, factor))
+    if gray.size > KEPT_PIXELS:  # (a long thin image) hashed now: what waits for a hash stays small
+        return found._replace(gray=_NOTHING, done=True, hash=_hash(found))
+    return found
+
+
+def of_sources(sources: Sequence[Source]) -> list[str | None]:
+    """The hashes (16 hex digits; None for a flat image) of many images, one after the other:
+    made after a batch of images is decoded, not after each decode, a hash costs half as much
+    in a conversion (6-7 us against 12-13 us an image, docs/benchmarks.md): the NumPy calls run
+    warm."""
+    return [s.hash if s.done else _hash(s) for s in sources]
+
+
+def _hash(found: Source) -> str | None:
+    """The hash of one `source`: bit i set where coefficient i of the projection is above the
+    median of the 63 AC ones; None where they all stay under MIN_AC (a flat image)."""
     # np.dot casts the uint8 image itself, and costs 1 us less than @ (4 us an image in all)
-    coefficients = np.dot(np.dot(rows, gray), columns.T).ravel()
+    coefficients = np.dot(np.dot(_axis(*found.rows), found.gray), _axis(*found.columns).T).ravel()
     ac = np.sort(coefficients[1:])
     if -ac[0] < MIN_AC and ac[-1] < MIN_AC:
         return None
     return np.packbits(coefficients > ac[len(ac) // 2]).tobytes().hex()  # above the median of the 63
 
 
+def of_gray(gray: np.ndarray, size: tuple[int, int] | None = None) -> str | None:
+    """The hash of one 2-D uint8 gray image (`source`'s arguments); None for a flat or tiny one."""
+    found = source(gray, size)
+    return None if found is None else of_sources([found])[0]
+
+
 def of_image(im: Image.Image, size: tuple[int, int] | None = None) -> str | None:
     """The hash of a decoded image (any mode): its luma, hashed by `of_gray` (`size`: as there)."""
-    gray = im if im.mode == "L" else im.convert("RGB").convert("L")
-    return of_gray(np.asarray(gray), size)
+    return of_gray(luma(im), size)
+
+
+def image_source(im: Image.Image, size: tuple[int, int] | None = None) -> Source | None:
+    """`source` of a decoded image (any mode): its luma (`size`: as there)."""
+    return source(luma(im), size)
+
+
+def luma(im: Image.Image) -> np.ndarray:
+    """A decoded image's gray pixels, as the hash sees them (any mode: through RGB)."""
+    return np.asarray(im if im.mode == "L" else im.convert("RGB").convert("L"))
 
 
 def distance(a: str, b: str) -> int:

@@ -16,11 +16,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shardfeed.format import fileio, manifest, tfrecord
-from shardfeed.write.encode import EncodedRecord, EncodingSpec, SkippedItem, encode_item
+from shardfeed.write import perceptual_hash
+from shardfeed.write.encode import EncodedRecord, EncodingSpec, SkippedItem, Unhashed, encode_unhashed
 from shardfeed.write.items import Item
 
 INDEX_DIR = "index"
 INCOMPLETE = ".incomplete"
+# Perceptual hashes made together, after their images: half the cost of one after each decode
+# (the NumPy calls run warm); what waits is each image's small gray one, some 2 KB.
+HASHED_AT_ONCE = 256
 
 
 @dataclass
@@ -91,12 +95,13 @@ def write_shard(
     work_dir: str,
     split: str,
     file_name: str,
-    results: Iterable[EncodedRecord | SkippedItem],
+    results: Iterable[EncodedRecord | Unhashed | SkippedItem],
     *,
     class_names: list[str] | None,
     compression: str | None = None,
 ) -> ShardResult:
-    """Writes the records of `results` (in order) as one shard and commits it.
+    """Writes the records of `results` (in order) as one shard and commits it; the perceptual
+    hashes of `Unhashed` ones are made HASHED_AT_ONCE at a time, into the partial manifest.
 
     Skipped items are recorded in the shard's partial manifest, so every input is accounted for.
     """
@@ -106,12 +111,17 @@ def write_shard(
     sizes: list[int] = []
     short_sides: dict[str, int] = {}
     sink = _HashingWriter(fileio.open_binary(tmp, "wb"))
+    unhashed: list[tuple[int, perceptual_hash.Source]] = []  # (index in result.records, its source)
     try:
         stream: Any = gzip.GzipFile(filename="", mode="wb", fileobj=sink, mtime=0) if compression == "gzip" else sink
         for item in results:
             if isinstance(item, SkippedItem):
                 result.skipped.append((item.key, item.reason))
                 continue
+            if isinstance(item, Unhashed):
+                if item.source is not None:
+                    unhashed.append((len(result.records), item.source))
+                item = item.record
             stream.write(tfrecord.frame(item.data))
             sizes.append(len(item.data))
             result.records.append((item.key, item.source_sha256, *item.listed, item.phash))
@@ -126,6 +136,9 @@ def write_shard(
                 result.converted.append((item.key, item.conversion))
             if item.warning:
                 result.warnings.append((item.key, item.warning))
+            if len(unhashed) >= HASHED_AT_ONCE:
+                _add_hashes(result, unhashed)
+        _add_hashes(result, unhashed)
         if stream is not sink:
             stream.close()
         sink.close()
@@ -143,6 +156,13 @@ def write_shard(
     return result
 
 
+def _add_hashes(result: ShardResult, unhashed: list[tuple[int, perceptual_hash.Source]]) -> None:
+    """Makes the `unhashed` records' perceptual hashes, into their partial-manifest entries."""
+    for (at, _), phash in zip(unhashed, perceptual_hash.of_sources([s for _, s in unhashed]), strict=True):
+        result.records[at] = (*result.records[at][:-1], phash)
+    unhashed.clear()
+
+
 @dataclass(frozen=True)
 class WriteTarget:
     """Where and how a conversion's shards are written; one picklable value that the local runner
@@ -153,7 +173,9 @@ class WriteTarget:
     spec: EncodingSpec
     compression: str | None = None
 
-    def write(self, split: str, file_name: str, results: Iterable[EncodedRecord | SkippedItem]) -> ShardResult:
+    def write(
+        self, split: str, file_name: str, results: Iterable[EncodedRecord | Unhashed | SkippedItem]
+    ) -> ShardResult:
         """`write_shard` of `results` as `file_name`, committed."""
         return write_shard(
             self.output_dir,
@@ -168,7 +190,7 @@ class WriteTarget:
     def write_items(self, split: str, file_name: str, items: Sequence[Item]) -> ShardResult:
         """Encodes `items` here, one at a time, and writes them as `file_name` (the per-shard work
         of a Beam worker or of a local worker given a whole shard)."""
-        return self.write(split, file_name, (encode_item(item, self.spec) for item in items))
+        return self.write(split, file_name, (encode_unhashed(item, self.spec) for item in items))
 
     def committed(self, file_name: str) -> ShardResult | None:
         """The shard's partial manifest (`without_records`), or None if it is not committed."""
