@@ -39,7 +39,7 @@ SMALLEST = 16  # 8 cosines need at least this many pixels a side: smaller images
 # 0.1 (under half a gray level's amplitude) has no hash. (A constant image measures under 1e-5;
 # the dimmest of 3,620 real photo crops and their copies in the benchmark corpora, 0.33.)
 MIN_AC = 0.1
-KEPT_PIXELS = 1 << 16  # a larger (reduced) gray image is hashed at once, not kept for a batch
+KEPT_PIXELS = 1 << 14  # a larger (reduced) gray image is hashed at once, not kept for a batch
 ALPHA = 0.2  # the window's depth: recall 0.945 without it, 0.96 with 0.1..0.3 (docs/benchmarks.md)
 
 
@@ -135,9 +135,8 @@ def source(gray: np.ndarray, size: tuple[int, int] | None = None) -> Source | No
 
 def of_sources(sources: Sequence[Source]) -> list[str | None]:
     """The hashes (16 hex digits; None for a flat image) of many images, one after the other:
-    made after a batch of images is decoded, not after each decode, a hash costs half as much
-    in a conversion (6-7 us against 12-13 us an image, docs/benchmarks.md): the NumPy calls run
-    warm."""
+    made after a batch of images is decoded, not after each decode, a hash costs about half as
+    much in a conversion's worker (shards.HASHED_AT_ONCE): the NumPy calls run warm."""
     return [s.hash if s.done else _hash(s) for s in sources]
 
 
