@@ -36,6 +36,17 @@ def test_the_hash_is_pinned() -> None:
     assert perceptual_hash.distance("d2924c4d32bdddc8", "d2924c4d32bdddc9") == 1
 
 
+def test_a_large_image_is_hashed_at_once_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What waits for a batch's hashes stays small: a gray image over KEPT_PIXELS (after the
+    reduction: a long thin one) is hashed when it is seen, to the same hash."""
+    thin = np.asarray(Image.fromarray(photos()["astronaut"]).convert("L").resize((9000, 40)))
+    found = perceptual_hash.source(thin)
+    assert found is not None and found.done and found.gray.size == 0 and found.hash
+    monkeypatch.setattr(perceptual_hash, "KEPT_PIXELS", thin.size)
+    kept = perceptual_hash.source(thin)
+    assert kept is not None and not kept.done and perceptual_hash.of_sources([kept]) == [found.hash]
+
+
 def test_a_scaled_decode_hashes_like_the_full_image(tmp_path: Path) -> None:
     """The conversion hashes a JPEG from its 1/8-scale decode, whose last pixels cover part
     blocks (257 x 329 px: 33 x 42 pixels, the last covering 1 px of 8); the hash places them
