@@ -104,22 +104,43 @@ def record_groups(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """Duplicate groups and near-duplicate groups (None: radius None) among the records of the
     partial manifests. Both first passes, a compact array each, share one read of the parts;
-    only a grouping that finds something reads them again, for the grouped records' names."""
+    only a grouping that finds something reads them again (the near-duplicates: only the parts
+    that hold a grouped record), for the grouped records' names."""
 
     def records() -> Iterator[tuple[str, str, str | None, str]]:
         for result in results:
             for key, digest, *rest in read_part(work_dir, result).records:
                 yield key, digest, (rest[2] if len(rest) > 2 else None), result.split
 
-    hashed = radius is not None
-    columns = np.fromiter(
-        ((int(d[:16], 16), int(h, 16) if h and hashed else 0) for _, d, h, _ in records()), np.dtype((np.uint64, 2))
-    )
+    sizes: list[int] = []  # records in each part
+
+    def first_pass() -> Iterator[tuple[int, int]]:
+        """(digest prefix, perceptual hash or 0) of every record."""
+        for result in results:
+            part = read_part(work_dir, result).records
+            sizes.append(len(part))
+            for _, digest, *rest in part:
+                phash = rest[2] if len(rest) > 2 and radius is not None else None
+                yield int(digest[:16], 16), int(phash, 16) if phash else 0
+
+    def names(wanted: set[int]) -> dict[int, tuple[str, str]]:
+        """(key, split) of the records at the `wanted` positions, from the parts that hold them."""
+        found, start, at = {}, 0, np.sort(np.fromiter(wanted, np.int64, len(wanted)))
+        for result, size in zip(results, sizes, strict=True):
+            first = np.searchsorted(at, start)
+            if first < len(at) and at[first] < start + size:
+                for p, (key, *_) in enumerate(read_part(work_dir, result).records, start):
+                    if p in wanted:
+                        found[p] = (key, result.split)
+            start += size
+        return found
+
+    columns = np.fromiter(first_pass(), np.dtype((np.uint64, 2)))
     duplicates = duplicate_groups_in(lambda: ((k, d, s) for k, d, _, s in records()), columns[:, 0])
     if radius is None:
         return duplicates, None
     near_records = lambda: ((k, h, s) for k, _, h, s in records())  # noqa: E731
-    return duplicates, near_duplicates.groups_in(near_records, radius, columns[:, 1])
+    return duplicates, near_duplicates.groups_in(near_records, radius, columns[:, 1], names)
 
 
 def near_groups_in(

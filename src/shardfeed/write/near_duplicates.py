@@ -232,13 +232,17 @@ class _Forest:
 
 
 def groups_in(
-    records: Callable[[], Iterable[tuple[str, str | None, str]]], radius: int, hashes: np.ndarray | None = None
+    records: Callable[[], Iterable[tuple[str, str | None, str]]],
+    radius: int,
+    hashes: np.ndarray | None = None,
+    names: Callable[[set[int]], dict[int, tuple[str, str]]] | None = None,
 ) -> list[dict[str, Any]]:
     """Near-duplicate groups among the (key, perceptual hash or None, split) records `records()`
     yields, for report.json: each with its files, splits, `leak` when they span splits, its pairs'
     distances (the first PAIRS_SHOWN) and the largest. Two passes over `records()`: the hashes
     into one uint64 array first (0: none; `hashes`: that array, made by the caller), then only
-    the grouped records' keys and splits (memory bounded by some 50 bytes a record, not by its key)."""
+    the grouped records' keys and splits (memory bounded by some 50 bytes a record, not by its key;
+    `names`: the (key, split) of the records at the positions asked, found by the caller)."""
     every = hashes if hashes is not None else np.fromiter((int(h, 16) if h else 0 for _, h, _ in records()), np.uint64)
     where = np.flatnonzero(every)  # 0: no hash (a hash has 32 bits set, never none)
     links = link(every[where], radius)
@@ -246,7 +250,10 @@ def groups_in(
     if not grouped:
         return []
     wanted = {int(where[x]): x for g in grouped for x in g}
-    named = {wanted[p]: (key, split) for p, (key, _, split) in enumerate(records()) if p in wanted}
+    if names is None:
+        named = {wanted[p]: (key, split) for p, (key, _, split) in enumerate(records()) if p in wanted}
+    else:
+        named = {wanted[p]: name for p, name in names(set(wanted)).items()}
     shown = _pairs_shown(links, named)
     out = []
     for g in grouped:
