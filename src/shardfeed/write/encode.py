@@ -7,6 +7,7 @@ the shard-size estimate, so the three cannot disagree.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -99,11 +100,7 @@ class Unhashed(NamedTuple):
 
     def hashed(self, phash: str | None) -> EncodedRecord:
         """The record with its hash (made from `source`)."""
-        r = self.record
-        return EncodedRecord(
-            r.key, r.data, r.label, r.source_sha256, r.conversion, r.warning, r.image_format, r.max_side,
-            r.short_side, r.listed, phash,
-        )  # fmt: skip
+        return dataclasses.replace(self.record, phash=phash)
 
 
 def encode_item(item: Item, spec: EncodingSpec) -> EncodedRecord | SkippedItem:
