@@ -60,7 +60,8 @@ def search(hashes: np.ndarray, radius: int, sink: Callable[[np.ndarray], object]
     as codes i * n + j (i < j), at most CHUNK_PAIRS at a time, one call at a time; a pair can
     come twice (from two blocks). From THREADED_FROM hashes the blocks are searched on up to
     BLOCKS threads (NumPy's sorts, gathers and comparisons release the GIL: 1.9x quicker on two
-    cores at 1.3 M hashes, for twice the temporaries; at 10,000 the threads only contend)."""
+    cores at 1.3 M hashes, for twice the temporaries; at 10,000 the threads only contend, so
+    fewer are searched here, on this thread)."""
     if not 0 <= radius <= MAX_RADIUS:
         raise OptionError(f"radius must be in 0..{MAX_RADIUS} bits, got {radius}")
     threads = min(BLOCKS, os.cpu_count() or 1) if len(hashes) >= THREADED_FROM else 1
@@ -72,13 +73,17 @@ def search(hashes: np.ndarray, radius: int, sink: Callable[[np.ndarray], object]
                 with lock:
                     sink(codes)
 
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(one_block, range(BLOCKS)))
+    if threads == 1:
+        for block in range(BLOCKS):
+            one_block(block)
+    else:
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(one_block, range(BLOCKS)))
 
 
 def _block_pairs(hashes: np.ndarray, block: int, radius: int) -> Iterator[np.ndarray]:
     """The pairs within `radius` that agree on `block` exactly (radius < BLOCKS) or but for one
-    bit (`_probe`)."""
+    bit (`_Runs.probe`)."""
     keys = ((hashes >> np.uint64(BLOCK_BITS * block)) & np.uint64(0xFFFF)).astype(np.int64)
     order = np.argsort(keys, kind="stable")
     ordered = keys[order]
