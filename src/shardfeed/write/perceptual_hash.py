@@ -16,6 +16,9 @@ and the window (a crop moves content least in the middle of the frame). Images t
 anything (no low frequency of half a gray level's amplitude, `MIN_AC`) or too small (a side under
 `SMALLEST`) get no hash, so they never group by accident. The definition is ours (`NAME`, pinned
 by a golden test), not imagehash's or imagededup's: their resize filters differ, so their bits do.
+
+A conversion keeps what each hash is made from (`source`: the small gray image) and makes a batch
+of hashes after the batch's images (`of_sources`): warm, a hash costs about half as much.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ def _axis(decoded: int, length: int, factor: int) -> np.ndarray:
 
     A miss also makes the bases of the other lengths that decode to as many pixels (8 at 1/8
     scale) in the same NumPy calls: photos of many sizes (200-500 px a side) made ~300 misses a
-    worker at ~30 us each, more than the hashes of 1,000 photos cost (docs/benchmarks.md)."""
+    worker at ~30 us each, as much as the hashes of 1,000 of them cost (docs/benchmarks.md)."""
     found = _bases.get((decoded, length, factor))
     if found is None:
         if len(_bases) >= _CACHED:
