@@ -46,12 +46,15 @@ def close_pairs(hashes: np.ndarray, radius: int) -> tuple[np.ndarray, np.ndarray
     hashes = np.ascontiguousarray(hashes, dtype=np.uint64)
     found: list[np.ndarray] = []
     search(hashes, radius, found.append)
-    if not found:
-        empty = np.zeros(0, np.int64)
-        return empty, empty, empty
-    pairs = np.sort(np.concatenate(found))  # (not np.unique: it imports numpy.ma, 10 ms)
-    pairs = pairs[np.concatenate(([True], pairs[1:] != pairs[:-1]))]  # a pair found in two blocks
-    i, j = pairs // len(hashes), pairs % len(hashes)
+    return _decoded(found, hashes)
+
+
+def _decoded(found: list[np.ndarray], hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(i, j, distance), sorted by (i, j), of the pair codes i * n + j in `found`, each once (a
+    pair can be found in two blocks; not np.unique: it imports numpy.ma, 10 ms)."""
+    codes = np.sort(np.concatenate(found)) if found else np.zeros(0, np.int64)
+    codes = codes[np.concatenate(([True], codes[1:] != codes[:-1]))] if len(codes) else codes
+    i, j = np.divmod(codes, len(hashes))
     return i, j, np.bitwise_count(hashes[i] ^ hashes[j]).astype(np.int64)
 
 
@@ -230,10 +233,7 @@ class _Forest:
     def kept(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(i, j, distance) of the pairs kept, each once."""
         self._join()
-        codes = np.sort(np.concatenate(self.found)) if self.found else np.zeros(0, np.int64)
-        codes = codes[np.concatenate(([True], codes[1:] != codes[:-1]))] if len(codes) else codes
-        i, j = np.divmod(codes, len(self.values))
-        return i, j, np.bitwise_count(self.values[i] ^ self.values[j]).astype(np.int64)
+        return _decoded(self.found, self.values)
 
 
 def groups_in(
