@@ -112,30 +112,22 @@ def record_groups(
             for key, digest, *rest in read_part(work_dir, result).records:
                 yield key, digest, (rest[2] if len(rest) > 2 else None), result.split
 
-    sizes: list[int] = []  # records in each part
-
-    def first_pass() -> Iterator[tuple[int, int]]:
-        """(digest prefix, perceptual hash or 0) of every record."""
-        for result in results:
-            part = read_part(work_dir, result).records
-            sizes.append(len(part))
-            for _, digest, *rest in part:
-                phash = rest[2] if len(rest) > 2 and radius is not None else None
-                yield int(digest[:16], 16), int(phash, 16) if phash else 0
-
     def names(wanted: set[int]) -> dict[int, tuple[str, str]]:
         """(key, split) of the records at the `wanted` positions, from the parts that hold them."""
         found, start, at = {}, 0, np.sort(np.fromiter(wanted, np.int64, len(wanted)))
-        for result, size in zip(results, sizes, strict=True):
+        for result in results:
             first = np.searchsorted(at, start)
-            if first < len(at) and at[first] < start + size:
+            if first < len(at) and at[first] < start + result.num_records:
                 for p, (key, *_) in enumerate(read_part(work_dir, result).records, start):
                     if p in wanted:
                         found[p] = (key, result.split)
-            start += size
+            start += result.num_records
         return found
 
-    columns = np.fromiter(first_pass(), np.dtype((np.uint64, 2)))
+    hashed = radius is not None
+    columns = np.fromiter(
+        ((int(d[:16], 16), int(h, 16) if h and hashed else 0) for _, d, h, _ in records()), np.dtype((np.uint64, 2))
+    )
     duplicates = duplicate_groups_in(lambda: ((k, d, s) for k, d, _, s in records()), columns[:, 0])
     if radius is None:
         return duplicates, None
