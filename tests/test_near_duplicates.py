@@ -47,6 +47,21 @@ def test_a_large_image_is_hashed_at_once_not_kept(monkeypatch: pytest.MonkeyPatc
     assert kept is not None and not kept.done and perceptual_hash.of_sources([kept]) == [found.hash]
 
 
+def test_a_batch_hashes_each_image_as_alone() -> None:
+    """Hashes made together (`of_sources`, the medians and bits for the whole batch at once)
+    equal each made alone, whatever the batch holds: flat images (no hash), large ones hashed
+    when seen, and images of many sizes."""
+    gray = np.asarray(Image.fromarray(photos()["astronaut"]).convert("L"))
+    images = [gray[: 40 + 7 * i, : 300 - 11 * i] for i in range(20)]
+    images += [np.full((50, 60), 7, np.uint8), np.asarray(Image.fromarray(gray).resize((9000, 40)))]
+    sources = [perceptual_hash.source(im) for im in images]
+    assert all(s is not None for s in sources) and sources[-1] is not None and sources[-1].done
+    together = perceptual_hash.of_sources([s for s in sources if s is not None])
+    alone = [perceptual_hash.of_gray(im) for im in images]
+    assert together == alone and alone[-2] is None and all(alone[:-2]) and len(set(alone[:-2])) > 10
+    assert perceptual_hash.of_sources([]) == []
+
+
 def test_a_scaled_decode_hashes_like_the_full_image(tmp_path: Path) -> None:
     """The conversion hashes a JPEG from its 1/8-scale decode, whose last pixels cover part
     blocks (257 x 329 px: 33 x 42 pixels, the last covering 1 px of 8); the hash places them
