@@ -94,18 +94,25 @@ def test_a_basis_is_the_same_made_alone_or_with_its_siblings() -> None:
 
 
 @pytest.mark.parametrize(
-    ("threaded_from", "chunk"),
-    [(near_duplicates.THREADED_FROM, near_duplicates.CHUNK_PAIRS), (1, near_duplicates.CHUNK_PAIRS), (1, 5)],
-    ids=["one-thread", "threads", "small-chunks"],
+    ("threaded_from", "chunk", "together_below"),
+    [
+        (near_duplicates.THREADED_FROM, near_duplicates.CHUNK_PAIRS, near_duplicates.PROBED_TOGETHER_BELOW),
+        (1, near_duplicates.CHUNK_PAIRS, 0),
+        (near_duplicates.THREADED_FROM, 5, near_duplicates.PROBED_TOGETHER_BELOW),
+        (1, 5, 0),
+    ],
+    ids=["one-thread", "threads-flip-by-flip", "small-chunks", "small-chunks-flip-by-flip"],
 )
 def test_close_pairs_finds_exactly_what_all_pairs_would(
-    threaded_from: int, chunk: int, monkeypatch: pytest.MonkeyPatch
+    threaded_from: int, chunk: int, together_below: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On one thread (as under THREADED_FROM hashes) and on several (as above it), and with the
-    candidates checked a few at a time. Half the hashes share their top 16 bits (long runs, as
-    the real hashes' constant DC bit makes), the rest are spread out."""
+    """On one thread (as under THREADED_FROM hashes) and on several (as above it), with a block's
+    flips probed together (as under PROBED_TOGETHER_BELOW) or one by one, and with the candidates
+    checked a few at a time. Half the hashes share their top 16 bits (long runs, as the real
+    hashes' constant DC bit makes), the rest are spread out."""
     monkeypatch.setattr(near_duplicates, "THREADED_FROM", threaded_from)
     monkeypatch.setattr(near_duplicates, "CHUNK_PAIRS", chunk)
+    monkeypatch.setattr(near_duplicates, "PROBED_TOGETHER_BELOW", together_below)
     rng = np.random.default_rng(1)
     hashes = rng.integers(0, 2**63, 3000, dtype=np.uint64) * np.uint64(2)
     hashes[:1500] = (hashes[:1500] & np.uint64(2**48 - 1)) | np.uint64(0xA5C3 << 48)
@@ -114,6 +121,12 @@ def test_close_pairs_finds_exactly_what_all_pairs_would(
         for bit in rng.choice(64, int(rng.integers(0, 9)), replace=False):
             value ^= 1 << int(bit)
         hashes[b] = np.uint64(value)
+    for k, at in enumerate(rng.choice(np.arange(300, 3000), (64, 2), replace=False)):
+        # 7 bits apart, found only by flipping bit k % 16 of block k // 16: the other blocks differ in 2
+        value = int(hashes[at[0]]) ^ (1 << k)
+        for block in {0, 1, 2, 3} - {k // 16}:
+            value ^= 0b101 << (16 * block + 4)
+        hashes[at[1]] = np.uint64(value)
     everything = np.bitwise_count(hashes[:, None] ^ hashes[None, :])
     for radius in (0, 3, 4, 7):
         i, j, d = near_duplicates.close_pairs(hashes, radius)
