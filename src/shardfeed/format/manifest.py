@@ -39,6 +39,8 @@ REPORT_NAME = "report.json"
 FORMAT_NAME = "shardfeed"
 ADOPTED = "adopted"  # source.kind of a folder `shardfeed adopt` described (records another program wrote)
 MANIFEST_VERSION = 1
+GENERATION = "g{:04d}"  # how `convert --append` names generation N (shards split-gNNNN-..., its inputs list)
+GENERATION_PATTERN = r"g(\d{4})"  # and how a name is read back
 
 
 @dataclass(frozen=True)

@@ -82,12 +82,14 @@ def _generation_splits(split: str, info: dict[str, Any]) -> list[dict[str, Any]]
     sequence per split."""
     generations: dict[int, list[dict[str, Any]]] = {}
     for shard in info["shards"]:
-        found = re.match(re.escape(split) + r"-g(\d{4})-", shard["file"])
+        found = re.match(re.escape(split) + "-" + manifest.GENERATION_PATTERN + "-", shard["file"])
         generations.setdefault(int(found.group(1)) if found else 0, []).append(shard)
     return [
         {
-            "filepathTemplate": TFDS_TEMPLATE if g == 0 else f"{split}-g{g:04d}-{{SHARD_X_OF_Y}}",
-            "name": split if g == 0 else f"{split}_g{g:04d}",
+            "filepathTemplate": TFDS_TEMPLATE
+            if g == 0
+            else f"{split}-{manifest.GENERATION.format(g)}-{{SHARD_X_OF_Y}}",
+            "name": split if g == 0 else f"{split}_{manifest.GENERATION.format(g)}",
             "numBytes": str(sum(shard["num_bytes"] for shard in shards)),
             "shardLengths": [str(shard["num_records"]) for shard in shards],
         }

@@ -41,13 +41,11 @@ from shardfeed.write.items import Discovery, Item
 from shardfeed.write.options import ConvertOptions
 from shardfeed.write.planning import plan_shards
 
-GENERATION = "-g{generation:04d}"
-
 
 def generation_template(template: str, generation: int) -> str:
     """The shard names of a generation: the folder's template with -gNNNN after the split (our
     `{split}-*` globs and DALI's file lists still take them; TFDS gets one split per generation)."""
-    return template.replace("{split}", "{split}" + GENERATION.format(generation=generation), 1)
+    return template.replace("{split}", "{split}-" + manifest.GENERATION.format(generation), 1)
 
 
 def appendable(discovery: Discovery, options: ConvertOptions) -> bool:

@@ -9,7 +9,7 @@ import gzip
 import json
 from typing import Any
 
-from shardfeed.format import fileio
+from shardfeed.format import fileio, manifest
 from shardfeed.write import merge, perceptual_hash, shards
 
 # key -> (source sha256, split, listed size and mtime_ns (None: not recorded), perceptual hash)
@@ -18,7 +18,7 @@ Known = dict[str, tuple[str, str, tuple[int, int] | None, str | None]]
 
 def inputs_file(generation: int) -> str:
     """The file (relative to the folder) listing a generation's inputs."""
-    return f"{shards.INDEX_DIR}/inputs-g{generation:04d}.json.gz"
+    return f"{shards.INDEX_DIR}/inputs-{manifest.GENERATION.format(generation)}.json.gz"
 
 
 def write_inputs(output_dir: str, work_dir: str, results: list[shards.ShardResult], generation: int) -> Known:
