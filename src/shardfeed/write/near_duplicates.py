@@ -8,7 +8,7 @@ the run of hashes whose block equals its own (radius <= 3) or its own with one o
 (radius 4..7); every candidate is checked on all 64 bits. Memory is some 260 bytes a hash in
 all (two blocks searched at once on two cores), and the candidate pairs are checked in bounded
 chunks; time grows with the sum of squared run sizes, about N^2 / 65536 per block and probe for
-evenly spread hashes (docs/benchmarks.md: 1.3 M hashes, 6.7 s, 338 MB).
+evenly spread hashes (docs/benchmarks.md: 1.3 M hashes, 6.1 s, 338 MB).
 
 Groups are the connected components of the pairs found (`link`: a union-find over the distinct
 hashes, fed the pairs a chunk at a time), so a chain of small edits can join images further apart
@@ -118,10 +118,10 @@ class _Runs:
         so each pair is seen once. Only the probes that find a run are expanded. Probing the 17
         flips together costs 0.6x as much at 2,000 hashes (call overheads), 2.3x at 10,000."""
         n = len(self.ordered)
-        at, lo, hi = self._targets(flips[0])
-        if len(flips) > 1:
-            more = [at, lo, hi], *(self._targets(flip) for flip in flips[1:])
-            at, lo, hi = (np.concatenate(parts) for parts in zip(*more, strict=True))
+        targets = [self._targets(flip) for flip in flips]
+        at, lo, hi = (
+            targets[0] if len(targets) == 1 else (np.concatenate(parts) for parts in zip(*targets, strict=True))
+        )
         found = np.flatnonzero(hi > lo)
         at, lo, counts = at[found], lo[found], (hi - lo)[found]
         ends = np.cumsum(counts)
