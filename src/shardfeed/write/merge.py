@@ -114,12 +114,12 @@ def record_groups(
     kept: dict[int, list[tuple[Any, ...]]] | None = {} if sum(r.num_records for r in results) <= RECORDS_KEPT else None
 
     def part(n: int) -> list[tuple[Any, ...]]:
-        found = kept.get(n) if kept is not None else None
-        if found is None:
-            found = read_part(work_dir, results[n]).records
-            if kept is not None:
-                kept[n] = found
-        return found
+        """The records of part n: read again, or kept from the first read."""
+        if kept is None:
+            return read_part(work_dir, results[n]).records
+        if n not in kept:
+            kept[n] = read_part(work_dir, results[n]).records
+        return kept[n]
 
     def records() -> Iterator[tuple[str, str, str | None, str]]:
         for n, result in enumerate(results):
