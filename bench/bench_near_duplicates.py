@@ -94,7 +94,7 @@ def _accuracy(root: Path, copies: int, seed: int) -> dict[str, Any]:
     ours, flat = [], []
     for name in names:
         prepared = prepare_file_image((root / name).read_bytes(), name, ImageOptions(), phash=True)
-        phash = perceptual_hash.of_sources([prepared.hash_source])[0] if prepared.hash_source else None
+        phash = perceptual_hash.of_source(prepared.hash_source)
         ours.append(int(phash, 16) if phash else 0)
         flat.append(phash is None)
     hashes = np.array(ours, dtype=np.uint64)

@@ -71,7 +71,7 @@ def test_a_scaled_decode_hashes_like_the_full_image(tmp_path: Path) -> None:
     data = io.BytesIO()
     Image.fromarray(pixels).save(data, "JPEG", quality=95)
     prepared = prepare_file_image(data.getvalue(), "a.jpg", ImageOptions(), phash=True)
-    scaled = perceptual_hash.of_sources([prepared.hash_source])[0] if prepared.hash_source else None
+    scaled = perceptual_hash.of_source(prepared.hash_source)
     full = perceptual_hash.of_image(Image.open(data))
     assert scaled and full and perceptual_hash.distance(scaled, full) <= 1
     assert perceptual_hash.of_image(Image.fromarray(pixels[:15])) is None

@@ -138,7 +138,7 @@ def source(gray: np.ndarray, size: tuple[int, int] | None = None) -> Source | No
 
 def of_sources(sources: Sequence[Source]) -> list[str | None]:
     """The hashes (16 hex digits; None for a flat image) of many images, together: made after a
-    batch of images is decoded, not after each decode, a hash costs about a third as much in a
+    batch of images is decoded, not after each decode, a hash costs about half as much in a
     conversion's worker (shards.HASHED_AT_ONCE): the projections run warm, one after the other,
     and the medians, comparisons and hex digits are a few NumPy calls for the whole batch."""
     waiting = [s for s in sources if not s.done]
@@ -160,10 +160,14 @@ def _hashes(sources: Sequence[Source]) -> list[str | None]:
     return [None if blank[i] else digits[16 * i : 16 * i + 16] for i in range(len(sources))]
 
 
+def of_source(found: Source | None) -> str | None:
+    """The hash of one image (`of_sources`); None for a flat one or no source (a tiny image)."""
+    return None if found is None else of_sources([found])[0]
+
+
 def of_gray(gray: np.ndarray, size: tuple[int, int] | None = None) -> str | None:
     """The hash of one 2-D uint8 gray image (`source`'s arguments); None for a flat or tiny one."""
-    found = source(gray, size)
-    return None if found is None else of_sources([found])[0]
+    return of_source(source(gray, size))
 
 
 def of_image(im: Image.Image, size: tuple[int, int] | None = None) -> str | None:
