@@ -24,7 +24,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from shardfeed.format import fileio
+from shardfeed.format import confinement, fileio
 from shardfeed.write.folder_lock import process_alive
 from shardfeed.write.items import Discovery, file_item
 
@@ -102,14 +102,26 @@ class Writer:
         os.makedirs(folder, exist_ok=True)
 
     def put(self, key: str, data: bytes) -> None:
-        path = os.path.join(self.folder, key)
+        path = self._path(key)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
             f.write(data)
 
+    def remove(self, key: str) -> None:
+        """Takes back what `put` staged under `key`."""
+        os.remove(self._path(key))
+
+    def _path(self, key: str) -> str:
+        """Where `key` is staged. Keys come from data (tar members, table rows): one that would
+        leave the staging folder is a bug in its source, refused here as the last line."""
+        refusal = confinement.entry_refusal(key)
+        if refusal:
+            raise ValueError(f"staging key refused: {refusal}")
+        return os.path.join(self.folder, key)
+
     def link(self, key: str, source: str) -> None:
         """Stages the file `source` (an image a table names by path) under `key`."""
-        path = os.path.join(self.folder, key)
+        path = self._path(key)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         try:
             os.link(source, path)

@@ -22,7 +22,8 @@ import tarfile
 from collections.abc import Iterator
 
 from shardfeed.errors import SourceError
-from shardfeed.format import fileio, storage
+from shardfeed.format import confinement, fileio, storage
+from shardfeed.write import image_limits
 from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, sorted_labels
 from shardfeed.write.staging import Extracted, Staged, Writer
 
@@ -102,30 +103,63 @@ class WebDatasetSource:
     def _extract(self, tars: list[str], writer: Writer) -> Extracted:
         splits = [self._split_of(t) for t in tars]
         found = Extracted(presplit=all(s is not None for s in splits))
-        labels: list[tuple[int, object]] = []  # (image index, raw label) resolved once names are known
+        staged: dict[str, tuple[str, int | None]] = {}  # staged key -> (where, its image index if staged)
+        raw_labels: dict[int, object] = {}  # image index -> raw label, resolved once names are known
+        wanted = {*self.image_exts, self.label_ext, "json"}
+        max_bytes = image_limits.max_file_bytes(image_limits.DEFAULT_MAX_PIXELS)
         for tar, split in zip(tars, splits, strict=True):
             name = tar.rsplit("/", 1)[-1]
-            for key, members in _samples(tar):
-                where = f"{name}:{key}"
-                image_ext = next((e for e in self.image_exts if e in members), None)
-                raw = self._label(members, where, found)
-                if image_ext is None:
-                    found.skipped.append((where, f"no image member ({', '.join(sorted(members))})"))
+            for sample in _samples(tar, wanted, max_bytes):
+                where, key = f"{name}:{sample.key}", f"{split or 'all'}/{name}/{sample.key}"
+                if key in staged:  # the same key twice in a tar: which label goes with which bytes?
+                    earlier, index = staged[key]
+                    repeated = "key repeated in the tar: its samples are never merged, none is converted"
+                    if index is not None:
+                        writer.remove(found.images[index][0])
+                        raw_labels.pop(index)
+                        found.skipped.append((earlier, repeated))
+                        staged[key] = (earlier, None)
+                    found.skipped.append((where, repeated))
                     continue
-                if raw is None:
-                    if not any(r == where for r, _ in found.skipped):
-                        found.skipped.append((where, f"no .{self.label_ext} label ({', '.join(sorted(members))})"))
-                    continue
-                staged_key = f"{split or 'all'}/{name}/{key}.{image_ext}"
-                writer.put(staged_key, members[image_ext])
-                labels.append((len(found.images), raw))
-                found.images.append((staged_key, -1, split))
-        found.class_names = self._class_names([r for _, r in labels])
+                staged[key] = (where, self._stage(sample, where, key, split, writer, found, raw_labels))
+        found.class_names = self._class_names(list(raw_labels.values()))
         ids = {n: i for i, n in enumerate(found.class_names)}
-        for index, raw in labels:
-            key, _, split = found.images[index]
-            found.images[index] = (key, raw if isinstance(raw, int) else ids[str(raw)], split)
+        found.images = [
+            (key, raw if isinstance(raw, int) else ids[str(raw)], split)
+            for index, (key, _, split) in enumerate(found.images)
+            if (raw := raw_labels.get(index)) is not None
+        ]
         return found
+
+    def _stage(
+        self,
+        sample: _Sample,
+        where: str,
+        key: str,
+        split: str | None,
+        writer: Writer,
+        found: Extracted,
+        raw_labels: dict[int, object],
+    ) -> int | None:
+        """Stages the sample's image and returns its index in `found.images`, or None when the
+        sample is reported instead (a refused member, no image, no label)."""
+        if sample.problem:
+            found.skipped.append((where, sample.problem))
+            return None
+        image_ext = next((e for e in self.image_exts if e in sample.members), None)
+        raw = self._label(sample.members, where, found)
+        listed = ", ".join(sorted(n.rpartition("/")[2].split(".", 1)[1] for n in sample.names))
+        if image_ext is None:
+            found.skipped.append((where, f"no image member ({listed})"))
+            return None
+        if raw is None:
+            if not any(r == where for r, _ in found.skipped):
+                found.skipped.append((where, f"no .{self.label_ext} label ({listed})"))
+            return None
+        writer.put(f"{key}.{image_ext}", sample.members[image_ext])
+        raw_labels[len(found.images)] = raw
+        found.images.append((f"{key}.{image_ext}", -1, split))
+        return len(found.images) - 1
 
     def _label(self, members: dict[str, bytes], where: str, found: Extracted) -> object | None:
         """The sample's raw label (int or name), or None (reported) when it has none."""
@@ -164,23 +198,60 @@ class WebDatasetSource:
         return sorted_labels({str(r) for r in raw})
 
 
-def _samples(tar: str) -> Iterator[tuple[str, dict[str, bytes]]]:
-    """(key, {extension: bytes}) of each sample, streaming the tar once."""
+MAX_SIDECAR_BYTES = 1024 * 1024  # a .cls or .json member: a label, never megabytes
+
+
+class _Sample:
+    """One sample as the tar holds it: its key, the members read (extension -> bytes), the names
+    of every member, and why it cannot be used (None when it can)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.members: dict[str, bytes] = {}
+        self.names: list[str] = []
+        self.problem: str | None = None
+
+
+def _samples(tar: str, wanted: set[str], max_image_bytes: int | None) -> Iterator[_Sample]:
+    """Each sample of `tar`, streaming it once. Only the members whose extensions are `wanted`
+    are read, each after its declared size is checked (a 40 KB sparse tar can declare a 2 GiB
+    member); a member whose name leaves the tar's folder is never used, and a sample whose
+    key or extension repeats is reported rather than merged (its label could go with other bytes)."""
     with fileio.open_binary(tar, "rb") as f, tarfile.open(fileobj=f, mode="r|*") as archive:
-        key, members = None, {}
+        sample: _Sample | None = None
         for member in archive:
             if not member.isfile():
                 continue
             folder, _, base = member.name.rpartition("/")
             if "." not in base or base.startswith("."):
                 continue
+            refusal = confinement.entry_refusal(member.name.removeprefix("./"))
             stem, ext = base.split(".", 1)
+            ext = ext.lower()
             this = f"{folder}/{stem}" if folder else stem
-            if this != key and key is not None:
-                yield key, members
-                members = {}
-            key = this
-            data = archive.extractfile(member)
-            members[ext.lower()] = data.read() if data is not None else b""
-        if key is not None:
-            yield key, members
+            if sample is None or this != sample.key:
+                if sample is not None:
+                    yield sample
+                sample = _Sample(this)
+            sample.names.append(member.name)
+            if refusal:
+                sample.problem = f"unsafe member name (path traversal): {refusal}; not extracted"
+            elif ext in sample.members:
+                sample.problem = f"member {member.name!r} repeats .{ext}: a sample's members are never merged"
+            elif ext in wanted:
+                sample.members[ext] = _read_member(archive, member, ext, max_image_bytes, sample)
+        if sample is not None:
+            yield sample
+
+
+def _read_member(
+    archive: tarfile.TarFile, member: tarfile.TarInfo, ext: str, max_image_bytes: int | None, sample: _Sample
+) -> bytes:
+    """The member's bytes, or b'' (the sample then reported) when its declared size is over the
+    bound for its kind: read only after the check, so memory is bounded by the bound."""
+    bound = MAX_SIDECAR_BYTES if ext in ("cls", "json", "txt") else max_image_bytes
+    if bound is not None and member.size > bound:
+        sample.problem = f"member {member.name!r} declares {member.size:,} bytes, more than {bound:,}: not read"
+        return b""
+    data = archive.extractfile(member)
+    return data.read() if data is not None else b""

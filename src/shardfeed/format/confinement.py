@@ -1,0 +1,87 @@
+"""The one rule for names that come from data: they stay inside the folders the user named.
+
+Datasets are often made by someone else: a tar from the Hub, a CSV from a labelling vendor, a
+manifest someone edited. Any name such data carries (a tar member, a split name, a path in a
+table or a manifest, a class name written into a file) is checked here before it is joined to a
+folder, and refused with the reason when it could reach outside it (`../`, an absolute path), is
+not a plain name (control characters, NUL) or, for a file to open, is not a regular file (a FIFO
+blocks forever, a device never ends). Sources report a refused item with the reason and go on;
+readers of a converted folder refuse the folder in one line.
+
+Each check returns the reason a name is refused, or None when it may be used, so a caller decides
+whether one bad item is a per-item skip or a whole refusal.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import stat
+
+# Split names end up in shard file names and manifests: TFDS' own rule for them is `\w+`; `-` too.
+SPLIT_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def split_refusal(name: object) -> str | None:
+    """Why `name` cannot be a split name (letters, digits, '_' and '-' only), or None."""
+    if not isinstance(name, str) or not SPLIT_NAME.match(name):
+        return f"split name {str(name)[:80]!r} is not letters, digits, '_' and '-' only"
+    return None
+
+
+def entry_refusal(name: object) -> str | None:
+    """Why `name` cannot be a file entry relative to a folder, or None: it must be a relative
+    path that stays below the folder (no '..' part, not absolute, no drive or backslash, no
+    control characters)."""
+    if not isinstance(name, str) or not name:
+        return f"entry {name!r} is not a file name"
+    if _CONTROL.search(name):
+        return f"entry {name[:80]!r} holds control characters"
+    if "\\" in name or name.startswith("/") or re.match(r"^[A-Za-z]:", name):
+        return f"entry {name[:80]!r} is an absolute path, not one inside the folder"
+    if "://" in name:
+        return f"entry {name[:80]!r} is a URL, not a file inside the folder"
+    if ".." in name.split("/"):
+        return f"entry {name[:80]!r} leaves the folder ('..')"
+    return None
+
+
+def normalised_entry(name: str) -> str:
+    """A safe entry (see `entry_refusal`) in its plain form: no './', no doubled '/'."""
+    return posixpath.normpath(name).lstrip("/")
+
+
+def inside(folder: str, path: str) -> bool:
+    """True when the local `path`, its links followed, lies inside `folder` (links followed too)."""
+    root = os.path.realpath(folder)
+    return os.path.commonpath([root, os.path.realpath(path)]) == root
+
+
+def regular_file_refusal(path: str) -> str | None:
+    """Why the local `path` must not be opened for reading (missing, or a FIFO, device, socket or
+    folder: a FIFO blocks forever and /dev/zero never ends), or None for a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    if stat.S_ISREG(mode):
+        return None
+    kind = (
+        "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a folder"
+        if stat.S_ISDIR(mode)
+        else "not a regular file"
+    )
+    return f"is {kind}, not a regular file"
+
+
+def text_refusal(value: str, what: str = "class name") -> str | None:
+    """Why `value` cannot be written as one line of a text file (labels.txt), or None."""
+    if _CONTROL.search(value):
+        return f"{what} {value[:80]!r} holds a line break or control character"
+    return None

@@ -1,0 +1,159 @@
+"""Datasets someone else made, probed as an attacker would: nothing is written, read or fetched
+outside the folders the user named, memory stays bounded, nothing hangs, and every refused item
+is reported with its reason.
+
+Each probe runs the real CLI in its own process under a timeout, in a scratch root whose every
+file is listed before and after: anything created or changed outside the allowed folders (the
+source, the output, the staging cache) fails the test.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import resource
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from conftest import crops, jpeg_bytes, photos
+
+TIMEOUT_S = 180
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every file under `root` with its content's hash."""
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in root.rglob("*")
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+def _convert(scratch: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], int]:
+    """`shardfeed convert ARGS` in a fresh process with its staging cache under scratch/cache;
+    the result and the peak memory (KiB) of it and its workers. Files outside scratch/src,
+    scratch/out and scratch/cache must be as they were."""
+    allowed = ("src", "out", "cache")
+    before = {k: v for k, v in _tree(scratch).items() if not k.startswith(allowed)}
+    env = {**os.environ, "XDG_CACHE_HOME": str(scratch / "cache"), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    peak_before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    done = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "convert", *args],
+        cwd=scratch,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    after = {k: v for k, v in _tree(scratch).items() if not k.startswith(allowed)}
+    assert after == before, f"files created or changed outside the allowed folders:\n{done.stderr}"
+    return done, (peak if peak > peak_before else 0)
+
+
+def _skipped(out: Path) -> dict[str, str]:
+    return {s["file"]: s["reason"] for s in json.loads((out / "report.json").read_text())["skipped"]}
+
+
+def _jpegs(count: int) -> list[bytes]:
+    return [jpeg_bytes(c) for c in crops(photos()["coffee"], count, seed=5)]
+
+
+def _member(archive: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    archive.addfile(info, io.BytesIO(data))
+
+
+class _Zeros(io.RawIOBase):
+    """`size` zero bytes, made as they are read."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    def read(self, n: int = -1) -> bytes:
+        n = min(self.left, 1 << 20 if n < 0 else n)
+        self.left -= n
+        return bytes(n)
+
+
+@pytest.fixture()
+def scratch(tmp_path: Path) -> Path:
+    """A scratch root: src/ (the hostile data), out/ (the output), a victim file beside them."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "victim" / "existing.jpg").write_bytes(b"the user's own photo")
+    return tmp_path
+
+
+def test_tar_members_that_climb_out_are_reported_never_written(scratch: Path) -> None:
+    """CVE-2007-4559's class: '../' members aimed at the scratch root (exactly as many as the
+    staging folder is deep) overwrite nothing and create nothing there; absolute names neither."""
+    images = _jpegs(4)
+    climb = "../" * 6  # from staged/<id>/all/<tar>/ up to the scratch root
+    with tarfile.open(scratch / "src" / "data.tar", "w") as archive:
+        for i, data in enumerate(images[:2]):
+            _member(archive, f"{i:04d}.jpg", data)
+            _member(archive, f"{i:04d}.cls", b"0")
+        _member(archive, f"{climb}victim/existing.jpg", images[2])
+        _member(archive, f"{climb}victim/existing.cls", b"1")
+        _member(archive, f"{climb}victim/new/created.jpg", images[3])
+        _member(archive, f"{climb}victim/new/created.cls", b"1")
+        _member(archive, "/abs/path.jpg", images[3])
+        _member(archive, "/abs/path.cls", b"1")
+    done, _ = _convert(scratch, "src/data.tar", "out")
+    assert done.returncode == 0, done.stderr
+    assert (scratch / "victim" / "existing.jpg").read_bytes() == b"the user's own photo"
+    skipped = _skipped(scratch / "out")
+    climbing = {k: v for k, v in skipped.items() if "victim" in k}
+    assert len(climbing) == 2 and all("leaves the folder" in r for r in climbing.values())
+    assert any("/abs/path" in k and "absolute" in r for k, r in skipped.items())
+    assert json.loads((scratch / "out" / "manifest.json").read_text())["splits"]["train"]["num_records"] == 2
+
+
+def test_a_repeated_tar_key_is_reported_both_times_never_merged(scratch: Path) -> None:
+    """The same key twice: neither sample's label may go with the other's bytes."""
+    images = _jpegs(3)
+    with tarfile.open(scratch / "src" / "data.tar", "w") as archive:
+        for key, data, label in (("a", images[0], b"0"), ("b", images[1], b"1"), ("a", images[2], b"1")):
+            _member(archive, f"{key}.jpg", data)
+            _member(archive, f"{key}.cls", label)
+        _member(archive, "c.jpg", images[0])  # one sample, its image member twice
+        _member(archive, "c.jpg", images[1])
+        _member(archive, "c.cls", b"0")
+    done, _ = _convert(scratch, "src/data.tar", "out", "--split", "train=1")
+    assert done.returncode == 0, done.stderr
+    skipped = _skipped(scratch / "out")
+    assert [r for k, r in skipped.items() if k.endswith(":a")] == [skipped["data.tar:a"]]
+    assert "repeated" in skipped["data.tar:a"] and "never merged" in skipped["data.tar:c"]
+    report = json.loads((scratch / "out" / "report.json").read_text())
+    assert sum(1 for s in report["skipped"] if s["file"] == "data.tar:a") == 2
+    m = json.loads((scratch / "out" / "manifest.json").read_text())
+    assert sum(s["num_records"] for s in m["splits"].values()) == 1
+
+
+def test_a_tar_bomb_is_refused_before_it_is_read(scratch: Path) -> None:
+    """A 4 MB .tar.gz declaring an 800 MB member: refused from its header, memory stays small."""
+    size = 800 * 1024 * 1024
+    with (
+        (scratch / "src" / "bomb.tar.gz").open("wb") as f,
+        gzip.GzipFile(fileobj=f, mode="wb", compresslevel=1) as gz,
+        tarfile.open(fileobj=gz, mode="w|") as tar,
+    ):
+        _member(tar, "0000.jpg", _jpegs(1)[0])
+        _member(tar, "0000.cls", b"0")
+        info = tarfile.TarInfo("0001.jpg")
+        info.size = size
+        tar.addfile(info, _Zeros(size))
+        _member(tar, "0001.cls", b"0")
+    assert (scratch / "src" / "bomb.tar.gz").stat().st_size < 4_000_000
+    done, peak_kib = _convert(scratch, "src/bomb.tar.gz", "out", "--split", "train=1")
+    assert done.returncode == 0, done.stderr
+    assert "not read" in _skipped(scratch / "out")["bomb.tar.gz:0001"]
+    assert peak_kib < 400 * 1024, f"peak memory {peak_kib / 1024:.0f} MiB"
