@@ -81,13 +81,41 @@ def test_unreachable_store_is_one_error_naming_the_url(monkeypatch: pytest.Monke
         ),
         (
             "https://b.s3.amazonaws.com/k?X-Amz-Credential=AKIA%2F1&X-Amz-Signature=ff00&X-Amz-Expires=60",
-            "https://b.s3.amazonaws.com/k?X-Amz-Credential=***&X-Amz-Signature=***&X-Amz-Expires=60",
+            "https://b.s3.amazonaws.com/k?X-Amz-Credential=***&X-Amz-Signature=***&X-Amz-Expires=***",
         ),
         ("data/flowers", "data/flowers"),
+        ("s3://AKIA:ab/cd+ef@bucket/x", "s3://***@bucket/x"),  # AWS secrets hold '/'
+        ("s3://k:s@cret@bucket/x", "s3://***@bucket/x"),
+        ("error: s3://k:se/cr@et@bucket/a.jpg failed", "error: s3://***@bucket/a.jpg failed"),
+        ("s3://bucket/user@example.com/x.jpg", "s3://bucket/user@example.com/x.jpg"),  # no credentials here
+        ("https://TOKEN@host/x", "https://***@host/x"),
+        ("https://h/x?key=abc&y=1&access_token=zz", "https://h/x?key=***&y=1&access_token=***"),
     ],
 )
 def test_redact(text: str, shown: str) -> None:
     assert storage.redact(text) == shown
+
+
+def test_errors_raised_by_the_python_api_never_show_a_secret() -> None:
+    """A notebook prints the exception, a log keeps it: the message is redacted in the error itself."""
+    from shardfeed.errors import ManifestError, OptionError
+
+    for error in (ManifestError, OptionError, storage.StorageError):
+        with pytest.raises(error) as raised:
+            raise error(f"s3://AKIA:{SECRET}@bucket/x: bad; also https://h/x?sig={SECRET}")
+        assert SECRET not in str(raised.value) and "s3://***@bucket/x" in str(raised.value)
+
+
+def test_credentials_holding_slashes_and_escapes_reach_the_client() -> None:
+    from shardfeed.redaction import s3_credentials
+
+    found = s3_credentials("s3://AKIA:ab%2Fcd/ef+g%40h@my-bucket/a/b.jpg")
+    assert found is not None and (found.url, found.key, found.secret) == (
+        "s3://my-bucket/a/b.jpg",
+        "AKIA",
+        "ab/cd/ef+g@h",
+    )
+    assert s3_credentials("s3://my-bucket/user@example.com/x.jpg") is None
 
 
 def test_a_second_writer_into_a_bucket_folder_is_refused_and_a_stale_lock_taken_over(
@@ -156,19 +184,22 @@ def test_a_conversion_into_a_bucket_killed_midway_resumes_to_the_same_bytes(any_
     assert len(written) == 2 * 12 * 2  # shards and their index files, both splits
 
 
-SECRET = "SeCrEtKeY0123456789"
+SECRET = "SeCrEt/Key+0123456789"  # AWS secret keys hold '/' and '+'
 
 
 def test_credentials_in_urls_never_reach_what_we_write_or_print(bucket: str, tmp_path: Path) -> None:
-    """convert into s3://KEY:SECRET@bucket, train and evaluate from it, and two failing commands
-    (one with a signed https URL): the secret appears in no file left behind and no output line."""
+    """convert into s3://KEY:SECRET@bucket (its report.html written there), report the folder,
+    train and evaluate from it, evaluate, report and predict from the run alone (run.json keeps
+    the URL without its credentials; these come from the environment), and failing commands (one
+    with a signed https URL): the secret appears in no file left behind and no output line."""
+    import json
     import os
     import subprocess
     import sys
 
     from shardfeed.training.samples import write_digits_folders
 
-    labeled, _ = write_digits_folders(str(tmp_path / "images"), size=16, holdout=0)
+    labeled, unlabeled = write_digits_folders(str(tmp_path / "images"), size=16, holdout=6)
     data = bucket.replace("s3://", f"s3://testing:{SECRET}@") + "/digits"
     run = tmp_path / "run"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "SHARDFEED_CACHE_DIR": str(tmp_path / "cache")}
@@ -176,28 +207,36 @@ def test_credentials_in_urls_never_reach_what_we_write_or_print(bucket: str, tmp
     commands = [
         ["convert", labeled, data, "--shards", "2"],
         ["info", data],
+        ["report", data, "-o", str(tmp_path / "data.html")],
         ["train", data, "--out", str(run), "--epochs", "1", "--image-size", "16", "--cache-dir", str(train_cache)],
         ["evaluate", str(run), data],
+        ["evaluate", str(run)],
+        ["report", str(run)],
+        ["report", str(run), "--data", data, "-o", str(tmp_path / "run-again.html")],
+        ["predict", str(run), unlabeled, "-o", str(tmp_path / "predictions.csv")],
         ["evaluate", str(run), "--no-such-flag", data],
         ["info", data.replace("/digits", "/missing")],
         ["info", f"https://127.0.0.1:1/data?sv=2022&sig={SECRET}"],
+        ["info", f"s3://testing:{SECRET}@no-such-bucket-{os.getpid()}/x"],
     ]
     output = ""
     for i, args in enumerate(commands):
         done = subprocess.run(
             [sys.executable, "-m", "shardfeed", *args], capture_output=True, text=True, env=env, timeout=600
         )
-        assert (done.returncode == 0) == (i < 4), (args, done.stderr[-2000:].replace(SECRET, "<the secret>"))
+        assert (done.returncode == 0) == (i < 9), (args, done.stderr[-2000:].replace(SECRET, "<the secret>"))
         output += done.stdout + done.stderr
-    assert "s3://***@" in output and SECRET not in output
+    assert "s3://***@" in output and SECRET not in output and SECRET.split("/")[1] not in output
     assert len(list(train_cache.glob("*.tfrecord"))) == 4  # --cache-dir: both splits' shards
     assert list((tmp_path / "cache").glob("*.tfrecord"))  # $SHARDFEED_CACHE_DIR: evaluate reads through it
+    assert json.loads((run / "run.json").read_text())["data"] == f"{bucket}/digits"
     fs = fsspec.filesystem("s3")
     fs.invalidate_cache()
     written = {p: fs.cat_file(p) for p in fs.find(bucket.removeprefix("s3://"))}
-    written |= {str(p): p.read_bytes() for p in run.rglob("*") if p.is_file()}
-    assert any(b"s3://***@" in content for content in written.values())
-    assert [name for name, content in written.items() if SECRET.encode() in content] == []
+    assert any(p.endswith("/digits/report.html") for p in written)
+    written |= {str(p): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and "images" not in p.parts}
+    assert any(p.endswith("run/report.html") for p in written) and any(p.endswith("data.html") for p in written)
+    assert [name for name, content in written.items() if SECRET.split("/")[1].encode() in content] == []
 
 
 def test_missing_credentials_are_one_line_naming_the_variables(s3_endpoint: str, tmp_path: Path) -> None:

@@ -17,9 +17,15 @@ from __future__ import annotations
 
 import re
 
+from shardfeed.redaction import redact
+
 
 class ShardfeedError(Exception):
-    """Base of every shardfeed error."""
+    """Base of every shardfeed error. Its message never shows a secret a URL in it carries
+    (`redaction.redact`): a notebook prints it, a log keeps it, a traceback shows it."""
+
+    def __str__(self) -> str:
+        return redact(super().__str__())
 
 
 class OptionError(ShardfeedError, ValueError):

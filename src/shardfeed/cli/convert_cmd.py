@@ -9,7 +9,6 @@ from typing import Any
 
 from shardfeed.cli.options import add_pixel_limit_flag, from_args, image_fields
 from shardfeed.errors import OptionError
-from shardfeed.format import fileio
 from shardfeed.format.schema import PRESETS
 from shardfeed.write.convert import convert
 from shardfeed.write.images import ARRAY_ENCODINGS, CHECKS, IMAGE_FORMATS, ImageOptions
@@ -273,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     log.info(result.summary())
-    if not args.no_report and not fileio.is_remote(args.output):
+    if not args.no_report:
         from shardfeed.cli.report_cmd import write_dataset_report
 
         log.info("  report: %s", write_dataset_report(args.output))

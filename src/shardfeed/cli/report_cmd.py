@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 from typing import Any
+
+from shardfeed.errors import OptionError
+from shardfeed.format import fileio
 
 log = logging.getLogger("shardfeed")
 
@@ -13,7 +15,12 @@ log = logging.getLogger("shardfeed")
 def register(sub: Any) -> None:
     p = sub.add_parser("report", help="write an HTML report of a converted folder or a training run")
     p.add_argument("path", help="converted folder, or a training run folder (with run.json)")
-    p.add_argument("-o", "--output", help="default PATH/report.html")
+    p.add_argument("-o", "--output", help="default PATH/report.html (in the bucket, for a folder in one)")
+    p.add_argument(
+        "--data",
+        help="a run: the converted folder to evaluate it on (default: the one it was trained on; give a "
+        "bucket URL again with its credentials when the environment has none)",
+    )
     p.add_argument(
         "--no-shuffle-check",
         action="store_true",
@@ -28,10 +35,12 @@ def run(args: argparse.Namespace) -> int:
     if RunFolder(args.path).is_run():
         from shardfeed.training.run_report import run_report
 
-        output = run_report(args.path, args.output)
+        output = run_report(args.path, args.output, data=args.data)
     else:
+        if args.data:
+            raise OptionError("--data is for a training run's report; PATH is a converted folder")
         output = write_dataset_report(args.path, args.output, shuffle_check=not args.no_shuffle_check)
-    log.info("report: %s (%s KB)", output, f"{os.path.getsize(output) / 1024:,.0f}")
+    log.info("report: %s (%s KB)", output, f"{fileio.size_and_mtime(output)[0] / 1024:,.0f}")
     return 0
 
 

@@ -36,6 +36,7 @@ HELD_OUT_SPLITS = ("validation", "val", "valid", "test", "eval", "dev")
 MANIFEST_NAME = "manifest.json"
 LABELS_NAME = "labels.txt"
 REPORT_NAME = "report.json"
+REPORT_PAGE_NAME = "report.html"  # `shardfeed report OUT` (convert writes it too)
 FORMAT_NAME = "shardfeed"
 ADOPTED = "adopted"  # source.kind of a folder `shardfeed adopt` described (records another program wrote)
 MANIFEST_VERSION = 1

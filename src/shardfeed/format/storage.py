@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from collections.abc import Iterator
 from typing import Any
 
 from shardfeed.errors import ShardfeedError
+from shardfeed.redaction import redact as redact
+from shardfeed.redaction import s3_credentials
 
 TF_ONLY_SCHEMES = frozenset({"ram"})
 # scheme -> the shardfeed extra that installs its fsspec backend
@@ -67,7 +68,6 @@ def via_fsspec(path: str) -> bool:
 
 
 _filesystems: dict[tuple[str, str, int], Any] = {}
-_S3_USERINFO = re.compile(r"^(?P<scheme>s3a?)://(?P<key>[^/:@]+):(?P<secret>[^/@]+)@")
 
 
 def filesystem(path: str) -> tuple[Any, str]:
@@ -80,17 +80,17 @@ def filesystem(path: str) -> tuple[Any, str]:
         StorageError: the scheme's backend is not installed (naming the extra to install).
     """
     name = scheme(path)
-    credentials = _S3_USERINFO.match(path)
-    userinfo = f"{credentials['key']}:{credentials['secret']}" if credentials else ""
+    credentials = s3_credentials(path)
+    userinfo = credentials.userinfo if credentials else ""
     if credentials:
-        path = _S3_USERINFO.sub(r"\g<scheme>://", path)
+        path = credentials.url
     key = (name, userinfo, os.getpid())  # a forked worker builds its own (the parent's event loop is not its)
     if key not in _filesystems:
         import fsspec
 
         options = dict(OPTIONS.get(EXTRAS.get(name, ""), {}))
         if credentials:
-            options.update(key=credentials["key"], secret=credentials["secret"])
+            options.update(key=credentials.key, secret=credentials.secret)
         try:
             _filesystems[key] = (
                 _emulated_gcs(options)
@@ -109,10 +109,10 @@ def filesystem(path: str) -> tuple[Any, str]:
 
 def with_userinfo_of(original: str, url: str) -> str:
     """`url` (a path fsspec listed under `original`) with the credentials `original` carries."""
-    credentials = _S3_USERINFO.match(original)
-    if not credentials or _S3_USERINFO.match(url):
+    credentials = s3_credentials(original)
+    if not credentials or s3_credentials(url):
         return url
-    return url.replace("://", f"://{credentials['key']}:{credentials['secret']}@", 1)
+    return url.replace("://", f"://{credentials.userinfo}", 1)
 
 
 def _gcs_emulator(name: str) -> bool:
@@ -166,20 +166,3 @@ def explain(path: str, error: BaseException, action: str = "read") -> str:
     if isinstance(error, PermissionError) or "AccessDenied" in text or "Forbidden" in text:
         return f"cannot {action} {redact(path)}: permission denied ({text}); check the credentials' rights"
     return f"cannot {action} {redact(path)}: {text}"
-
-
-_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s'\"]+@")
-_SECRET_QUERY = re.compile(
-    r"(?P<key>[?&](?:sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token|x-goog-signature|"
-    r"x-goog-credential|token|access_token|sv|se|sp|skoid|sktid|sks|skv|skt|ske)=)[^&\s'\"#]*",
-    re.IGNORECASE,
-)
-
-
-def redact(text: str) -> str:
-    """`text` with the secrets URLs carry replaced by '***': user:password@ (s3://key:secret@b),
-    and signed query parameters (Azure SAS `sig=`, presigned S3 and GCS signatures, tokens)."""
-    if "://" not in text and "=" not in text:
-        return text
-    text = _USERINFO.sub(r"\g<scheme>***@", text)
-    return _SECRET_QUERY.sub(r"\g<key>***", text)

@@ -49,9 +49,8 @@ def dataset_report(path: str, output: str | None = None, *, seed: int = 0, extra
         extra,
         h.section("Settings", h.table(["setting", "value"], _settings_rows(m.data["settings"]))),
     ]
-    output = output or os.path.join(path, "report.html")
-    with open(output, "w", encoding="utf-8") as f:
-        f.write(h.page(f"shardfeed report: {path}", [s for s in sections if s]))
+    output = output or fileio.join(path, manifest.REPORT_PAGE_NAME)
+    fileio.write_text_atomic(output, h.page(f"shardfeed report: {path}", [s for s in sections if s]))
     return output
 
 

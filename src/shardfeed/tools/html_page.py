@@ -1,7 +1,7 @@
 """A self-contained HTML page: inline CSS, inline SVG charts, images as data URIs, no JavaScript.
 
 Every piece of text goes through `esc` (file and class names come from users' folders: a class
-named `<script>` must show as text).
+named `<script>` must show as text; a bucket URL may carry credentials, which never show).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
+
+from shardfeed.redaction import redact
 
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
@@ -28,7 +30,8 @@ figure img{width:112px;height:112px;object-fit:contain;background:#eee}
 
 
 def esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    """`value` as HTML text, with the secrets URLs in it carry hidden (a page is shared)."""
+    return html.escape(redact(str(value)), quote=True)
 
 
 def page(title: str, sections: Sequence[str]) -> str:

@@ -25,6 +25,7 @@ from shardfeed.errors import RunFolderError
 from shardfeed.format import fileio, storage
 from shardfeed.read.options import DecodeOptions
 from shardfeed.read.shardset import DataPath
+from shardfeed.redaction import without_userinfo
 from shardfeed.training.inputs import RunInputs
 from shardfeed.training.options import TrainOptions
 
@@ -127,8 +128,8 @@ class RunFolder:
 
     def write_record(self, record: RunRecord) -> None:
         os.makedirs(self.checkpoints, exist_ok=True)
-        with open(self.file(RUN_RECORD), "w") as f:
-            f.write(storage.redact(record.to_json()))
+        with open(self.file(RUN_RECORD), "w") as f:  # the data's URL kept usable, its credentials not kept
+            f.write(without_userinfo(record.to_json()))
 
     def read_record(self) -> RunRecord:
         """The settings the run was trained with.
@@ -142,7 +143,7 @@ class RunFolder:
                 "`shardfeed train`"
             )
         with open(self.file(RUN_RECORD)) as f:
-            data = json.load(f)
+            data = json.loads(without_userinfo(f.read()))  # runs written before kept 's3://***@bucket'
         data["image_size"] = tuple(data["image_size"])
         return RunRecord(**data)
 
