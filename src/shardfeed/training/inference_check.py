@@ -61,3 +61,14 @@ def final_metrics(net: Any) -> dict[str, float]:
     """The last epoch's logged metrics (empty when no epoch ran)."""
     history = getattr(net, "history", None)
     return {k: float(v[-1]) for k, v in history.history.items()} if history and history.history else {}
+
+
+def saved_model_validation(net: Any, val_ds: Any, recomputed: int) -> dict[str, float]:
+    """The validation figures of the model as saved, when BatchNorm's statistics were recomputed
+    at the end of training (after the last validation inside fit, which saw a cheaper estimate):
+    then the summary, metrics.json and `evaluate` give the same score. Empty when nothing
+    changed after the last validation."""
+    if val_ds is None or not recomputed:
+        return {}
+    scores = net.evaluate(val_ds, verbose=0, return_dict=True)
+    return {"val_accuracy": float(scores["accuracy"]), "val_loss": float(scores["loss"])}

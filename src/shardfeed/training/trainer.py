@@ -32,7 +32,7 @@ from shardfeed.training.fine_tune import (
     set_phase,
 )
 from shardfeed.training.imbalance import IMBALANCE_RATIO, balanced_class_weights, imbalance_ratio, per_class_recall
-from shardfeed.training.inference_check import final_metrics, inference_check
+from shardfeed.training.inference_check import final_metrics, inference_check, saved_model_validation
 from shardfeed.training.inputs import RunInputs
 from shardfeed.training.model_choice import choose_model
 from shardfeed.training.models import build_model, load_model
@@ -286,6 +286,7 @@ class _TrainingRun:
         trained = max((o.epochs - self.initial_epoch) * self.steps - self.initial_step, 0)  # steps
         metrics = {
             **final_metrics(net),
+            **saved_model_validation(net, val_ds, precise.images),
             **inference_check(net, self.inputs, o.train_split, o.batch_size),
             "augment": o.augment,
             "validation_split": validation,
