@@ -91,3 +91,29 @@ def test_a_brace_pattern_json_labels_and_incomplete_samples(photo_tree: Path, tm
     assert skipped["data-000001.tar:noimage1"] == "no image member (json)"
     got = sum(_converted(out).values(), Counter())
     assert got == Counter((hashlib.sha256(d).hexdigest(), label) for d, label, _ in photos)
+
+
+def test_a_folder_of_tars_with_sidecars_is_webdataset(photo_tree: Path, tmp_path: Path) -> None:
+    """img2dataset's layout: 00000.tar beside 00000.parquet and 00000_stats.json, plus a classes
+    file and a README. The tars are the data; the rest is left alone (was: 'no images found ...
+    classes.txt: not inside a class folder'). Bare class ids are a warning naming --class-names."""
+    photos = _photos(photo_tree)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for n, chunk in enumerate((photos[:22], photos[22:])):
+        samples = [{"__key__": f"{n}{i:04d}", ext: data, "cls": label} for i, (data, label, ext) in enumerate(chunk)]
+        _write(shards / f"{n:05d}.tar", samples)
+        (shards / f"{n:05d}.parquet").write_bytes(b"PAR1 metadata written by img2dataset PAR1")
+        (shards / f"{n:05d}_stats.json").write_text(json.dumps({"count": len(chunk)}))
+    (shards / "classes.txt").write_text("astronaut\nchelsea\ncoffee\nrocket\n")
+    (shards / "README.md").write_text("downloaded with img2dataset\n")
+    with pytest.warns(UserWarning, match=r"class ids 0\.\.3 without names.*--class-names"):
+        result = convert(str(shards), str(tmp_path / "out"), ConvertOptions(split="train=1"), workers=1, progress=False)
+    assert result.manifest.data["source"]["kind"] == "webdataset"
+    expected = Counter((hashlib.sha256(d).hexdigest(), label) for d, label, _ in photos)
+    assert _converted(tmp_path / "out") == {"train": expected}
+    from shardfeed.write.webdataset_source import WebDatasetSource
+
+    source = WebDatasetSource(str(shards), class_names=str(shards / "classes.txt"))
+    named = convert(source, str(tmp_path / "named"), ConvertOptions(split="train=1"), workers=1, progress=False)
+    assert named.manifest.labels == ["astronaut", "chelsea", "coffee", "rocket"]

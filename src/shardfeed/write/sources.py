@@ -254,10 +254,10 @@ def resolve_source(
         raise SourceError(f"labels_from must be one of {list(LABELS_FROM)}, got {labels_from!r}")
     table = {k: v for k, v in container_options.items() if k in ("image_column", "label_column") and v is not None}
     wds = {k: v for k, v in container_options.items() if k not in table and v is not None}
+    if labels_from == "folders" and looks_like_webdataset(source):  # first: img2dataset puts Parquet beside tars
+        return WebDatasetSource(source, **wds)
     if labels_from == "folders" and looks_like_table(source):
         return TableSource(source, **table)
-    if labels_from == "folders" and looks_like_webdataset(source):
-        return WebDatasetSource(source, **wds)
     if labels_from == "filenames":
         return FilenameSource(source, label_pattern)
     if labels_from == "none":

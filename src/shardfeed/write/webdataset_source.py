@@ -17,35 +17,50 @@ Each tar is streamed once (one member in memory at a time) and its images staged
 from __future__ import annotations
 
 import json
+import logging
 import re
 import tarfile
+import warnings
 from collections.abc import Iterator
 
 from shardfeed.errors import SourceError
-from shardfeed.format import confinement, fileio, storage
+from shardfeed.format import confinement, fileio, manifest, storage
 from shardfeed.write import image_limits
 from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, sorted_labels
 from shardfeed.write.staging import Extracted, Staged, Writer
 
+log = logging.getLogger("shardfeed")
 DEFAULT_IMAGE_EXTS = "jpg;png;jpeg;webp"
 DEFAULT_LABEL_EXT = "cls"
 _SPLIT_PREFIX = re.compile(r"^(?P<split>[A-Za-z]+)[-_.]")
 
 
+TAR_SUFFIXES = (".tar", ".tgz", ".tar.gz")
+
+
+def _tars_and_sidecars(folder: str) -> tuple[list[str], list[str]]:
+    """A folder's tar files and its other files (relative paths, sorted)."""
+    files = sorted(fileio.walk_files(folder)[0])
+    tars = [f for f in files if f.lower().endswith(TAR_SUFFIXES)]
+    return tars, [f for f in files if not f.lower().endswith(TAR_SUFFIXES)]
+
+
 def looks_like_webdataset(path: str) -> bool:
-    """A .tar file or brace pattern, or a folder whose files are .tar shards."""
+    """A .tar file or brace pattern, or a folder holding .tar shards and no images: files beside
+    the tars (img2dataset's `00000.parquet` and `00000_stats.json`, a `classes.txt`, a README)
+    are sidecars, not data."""
     lower = path.lower()
-    if lower.endswith((".tar", ".tgz", ".tar.gz")):
+    if lower.endswith(TAR_SUFFIXES):
         return True
     if not fileio.isdir(path):
         return False
-    files = fileio.walk_files(path)[0]
-    return bool(files) and all(f.lower().endswith((".tar", ".tgz", ".tar.gz")) for f in files)
+    tars, others = _tars_and_sidecars(path)
+    return bool(tars) and not any(f.lower().endswith(manifest.IMAGE_SUFFIXES) for f in others)
 
 
 def expand(pattern: str) -> list[str]:
     """The tar files a path names: a brace pattern expanded (braceexpand, as WebDataset does), a
-    folder's .tar files, or the file itself."""
+    folder's .tar files (its other files left alone, and said so), or the file itself."""
     if "{" in pattern:
         try:
             from braceexpand import braceexpand
@@ -53,7 +68,14 @@ def expand(pattern: str) -> list[str]:
             raise SourceError("brace patterns need braceexpand: pip install 'shardfeed[webdataset]'") from e
         return list(braceexpand(pattern))
     if fileio.isdir(pattern):
-        return [fileio.join(pattern, rel) for rel in sorted(fileio.walk_files(pattern)[0])]
+        tars, others = _tars_and_sidecars(pattern)
+        log.info(
+            "source: WebDataset, %d tar files in %s%s",
+            len(tars),
+            storage.redact(pattern),
+            f" (beside them, not read: {', '.join(others[:5])}{', ...' if len(others) > 5 else ''})" if others else "",
+        )
+        return [fileio.join(pattern, rel) for rel in tars]
     return [pattern]
 
 
@@ -194,7 +216,14 @@ class WebDatasetSource:
                 raise SourceError(f"labels {bad[:5]} are not ids of the {len(names)} names in {self.names_file}")
             return names
         if all(isinstance(r, int) for r in raw):
-            return [str(i) for i in range(max((r for r in raw if isinstance(r, int)), default=-1) + 1)]
+            count = max((r for r in raw if isinstance(r, int)), default=-1) + 1
+            if count:
+                warnings.warn(
+                    f"the tars' labels are class ids 0..{count - 1} without names: the classes are named "
+                    f"'0'..'{count - 1}'; --class-names (a list, or a file with one name per line) names them",
+                    stacklevel=2,
+                )
+            return [str(i) for i in range(count)]
         return sorted_labels({str(r) for r in raw})
 
 
