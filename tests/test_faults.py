@@ -533,3 +533,42 @@ def test_damage_found_while_reading_names_the_shard_and_the_record(
         assert "the damage is at record 3 (from 0)" in message, message
     else:
         assert "record 3 (record" in message, message
+
+
+FAILING_NUMPY_FUNCTION = """
+import time
+import numpy as np
+from shardfeed.lazy import tensorflow
+tf = tensorflow()
+def read(i):
+    if i == 3:
+        raise OSError("the store died")
+    time.sleep(0.2)
+    return np.int64(i)
+files = tf.data.Dataset.range(1000).map(lambda i: tf.numpy_function(read, [i], tf.int64))
+ds = files.interleave(lambda i: tf.data.Dataset.from_tensors(i).repeat(3), cycle_length=4, num_parallel_calls=4)
+for _ in ds.batch(2).prefetch(2):  # uncaught: the traceback keeps the failed iterator alive
+    pass
+"""
+
+
+def test_a_pipeline_failing_in_a_numpy_function_lets_the_process_exit() -> None:
+    """Six fresh processes whose tf.data pipeline (numpy_function calls in a parallel interleave,
+    as ours read) fails with an uncaught error: each exits. Without `lazy.release_iterators`
+    five of six hung in interpreter finalisation: the failed iterator, kept by the last
+    traceback, waited for a thread that waited for the GIL."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", FAILING_NUMPY_FUNCTION], env=env, stderr=subprocess.PIPE, text=True)
+        for _ in range(6)
+    ]
+    deadline, hung = time.monotonic() + 180, []
+    for n, proc in enumerate(procs):
+        try:
+            _, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            assert proc.returncode == 1 and "the store died" in err
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            hung.append(n)
+    assert hung == [], f"processes {hung} did not exit"

@@ -153,43 +153,60 @@ from shardfeed.read import shard_cache
 shard_cache.BACKOFF = 0.1
 read = ReadOptions(cache_dir=sys.argv[2], cache_limit=int(sys.argv[4]))
 ds = load(sys.argv[1], batch_size=1, image_size=16, training=False, read=read)
-try:
-    for i, _ in enumerate(ds):
-        if i == 0:
-            print("first batch", flush=True)
-            time.sleep(float(sys.argv[3]))
-except Exception as e:  # reported, then out without interpreter finalisation: with a failed
-    print(e, file=sys.stderr, flush=True)  # iterator still alive, TensorFlow's shutdown hung
-    os._exit(1)  # about 1 run in 4 here (see the stop note of 2026-11-24)
+for i, _ in enumerate(ds):  # uncaught: the error ends the script, with the failed iterator still alive
+    if i == 0:
+        print("first batch", flush=True)
+        while not os.path.exists(sys.argv[3]):  # until the store is dead
+            time.sleep(0.05)
 """
+READERS = 10  # fresh processes: an exit that hangs one run in four cannot pass
 
 
-def test_the_store_dying_mid_epoch_ends_in_an_error_naming_the_shard(even_shards: Path, tmp_path: Path) -> None:
-    """A private S3 server, killed after the first batch (the cache holds 4 of the 22 shards, so
-    most are still to fetch): bounded retries, then an error naming the shard, never a hang."""
+def test_the_store_dying_mid_epoch_ends_in_an_error_naming_the_shard_and_every_reader_exits(
+    even_shards: Path, tmp_path: Path
+) -> None:
+    """Ten readers of a private S3 server, which is killed once each has its first batch (each
+    cache holds 4 of the 22 shards, so most are still to fetch): bounded retries, then an error
+    naming the shard, and every process exits. tf.data goes on calling the feed while it tears
+    the failed iterator down; each call used to start fetches of its own against the dead store,
+    and exits took minutes or never came (3 runs in 6)."""
     from bench.store_servers import s3_environment, start_s3, stop
 
     endpoint, server = start_s3(tmp_path)
-    env = {**os.environ, **s3_environment(endpoint)}
+    env = {**os.environ, **s3_environment(endpoint), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    dead = tmp_path / "store-is-dead"
+    readers: list[subprocess.Popen[str]] = []
     try:
         fs = fsspec.filesystem("s3", key="testing", secret="testing", endpoint_url=endpoint, skip_instance_cache=True)
         fs.mkdir("dies")
         fs.put(str(even_shards), "s3://dies/out", recursive=True)
         limit = 4 * max(p.stat().st_size for p in even_shards.glob("train-*"))
-        reader = subprocess.Popen(
-            [sys.executable, "-c", STORE_DIES, "s3://dies/out", str(tmp_path / "cache"), "3", str(limit)],
-            env={**env, "TF_CPP_MIN_LOG_LEVEL": "3"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert reader.stdout is not None
-        assert reader.stdout.readline().strip() == "first batch"
+        for n in range(READERS):
+            script = [sys.executable, "-c", STORE_DIES, "s3://dies/out", str(tmp_path / f"cache{n}"), str(dead)]
+            readers.append(
+                subprocess.Popen(
+                    [*script, str(limit)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                )
+            )
+        for reader in readers:
+            assert reader.stdout is not None
+            assert reader.stdout.readline().strip() == "first batch"
     finally:
         stop(server)
-    _, err = reader.communicate(timeout=180)
-    assert reader.returncode != 0
-    assert "the store is unreachable" in err and "s3://dies/out/train-" in err and "3 attempts" in err
+        dead.touch()
+    deadline = time.monotonic() + 240
+    hung = []
+    for n, reader in enumerate(readers):
+        try:
+            _, err = reader.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            reader.kill()
+            reader.communicate()
+            hung.append(n)
+            continue
+        assert reader.returncode == 1
+        assert "the store is unreachable" in err and "s3://dies/out/train-" in err and "3 attempts" in err
+    assert hung == [], f"readers {hung} did not exit within 240 s of the store's death"
 
 
 CACHE_DISK_FULL = """

@@ -19,10 +19,14 @@ debug level when everything came from the cache without a wait).
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import copy
 import logging
 import os
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from shardfeed.errors import OptionError
+from shardfeed.errors import OptionError, ShardfeedError
+from shardfeed.format.storage import StorageError
 from shardfeed.read.order import global_order
 from shardfeed.read.shard_cache import RemoteShard, ShardCache
 from shardfeed.read.shardset import ShardSet
@@ -40,6 +45,16 @@ log = logging.getLogger("shardfeed")
 FETCH_THREADS = 4  # shards fetched at once
 AHEAD = 8  # shards fetched beyond the one being handed out, when the cache has room
 WAIT_FOR_ROOM = 120.0  # seconds a fetch waits for room before the read fails naming the limit
+_LIVE: weakref.WeakSet[ShardFeed] = weakref.WeakSet()  # closed at exit (`_close_all`)
+
+
+def _close_all() -> None:
+    """At interpreter exit, before finalisation and before `lazy.release_iterators` (atexit
+    runs the last registered first; this is registered with the first feed, after TensorFlow's
+    import registered that): tf.data threads still calling a feed get an immediate error
+    instead of starting fetches against a store that may be gone."""
+    for feed in list(_LIVE):
+        feed.close()
 
 
 def remote_shards(shards: ShardSet) -> list[RemoteShard]:
@@ -89,6 +104,11 @@ class ShardFeed:
         self.reading: Counter[str] = Counter()  # sha256 -> copies handed out and not yet read to the end
         self._guard = threading.Lock()
         self._pass: Generator[tuple[str, int], None, None] | None = None  # the epoch `next_shard` hands out
+        self._failed: Exception | None = None  # what the first failed call raised: later calls raise it at once
+        if not _LIVE:
+            atexit.unregister(_close_all)
+            atexit.register(_close_all)
+        _LIVE.add(self)
 
     def order(self, epoch: int) -> list[int]:
         n = len(self.shards)
@@ -96,13 +116,35 @@ class ShardFeed:
 
     def next_shard(self, position: Any) -> tuple[bytes, np.int64]:
         """(local path, record count) of the shard at `position` of the current pass; position 0
-        starts the next epoch (what tf.data calls once per element of `range(shards)`)."""
-        if int(position) == 0 or self._pass is None:
+        starts the next epoch (what tf.data calls once per element of `range(shards)`).
+
+        Once a call has failed (the store is down, the cache has no room) every later call fails
+        at once with the same message: tf.data goes on calling while it tears the failed
+        iterator down, and each call would otherwise start fetches of its own against the dead
+        store (retried for ~20 s each): the process took minutes to exit, or never did."""
+        if self._failed is not None:
+            raise copy.copy(self._failed)
+        try:
+            return self._next_shard(int(position))
+        except (ShardfeedError, OSError) as e:
+            self._failed = e
+            raise
+
+    def close(self) -> None:
+        """Stops handing out shards: later calls fail at once, fetches in flight retry no more."""
+        if self._failed is None:
+            self._failed = StorageError("the shard feed was closed (the process is exiting)")
+        if self._pass is not None:
+            with contextlib.suppress(ValueError):  # running in another thread now: it ends with its fetches
+                self._pass.close()
+
+    def _next_shard(self, position: int) -> tuple[bytes, np.int64]:
+        if position == 0 or self._pass is None:
             if self._pass is not None:
                 self._pass.close()  # a pass stopped early: its fetches not started give their room back
             self._pass = self.epoch()
         path, count = next(self._pass)
-        if int(position) == len(self.shards) - 1:  # the last one: the pass ends (its log line, cleanup)
+        if position == len(self.shards) - 1:  # the last one: the pass ends (its log line, cleanup)
             next(self._pass, None)
             self._pass = None
         return os.fsencode(path), np.int64(count)
