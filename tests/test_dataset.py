@@ -486,3 +486,27 @@ def image_size_of(path: Path) -> tuple[int, int]:
 
     with Image.open(path) as im:
         return im.size
+
+
+def test_map_fn_takes_images_and_labels_and_file_names_pass_by(photo_shards: Path) -> None:
+    """The README's map_fn with with_filenames=True: called with (images, labels), the names kept
+    (it was called with three arguments and failed inside TensorFlow)."""
+    import numpy as np
+
+    from shardfeed import DecodeOptions, ReadOptions, load
+
+    import tensorflow as tf
+
+    def normalise(images, labels):  # type: ignore[no-untyped-def]
+        return tf.cast(images, tf.float32) / 255.0, labels + 100
+
+    common = {"split": "validation", "batch_size": 4, "image_size": 32, "training": False}
+    plain = list(load(str(photo_shards), read=ReadOptions(with_filenames=True), **common))
+    mapped = list(
+        load(str(photo_shards), read=ReadOptions(with_filenames=True), decode=DecodeOptions(map_fn=normalise), **common)
+    )
+    assert len(plain) == len(mapped) and all(len(batch) == 3 for batch in mapped)
+    for (images, labels, names), (m_images, m_labels, m_names) in zip(plain, mapped, strict=True):
+        assert np.array_equal(names.numpy(), m_names.numpy())
+        assert np.array_equal(labels.numpy() + 100, m_labels.numpy())
+        np.testing.assert_allclose(images.numpy() / 255.0, m_images.numpy(), rtol=1e-6)

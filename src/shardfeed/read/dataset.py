@@ -19,6 +19,7 @@ mixes two epochs: with `repeat`, epoch after epoch of exactly `steps_per_epoch` 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from shardfeed.lazy import tensorflow
@@ -93,7 +94,7 @@ def load(
         from shardfeed.read.dali import dali_dataset
 
         ds = dali_dataset(plan, size, resolve_augment(augment, plan.training), decode)
-        return ds.map(decode.map_fn) if decode.map_fn is not None else ds
+        return ds.map(on_images_and_labels(decode.map_fn)) if decode.map_fn is not None else ds
     preprocess = Preprocess(size, resolve_augment(augment, plan.training), decode)
     ds = _finished(_stream(plan, preprocess), plan)
     if plan.service is not None:
@@ -108,7 +109,7 @@ def _stream(plan: ReadPlan, preprocess: Preprocess) -> Any:
     trains on in each of its epochs, and what an exact resume restarts from."""
     tf = tensorflow()
     decoder = record_decoder(plan.schema, preprocess)  # built once, out here: it may hold a lookup table
-    map_fn = preprocess.config.map_fn
+    map_fn = on_images_and_labels(preprocess.config.map_fn) if preprocess.config.map_fn is not None else None
 
     def batches(ds: Any) -> Any:
         """One epoch's (record, seed pair) elements -> decoded batches."""
@@ -169,3 +170,18 @@ def steps_per_epoch(
         counting=True,
     )
     return plan.batches_per_pass()
+
+
+def on_images_and_labels(map_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`map_fn`, given (images, labels) (or the images alone, unlabeled) whatever else a batch
+    carries: with `ReadOptions(with_filenames=True)` the file names pass through unchanged (the
+    user's function was called with three arguments and failed inside TensorFlow)."""
+
+    def applied(*element: Any) -> Any:
+        head, rest = element[:2], element[2:]
+        out = map_fn(*head)
+        if not rest:
+            return out
+        return (*out, *rest) if isinstance(out, tuple) else (out, *rest)
+
+    return applied

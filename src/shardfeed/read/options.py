@@ -224,7 +224,9 @@ class DecodeOptions:
             resize the rest of the way: large photos (3-12 MP) decode several times faster, and
             the result is less aliased than a plain bilinear resize from full size. False:
             always decode at full resolution.
-        map_fn: applied to each decoded batch, (images, labels) -> (images, labels).
+        map_fn: applied to each decoded batch, (images, labels) -> (images, labels) (unlabeled:
+            images -> images); with `ReadOptions(with_filenames=True)` the file names pass by it
+            unchanged.
         decoder: 'tf' (default: TensorFlow on the CPU, read/decode.py) or 'dali' (NVIDIA DALI,
             read/dali.py: nvJPEG on a GPU, for hosts whose CPUs cannot decode fast enough;
             `make dali` installs it).
