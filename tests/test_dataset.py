@@ -492,10 +492,9 @@ def test_map_fn_takes_images_and_labels_and_file_names_pass_by(photo_shards: Pat
     """The README's map_fn with with_filenames=True: called with (images, labels), the names kept
     (it was called with three arguments and failed inside TensorFlow)."""
     import numpy as np
+    import tensorflow as tf
 
     from shardfeed import DecodeOptions, ReadOptions, load
-
-    import tensorflow as tf
 
     def normalise(images, labels):  # type: ignore[no-untyped-def]
         return tf.cast(images, tf.float32) / 255.0, labels + 100

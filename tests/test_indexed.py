@@ -308,4 +308,4 @@ def test_gzip_shards_cannot_be_read_at_random(photo_tree: Path, tmp_path: Path) 
     with pytest.raises(ValueError, match="gzip-compressed shards, which cannot be read at random positions"):
         IndexedRecords(str(tmp_path / "gz"), "train")
     with pytest.raises(ValueError, match="gzip-compressed shards"):
-        load(str(tmp_path / "gz"), seed=0, read=ReadOptions(shuffle="global"))
+        load(str(tmp_path / "gz"), batch_size=8, seed=0, read=ReadOptions(shuffle="global"))

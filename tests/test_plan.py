@@ -157,3 +157,17 @@ def test_even_splits_with_a_buffer_shuffle_differ_per_epoch_under_a_global_seed(
     )
     assert not np.array_equal(order, window_order(100, 10, seed=3, epoch=1))
     assert np.array_equal(window_order(5, 0, seed=3, epoch=0), np.arange(5))
+
+
+def test_a_worker_share_smaller_than_a_batch_is_refused_not_silent(photo_shards: Path) -> None:
+    """120-record split across 8 workers at batch 64 yielded 0 batches and steps_per_epoch 0."""
+    from shardfeed import ReadOptions, load, steps_per_epoch
+    from shardfeed.errors import OptionError
+
+    read = ReadOptions(num_workers=8, worker_index=3, even="drop")
+    refused = r"worker 3 of 8 \(even='drop'\) gets 4 of its 33 records, fewer than one batch of 16"
+    with pytest.raises(OptionError, match=refused):
+        load(str(photo_shards), batch_size=16, seed=0, read=read)
+    with pytest.raises(OptionError, match=refused):
+        steps_per_epoch(str(photo_shards), batch_size=16, read=read)
+    assert steps_per_epoch(str(photo_shards), batch_size=4, read=read) == 1

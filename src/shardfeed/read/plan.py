@@ -166,6 +166,7 @@ def resolve(
         mixture=mixed,
     )
     _check_start_step(plan)
+    _check_yields_batches(plan)
     if not read.skip_corrupt:
         shards.check_files()
     return plan
@@ -273,6 +274,21 @@ def _check_start_step(plan: ReadPlan) -> None:
         raise OptionError("balance='class' is a training sampler; evaluation reads every record once")
     if plan.read.balance and plan.shards.manifest is not None and plan.shards.manifest.labels is None:
         raise OptionError(f"balance='class' needs labels; {plan.shards.manifest.path} holds unlabeled images")
+
+
+def _check_yields_batches(plan: ReadPlan) -> None:
+    """A split with records must give this worker at least one batch: a worker's share smaller
+    than a batch whose remainder is dropped yielded nothing at all, and `steps_per_epoch` 0."""
+    if plan.epoch_records == 0 or plan.batches_per_pass() > 0:
+        return
+    records = plan.records_per_pass()
+    share = plan.share
+    whose = f"worker {share.index} of {share.count} (even={share.even!r}) gets" if share.is_part else "there are"
+    raise OptionError(
+        f"split {plan.split!r}: {whose} {records} of its {plan.epoch_records} records, fewer than one batch of "
+        f"{plan.batch_size} with the remainder dropped: no batch at all; lower batch_size (or the number of workers), "
+        "or keep the remainder (drop_remainder=False)"
+    )
 
 
 def _check_batch_size(batch_size: int) -> None:
