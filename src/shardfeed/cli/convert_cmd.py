@@ -36,7 +36,11 @@ def register(sub: Any) -> None:
         help="write a dataset as sharded TFRecords",
         description="Write an image dataset as sharded TFRecords with a manifest.",
     )
-    p.add_argument("source", help="class-per-folder tree, CSV/TSV list, or .npz/.npy arrays")
+    p.add_argument(
+        "source",
+        help="class-per-folder tree, CSV/TSV list, .npz/.npy arrays, Hugging Face Parquet or save_to_disk "
+        "folder, or WebDataset tars (a .tar, a folder of them, or a {000000..000009} pattern)",
+    )
     p.add_argument("output", help="output folder (local path, or a bucket URL: s3://, gs://, az://)")
     _input_flags(p.add_argument_group("input"))
     _split_flags(p.add_argument_group("splits and shards"))

@@ -193,6 +193,7 @@ def summary(metrics: dict[str, Any]) -> str:
     if "accuracy" in metrics:
         lines.append(
             f"  training images: accuracy {metrics['train_accuracy_inference']:.4f} in inference mode, "
-            f"{metrics['accuracy']:.4f} while fitting (augmented, dropout, batch statistics)"
+            f"{metrics['accuracy']:.4f} while fitting ("
+            f"{'augmented, ' if metrics.get('augment', 'none') != 'none' else ''}dropout, batch statistics)"
         )
     return "\n".join(lines)

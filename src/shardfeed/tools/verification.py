@@ -70,7 +70,8 @@ class VerifyReport:
                 "(no manifest: `shardfeed adopt` it, then verify decodes every image against the manifest)"
             )
         else:
-            head = f"{self.path}: {self.shards} shards, {self.records} records, {self.images_decoded} images decoded"
+            shards = f"{self.shards} shard{'s' * (self.shards != 1)}"
+            head = f"{self.path}: {shards}, {self.records} records, {self.images_decoded} images decoded"
         near = self.near_duplicates
         note = (
             f"\n  near-duplicates: {near['groups']} groups of {near['images']} images, {near['leaks']} across splits "

@@ -101,7 +101,8 @@ class ConversionResult:
         for name in self.manifest.split_names:
             info = self.manifest.split(name)
             lines.append(
-                f"  {name}: {info.num_records} records in {len(info.shards)} shards, {info.num_bytes / 1e6:.1f} MB"
+                f"  {name}: {info.num_records} records in {len(info.shards)} shard{'s' * (len(info.shards) != 1)}, "
+                f"{info.num_bytes / 1e6:.1f} MB"
             )
         empty = [name for name in self.requested_splits if name not in self.manifest.split_names]
         if empty:
