@@ -157,3 +157,41 @@ def test_a_tar_bomb_is_refused_before_it_is_read(scratch: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "not read" in _skipped(scratch / "out")["bomb.tar.gz:0001"]
     assert peak_kib < 400 * 1024, f"peak memory {peak_kib / 1024:.0f} MiB"
+
+
+def test_split_names_from_a_csv_are_names_never_paths(scratch: Path) -> None:
+    """A CSV split value '../victim/pwnsplit' (the issue's had four '../') wrote a shard, its index and a partial manifest
+    outside the output folder: now those rows are reported and the rest converted."""
+    images = _jpegs(4)
+    rows = ["path,label,split"]
+    for i, data in enumerate(images):
+        (scratch / "src" / f"{i}.jpg").write_bytes(data)
+        rows.append(f"{i}.jpg,{'ab'[i % 2]},{'train' if i < 2 else '../victim/pwnsplit'}")
+    (scratch / "src" / "list.csv").write_text("\n".join(rows) + "\n")
+    done, _ = _convert(scratch, "src/list.csv", "out")
+    assert done.returncode == 0, done.stderr
+    skipped = _skipped(scratch / "out")
+    assert set(skipped) == {"2.jpg", "3.jpg"}
+    assert all("is not letters, digits, '_' and '-' only" in r for r in skipped.values())
+    assert list(json.loads((scratch / "out" / "manifest.json").read_text())["splits"]) == ["train"]
+
+
+@pytest.mark.parametrize(
+    ("layout", "named"),
+    [
+        ({"dataset_dict.json": {"splits": ["../../victim/pwnarrow"]}}, "split '../../victim/pwnarrow'"),
+        ({"state.json": {"_data_files": [{"filename": "../victim/data.arrow"}]}}, "_data_files"),
+        ({"state.json": {"_data_files": [{"filename": "/etc/hostname"}]}}, "absolute path"),
+    ],
+)
+def test_a_save_to_disk_folder_naming_files_outside_itself_is_refused(
+    scratch: Path, layout: dict[str, object], named: str
+) -> None:
+    pytest.importorskip("pyarrow")
+    for name, content in layout.items():
+        (scratch / "src" / name).write_text(json.dumps(content))
+    done, _ = _convert(scratch, "src", "out")
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and named in last and "outside the dataset" in last, last
+    assert not (scratch / "out" / "manifest.json").exists()

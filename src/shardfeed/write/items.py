@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass, field
 
 from shardfeed.format import fileio
+from shardfeed.format.confinement import split_refusal
 
 # Top-level folder (or file name prefix) names that mark an already split layout.
 SPLIT_FOLDER_NAMES = frozenset({"train", "training", "validation", "valid", "val", "test", "testing", "eval", "dev"})
@@ -46,6 +48,19 @@ class Discovery:
     class_names: list[str] | None
     skipped: list[tuple[str, str]] = field(default_factory=list)
     presplit: bool = False
+
+    def with_safe_splits(self) -> Discovery:
+        """This discovery with every item whose split name comes from the data and could not be
+        a file name's part (`confinement.split_refusal`: '../../x/pwnsplit' wrote a shard outside
+        the output folder) moved to the skipped inputs, with the reason."""
+        refused = {s: r for s in {i.split for i in self.items if i.split is not None} if (r := split_refusal(s))}
+        if not refused:
+            return self
+        kept = [i for i in self.items if i.split not in refused]
+        skipped = self.skipped + [
+            (i.key, f"{refused[i.split]}: not converted") for i in self.items if i.split in refused
+        ]
+        return dataclasses.replace(self, items=kept, skipped=skipped)
 
     def fingerprint(self) -> str:
         """A hash of every item's key, size, label and split: equal inputs, equal fingerprint."""

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from shardfeed.errors import SourceError
-from shardfeed.format import fileio, storage
+from shardfeed.format import confinement, fileio, storage
 from shardfeed.format.image_format import sniff_format
 from shardfeed.write.items import Discovery
 from shardfeed.write.staging import Extracted, Staged, Writer
@@ -108,12 +108,17 @@ class TableSource:
         dict_file = fileio.join(self.path, "dataset_dict.json")
         if fileio.exists(dict_file):
             splits = json.loads(fileio.read_bytes(dict_file))["splits"]
+            for split in splits:  # each names a folder here, and a split of the output
+                _refuse(dict_file, f"split {split!r}", confinement.split_refusal(split))
             folders = [(fileio.join(self.path, s), s) for s in splits]
         else:
             folders = [(self.path, None)]
         out = []
         for folder, split in folders:
-            state = json.loads(fileio.read_bytes(fileio.join(folder, "state.json")))
+            state_file = fileio.join(folder, "state.json")
+            state = json.loads(fileio.read_bytes(state_file))
+            for f in state["_data_files"]:
+                _refuse(state_file, "_data_files", confinement.entry_refusal(f.get("filename")))
             out += [(fileio.join(folder, f["filename"]), split) for f in state["_data_files"]]
         return out
 
@@ -262,3 +267,9 @@ def _image_value(value: Any) -> tuple[bytes | None, str | None]:
     if isinstance(value, str):
         return None, value
     return None, None
+
+
+def _refuse(file: str, entry: str, refusal: str | None) -> None:
+    """A SourceError naming the file and the entry that would read outside the dataset."""
+    if refusal:
+        raise SourceError(f"{storage.redact(file)}: {entry}: {refusal}; refused (it would be read outside the dataset)")
