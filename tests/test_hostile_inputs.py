@@ -160,8 +160,9 @@ def test_a_tar_bomb_is_refused_before_it_is_read(scratch: Path) -> None:
 
 
 def test_split_names_from_a_csv_are_names_never_paths(scratch: Path) -> None:
-    """A CSV split value '../victim/pwnsplit' (the issue's had four '../') wrote a shard, its index and a partial manifest
-    outside the output folder: now those rows are reported and the rest converted."""
+    """A CSV split value '../victim/pwnsplit' (the issue's had four '../') wrote a shard, its index
+    and a partial manifest outside the output folder: now those rows are reported, the rest
+    converted."""
     images = _jpegs(4)
     rows = ["path,label,split"]
     for i, data in enumerate(images):
@@ -195,3 +196,67 @@ def test_a_save_to_disk_folder_naming_files_outside_itself_is_refused(
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and named in last and "outside the dataset" in last, last
     assert not (scratch / "out" / "manifest.json").exists()
+
+
+def test_image_paths_in_table_rows_stay_inside_the_dataset(scratch: Path) -> None:
+    """Rows naming an absolute path, a '../' path, a link out of the folder, a FIFO and an
+    http:// URL on a loopback server: none is read or fetched (the FIFO hung the conversion, the
+    URL was fetched); each row is reported, the rows naming files inside are converted. With
+    --outside-images the absolute path is read."""
+    pa = pytest.importorskip("pyarrow")
+    import http.server
+    import threading
+
+    import pyarrow.parquet as pq
+
+    images = _jpegs(3)
+    (scratch / "src" / "inside.jpg").write_bytes(images[0])
+    (scratch / "src" / "sub").mkdir()
+    (scratch / "src" / "sub" / "also.jpg").write_bytes(images[1])
+    (scratch / "victim" / "secret.jpg").write_bytes(images[2])
+    (scratch / "src" / "link.jpg").symlink_to(scratch / "victim" / "secret.jpg")
+    os.mkfifo(scratch / "src" / "fifo.jpg")
+    requests: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            requests.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(images[2])
+
+        do_HEAD = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        paths = [
+            "inside.jpg",
+            "./sub/also.jpg",
+            str(scratch / "victim" / "secret.jpg"),
+            "../victim/secret.jpg",
+            "link.jpg",
+            "fifo.jpg",
+            f"http://127.0.0.1:{server.server_address[1]}/secret.jpg",
+        ]
+        table = pa.table({"image": [{"bytes": None, "path": p} for p in paths], "label": [0, 1] * 3 + [0]})
+        pq.write_table(table, scratch / "src" / "data.parquet")
+        done, _ = _convert(scratch, "src/data.parquet", "out", "--split", "train=1")
+        assert done.returncode == 0, done.stderr
+        assert requests == []
+        skipped = _skipped(scratch / "out")
+        assert len(skipped) == 5, skipped
+        reasons = " | ".join(skipped.values())
+        for words in ("absolute path", "leaves the folder", "link that leads outside", "is a FIFO", "is a URL"):
+            assert words in reasons, words
+        m = json.loads((scratch / "out" / "manifest.json").read_text())
+        assert m["splits"]["train"]["num_records"] == 2
+        (scratch / "src" / "fifo.jpg").unlink()
+        done, _ = _convert(scratch, "src/data.parquet", "out2", "--split", "train=1", "--outside-images")
+        assert done.returncode == 0, done.stderr
+        assert len(requests) >= 1  # the opt-in fetches what the row names
+    finally:
+        server.shutdown()

@@ -70,6 +70,13 @@ def _input_flags(g: Any) -> None:
     )
     g.add_argument("--image-column", help="Parquet/Arrow: the image column (default: the Image feature, or 'image')")
     g.add_argument(
+        "--outside-images",
+        action="store_true",
+        default=None,
+        help="Parquet/Arrow: also read images the rows name by absolute path, '../' or URL (off: only files "
+        "inside the dataset's folder are read; a table from elsewhere could name any file or server)",
+    )
+    g.add_argument(
         "--image-ext",
         help="WebDataset: the image member's extensions, first present wins (default: jpg;png;jpeg;webp)",
     )
@@ -246,6 +253,7 @@ def _source_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "container_options": {
             "image_column": args.image_column,
+            "outside_images": args.outside_images,
             "label_column": "" if label_column == "none" else label_column,
             "image_exts": args.image_ext,
             "label_ext": args.label_ext,

@@ -238,7 +238,7 @@ def resolve_source(
         source: a path, or an already built source object (returned as is).
         labels_from: for folders: 'folders' (class per folder), 'filenames', or 'none'.
         label_pattern: regex with one group, for labels_from='filenames'.
-        container_options: image_column/label_column for tables; image_exts, label_ext,
+        container_options: image_column/label_column/outside_images for tables; image_exts, label_ext,
             label_field, class_names for WebDataset tars (None values are left out).
         csv_or_array_options: column names for CSV, array names for NumPy inputs.
     """
@@ -252,8 +252,9 @@ def resolve_source(
         return ArraySource(source, **csv_or_array_options)
     if labels_from not in LABELS_FROM:
         raise SourceError(f"labels_from must be one of {list(LABELS_FROM)}, got {labels_from!r}")
-    table = {k: v for k, v in container_options.items() if k in ("image_column", "label_column") and v is not None}
-    wds = {k: v for k, v in container_options.items() if k not in table and v is not None}
+    table_keys = ("image_column", "label_column", "outside_images")
+    table = {k: v for k, v in container_options.items() if k in table_keys and v is not None}
+    wds = {k: v for k, v in container_options.items() if k not in table_keys and v is not None}
     if labels_from == "folders" and looks_like_webdataset(source):  # first: img2dataset puts Parquet beside tars
         return WebDatasetSource(source, **wds)
     if labels_from == "folders" and looks_like_table(source):

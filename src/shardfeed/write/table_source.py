@@ -19,7 +19,6 @@ image/filename) is its table and row: `data/train-00000-of-00002.parquet/0000123
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio, storage
 from shardfeed.format.image_format import sniff_format
+from shardfeed.write import image_limits
 from shardfeed.write.items import Discovery
 from shardfeed.write.staging import Extracted, Staged, Writer
 
@@ -69,10 +69,18 @@ def _parquet_files(folder: str) -> list[str]:
 class TableSource:
     """Parquet or Arrow tables of images (see the module docstring)."""
 
-    def __init__(self, path: str, *, image_column: str | None = None, label_column: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        image_column: str | None = None,
+        label_column: str | None = None,
+        outside_images: bool = False,
+    ) -> None:
         self.path = path.rstrip("/")
         self.image_column = image_column
         self.label_column = label_column
+        self.outside_images = outside_images  # rows may name images outside the folder (paths, URLs)
         self.kind = "arrow" if self._arrow_layout() else "parquet"
         self.staged: Staged | None = None
 
@@ -177,11 +185,9 @@ class TableSource:
         """One row: its image staged and listed, or the row reported with why not."""
         data, path = _image_value(value)
         if data is None and path:
-            local = path if os.path.isabs(path) or "://" in path else fileio.join(self._root(), path)
-            try:
-                data = fileio.read_bytes(local)
-            except OSError as e:
-                found.skipped.append((where, f"its image names the file {path!r}, which cannot be read: {e}"))
+            data, why = self._named_image(path)
+            if why:
+                found.skipped.append((where, f"its image names {path[:200]!r}: {why}"))
                 return
         if not data:
             found.skipped.append((where, "no image in the row (empty or null)"))
@@ -201,6 +207,31 @@ class TableSource:
         key = key_base + "." + (sniff_format(data) or "bin").replace("jpeg", "jpg")
         writer.put(key, data)
         found.images.append((key, label, split))
+
+    def _named_image(self, path: str) -> tuple[bytes | None, str | None]:
+        """The bytes of the image file a row names, or why it is not read. Only regular files
+        inside the dataset's folder, up to the largest allowed image's size, unless
+        `outside_images`: a table from elsewhere named /etc files, '../' paths, a FIFO (the
+        conversion hung), /dev/zero (6 GB in 13 s) and http:// URLs, which were fetched."""
+        outside = confinement.entry_refusal(path)
+        if outside and not self.outside_images:
+            return None, f"{outside}; images outside the dataset's folder are read only with --outside-images"
+        local = path if outside else fileio.join(self._root(), confinement.normalised_entry(path))
+        if not storage.is_url(local):
+            if not outside and not storage.is_url(self._root()) and not confinement.inside(self._root(), local):
+                return None, "a link that leads outside the dataset's folder; read only with --outside-images"
+            refusal = confinement.regular_file_refusal(local)
+            if refusal:
+                return None, f"the file {refusal}"
+        limit = image_limits.max_file_bytes(image_limits.DEFAULT_MAX_PIXELS)
+        try:
+            with fileio.open_binary(local, "rb") as f:  # bounded: a file's size may be unknown (a URL) or lie
+                data = f.read(-1 if limit is None else limit + 1)
+        except OSError as e:
+            return None, f"the file cannot be read: {e}"
+        if limit is not None and len(data) > limit:
+            return None, f"the file holds more than any allowed image needs ({limit:,} bytes)"
+        return data, None
 
     def _root(self) -> str:
         return self.path if fileio.isdir(self.path) else self.path.rsplit("/", 1)[0]
