@@ -421,3 +421,35 @@ def test_split_groups_resume_after_kill_to_the_same_bytes(
         pytest.skip("the conversion finished before the kill")
     subprocess.run([sys.executable, "-c", KILLED, str(root), str(killed)], check=True, timeout=300)
     assert _shards(killed) == _shards(whole)
+
+
+def test_the_same_photo_under_two_labels_is_a_label_conflict_and_dedupe_picks_no_label(
+    photo_tree: Path, tmp_path: Path
+) -> None:
+    """An exact copy and a resized copy of two photos, each filed under another class: both are
+    label conflicts, listed first (exact before near) in report.json, said in the summary and
+    drawn in report.html; --dedupe near drops neither copy (which label would it keep?) but
+    still drops a same-label copy."""
+    from shardfeed.cli.report_cmd import write_dataset_report
+
+    src = tmp_path / "src"
+    shutil.copytree(photo_tree, src)
+    shutil.copy(src / "coffee" / "000.jpg", src / "rocket" / "copy-of-coffee.jpg")
+    with Image.open(src / "chelsea" / "001.jpg") as im:
+        im.resize((im.width * 3 // 4, im.height * 3 // 4)).save(src / "astronaut" / "smaller-chelsea.jpg", quality=80)
+    shutil.copy(src / "rocket" / "002.jpg", src / "rocket" / "same-label-copy.jpg")
+    for dedupe, out in ((None, tmp_path / "plain"), ("near", tmp_path / "deduped")):
+        options = ConvertOptions(split="train=1", dedupe=dedupe) if dedupe else ConvertOptions(split="train=1")
+        result = convert(str(src), str(out), options, workers=1, progress=False)
+        report = json.loads((out / "report.json").read_text())
+        conflicts = report["label_conflicts"]
+        assert [c["kind"] for c in conflicts] == ["exact", "near"], conflicts
+        assert conflicts[0]["files"] == ["coffee/000.jpg", "rocket/copy-of-coffee.jpg"]
+        assert conflicts[0]["labels"] == ["coffee", "rocket"]
+        assert sorted(conflicts[1]["labels"]) == ["astronaut", "chelsea"]
+        assert "2 groups of the same image carry different labels" in result.summary()
+        html = Path(write_dataset_report(str(out))).read_text()
+        assert "Label conflicts (the same image under different labels): 2" in html
+    assert "--dedupe picks no label" in result.summary()
+    dropped = {d["file"] for d in report["dropped_duplicates"]}
+    assert dropped == {"rocket/same-label-copy.jpg"}, dropped

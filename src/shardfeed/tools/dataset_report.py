@@ -188,7 +188,7 @@ def _problems(report: dict[str, Any], source: str, max_pixels: int | None) -> st
         except Exception:  # an unreadable input is exactly what this table lists
             return '<span class="note">does not decode</span>'
 
-    tables = []
+    tables = [_conflict_table(report.get("label_conflicts", []), thumb)]
     for title, rows in (
         ("Skipped (not in any shard)", [(r["file"], r["reason"]) for r in report.get("skipped", [])]),
         ("Re-encoded on write", [(r["file"], r["reason"]) for r in report.get("converted", [])]),
@@ -205,6 +205,23 @@ def _problems(report: dict[str, Any], source: str, max_pixels: int | None) -> st
     if "near_duplicates" in report:
         tables.append(_near_table(report["near_duplicates"], thumb))
     return h.section("Inputs not stored as they came", *tables)
+
+
+def _conflict_table(conflicts: list[dict[str, Any]], thumb: Any) -> str:
+    """Groups of one image under different labels, first of the problems: each copy drawn with
+    its file name and the label it carries."""
+    title = "Label conflicts (the same image under different labels)"
+    if not conflicts:
+        return f"<h3>{h.esc(title)}: none</h3>"
+    body = [
+        [
+            " ".join(h.figure(thumb(f), f"{f}: {label}") for f, label in zip(c["files"], c["labels"], strict=True)),
+            h.esc("exact copies" if c["kind"] == "exact" else "near-duplicates"),
+        ]
+        for c in conflicts[:MAX_ROWS]
+    ]
+    more = f'<p class="note">{len(conflicts) - MAX_ROWS:,} more in report.json</p>' if len(conflicts) > MAX_ROWS else ""
+    return f'<h3 class="warn">{h.esc(title)}: {len(conflicts):,}</h3>' + h.table(["images", "kind"], body) + more
 
 
 def _near_table(groups: list[dict[str, Any]], thumb: Any) -> str:

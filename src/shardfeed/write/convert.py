@@ -120,6 +120,7 @@ class ConversionResult:
             + notes.near_summary(data)
         )
         lines.append(f"  {extra} (details: {fileio.join(self.output_dir, manifest.REPORT_NAME)})")
+        lines += notes.label_conflict_lines(data, data.get("settings", {}).get("dedupe"))
         upscaled = data["conversions"].get(UPSCALED, 0)
         if upscaled:
             lines.append(

@@ -56,11 +56,19 @@ def before_split(
     when the options act on them (None when they don't)."""
     dropped = find_duplicates(spec, discovery, pool, workers) if options.dedupe else []
     if not options.acts_on_near_duplicates or options.near_radius is None:
-        return dropped, None
+        return same_label(dropped, discovery), None
     groups = near_groups(spec, discovery, pool, workers, options.near_radius)
     if options.dedupe == "near":
         dropped = near_drops(groups, dropped)
-    return dropped, groups
+    return same_label(dropped, discovery), groups
+
+
+def same_label(dropped: list[tuple[str, str]], discovery: Discovery) -> list[tuple[str, str]]:
+    """The (dropped, kept) pairs whose two images carry one label. Dropping a copy labelled
+    otherwise would pick a label silently: such copies are all kept, and the conversion reports
+    them as label conflicts (report.json `label_conflicts`, the summary, report.html)."""
+    label_of = {item.key: item.label for item in discovery.items}
+    return [(d, k) for d, k in dropped if label_of.get(d) == label_of.get(k)]
 
 
 def near_groups(

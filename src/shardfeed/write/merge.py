@@ -70,9 +70,34 @@ def merge_manifest(
         "num_skipped": len(discovery.skipped) + sum(len(r.skipped) for r in results),
         "num_duplicates": len(duplicates),
         "num_dropped_duplicates": len(dropped),
+        **({"num_label_conflicts": n} if (n := len(label_conflicts(duplicates, near, discovery))) else {}),
         **near_counts(near, options.near_radius, moves),
         "report": manifest.REPORT_NAME,
     }
+
+
+def label_conflicts(
+    duplicates: list[dict[str, Any]], near: list[dict[str, Any]] | None, discovery: Discovery
+) -> list[dict[str, Any]]:
+    """The duplicate and near-duplicate groups whose images carry different labels: the same
+    photo taught as two classes, the most harmful duplicate there is. Exact copies first, each
+    with its files and their class names in order."""
+    if discovery.class_names is None:
+        return []
+    names = discovery.class_names
+    label_of = {item.key: item.label for item in discovery.items}
+    out: list[dict[str, Any]] = []
+    exact = {frozenset(g["files"]) for g in duplicates}
+    for kind, groups in (("exact", duplicates), ("near", near or [])):
+        for group in groups:
+            if kind == "near" and frozenset(group["files"]) in exact:  # exact copies, said once
+                continue
+            labels = [label_of.get(f, -1) for f in group["files"]]
+            known = {x for x in labels if 0 <= x < len(names)}
+            if len(known) > 1:
+                shown = [names[x] if 0 <= x < len(names) else "?" for x in labels]
+                out.append({"kind": kind, "files": group["files"], "labels": shown})
+    return out
 
 
 def near_counts(
@@ -234,6 +259,7 @@ def report_of(
         "converted": [{"file": k, "reason": why} for k, why in sorted(c for r in results for c in r.converted)],
         "warnings": [{"file": k, "warning": w} for k, w in sorted(x for r in results for x in r.warnings)],
         "duplicates": duplicates,
+        "label_conflicts": label_conflicts(duplicates, near, discovery),
         "dropped_duplicates": [{"file": k, "duplicate_of": kept} for k, kept in sorted(dropped)],
         **({} if near is None else {"near_duplicates": near}),
     }

@@ -36,6 +36,18 @@ def non_jpeg_note(formats: dict[str, int]) -> str | None:
     )
 
 
+def label_conflict_lines(data: dict[str, Any], dedupe: object) -> list[str]:
+    """The warning for duplicate groups whose images carry different labels, or none."""
+    conflicts = data.get("num_label_conflicts", 0)
+    if not conflicts:
+        return []
+    kept = " --dedupe picks no label: every copy of these was kept;" if dedupe else ""
+    return [
+        f"  warning: {conflicts} groups of the same image carry different labels (label conflicts, listed first "
+        f"in report.json `label_conflicts` and report.html);{kept} correct their labels or remove the copies"
+    ]
+
+
 def near_summary(data: dict[str, Any]) -> str:
     """', N near-duplicate groups (K across splits)' from a manifest, or '' (not looked for)."""
     near = data.get("near_duplicates")
