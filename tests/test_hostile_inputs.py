@@ -260,3 +260,17 @@ def test_image_paths_in_table_rows_stay_inside_the_dataset(scratch: Path) -> Non
         assert len(requests) >= 1  # the opt-in fetches what the row names
     finally:
         server.shutdown()
+
+
+def test_a_class_name_with_a_line_break_is_refused_in_one_line(scratch: Path) -> None:
+    """labels.txt and TFDS' label file hold one name a line: 'cat\\nrm' would make two classes."""
+    images = _jpegs(2)
+    rows = ["path,label"] + [f'{i}.jpg,"{name}"' for i, name in enumerate(("cat", "dog\nrm -rf"))]
+    for i, data in enumerate(images):
+        (scratch / "src" / f"{i}.jpg").write_bytes(data)
+    (scratch / "src" / "list.csv").write_text("\n".join(rows) + "\n")
+    done, _ = _convert(scratch, "src/list.csv", "out")
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "holds a line break or control character" in last, done.stderr
+    assert not (scratch / "out" / "labels.txt").exists()

@@ -237,7 +237,7 @@ class _Conversion:
         # The pool first: workers forked after the lock is taken would inherit it, and outlive a
         # killed run holding it (its re-run was refused naming a dead pid).
         with WorkerPool(self.run_settings.workers) as pool, folder_lock.hold(self.output_dir):
-            discovery = self.source.discover().with_safe_splits()
+            discovery = self.source.discover().with_safe_names()
             if not discovery.items:
                 raise SourceError(
                     f"no images found in {discovery.root!r} ({len(discovery.skipped)} files could not be used)"

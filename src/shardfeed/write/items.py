@@ -7,8 +7,9 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
+from shardfeed.errors import SourceError
 from shardfeed.format import fileio
-from shardfeed.format.confinement import split_refusal
+from shardfeed.format.confinement import split_refusal, text_refusal
 
 # Top-level folder (or file name prefix) names that mark an already split layout.
 SPLIT_FOLDER_NAMES = frozenset({"train", "training", "validation", "valid", "val", "test", "testing", "eval", "dev"})
@@ -49,10 +50,19 @@ class Discovery:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     presplit: bool = False
 
-    def with_safe_splits(self) -> Discovery:
+    def with_safe_names(self) -> Discovery:
         """This discovery with every item whose split name comes from the data and could not be
         a file name's part (`confinement.split_refusal`: '../../x/pwnsplit' wrote a shard outside
-        the output folder) moved to the skipped inputs, with the reason."""
+        the output folder) moved to the skipped inputs, with the reason.
+
+        Raises:
+            SourceError: a class name holds a line break or control character: labels.txt and
+                TFDS' label file hold one name a line (TFDS read 6 names for 5 classes).
+        """
+        for name in self.class_names or []:
+            refusal = text_refusal(name)
+            if refusal:
+                raise SourceError(f"{self.root}: {refusal}; rename that class (labels.txt holds one name a line)")
         refused = {s: r for s in {i.split for i in self.items if i.split is not None} if (r := split_refusal(s))}
         if not refused:
             return self
