@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -315,3 +316,29 @@ def test_a_handed_shard_stays_until_read_to_its_end(tmp_path: Path) -> None:
         feed.finished(path.encode())
     assert len(rest) == 5 and len(set(handed + rest)) == 8
     assert not list((tmp_path / "cache").glob("*.pin"))
+
+
+def test_a_cache_limit_too_small_for_any_split_a_run_reads_is_refused_before_training(
+    bucket: str, photo_tree: Path, tmp_path: Path
+) -> None:
+    """The training shards are larger than the validation ones: a limit too small for either is
+    refused naming a training shard (the largest this run reads), before the model is built; it
+    named the validation shard, whose suggested limit then failed again."""
+    from shardfeed.read import options as read_options
+    from shardfeed.training import TrainOptions, train
+
+    local = tmp_path / "data"
+    convert(str(photo_tree), str(local), ConvertOptions(split="train=0.75,validation=0.25", shards=1), progress=False)
+    m = json.loads((local / "manifest.json").read_text())
+    train_size = max(s["num_bytes"] for s in m["splits"]["train"]["shards"])
+    val_size = max(s["num_bytes"] for s in m["splits"]["validation"]["shards"])
+    assert train_size > 2 * val_size
+    url = _upload(local, f"{bucket}/data")
+    limit = 4 * val_size - 1
+    os.environ[read_options.CACHE_LIMIT_VARIABLE] = str(limit)
+    try:
+        with pytest.raises(OptionError, match=rf"of split 'train', {train_size:,} bytes\); it must hold at least 4"):
+            train(url, str(tmp_path / "run"), TrainOptions(epochs=1, batch_size=8, image_size=32), verbose=0)
+    finally:
+        del os.environ[read_options.CACHE_LIMIT_VARIABLE]
+    assert not (tmp_path / "run" / "model.keras").exists()

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from shardfeed.errors import OptionError, ShardfeedError
+from shardfeed.format import manifest
 from shardfeed.format.storage import StorageError
 from shardfeed.read.order import global_order
 from shardfeed.read.shard_cache import RemoteShard, ShardCache
@@ -83,6 +84,27 @@ def reading_cycle(cache: ShardCache, shards: list[RemoteShard], cycle: int) -> i
             f"hold at least 4 ({4 * largest:,} bytes) to read while fetching"
         )
     return max(1, min(cycle, (fits - 2) // 2))
+
+
+def check_room(cache: ShardCache, m: manifest.Manifest, splits: list[str]) -> None:
+    """Refuses, before any work, a cache limit that cannot read every split a run reads: the
+    limit was checked split by split as each pipeline was built, so a training run was refused
+    only once its model was built, naming the validation split's shard as "the largest" while
+    the training split's were four times larger (the limit it suggested failed again).
+
+    Raises:
+        OptionError: the limit holds fewer than 4 of the largest shard (see `reading_cycle`).
+    """
+    sized = [(s.num_bytes, split, s.file) for split in splits for s in m.split(split).shards]
+    if cache.limit is None or not sized:
+        return
+    size, split, file = max(sized)
+    if cache.limit // max(1, size) < 4:
+        raise OptionError(
+            f"cache_limit {cache.limit:,} bytes holds {cache.limit // max(1, size)} of the largest shard this run "
+            f"reads ({file} of split {split!r}, {size:,} bytes); it must hold at least 4 ({4 * size:,} bytes) to "
+            "read while fetching"
+        )
 
 
 class ShardFeed:

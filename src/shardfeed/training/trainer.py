@@ -14,10 +14,11 @@ from dataclasses import replace
 from typing import Any
 
 from shardfeed.errors import OptionError, RunFolderError, SourceError, tensorflow_message
-from shardfeed.format import manifest
+from shardfeed.format import manifest, storage
 from shardfeed.lazy import tensorflow
 from shardfeed.read.mixture import Mixture, open_mixture
 from shardfeed.read.options import ReadOptions
+from shardfeed.read.shard_feed import check_room
 from shardfeed.tools.bottleneck import PROBE_BATCHES, input_probe
 from shardfeed.training.augment_choice import choose_augment
 from shardfeed.training.batchnorm import batches_for, precise_bn_callback
@@ -188,6 +189,8 @@ class _TrainingRun:
             OptionError: the split holds less than one batch.
         """
         split, batch_size = self.options.train_split, self.options.batch_size
+        if storage.is_url(self.data):  # every split it reads, before the model is built
+            check_room(self.train_read.shard_cache(), self.manifest, [split, *filter(None, [self._validation_split()])])
         count = self.manifest.split(split).num_records
         if count < batch_size:
             raise OptionError(
@@ -206,12 +209,10 @@ class _TrainingRun:
                 count,
             )
         elif rest:
+            batches = -(-count // batch_size)
             log.info(
-                "batches: %d an epoch, the last of %d images (%d training images, batch %d): every image each epoch",
-                -(-count // batch_size),
-                rest,
-                count,
-                batch_size,
+                f"batches: {batches} an epoch, the last of {rest} images ({count} training images, batch "
+                f"{batch_size}): every image each epoch"
             )
         return self.inputs.steps_per_epoch(split, read=self.train_read)
 
