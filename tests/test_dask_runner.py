@@ -79,6 +79,7 @@ def test_dask_output_is_byte_identical_and_both_workers_write(cluster: Cluster, 
         str(odd_tree), str(tmp_path / "dask-out"), *flags, "--runner", "dask", "--dask-address", cluster.address
     )
     assert done.returncode == 0, done.stderr
+    assert "pipeline: " in done.stderr and " shards written in " in done.stderr  # it says what it did
     assert shard_bytes(tmp_path / "dask-out") == shard_bytes(tmp_path / "local")
     executed = cluster.executed()
     assert len(executed) == 2 and all(n > 0 for n in executed.values()), executed  # shards spread over both
@@ -166,3 +167,39 @@ def test_dask_runner_flags() -> None:
         flags_for("dask", None)
     with pytest.raises(OptionError, match="drop --runner="):
         flags_for("dask", "--runner=DirectRunner --dask_client_address=tcp://h:1")
+
+
+NO_WORKERS = """
+import sys
+from shardfeed.write import beam_runner
+beam_runner.WORKER_WAIT = 3
+from shardfeed.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_scheduler_without_workers_is_said_and_then_an_error(odd_tree: Path, tmp_path: Path) -> None:
+    """A scheduler with no worker: the run says it waits, then fails naming the command that
+    starts one (it waited silently; 60 s were seen)."""
+    address, procs = start_cluster(0, tmp_path)
+    try:
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        command = [sys.executable, "-c", NO_WORKERS, "convert", str(odd_tree), str(tmp_path / "out")]
+        done = subprocess.run(
+            [*command, "--runner", "dask", "--dask-address", address, "-q"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=20)
+    assert done.returncode == 1, done.stderr
+    assert f"no worker is connected to {address} yet; waiting up to 3 s" in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == (
+        f"error: no Dask worker connected to {address} within 3 s; start workers there (`dask worker {address}`), "
+        "on machines that reach the source and output folders"
+    ), last

@@ -10,16 +10,22 @@ output.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import shlex
+import threading
+import time
+from collections.abc import Iterator
 
 from shardfeed.errors import ConvertError, OptionError
 from shardfeed.format import fileio
-from shardfeed.lazy import apache_beam
+from shardfeed.lazy import apache_beam, dask_distributed
 from shardfeed.write.items import Item
 from shardfeed.write.planning import ShardPlan
 from shardfeed.write.shards import ShardResult, WriteTarget
 
+log = logging.getLogger("shardfeed")
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"  # Beam has no short name for it
 DASK_TIMEOUT = "10"  # seconds connecting to the scheduler: a scheduler that is not there is an error, not a wait
 
@@ -67,8 +73,13 @@ def write_shards(pending: list[ShardPlan], target: WriteTarget, beam_options: li
             for i in plan.items
         ]
         fileio.write_text_atomic(fileio.join(plan_dir, plan.file + ".json"), json.dumps(rows))
+    dask = f"--runner={DASK_RUNNER}" in flags
+    if dask:
+        wait_for_workers(next(f.split("=", 1)[1] for f in flags if f.startswith("--dask_client_address=")))
     try:
-        with beam.Pipeline(options=PipelineOptions(flags)) as pipeline:
+        local = f"--runner={LOCAL_RUNNER}" in flags  # in this process: the summary says it all
+        watched = contextlib.nullcontext() if local else _progress(target, len(pending))
+        with watched, beam.Pipeline(options=PipelineOptions(flags)) as pipeline:
             _ = (
                 pipeline
                 | "Shards" >> beam.Create([(plan.split, plan.file) for plan in pending])
@@ -76,7 +87,7 @@ def write_shards(pending: list[ShardPlan], target: WriteTarget, beam_options: li
                 | "EncodeAndWrite" >> beam.Map(_ShardWriter(target))
             )
     except OSError as e:
-        if f"--runner={DASK_RUNNER}" not in flags:
+        if not dask:
             raise
         raise ConvertError(f"{e} (is `dask scheduler` running there, and reachable from this machine?)") from e
     done = {}
@@ -86,6 +97,63 @@ def write_shards(pending: list[ShardPlan], target: WriteTarget, beam_options: li
             raise ConvertError(f"the Beam pipeline finished without committing shard {plan.file}")
         done[plan.file] = result
     return done
+
+
+WORKER_WAIT = 120.0  # seconds a Dask run waits for its first worker before it fails saying so
+PROGRESS_EVERY = 10.0  # seconds between the runner's progress lines
+
+
+def wait_for_workers(address: str) -> None:
+    """Returns once the Dask scheduler at `address` has a worker, saying that it waits.
+
+    Raises:
+        ConvertError: none joined within WORKER_WAIT seconds (the pipeline waited silently).
+    """
+    distributed = dask_distributed()
+    try:
+        with distributed.Client(address, timeout=float(DASK_TIMEOUT)) as client:
+            if client.scheduler_info()["workers"]:
+                return
+            log.info("dask: no worker is connected to %s yet; waiting up to %.0f s", address, WORKER_WAIT)
+            try:
+                client.wait_for_workers(1, timeout=WORKER_WAIT)
+            except (TimeoutError, distributed.TimeoutError) as e:
+                raise ConvertError(
+                    f"no Dask worker connected to {address} within {WORKER_WAIT:.0f} s; start workers there "
+                    f"(`dask worker {address}`), on machines that reach the source and output folders"
+                ) from e
+    except OSError as e:
+        raise ConvertError(f"{e} (is `dask scheduler` running at {address}, and reachable from this machine?)") from e
+
+
+@contextlib.contextmanager
+def _progress(target: WriteTarget, total: int) -> Iterator[None]:
+    """Logs 'pipeline: N of M shards written' every PROGRESS_EVERY seconds while a pipeline
+    runs on a cluster, counted from the partial manifests the workers commit (a Dask run said
+    nothing until it ended)."""
+    stop = threading.Event()
+    start = time.monotonic()
+
+    def committed() -> int:
+        return len(fileio.glob(fileio.join(target.work_dir, "parts", "*.json")))
+
+    before = committed()  # shards kept from an earlier run
+
+    def report() -> None:
+        while not stop.wait(PROGRESS_EVERY):
+            with contextlib.suppress(OSError):
+                done = min(committed() - before, total)
+                log.info("pipeline: %d of %d shards written (%.0f s)", done, total, time.monotonic() - start)
+
+    log.info("pipeline: %d shards to write", total)
+    thread = threading.Thread(target=report, name="shardfeed-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+    log.info("pipeline: %d shards written in %.0f s", min(committed() - before, total), time.monotonic() - start)
 
 
 LOCAL_RUNNER = "FnApiRunner"
