@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import fsspec
@@ -284,3 +285,14 @@ def test_a_glob_keeps_the_credentials_its_pattern_carries(bucket: str) -> None:
     assert found == [pattern.replace("*", "a"), pattern.replace("*", "b")]
     assert fileio.glob(f"{bucket}/g/*.txt") == [f"{bucket}/g/c.txt"]
     assert all(fileio.exists(f) for f in found)
+
+
+def test_a_missing_bucket_or_folder_is_said_as_such(bucket: str) -> None:
+    """Both said 'no TFRecord files match'."""
+    from shardfeed.errors import SourceError
+    from shardfeed.tools import info
+
+    with pytest.raises(SourceError, match=r"the bucket s3://no-such-bucket-\d+ does not exist"):
+        info(f"s3://no-such-bucket-{os.getpid()}/photos")
+    with pytest.raises(SourceError, match=rf"{bucket}/missing does not exist; pass a folder written by"):
+        info(f"{bucket}/missing")

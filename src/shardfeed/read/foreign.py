@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.errors import CorruptRecordError, SourceError
-from shardfeed.format import fileio, manifest, tfrecord
+from shardfeed.format import fileio, manifest, storage, tfrecord
 from shardfeed.format.example_proto import single_int64
 
 COUNTS_SIDECAR = ".shardfeed-counts.json"
@@ -57,7 +57,7 @@ def find_files(path: str | Sequence[str], *, compression: str | None = None) -> 
     if not files:
         if isinstance(path, str) and os.path.isdir(path):
             raise manifest.not_converted(path)
-        raise SourceError(f"no TFRecord files match {path!r}")
+        raise SourceError(_nothing_there(path))
     if all(f.lower().endswith(manifest.IMAGE_SUFFIXES) for f in files):
         raise SourceError(f"{path!r} names image files, not TFRecords: convert them first (`shardfeed convert`)")
     if compression is None and all(f.endswith(".gz") for f in files):
@@ -202,3 +202,19 @@ def one_based_warning(files: list[str], labels: tuple[int, int]) -> str:
         "build_image_data.py, keras_imagenet), read them with ReadOptions(label_offset=1) (--label-offset 1); "
         "pass label_offset=0 to say they are not"
     )
+
+
+def _nothing_there(path: object) -> str:
+    """Why nothing matched `path`: for a bucket URL, whether the bucket or the folder is missing
+    (both said 'no TFRecord files match')."""
+    if isinstance(path, str) and storage.is_url(path) and not any(c in path for c in "*?["):
+        bucket = path.split("://", 1)[0] + "://" + path.split("://", 1)[1].split("/", 1)[0]
+        try:
+            if not fileio.exists(bucket):
+                shown = storage.redact(bucket)
+                return f"{storage.redact(path)}: the bucket {shown} does not exist (or these credentials cannot see it)"
+            if not fileio.exists(path):
+                return f"{storage.redact(path)} does not exist; pass a folder written by `shardfeed convert`"
+        except OSError:
+            pass
+    return f"no TFRecord files match {path!r}"
