@@ -290,7 +290,6 @@ def test_a_glob_keeps_the_credentials_its_pattern_carries(bucket: str) -> None:
 def test_a_missing_bucket_or_folder_is_said_as_such(bucket: str) -> None:
     """Both said 'no TFRecord files match'."""
     from shardfeed.errors import SourceError
-    from shardfeed.tools import info
 
     with pytest.raises(SourceError, match=r"the bucket s3://no-such-bucket-\d+ does not exist"):
         info(f"s3://no-such-bucket-{os.getpid()}/photos")
