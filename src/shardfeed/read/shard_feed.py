@@ -153,9 +153,14 @@ class ShardFeed:
             raise
 
     def close(self) -> None:
-        """Stops handing out shards: later calls fail at once, fetches in flight retry no more."""
+        """Stops handing out shards: later calls fail at once, fetches in flight retry no more,
+        and this process's pins are removed (a failed run left its `.pin` files behind)."""
         if self._failed is None:
             self._failed = StorageError("the shard feed was closed (the process is exiting)")
+        with self._guard:
+            for sha256 in self.reading:
+                self.cache.unpin(sha256)
+            self.reading.clear()
         if self._pass is not None:
             with contextlib.suppress(ValueError):  # running in another thread now: it ends with its fetches
                 self._pass.close()
