@@ -49,6 +49,7 @@ def test_training_learns_and_writes_the_run_folder(run_dir: Path) -> None:
     assert list((run_dir / "tensorboard").rglob("events.out.tfevents.*"))
     assert model_class_names(load_model(str(run_dir / "model.keras"))) == [str(i) for i in range(10)]
     assert len((run_dir / "log.csv").read_text().splitlines()) == 4
+    assert "phase" not in metrics  # log.csv's column, not a metric (it showed as 'phase: 1.0000' beside them)
 
 
 def test_resume_continues_from_the_saved_epoch(run_dir: Path, digits_data: tuple[Path, Path], tmp_path: Path) -> None:

@@ -60,7 +60,9 @@ def disagreements(fitted: float | None, inference: float, validation: float | No
 def final_metrics(net: Any) -> dict[str, float]:
     """The last epoch's logged metrics (empty when no epoch ran)."""
     history = getattr(net, "history", None)
-    return {k: float(v[-1]) for k, v in history.history.items()} if history and history.history else {}
+    if not history or not history.history:
+        return {}
+    return {k: float(v[-1]) for k, v in history.history.items() if k != "phase"}  # phases: metrics.json's own
 
 
 def saved_model_validation(net: Any, val_ds: Any, recomputed: int) -> dict[str, float]:
