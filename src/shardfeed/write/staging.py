@@ -24,6 +24,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio
 from shardfeed.write.folder_lock import process_alive
 from shardfeed.write.items import Discovery, file_item
@@ -116,7 +117,7 @@ class Writer:
         leave the staging folder is a bug in its source, refused here as the last line."""
         refusal = confinement.entry_refusal(key)
         if refusal:
-            raise ValueError(f"staging key refused: {refusal}")
+            raise SourceError(f"a staging key from the data was refused: {refusal}")
         return os.path.join(self.folder, key)
 
     def link(self, key: str, source: str) -> None:
