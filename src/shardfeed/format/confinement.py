@@ -3,10 +3,11 @@
 Datasets are often made by someone else: a tar from the Hub, a CSV from a labelling vendor, a
 manifest someone edited. Any name such data carries (a tar member, a split name, a path in a
 table or a manifest, a class name written into a file) is checked here before it is joined to a
-folder, and refused with the reason when it could reach outside it (`../`, an absolute path), is
-not a plain name (control characters, NUL) or, for a file to open, is not a regular file (a FIFO
-blocks forever, a device never ends). Sources report a refused item with the reason and go on;
-readers of a converted folder refuse the folder in one line.
+folder, and refused with the reason when it could reach outside it (`../`, an absolute path) or is
+not a plain name (control characters, NUL). A file such a name leads to is opened only if it
+is a regular file (`fileio.read_regular`: a FIFO blocks forever, a device never ends). Sources
+report a refused item with the reason and go on; readers of a converted folder refuse the folder
+in one line.
 
 Each check returns the reason a name is refused, or None when it may be used, so a caller decides
 whether one bad item is a per-item skip or a whole refusal.
@@ -17,7 +18,6 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-import stat
 
 # Split names end up in shard file names and manifests: TFDS' own rule for them is `\w+`; `-` too.
 SPLIT_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -57,27 +57,6 @@ def inside(folder: str, path: str) -> bool:
     """True when the local `path`, its links followed, lies inside `folder` (links followed too)."""
     root = os.path.realpath(folder)
     return os.path.commonpath([root, os.path.realpath(path)]) == root
-
-
-def regular_file_refusal(path: str) -> str | None:
-    """Why the local `path` must not be opened for reading (missing, or a FIFO, device, socket or
-    folder: a FIFO blocks forever and /dev/zero never ends), or None for a regular file."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as e:
-        return f"cannot be read ({e.strerror or e})"
-    if stat.S_ISREG(mode):
-        return None
-    kind = (
-        "a FIFO"
-        if stat.S_ISFIFO(mode)
-        else "a device"
-        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-        else "a folder"
-        if stat.S_ISDIR(mode)
-        else "not a regular file"
-    )
-    return f"is {kind}, not a regular file"
 
 
 def text_refusal(value: str, what: str = "class name") -> str | None:

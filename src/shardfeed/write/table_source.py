@@ -217,21 +217,24 @@ class TableSource:
         if outside and not self.outside_images:
             return None, f"{outside}; images outside the dataset's folder are read only with --outside-images"
         local = path if outside else fileio.join(self._root(), confinement.normalised_entry(path))
-        if not storage.is_url(local):
-            if not outside and not storage.is_url(self._root()) and not confinement.inside(self._root(), local):
-                return None, "a link that leads outside the dataset's folder; read only with --outside-images"
-            refusal = confinement.regular_file_refusal(local)
-            if refusal:
-                return None, f"the file {refusal}"
         limit = image_limits.max_file_bytes(image_limits.DEFAULT_MAX_PIXELS)
-        try:
-            with fileio.open_binary(local, "rb") as f:  # bounded: a file's size may be unknown (a URL) or lie
-                data = f.read(-1 if limit is None else limit + 1)
+        if storage.is_url(local):  # opted in: a server's size may be unknown or lie, so the read is bounded
+            try:
+                with fileio.open_binary(local, "rb") as f:
+                    data = f.read(-1 if limit is None else limit + 1)
+            except OSError as e:
+                return None, f"the file cannot be read: {e}"
+            if limit is not None and len(data) > limit:
+                return None, f"the file holds more than any allowed image needs ({limit:,} bytes)"
+            return data, None
+        if not outside and not storage.is_url(self._root()) and not confinement.inside(self._root(), local):
+            return None, "a link that leads outside the dataset's folder; read only with --outside-images"
+        try:  # regular files only (a FIFO blocked, /dev/zero never ended), sized before they are read
+            return fileio.read_regular(local, limit), None
+        except fileio.UnusableFileError as e:
+            return None, f"the file is {e}"
         except OSError as e:
             return None, f"the file cannot be read: {e}"
-        if limit is not None and len(data) > limit:
-            return None, f"the file holds more than any allowed image needs ({limit:,} bytes)"
-        return data, None
 
     def _root(self) -> str:
         return self.path if fileio.isdir(self.path) else self.path.rsplit("/", 1)[0]
