@@ -7,7 +7,7 @@ dataset or run, every CLI line, every ShardfeedError's message passes through `r
 
 AWS secret keys hold '/' and '+', and secrets in general may hold '@' or '%'-escapes, so the
 user-info is not "up to the first '/'": it runs to the last '@' of the URL that is still part of
-the authority (see `USERINFO`). Redaction errs on the side of hiding too much.
+the authority (`_userinfo_end`). Redaction errs on the side of hiding too much.
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ import re
 from typing import NamedTuple
 from urllib.parse import unquote
 
-# scheme://  then the user-info: a run without whitespace or quotes up to the last '@' such that
-# what precedes it holds a ':' before any '/' (key:secret, even with '/' inside the secret) or no
-# '/' at all (a bare token); greedy, so a secret holding '@' is hidden whole.
+# scheme:// and the rest of the URL up to whitespace or a quote; `_userinfo_end` finds its user-info
 _URL = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<rest>[^\s'\"<>]+)")
 _QUERY_NAMES = (
     r"[a-z0-9_.-]*(?:sig|signature|token|key|secret|password|passwd|pwd|credential|auth)[a-z0-9_.-]*"
@@ -32,7 +30,9 @@ S3_USERINFO = re.compile(r"^(?P<scheme>s3a?)://(?P<key>[^/:@]+):(?P<secret>.+?)@
 
 def _userinfo_end(rest: str) -> int:
     """Where the user-info of a URL's remainder `rest` (after 'scheme://') ends: the index of its
-    '@', or -1 when it has none."""
+    '@', or -1 when it has none. That is the last '@' such that what precedes it holds a ':'
+    before any '/' (key:secret, even with '/' inside the secret) or no '/' at all (a bare token),
+    so a secret holding '@' is hidden whole."""
     at = rest.rfind("@")
     while at > 0:
         head = rest[:at]

@@ -67,6 +67,8 @@ def same_label(dropped: list[tuple[str, str]], discovery: Discovery) -> list[tup
     """The (dropped, kept) pairs whose two images carry one label. Dropping a copy labelled
     otherwise would pick a label silently: such copies are all kept, and the conversion reports
     them as label conflicts (report.json `label_conflicts`, the summary, report.html)."""
+    if not dropped:
+        return dropped
     label_of = {item.key: item.label for item in discovery.items}
     return [(d, k) for d, k in dropped if label_of.get(d) == label_of.get(k)]
 

@@ -82,8 +82,8 @@ def label_conflicts(
     """The duplicate and near-duplicate groups whose images carry different labels: the same
     photo taught as two classes, the most harmful duplicate there is. Exact copies first, each
     with its files and their class names in order."""
-    if discovery.class_names is None:
-        return []
+    if discovery.class_names is None or not (duplicates or near):
+        return []  # nothing grouped: no map of every input's label to build at the serial end
     names = discovery.class_names
     label_of = {item.key: item.label for item in discovery.items}
     out: list[dict[str, Any]] = []
