@@ -46,6 +46,7 @@ log = logging.getLogger("shardfeed")
 FETCH_THREADS = 4  # shards fetched at once
 AHEAD = 8  # shards fetched beyond the one being handed out, when the cache has room
 WAIT_FOR_ROOM = 120.0  # seconds a fetch waits for room before the read fails naming the limit
+SHARDS_HELD = 4  # the fewest shards a cache must hold: two read at once, one handed out, one being fetched
 _LIVE: weakref.WeakSet[ShardFeed] = weakref.WeakSet()  # closed at exit (`_close_all`)
 
 
@@ -71,17 +72,17 @@ def reading_cycle(cache: ShardCache, shards: list[RemoteShard], cycle: int) -> i
     """Shards read at once: `cycle`, or fewer when the cache limit cannot pin that many.
 
     Raises:
-        OptionError: the limit is below 4 shards of the largest size (two read at once, one being
+        OptionError: the limit is below SHARDS_HELD shards of the largest size (two read at once, one being
             fetched, one handed out).
     """
     if cache.limit is None or not shards:
         return cycle
     largest = max(s.size for s in shards)
     fits = cache.limit // max(1, largest)
-    if fits < 4:
+    if fits < SHARDS_HELD:
         raise OptionError(
             f"cache_limit {cache.limit:,} bytes holds {fits} of the largest shard ({largest:,} bytes); it must "
-            f"hold at least 4 ({4 * largest:,} bytes) to read while fetching"
+            f"hold at least {SHARDS_HELD} ({SHARDS_HELD * largest:,} bytes) to read while fetching"
         )
     return max(1, min(cycle, (fits - 2) // 2))
 
@@ -93,16 +94,17 @@ def check_room(cache: ShardCache, m: manifest.Manifest, splits: list[str]) -> No
     the training split's were four times larger (the limit it suggested failed again).
 
     Raises:
-        OptionError: the limit holds fewer than 4 of the largest shard (see `reading_cycle`).
+        OptionError: the limit holds fewer than SHARDS_HELD of the largest shard (as `reading_cycle`).
     """
     sized = [(s.num_bytes, split, s.file) for split in splits for s in m.split(split).shards]
     if cache.limit is None or not sized:
         return
     size, split, file = max(sized)
-    if cache.limit // max(1, size) < 4:
+    fits = cache.limit // max(1, size)
+    if fits < SHARDS_HELD:
         raise OptionError(
-            f"cache_limit {cache.limit:,} bytes holds {cache.limit // max(1, size)} of the largest shard this run "
-            f"reads ({file} of split {split!r}, {size:,} bytes); it must hold at least 4 ({4 * size:,} bytes) to "
+            f"cache_limit {cache.limit:,} bytes holds {fits} of the largest shard this run reads ({file} of split "
+            f"{split!r}, {size:,} bytes); it must hold at least {SHARDS_HELD} ({SHARDS_HELD * size:,} bytes) to "
             "read while fetching"
         )
 
