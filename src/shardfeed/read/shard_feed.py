@@ -87,8 +87,9 @@ def reading_cycle(cache: ShardCache, shards: list[RemoteShard], cycle: int) -> i
     return max(1, min(cycle, (fits - 2) // 2))
 
 
-def check_room(cache: ShardCache, m: manifest.Manifest, splits: list[str]) -> None:
-    """Refuses, before any work, a cache limit that cannot read every split a run reads: the
+def check_room(cache: ShardCache, m: manifest.Manifest, splits: list[str | None]) -> None:
+    """Refuses, before any work, a cache limit that cannot read every split a run reads (None:
+    no such split, e.g. no validation): the
     limit was checked split by split as each pipeline was built, so a training run was refused
     only once its model was built, naming the validation split's shard as "the largest" while
     the training split's were four times larger (the limit it suggested failed again).
@@ -96,7 +97,7 @@ def check_room(cache: ShardCache, m: manifest.Manifest, splits: list[str]) -> No
     Raises:
         OptionError: the limit holds fewer than SHARDS_HELD of the largest shard (as `reading_cycle`).
     """
-    sized = [(s.num_bytes, split, s.file) for split in splits for s in m.split(split).shards]
+    sized = [(s.num_bytes, split, s.file) for split in splits if split for s in m.split(split).shards]
     if cache.limit is None or not sized:
         return
     size, split, file = max(sized)

@@ -190,7 +190,7 @@ class _TrainingRun:
         """
         split, batch_size = self.options.train_split, self.options.batch_size
         if storage.is_url(self.data):  # every split it reads, before the model is built
-            check_room(self.train_read.shard_cache(), self.manifest, [split, *filter(None, [self._validation_split()])])
+            check_room(self.train_read.shard_cache(), self.manifest, [split, self.record.validation_split])
         count = self.manifest.split(split).num_records
         if count < batch_size:
             raise OptionError(
