@@ -14,7 +14,6 @@ import hashlib
 import io
 import json
 import os
-import resource
 import subprocess
 import sys
 import tarfile
@@ -35,6 +34,16 @@ def _tree(root: Path) -> dict[str, str]:
     }
 
 
+# Runs a command and prints, last on stdout, the peak memory (KiB) of it and every process under it:
+# this process's children are only those, so an earlier, larger child of pytest cannot hide it.
+PEAK = (
+    "import resource, subprocess, sys\n"
+    "code = subprocess.run(sys.argv[1:]).returncode\n"
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, flush=True)\n"
+    "sys.exit(code)\n"
+)
+
+
 def _convert(scratch: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], int]:
     """`shardfeed convert ARGS` in a fresh process with its staging cache under scratch/cache;
     the result and the peak memory (KiB) of it and its workers. Files outside scratch/src,
@@ -42,19 +51,19 @@ def _convert(scratch: Path, *args: str) -> tuple[subprocess.CompletedProcess[str
     allowed = ("src", "out", "cache")
     before = {k: v for k, v in _tree(scratch).items() if not k.startswith(allowed)}
     env = {**os.environ, "XDG_CACHE_HOME": str(scratch / "cache"), "TF_CPP_MIN_LOG_LEVEL": "3"}
-    peak_before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     done = subprocess.run(
-        [sys.executable, "-m", "shardfeed", "convert", *args],
+        [sys.executable, "-c", PEAK, sys.executable, "-m", "shardfeed", "convert", *args],
         cwd=scratch,
         env=env,
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
     )
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    *printed, peak = done.stdout.splitlines()
+    done.stdout = "\n".join(printed)
     after = {k: v for k, v in _tree(scratch).items() if not k.startswith(allowed)}
     assert after == before, f"files created or changed outside the allowed folders:\n{done.stderr}"
-    return done, (peak if peak > peak_before else 0)
+    return done, int(peak)
 
 
 def _skipped(out: Path) -> dict[str, str]:
