@@ -19,6 +19,14 @@ the model's limit on this host (its CPU seconds per image x 0.95 x the synthetic
 sched_setaffinity before TensorFlow starts, so tf.data's autotuning and TF's thread pools see
 that many), to show how the CPU path scales towards the host's count.
 Without --data a corpus of 2,000 real photo crops is built and converted (bench/corpus.py).
+
+`--backend jax` measures the TensorFlow-free path instead (for a machine with JAX but no
+TensorFlow): Keras 3 on JAX, mixed bfloat16 on a GPU, the same keras.applications backbone behind
+a rescaling layer, fed two ways:
+
+- synthetic: one batch already on the device (jax.device_put), repeated;
+- grain: `shardfeed.grain_dataset` (simplejpeg decode, random-resized crop and flip on as many
+  threads as the process has cores); `--cores 4,8` adds it pinned to that many cores and threads.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from shardfeed.read import dali
 from shardfeed.tools.bottleneck import cores_needed
 
 FEEDS = ("synthetic", "load", "dali")
+JAX_FEEDS = ("synthetic", "grain")
 WARMUP = 5
 
 
@@ -86,8 +95,61 @@ def one_run(feed: str, model: str, data: str, size: int, batch: int, steps: int)
     }
 
 
+def one_run_jax(feed: str, model: str, data: str, size: int, batch: int, steps: int) -> dict[str, Any]:
+    """One measurement on Keras' JAX backend, in this (fresh) process: steps/s of `model` fed by
+    `feed` ('grain@N': Grain on N cores and N threads). TensorFlow is never imported."""
+    threads = len(os.sched_getaffinity(0))
+    if "@" in feed:
+        feed, cores = feed.split("@")
+        threads = int(cores)
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:threads])
+    import jax
+    import keras
+
+    import shardfeed
+    from shardfeed.format import manifest
+
+    gpu = any(d.platform == "gpu" for d in jax.devices())
+    keras.mixed_precision.set_global_policy("mixed_bfloat16" if gpu else "float32")
+    classes = len(manifest.read(data).labels) or 1
+    backbone = {"resnet50": keras.applications.ResNet50, "mobilenet_v2": keras.applications.MobileNetV2}[model]
+    inputs = keras.Input((size, size, 3), dtype="uint8")
+    x = keras.layers.Rescaling(1 / 127.5, offset=-1.0)(inputs)
+    x = backbone(include_top=False, weights=None, input_shape=(size, size, 3), pooling="avg")(x)
+    net = keras.Model(inputs, keras.layers.Dense(classes, activation="softmax", dtype="float32")(x))
+    net.compile(keras.optimizers.SGD(0.01), "sparse_categorical_crossentropy")
+    per_epoch = len(shardfeed.IndexedRecords(data, split="train")) // batch
+    ds = shardfeed.grain_dataset(
+        data, batch_size=batch, image_size=size, seed=0, epochs=(WARMUP + steps) // per_epoch + 2, num_threads=threads
+    )
+    if feed == "synthetic":
+        first = tuple(jax.device_put(part) for part in next(iter(ds)))
+
+        def repeated() -> Any:
+            while True:
+                yield first
+
+        ds = repeated()
+    net.fit(ds, epochs=1, steps_per_epoch=WARMUP, verbose=0)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu0, t0 = usage.ru_utime + usage.ru_stime, time.perf_counter()
+    net.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)
+    seconds = time.perf_counter() - t0
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    images = steps * batch
+    return {
+        "images_per_second": images / seconds,
+        "cpu_s_per_image": (usage.ru_utime + usage.ru_stime - cpu0) / images,
+        "gpu": gpu,
+        "cores": len(os.sched_getaffinity(0)),
+        "device": str(jax.devices()[0].device_kind),
+        "tensorflow_imported": "tensorflow" in sys.modules,
+    }
+
+
 def fresh(feed: str, model: str, args: argparse.Namespace, data: str) -> dict[str, Any]:
     cmd = [sys.executable, os.path.abspath(__file__), "--one", feed, "--models", model, "--data", data]
+    cmd += ["--backend", args.backend]
     cmd += ["--size", str(args.size), "--batch", str(args.batch), "--steps", str(args.steps)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -105,14 +167,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json")
     parser.add_argument("--cores", default="", help="also the load feed on only these many cores, e.g. 2,4,8")
+    parser.add_argument("--backend", choices=("tensorflow", "jax"), default="tensorflow")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one_run(args.one, args.models, args.data, args.size, args.batch, args.steps)))
+        measure = one_run_jax if args.backend == "jax" else one_run
+        print(json.dumps(measure(args.one, args.models, args.data, args.size, args.batch, args.steps)))
         return
     data = args.data or _corpus()
-    feeds = [f for f in FEEDS if f != "dali" or dali.installed()]
-    feeds += [f"load@{n}" for n in args.cores.split(",") if n and int(n) < len(os.sched_getaffinity(0))]
+    if args.backend == "jax":
+        feeds, cpu_feed = list(JAX_FEEDS), "grain"
+    else:
+        feeds, cpu_feed = [f for f in FEEDS if f != "dali" or dali.installed()], "load"
+    feeds += [f"{cpu_feed}@{n}" for n in args.cores.split(",") if n and int(n) < len(os.sched_getaffinity(0))]
     models = args.models.split(",")
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {m: {f: [] for f in feeds} for m in models}
     for r in range(args.rounds):
@@ -120,12 +187,14 @@ def main() -> None:
             for feed in feeds:
                 print(f"round {r + 1}/{args.rounds}: {model} / {feed}", file=sys.stderr, flush=True)
                 runs[model][feed].append(fresh(feed, model, args, data))
-    results: dict[str, Any] = {"bench": "gpu_feed", "cores": os.cpu_count(), "size": args.size, "batch": args.batch}
-    results["models"] = {m: _summary(runs[m]) for m in models}
+    results: dict[str, Any] = {"bench": "gpu_feed", "backend": args.backend, "cores": os.cpu_count()}
+    results |= {"size": args.size, "batch": args.batch, "steps": args.steps, "rounds": args.rounds}
+    results["load_average"] = os.getloadavg()
+    results["models"] = {m: _summary(runs[m], cpu_feed) for m in models}
     emit(results, args.json)
 
 
-def _summary(by_feed: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def _summary(by_feed: dict[str, list[dict[str, Any]]], cpu_feed: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for feed, measured in by_feed.items():
         speeds = [m["images_per_second"] for m in measured]
@@ -135,12 +204,14 @@ def _summary(by_feed: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "cpu_s_per_image": statistics.median(m["cpu_s_per_image"] for m in measured),
             "gpu": measured[0]["gpu"],
             "cores": measured[0]["cores"],
+            "device": measured[0].get("device", "gpu" if measured[0]["gpu"] else "cpu"),
+            "tensorflow_imported": measured[0].get("tensorflow_imported", True),
         }
     limit = out["synthetic"]["median_images_per_second"]
     for feed in out.copy():
         if feed != "synthetic":
             out[f"{feed}_over_synthetic"] = out[feed]["median_images_per_second"] / limit
-    out["cores_for_load_at_0.95"] = cores_needed(limit, out["load"]["cpu_s_per_image"])
+    out[f"cores_for_{cpu_feed}_at_0.95"] = cores_needed(limit, out[cpu_feed]["cpu_s_per_image"])
     return out
 
 
