@@ -84,19 +84,24 @@ class UnusableFileError(OSError):
 _KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
 
 
-def read_regular(path: str, max_bytes: int | None = None) -> bytes:
+def read_regular(
+    path: str, max_bytes: int | None = None, limit: str = "any image within the pixel limit needs"
+) -> bytes:
     """The content of a regular file of at most `max_bytes` bytes.
 
     Anything else is refused before it is read: opening a FIFO blocks until a writer comes, and
     a character device (/dev/zero) never ends. The size comes from the file's own stat (a
     `read(max_bytes + 1)` allocates the whole limit, 700 MB, for every image: 86 µs).
 
+    Args:
+        limit: what `max_bytes` is, for the message when the file is larger.
+
     Raises:
         UnusableFileError: not a regular file, or larger than `max_bytes`.
         OSError: it cannot be read.
     """
     if is_remote(path):
-        _check_size(size(path), max_bytes)
+        _check_size(size(path), max_bytes, limit)
         return read_bytes(path)
     # O_NONBLOCK: opening a FIFO returns at once (regular files ignore it); one open + fstat
     # instead of a stat and an open (two path lookups: +14 µs an image).
@@ -105,15 +110,13 @@ def read_regular(path: str, max_bytes: int | None = None) -> bytes:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise UnusableFileError(_special_kind(info.st_mode))
-        _check_size(info.st_size, max_bytes)
+        _check_size(info.st_size, max_bytes, limit)
         return f.read()
 
 
-def _check_size(size_now: int, max_bytes: int | None) -> None:
+def _check_size(size_now: int, max_bytes: int | None, limit: str) -> None:
     if max_bytes is not None and size_now > max_bytes:
-        raise UnusableFileError(
-            f"file too large: {size_now:,} bytes, more than any image within the pixel limit needs ({max_bytes:,})"
-        )
+        raise UnusableFileError(f"file too large: {size_now:,} bytes, more than {limit} ({max_bytes:,})")
 
 
 def read_range(path: str, offset: int, size: int) -> bytes:
@@ -335,6 +338,21 @@ def _entries(directory: str) -> list[tuple[str, str, tuple[int, int] | None]]:
                 kind = f"cannot be read: {e.strerror or e} (a broken or looping link?)"
             out.append((entry.name, kind, None))
     return sorted(out)
+
+
+def special_kind(path: str) -> str | None:
+    """Why a local `path` is not a regular file to read ('not a regular file: a FIFO (named
+    pipe)', a device, a folder), or None for a regular file, a missing one and a remote one.
+    Links are followed: what matters is what opening it would read."""
+    if is_remote(path):
+        return None
+    try:
+        mode = os.stat(_local(path)).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    return "not a regular file: a folder" if stat.S_ISDIR(mode) else _special_kind(mode)
 
 
 def _special_kind(mode: int) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.errors import ManifestError
-from shardfeed.format import fileio
+from shardfeed.format import confinement, fileio
 from shardfeed.format.schema import Schema
 
 # Names a held-out split goes by, in order of preference (.npz sources give train/test).
@@ -233,7 +233,9 @@ def _has_image(names: list[str]) -> bool:
 
 
 REQUIRED = ("source", "settings", "labels", "splits")
-SHARD_FIELDS = ("file", "index_file", "num_records", "num_bytes", "sha256")
+MAX_MANIFEST_BYTES = 512 * 2**20  # a manifest of a million shards is ~300 MB; anything larger is not one
+SHARD_FIELDS = frozenset(("file", "index_file", "num_records", "num_bytes", "sha256"))
+COUNTS = ("num_records", "num_bytes")
 FIX = (
     "run `shardfeed verify {folder}` to see every problem; `shardfeed convert SOURCE {folder} --overwrite` "
     "writes it again"
@@ -248,19 +250,56 @@ def inconsistencies(data: dict[str, Any]) -> list[str]:
 
 
 def structure_problems(data: dict[str, Any]) -> list[str]:
-    """Fields a reader needs that are missing (the manifest cannot be used at all)."""
+    """Fields a reader needs that are missing or of the wrong type (the manifest cannot be used
+    at all)."""
     missing = [f"field {key!r} is missing" for key in REQUIRED if key not in data]
     if missing:
         return missing
+    if not isinstance(data["splits"], dict):
+        return [f"'splits' is a JSON {type(data['splits']).__name__}, not an object of splits"]
     problems = []
     for name, split in data["splits"].items():
         shards = split.get("shards") if isinstance(split, dict) else None
         if not isinstance(shards, list):
             problems.append(f"splits.{name} has no shard list")
             continue
-        broken = [i for i, shard in enumerate(shards) if not all(k in shard for k in SHARD_FIELDS)]
+        broken = [i for i, shard in enumerate(shards) if not isinstance(shard, dict) or not set(shard) >= SHARD_FIELDS]
         if broken:
-            problems.append(f"splits.{name}: shard entries {broken} lack some of {list(SHARD_FIELDS)}")
+            problems.append(f"splits.{name}: shard entries {broken} lack some of {sorted(SHARD_FIELDS)}")
+            continue
+        counts = [(i, key) for i, shard in enumerate(shards) for key in COUNTS if not _is_count(shard[key])]
+        counts += [(-1, key) for key in COUNTS if key in split and not _is_count(split[key])]
+        problems += [f"splits.{name}{_at(i)}.{key} is not a whole number" for i, key in counts]
+        classes = split.get("class_counts") or {}
+        if not isinstance(classes, dict) or not all(_is_count(n) for n in classes.values()):
+            problems.append(f"splits.{name}.class_counts is not an object of whole numbers")
+    return problems
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _at(index: int) -> str:
+    return "" if index < 0 else f".shards[{index}]"
+
+
+def entry_problems(data: dict[str, Any]) -> list[str]:
+    """Names in a manifest that could reach outside its folder (it may come from someone else:
+    a downloaded dataset, a shared bucket): split names that are not plain names, shard and
+    index entries that are absolute, URLs or climb out with '..' (`confinement`). Readers refuse
+    such a manifest before they open anything it names."""
+    problems = []
+    for name, split in data["splits"].items():
+        refusal = confinement.split_refusal(name)
+        if refusal:
+            problems.append(refusal)
+            continue
+        for i, shard in enumerate(split["shards"]):
+            for key in ("file", "index_file"):
+                refusal = confinement.entry_refusal(shard[key])
+                if refusal:
+                    problems.append(f"splits.{name}.shards[{i}].{key}: {refusal}")
     return problems
 
 
@@ -290,15 +329,18 @@ def read(path: str, *, check: bool = True) -> Manifest:
             False to report every problem instead.
 
     Raises:
-        ManifestError: missing, unfinished, not ours, written by an unknown format version, or
-            (with `check`) inconsistent: the first problem, with the fix.
+        ManifestError: missing, unfinished, not a regular file, not ours, written by an unknown
+            format version, naming a split or file outside its folder (always: it may come from
+            someone else), or (with `check`) inconsistent: the first problem, with the fix.
     """
     folder = path[: -len(MANIFEST_NAME) - 1] if path.endswith(MANIFEST_NAME) else path
     file = fileio.join(folder, MANIFEST_NAME)
     if not fileio.exists(file):
         raise not_converted(folder)
     try:
-        data = json.loads(fileio.read_bytes(file))
+        data = json.loads(fileio.read_regular(file, MAX_MANIFEST_BYTES, "a manifest of a million shards takes"))
+    except fileio.UnusableFileError as e:
+        raise ManifestError(f"{file} cannot be read as a manifest: {e}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ManifestError(
             f"{file} is not valid JSON ({e}): it was damaged or edited; `shardfeed convert SOURCE {folder} "
@@ -313,7 +355,15 @@ def read(path: str, *, check: bool = True) -> Manifest:
             f"{file} has manifest version {data.get('version')!r}; this shardfeed reads version "
             f"{MANIFEST_VERSION}. Upgrade shardfeed, or convert the data again."
         )
-    problems = inconsistencies(data) if check else []
+    unusable = structure_problems(data)
+    unsafe = [] if unusable else entry_problems(data)
+    if unsafe:
+        more = f" (and {len(unsafe) - 1} more)" if len(unsafe) > 1 else ""
+        raise ManifestError(
+            f"{file} names something outside its folder, refused: {unsafe[0]}{more}; a converted folder's manifest "
+            "lists plain names inside the folder (convert the source again if it was edited)"
+        )
+    problems = (unusable or total_problems(data)) if check else []
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ManifestError(f"{file} is inconsistent: {problems[0]}{more}; {FIX.format(folder=folder)}")

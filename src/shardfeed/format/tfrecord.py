@@ -102,6 +102,29 @@ def format_index(sizes: list[int]) -> str:
     return "".join(lines)
 
 
+# The most an index line takes: two 20-digit numbers, a space and a newline (so an index file of
+# n records is at most n * INDEX_LINE_BYTES bytes; a larger one is refused before it is read).
+INDEX_LINE_BYTES = 42
+
+
+def read_index(path: str, num_records: int) -> list[tuple[int, int]]:
+    """The (offset, framed size) pairs of a shard's index file, which is to list `num_records`
+    records: a regular file, read only when its size fits that many lines.
+
+    Raises:
+        CorruptRecordError: missing, not a regular file, too large or not an index (named, with
+            what to run).
+    """
+    from shardfeed.format import fileio
+
+    try:
+        limit = f"an index of {num_records:,} records takes"
+        return parse_index(fileio.read_regular(path, num_records * INDEX_LINE_BYTES + 64, limit).decode())
+    except (OSError, ValueError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise CorruptRecordError(f"index file {path} cannot be read ({reason}); run `shardfeed verify`") from e
+
+
 def parse_index(text: str) -> list[tuple[int, int]]:
     """(offset, framed size) pairs from DALI index text."""
     pairs = []

@@ -77,7 +77,7 @@ class IndexedRecords:
         self.files = [fileio.join(self.manifest.path, s.file) for s in info.shards]
         shard_ids, offsets, sizes = [], [], []
         for number, shard in enumerate(info.shards):
-            pairs = _read_index(fileio.join(self.manifest.path, shard.index_file))
+            pairs = tfrecord.read_index(fileio.join(self.manifest.path, shard.index_file), shard.num_records)
             if len(pairs) != shard.num_records:
                 raise CorruptRecordError(
                     f"index file {shard.index_file} lists {len(pairs)} records, the manifest says "
@@ -243,16 +243,3 @@ class IndexedRecords:
         with self._lock:
             while self._handles:
                 self._handles.popitem()[1].close()
-
-
-def _read_index(path: str) -> list[tuple[int, int]]:
-    """A shard's (offset, size) pairs from its index file.
-
-    Raises:
-        CorruptRecordError: the file is missing or damaged (named, with what to run).
-    """
-    try:
-        return tfrecord.parse_index(fileio.read_bytes(path).decode())
-    except (OSError, ValueError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise CorruptRecordError(f"index file {path} cannot be read ({reason}); run `shardfeed verify`") from e

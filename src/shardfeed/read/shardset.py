@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
@@ -60,11 +61,14 @@ class ShardSet:
             if fileio.is_remote(file):
                 continue
             try:
-                size = os.stat(file).st_size
+                info = os.stat(file)
             except FileNotFoundError:
                 missing.append(file)
                 continue
-            if self.sizes is not None and size != self.sizes[i]:
+            size = info.st_size
+            if not stat.S_ISREG(info.st_mode):  # a FIFO would block the reader forever, a device never end
+                changed.append(f"{file} is {fileio.special_kind(file)}")
+            elif self.sizes is not None and size != self.sizes[i]:
                 changed.append(f"{file} is {size:,} bytes, the manifest says {self.sizes[i]:,}")
         rewrite = self.manifest.rewrite_hint() if self.manifest is not None else "convert again (--overwrite)"
         fix = (

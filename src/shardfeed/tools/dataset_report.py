@@ -16,7 +16,7 @@ import os
 from collections import defaultdict
 from typing import Any
 
-from shardfeed.format import fileio, manifest, schema
+from shardfeed.format import confinement, fileio, manifest, schema
 from shardfeed.read.pixels import decode_image, to_rgb
 from shardfeed.read.sampling import sample_examples
 from shardfeed.tools import html_page as h
@@ -176,6 +176,10 @@ def _problems(report: dict[str, Any], source: str, max_pixels: int | None) -> st
     def thumb(key: str) -> str:
         if thumbs[0] >= MAX_PROBLEM_THUMBNAILS or fileio.is_remote(source):
             return ""
+        if confinement.entry_refusal(key):  # report.json may be edited: draw only files inside the source
+            return '<span class="note">outside the source folder, not drawn</span>'
+        if not confinement.inside(source, os.path.join(source, key)):  # a link out of it
+            return '<span class="note">outside the source folder, not drawn</span>'
         thumbs[0] += 1
         try:  # the file may be hostile: read and decode it under the conversion's limits
             from PIL import Image

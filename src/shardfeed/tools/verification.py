@@ -227,6 +227,10 @@ def verify_shard(task: _ShardTask) -> _ShardOutcome:
     if not fileio.exists(path):
         out.problems.append(Problem("shard file is missing", task.file))
         return out
+    kind = fileio.special_kind(path)
+    if kind:  # a FIFO would block this worker forever, a device never end
+        out.problems.append(Problem(kind, task.file))
+        return out
     offsets: list[tuple[int, int]] = []
     with fileio.open_binary(path, "rb") as raw:
         tee = fileio.HashingReader(raw)  # streamed: memory stays at one record, whatever the shard size
@@ -248,8 +252,15 @@ def verify_shard(task: _ShardTask) -> _ShardOutcome:
     index_path = fileio.join(task.folder, task.index_file)
     if not fileio.exists(index_path):
         out.problems.append(Problem(f"index file {task.index_file} is missing", task.file))
-    elif tfrecord.parse_index(fileio.read_bytes(index_path).decode()) != offsets:
-        out.problems.append(Problem(f"index file {task.index_file} does not match the records", task.file))
+    else:
+        try:
+            listed = tfrecord.read_index(index_path, task.num_records)
+        except tfrecord.CorruptRecordError as e:
+            reason = str(e).split(" cannot be read ", 1)[-1].split("; run ", 1)[0]
+            out.problems.append(Problem(f"index file {task.index_file} cannot be read {reason}", task.file))
+        else:
+            if listed != offsets:
+                out.problems.append(Problem(f"index file {task.index_file} does not match the records", task.file))
     return out
 
 

@@ -1,0 +1,183 @@
+"""Converted folders someone else edited (a downloaded dataset, a shared bucket): the manifest
+and report.json are data too. Whatever they name, readers stay inside the folder, open only
+regular files, bound every read by what the manifest promises, and refuse in one line naming the
+file and the entry; nothing hangs (each command is a real process under a timeout).
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import crops, jpeg_bytes, photos
+
+from shardfeed import ConvertOptions, convert
+
+TIMEOUT_S = 120
+LOAD = "import sys, shardfeed; ds = shardfeed.load(sys.argv[1], batch_size=4, image_size=32); next(iter(ds))"
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small converted folder of real photo crops, 2 classes, train and validation."""
+    src = tmp_path_factory.mktemp("hostile_folders") / "src"
+    for i, pixels in enumerate(crops(photos()["chelsea"], 24, seed=3)):
+        (src / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
+        (src / f"c{i % 2}" / f"{i:02d}.jpg").write_bytes(jpeg_bytes(pixels))
+    out = src.parent / "out"
+    convert(str(src), str(out), ConvertOptions(shards=2, split="train=0.75,validation=0.25"), workers=1, progress=False)
+    return out
+
+
+@pytest.fixture()
+def folder(converted: Path, tmp_path: Path) -> Path:
+    """A copy of the converted folder to edit, a victim shard and photo beside it."""
+    copy = tmp_path / "data"
+    shutil.copytree(converted, copy)
+    (tmp_path / "victim").mkdir()
+    shutil.copy(copy / "train-00000-of-00002", tmp_path / "victim" / "secret-shard")
+    (tmp_path / "victim" / "photo.jpg").write_bytes(jpeg_bytes(crops(photos()["astronaut"], 1, seed=1)[0]))
+    return copy
+
+
+def _edit(folder: Path, change: Callable[[dict[str, Any]], object]) -> None:
+    data = json.loads((folder / "manifest.json").read_text())
+    change(data)
+    (folder / "manifest.json").write_text(json.dumps(data))
+
+
+def _run(*args: str, python: str | None = None) -> subprocess.CompletedProcess[str]:
+    """A shardfeed command (or a Python snippet) in a fresh process under the timeout."""
+    command = [sys.executable, "-c", python, *args] if python else [sys.executable, "-m", "shardfeed", *args]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+
+
+def _one_line_refusal(done: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: "), done.stderr[-2000:]
+    for word in words:
+        assert word in last, (word, last)
+
+
+@pytest.fixture()
+def http_server() -> Iterator[tuple[str, list[str]]]:
+    """A loopback HTTP server that records every request it gets."""
+    requests: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            requests.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"\0" * 64)
+
+        do_HEAD = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", requests
+    server.shutdown()
+
+
+@pytest.mark.parametrize("key", ["file", "index_file"])
+@pytest.mark.parametrize("where", ["climbs", "absolute", "url"])
+def test_manifest_entries_outside_the_folder_are_refused_before_anything_is_read(
+    folder: Path, key: str, where: str, http_server: tuple[str, list[str]]
+) -> None:
+    url, requests = http_server
+    victim = folder.parent / "victim" / "secret-shard"
+    entry = {"climbs": "../victim/secret-shard", "absolute": str(victim), "url": f"{url}/shard"}[where]
+    _edit(folder, lambda m: m["splits"]["train"]["shards"][0].__setitem__(key, entry))
+    for done in (_run("info", str(folder)), _run("verify", str(folder)), _run(str(folder), python=LOAD)):
+        if done.stderr.strip().splitlines()[-1].startswith("shardfeed.errors.ManifestError"):  # the Python API
+            assert "names something outside its folder" in done.stderr
+            continue
+        _one_line_refusal(done, "manifest.json", "outside its folder", f"splits.train.shards[0].{key}")
+    assert requests == []
+
+
+def test_a_split_name_that_is_a_path_is_refused(folder: Path) -> None:
+    _edit(folder, lambda m: m["splits"].__setitem__("../../x", m["splits"].pop("train")))
+    _one_line_refusal(_run("info", str(folder)), "manifest.json", "split name '../../x'")
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (lambda m: m.__setitem__("splits", [m["splits"]]), ["'splits' is a JSON list"]),
+        (lambda m: m["splits"]["train"].__setitem__("num_records", "12x"), ["splits.train.num_records"]),
+        (lambda m: m["splits"]["train"]["shards"][1].__setitem__("num_bytes", None), ["shards[1].num_bytes"]),
+        (lambda m: m["splits"]["train"].__setitem__("class_counts", {"c0": "9"}), ["class_counts"]),
+    ],
+)
+def test_a_malformed_manifest_is_one_line_naming_the_field(
+    folder: Path, change: Callable[[dict[str, Any]], object], words: list[str]
+) -> None:
+    _edit(folder, change)
+    _one_line_refusal(_run("info", str(folder)), "manifest.json", *words)
+    verified = _run("verify", str(folder))
+    assert verified.returncode == 1 and "Traceback" not in verified.stderr, verified.stderr[-2000:]
+    assert words[0] in verified.stdout + verified.stderr
+
+
+@pytest.mark.parametrize("which", ["train-00000-of-00002", "index/train-00000-of-00002.idx", "manifest.json"])
+def test_a_fifo_in_the_folder_never_hangs_a_reader(folder: Path, which: str) -> None:
+    """A FIFO blocks whoever opens it until a writer comes: no command may open one."""
+    (folder / which).unlink()
+    os.mkfifo(folder / which)
+    for done in (_run("info", str(folder)), _run("verify", str(folder))):
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        assert "FIFO" in done.stdout + done.stderr
+    loaded = _run(str(folder), python=LOAD)
+    if which.startswith("index/"):  # `load` streams the shards and never reads the index files
+        assert loaded.returncode == 0, loaded.stderr[-2000:]
+    else:
+        assert loaded.returncode == 1 and "FIFO" in loaded.stderr.strip().splitlines()[-1], loaded.stderr[-2000:]
+
+
+def test_an_index_file_larger_than_its_records_need_is_refused_before_it_is_read(folder: Path) -> None:
+    index = folder / "index" / "train-00000-of-00002.idx"
+    records = len(index.read_text().splitlines())
+    with index.open("a") as f:
+        f.write("0 16\n" * 200_000)  # 1 MB: far more than `records` lines of 42 bytes
+    done = _run("info", str(folder))
+    _one_line_refusal(done, str(index), "file too large", f"an index of {records} records")
+    verified = _run("verify", str(folder))
+    assert verified.returncode == 1 and "file too large" in verified.stdout + verified.stderr
+
+
+def test_report_json_naming_files_outside_the_source_draws_none_of_them(folder: Path, tmp_path: Path) -> None:
+    """report.html embeds thumbnails of skipped inputs: an edited report.json must not make it
+    embed (and so disclose) any other file on the machine."""
+    source = json.loads((folder / "manifest.json").read_text())["source"]["path"]
+    inside = sorted(p for p in Path(source).rglob("*.jpg"))[0].relative_to(source)
+    victim = folder.parent / "victim" / "photo.jpg"
+    report = json.loads((folder / "report.json").read_text())
+    report["skipped"] = [
+        {"file": str(inside), "reason": "drawn: inside the source"},
+        {"file": os.path.relpath(victim, source), "reason": "climbs out"},
+        {"file": str(victim), "reason": "absolute"},
+    ]
+    (folder / "report.json").write_text(json.dumps(report))
+    page = tmp_path / "page.html"
+    done = _run("report", str(folder), "--out", str(page))
+    assert done.returncode == 0, done.stderr[-2000:]
+    html = page.read_text()
+    table = html[html.index("drawn: inside the source") - 3000 :]
+    assert table.count("outside the source folder, not drawn") == 2
+    assert "data:image/jpeg;base64" in html[html.index(str(inside)) : html.index("drawn: inside the source")]
