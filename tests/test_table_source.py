@@ -131,6 +131,45 @@ def test_images_given_by_path_are_read_relative_to_the_dataset(photo_tree: Path,
     assert staged == Counter(hashlib.sha256((hub / "images" / p).read_bytes()).hexdigest() for p in paths)
 
 
+def test_integer_labels_without_classlabel_metadata_are_kept_named_by_their_ids(
+    photo_tree: Path, tmp_path: Path
+) -> None:
+    """A Parquet file written by pyarrow or pandas (no `datasets` metadata) with an int label
+    column: before, the labels were dropped and the images became an unlabeled split."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [r for split in _rows(photo_tree).values() for r in split]
+    table = tmp_path / "plain.parquet"
+    pq.write_table(pa.table({"image": [b for b, _ in rows], "label": [c for _, c in rows]}), table)
+    with pytest.warns(UserWarning, match=r"class ids 0\.\.3 without ClassLabel names"):
+        result = convert(str(table), str(tmp_path / "out"), ConvertOptions(split="train=1"), workers=1, progress=False)
+    assert result.manifest.data["labels"] == ["0", "1", "2", "3"]
+    assert _converted(tmp_path / "out") == {"train": Counter((hashlib.sha256(b).hexdigest(), str(c)) for b, c in rows)}
+
+
+def test_classlabel_ids_out_of_range_are_skipped_per_row(photo_tree: Path, names: list[str], tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = _rows(photo_tree)["train"][:6]
+    good = pa.Table.from_pandas(_dataset(rows, names).to_pandas(), preserve_index=False)  # type: ignore[attr-defined]
+    metadata = _dataset(rows, names).data.table.schema.metadata  # type: ignore[attr-defined]
+    labels = [c for _, c in rows[:4]] + [len(names), 99]  # two ids past the names
+    table = good.set_column(good.schema.get_field_index("label"), "label", pa.array(labels, pa.int64()))
+    pq.write_table(table.replace_schema_metadata(metadata), tmp_path / "ids.parquet")
+    result = convert(
+        str(tmp_path / "ids.parquet"), str(tmp_path / "out"), ConvertOptions(split="train=1"), workers=1, progress=False
+    )
+    skipped = {s["file"]: s["reason"] for s in json.loads((tmp_path / "out" / "report.json").read_text())["skipped"]}
+    assert skipped == {
+        f"ids.parquet row {i}": f"label {label} is not an id of the ClassLabel's {len(names)} names"
+        for i, label in ((4, len(names)), (5, 99))
+    }
+    assert result.manifest.data["labels"] == names
+    assert result.manifest.data["splits"]["train"]["num_records"] == 4
+
+
 def test_a_table_without_an_image_column_is_refused_naming_its_columns(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq

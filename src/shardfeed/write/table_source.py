@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -166,6 +167,8 @@ class TableSource:
                 self._stage_row(found, writer, names, where, key_base, split, value, label_value, label)
         if found.class_names is None and names:
             found.class_names = sorted(names, key=names.__getitem__)
+        elif found.class_names is None and columns is not None and columns[1] is not None and found.images:
+            found.class_names = _id_names(max(label for _, label, _ in found.images), columns[1])
         if columns is not None and columns[1] is None:
             found.class_names = None
         return found
@@ -203,6 +206,10 @@ class TableSource:
             label = int(label_value)
             if label < 0:
                 found.skipped.append((where, f"label {label} (-1 marks unlabeled rows in datasets' ClassLabel)"))
+                return
+            if found.class_names is not None and label >= len(found.class_names):
+                count = len(found.class_names)
+                found.skipped.append((where, f"label {label} is not an id of the ClassLabel's {count} names"))
                 return
         key = key_base + "." + (sniff_format(data) or "bin").replace("jpeg", "jpg")
         writer.put(key, data)
@@ -280,6 +287,16 @@ class TableSource:
                     batch.column(batch.schema.get_field_index(label)).to_pylist() if label else [None] * len(images)
                 )
                 yield from zip(images, labels, strict=True)
+
+
+def _id_names(top: int, column: str) -> list[str]:
+    """Class names for integer labels without `datasets`' ClassLabel names: the ids themselves,
+    '0'..'top' (as TFDS names them), said in a warning, since the ids are then all there is."""
+    warnings.warn(
+        f"column {column!r} holds class ids 0..{top} without ClassLabel names: the classes are named '0'..'{top}'",
+        stacklevel=3,
+    )
+    return [str(i) for i in range(top + 1)]
 
 
 def _features(schema: Any) -> dict[str, dict[str, Any]]:
