@@ -147,6 +147,55 @@ def test_a_repeated_tar_key_is_reported_both_times_never_merged(scratch: Path) -
     assert sum(s["num_records"] for s in m["splits"].values()) == 1
 
 
+def test_link_and_special_tar_members_are_reported_as_what_they_are(scratch: Path) -> None:
+    images = _jpegs(1)
+    with tarfile.open(scratch / "src" / "data.tar", "w") as archive:
+        _member(archive, "0.jpg", images[0])
+        _member(archive, "0.cls", b"0")
+        for key, kind in (("sym", tarfile.SYMTYPE), ("hard", tarfile.LNKTYPE), ("fifo", tarfile.FIFOTYPE)):
+            info = tarfile.TarInfo(f"{key}.jpg")
+            info.type, info.linkname = kind, str(scratch / "victim" / "existing.jpg")
+            archive.addfile(info)
+            _member(archive, f"{key}.cls", b"0")
+    done, _ = _convert(scratch, "src/data.tar", "out", "--split", "train=1")
+    assert done.returncode == 0, done.stderr
+    skipped = _skipped(scratch / "out")
+    assert skipped["data.tar:sym"].startswith("member 'sym.jpg' is a symbolic link (to '")
+    assert skipped["data.tar:hard"].startswith("member 'hard.jpg' is a hard link (to '")
+    assert skipped["data.tar:fifo"] == "member 'fifo.jpg' is a FIFO: links and special files are never extracted"
+    assert json.loads((scratch / "out" / "manifest.json").read_text())["splits"]["train"]["num_records"] == 1
+
+
+def test_a_tar_cut_short_is_one_line_naming_it_and_leaves_no_staging(scratch: Path) -> None:
+    """A partial download: what follows the cut cannot be listed, so the conversion stops, saying
+    where the tar ends; the half-done staging folder is removed (the re-run starts over)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for i, data in enumerate(_jpegs(4)):
+            _member(archive, f"{i}.jpg", data)
+            _member(archive, f"{i}.cls", b"0")
+    whole = buffer.getvalue()
+    (scratch / "src" / "data.tar").write_bytes(whole[: len(whole) // 2])
+    done, _ = _convert(scratch, "src/data.tar", "out")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: src/data.tar is cut short or damaged after member '"), last
+    assert not list((scratch / "cache").rglob("*.partial-*")), "the failed extraction's staging folder is left"
+
+
+def test_a_damaged_parquet_file_is_one_line_naming_it(scratch: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"image": _jpegs(2), "label": [0, 1]}), scratch / "src" / "t.parquet")
+    data = (scratch / "src" / "t.parquet").read_bytes()
+    (scratch / "src" / "t.parquet").write_bytes(data[:-8] + bytes(8))  # the footer's length and magic gone
+    done, _ = _convert(scratch, "src/t.parquet", "out")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: src/t.parquet is not a readable Parquet file ("), last
+
+
 def test_a_tar_bomb_is_refused_before_it_is_read(scratch: Path) -> None:
     """A 4 MB .tar.gz declaring an 800 MB member: refused from its header, memory stays small."""
     size = 800 * 1024 * 1024

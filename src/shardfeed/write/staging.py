@@ -55,7 +55,9 @@ class Staged:
         self.folder = os.path.join(base, "shardfeed", "staged", identity.hexdigest()[:24])
 
     def extracted(self, extract: Callable[[Writer], Extracted]) -> Extracted:
-        """The listing of a complete extraction, made now by `extract` unless one is here."""
+        """The listing of a complete extraction, made now by `extract` unless one is here. A
+        complete one stays until the conversion finishes (a re-run after a failure re-uses it);
+        one that fails part-way is removed at once."""
         listing = os.path.join(self.folder, LISTING)
         if os.path.exists(listing):
             with open(listing) as f:
@@ -69,9 +71,13 @@ class Staged:
         self._remove_dead_partials()
         partial = f"{self.folder}.partial-{os.getpid()}"
         shutil.rmtree(partial, ignore_errors=True)
-        found = extract(Writer(partial))
-        with open(os.path.join(partial, LISTING), "w") as f:
-            json.dump(asdict(found), f)
+        try:
+            found = extract(Writer(partial))
+            with open(os.path.join(partial, LISTING), "w") as f:
+                json.dump(asdict(found), f)
+        except BaseException:  # a failed extraction starts over next time: nothing of it is kept
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
         shutil.rmtree(self.folder, ignore_errors=True)
         os.replace(partial, self.folder)
         return found

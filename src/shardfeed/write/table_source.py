@@ -18,6 +18,7 @@ image/filename) is its table and row: `data/train-00000-of-00002.parquet/0000123
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import warnings
@@ -248,7 +249,7 @@ class TableSource:
 
     def _schema(self, table: str) -> Any:
         pa = pyarrow()
-        with fileio.open_binary(table, "rb") as f:
+        with _readable(table, self.kind), fileio.open_binary(table, "rb") as f:
             if self.kind == "parquet":
                 return pa.parquet.read_schema(f)
             return pa.ipc.open_stream(f).schema
@@ -276,7 +277,7 @@ class TableSource:
         """(image value, label value) of each row, BATCH_ROWS at a time."""
         pa = pyarrow()
         columns = [image] + ([label] if label else [])
-        with fileio.open_binary(table, "rb") as f:
+        with _readable(table, self.kind), fileio.open_binary(table, "rb") as f:
             if self.kind == "parquet":
                 batches = pa.parquet.ParquetFile(f).iter_batches(batch_size=BATCH_ROWS, columns=columns)
             else:
@@ -287,6 +288,20 @@ class TableSource:
                     batch.column(batch.schema.get_field_index(label)).to_pylist() if label else [None] * len(images)
                 )
                 yield from zip(images, labels, strict=True)
+
+
+@contextlib.contextmanager
+def _readable(table: str, kind: str) -> Iterator[None]:
+    """Turns pyarrow's complaint about a damaged or foreign file ('Parquet magic bytes not found
+    in footer', which names no file) into a SourceError naming the table."""
+    pa = pyarrow()
+    try:
+        yield
+    except (pa.ArrowException, EOFError) as e:
+        what = "Parquet" if kind == "parquet" else "Arrow stream"
+        raise SourceError(
+            f"{storage.redact(table)} is not a readable {what} file ({e}); download or write it again"
+        ) from None
 
 
 def _id_names(top: int, column: str) -> list[str]:

@@ -16,11 +16,13 @@ Each tar is streamed once (one member in memory at a time) and its images staged
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import re
 import tarfile
 import warnings
+import zlib
 from collections.abc import Iterator
 
 from shardfeed.errors import SourceError
@@ -244,33 +246,68 @@ class _Sample:
 def _samples(tar: str, wanted: set[str], max_image_bytes: int | None) -> Iterator[_Sample]:
     """Each sample of `tar`, streaming it once. Only the members whose extensions are `wanted`
     are read, each after its declared size is checked (a 40 KB sparse tar can declare a 2 GiB
-    member); a member whose name leaves the tar's folder is never used, and a sample whose
-    key or extension repeats is reported rather than merged (its label could go with other bytes)."""
-    with fileio.open_binary(tar, "rb") as f, tarfile.open(fileobj=f, mode="r|*") as archive:
-        sample: _Sample | None = None
-        for member in archive:
-            if not member.isfile():
-                continue
-            folder, _, base = member.name.rpartition("/")
-            if "." not in base or base.startswith("."):
-                continue
-            refusal = confinement.entry_refusal(member.name.removeprefix("./"))
-            stem, ext = base.split(".", 1)
-            ext = ext.lower()
-            this = f"{folder}/{stem}" if folder else stem
-            if sample is None or this != sample.key:
-                if sample is not None:
-                    yield sample
-                sample = _Sample(this)
-            sample.names.append(member.name)
-            if refusal:
-                sample.problem = f"unsafe member name (path traversal): {refusal}; not extracted"
-            elif ext in sample.members:
-                sample.problem = f"member {member.name!r} repeats .{ext}: a sample's members are never merged"
-            elif ext in wanted:
-                sample.members[ext] = _read_member(archive, member, ext, max_image_bytes, sample)
-        if sample is not None:
-            yield sample
+    member); a member whose name leaves the tar's folder, a link and a special file are never
+    used, and a sample whose key or extension repeats is reported rather than merged (its label
+    could go with other bytes).
+
+    Raises:
+        SourceError: the tar is cut short (a partial download) or damaged, naming it and the last
+            member read: what follows the cut cannot be listed, so not reported item by item.
+    """
+    last = ""
+    try:
+        with fileio.open_binary(tar, "rb") as f, tarfile.open(fileobj=f, mode="r|*") as archive:
+            sample: _Sample | None = None
+            for member in archive:
+                last = member.name
+                if member.isdir():
+                    continue
+                folder, _, base = member.name.rpartition("/")
+                if "." not in base or base.startswith("."):
+                    continue
+                stem, ext = base.split(".", 1)
+                this = f"{folder}/{stem}" if folder else stem
+                if sample is None or this != sample.key:
+                    if sample is not None:
+                        yield sample
+                    sample = _Sample(this)
+                sample.names.append(member.name)
+                _take(archive, member, ext.lower(), wanted, max_image_bytes, sample)
+            if sample is not None:
+                yield sample
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+        after = f"after member {last[:200]!r}" if last else "before its first member"
+        raise SourceError(
+            f"{storage.redact(tar)} is cut short or damaged {after} ({e}); download or write it again"
+        ) from None
+
+
+def _take(
+    archive: tarfile.TarFile,
+    member: tarfile.TarInfo,
+    ext: str,
+    wanted: set[str],
+    max_bytes: int | None,
+    sample: _Sample,
+) -> None:
+    """Reads one member into its sample, or marks the sample with why it cannot be used."""
+    refusal = confinement.entry_refusal(member.name.removeprefix("./"))
+    if refusal:
+        sample.problem = f"unsafe member name (path traversal): {refusal}; not extracted"
+    elif not member.isfile():
+        sample.problem = f"member {member.name!r} is {_kind(member)}: links and special files are never extracted"
+    elif ext in sample.members:
+        sample.problem = f"member {member.name!r} repeats .{ext}: a sample's members are never merged"
+    elif ext in wanted:
+        sample.members[ext] = _read_member(archive, member, ext, max_bytes, sample)
+
+
+def _kind(member: tarfile.TarInfo) -> str:
+    if member.issym():
+        return f"a symbolic link (to {member.linkname[:200]!r})"
+    if member.islnk():
+        return f"a hard link (to {member.linkname[:200]!r})"
+    return "a FIFO" if member.isfifo() else "a device or other special file"
 
 
 def _read_member(
