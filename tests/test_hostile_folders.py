@@ -116,6 +116,13 @@ def test_a_split_name_that_is_a_path_is_refused(folder: Path) -> None:
     _one_line_refusal(_run("info", str(folder)), "manifest.json", "split name '../../x'")
 
 
+def test_a_class_name_holding_terminal_escapes_is_refused_never_printed(folder: Path) -> None:
+    _edit(folder, lambda m: m["labels"].__setitem__(0, "c0\x1b]0;owned\x07\x1b[2J"))
+    done = _run("info", str(folder))
+    _one_line_refusal(done, "manifest.json", "control character")
+    assert "\x1b" not in done.stdout + done.stderr
+
+
 @pytest.mark.parametrize(
     "change, words",
     [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +85,23 @@ def test_names_follow_the_imagenet_convention() -> None:
 def test_template_errors(template: str, by_class: bool, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         validate_template(template, by_class=by_class)
+
+
+def test_long_class_names_make_file_names_a_file_system_takes(tmp_path: Path) -> None:
+    """--by-class puts the class name in the shard name: a 240-character name wrote some shards,
+    then failed with 'File name too long'. Two long names with the same start stay apart."""
+    from conftest import crops, jpeg_bytes, photos
+
+    from shardfeed import ConvertOptions, convert
+
+    names = ["x" * 240 + "a", "x" * 240 + "b", "short"]
+    for i, pixels in enumerate(crops(photos()["coffee"], 6, seed=2)):
+        folder = tmp_path / "src" / names[i % 3]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{i}.jpg").write_bytes(jpeg_bytes(pixels))
+    options = ConvertOptions(by_class=True, split="train=1")
+    result = convert(str(tmp_path / "src"), str(tmp_path / "out"), options, workers=1, progress=False)
+    files = [s["file"] for s in result.manifest.data["splits"]["train"]["shards"]]
+    assert len(set(files)) == 3 and "train-short-00000-of-00001" in files
+    assert all(len(f) <= 255 for f in files) and all((tmp_path / "out" / f).is_file() for f in files)
+    assert result.manifest.data["splits"]["train"]["num_records"] == 6

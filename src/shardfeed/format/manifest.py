@@ -287,9 +287,11 @@ def _at(index: int) -> str:
 def entry_problems(data: dict[str, Any]) -> list[str]:
     """Names in a manifest that could reach outside its folder (it may come from someone else:
     a downloaded dataset, a shared bucket): split names that are not plain names, shard and
-    index entries that are absolute, URLs or climb out with '..' (`confinement`). Readers refuse
-    such a manifest before they open anything it names."""
-    problems = []
+    index entries that are absolute, URLs or climb out with '..' (`confinement`), class names
+    with control characters (a terminal runs the escape sequences `info` would print). Readers
+    refuse such a manifest before they open anything it names."""
+    labels = data["labels"] if isinstance(data["labels"], list) else []
+    problems = [r for r in (confinement.text_refusal(str(n)) for n in labels) if r]  # escapes reach terminals
     for name, split in data["splits"].items():
         refusal = confinement.split_refusal(name)
         if refusal:
@@ -360,8 +362,8 @@ def read(path: str, *, check: bool = True) -> Manifest:
     if unsafe:
         more = f" (and {len(unsafe) - 1} more)" if len(unsafe) > 1 else ""
         raise ManifestError(
-            f"{file} names something outside its folder, refused: {unsafe[0]}{more}; a converted folder's manifest "
-            "lists plain names inside the folder (convert the source again if it was edited)"
+            f"{file} names something outside its folder or unprintable, refused: {unsafe[0]}{more}; a converted "
+            "folder's manifest lists plain names inside the folder (convert the source again if it was edited)"
         )
     problems = (unusable or total_problems(data)) if check else []
     if problems:

@@ -5,6 +5,7 @@ Pure functions over counts and sizes; no I/O.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import string
@@ -123,9 +124,17 @@ def validate_template(template: str, *, by_class: bool) -> None:
         raise OptionError(f"shard name template {template!r} must not contain '/'")
 
 
+MAX_LABEL_IN_NAME = 100  # characters of a class name in a --by-class shard name (file names: 255 bytes)
+
+
 def safe_label(name: str) -> str:
-    """A class name made safe for a file name."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name) or "_"
+    """A class name made safe for a file name: letters, digits, '.', '_' and '-', and at most
+    MAX_LABEL_IN_NAME characters (a longer one keeps its start and a hash of the whole, so two
+    long names that share a start stay two names)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name) or "_"
+    if len(safe) <= MAX_LABEL_IN_NAME:
+        return safe
+    return f"{safe[: MAX_LABEL_IN_NAME - 9]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
 def shard_name(template: str, split: str, shard: int, count: int, label: str | None = None) -> str:
