@@ -232,3 +232,22 @@ def test_deterministic_and_resumed_after_kill_to_the_same_bytes(
         for o in (*outs.values(), killed)
     ]
     assert shards[0] == shards[1] == shards[2] and len(shards[0]) == 2 * 16 * 2
+
+
+def test_a_row_group_larger_than_the_bound_is_refused_from_the_footer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Parquet bomb: a 1 KB file whose footer declares 20 MB of image cells (compressed
+    zeros). The bound is lowered here to 8 MB; the default is 2 GiB."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shardfeed.write import table_source
+
+    monkeypatch.setattr(table_source, "MAX_ROW_GROUP_BYTES", 8 << 20)
+    table = tmp_path / "bomb.parquet"
+    cells = [bytes(10 << 20) + bytes([i]) for i in range(2)]  # two distinct 10 MB cells
+    pq.write_table(pa.table({"image": cells, "label": [0, 1]}), table, compression="zstd", use_dictionary=False)
+    assert table.stat().st_size < 64 << 10
+    with pytest.raises(SourceError, match=r"bomb.parquet: row group 0 declares 20,97\d,\d{3} bytes .* refused before"):
+        convert(str(table), str(tmp_path / "out"), ConvertOptions(split="train=1"), workers=1, progress=False)

@@ -35,6 +35,7 @@ from shardfeed.write.staging import Extracted, Staged, Writer
 IMAGE_NAMES = ("image", "img", "picture", "photo", "jpg", "png", "image_bytes")
 LABEL_NAMES = ("label", "labels", "class", "category", "target", "fine_label")
 BATCH_ROWS = 64  # rows in memory at a time
+MAX_ROW_GROUP_BYTES = 2 * 2**30  # a Parquet row group's image and label columns, read whole by pyarrow
 _HUB_FILE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-\d{5}-of-\d{5}\.parquet$")
 
 
@@ -279,7 +280,9 @@ class TableSource:
         columns = [image] + ([label] if label else [])
         with _readable(table, self.kind), fileio.open_binary(table, "rb") as f:
             if self.kind == "parquet":
-                batches = pa.parquet.ParquetFile(f).iter_batches(batch_size=BATCH_ROWS, columns=columns)
+                parquet = pa.parquet.ParquetFile(f)
+                _check_row_groups(table, parquet.metadata, columns)
+                batches = parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns)
             else:
                 batches = iter(pa.ipc.open_stream(f))
             for batch in batches:
@@ -302,6 +305,25 @@ def _readable(table: str, kind: str) -> Iterator[None]:
         raise SourceError(
             f"{storage.redact(table)} is not a readable {what} file ({e}); download or write it again"
         ) from None
+
+
+def _check_row_groups(table: str, metadata: Any, columns: list[str]) -> None:
+    """Refuses a Parquet file whose row groups would take more than MAX_ROW_GROUP_BYTES once
+    read (pyarrow reads a row group's column chunk whole): what the footer declares is checked
+    before anything is read, so a few MB of compressed zeros cannot take the machine's memory."""
+    for group in range(metadata.num_row_groups):
+        meta = metadata.row_group(group)
+        size = sum(
+            meta.column(i).total_uncompressed_size
+            for i in range(meta.num_columns)
+            if meta.column(i).path_in_schema.split(".")[0] in columns
+        )
+        if size > MAX_ROW_GROUP_BYTES:
+            raise SourceError(
+                f"{storage.redact(table)}: row group {group} declares {size:,} bytes of {columns} once read, more than "
+                f"{MAX_ROW_GROUP_BYTES:,}: refused before reading (write it with smaller row groups, as the Hub's "
+                "files are: about 100 images each)"
+            )
 
 
 def _id_names(top: int, column: str) -> list[str]:
