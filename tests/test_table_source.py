@@ -87,6 +87,18 @@ def test_hub_parquet_layout_keeps_splits_labels_and_bytes(photo_tree: Path, name
     ]
 
 
+def test_one_hub_file_alone_keeps_its_split_as_in_its_folder(
+    photo_tree: Path, names: list[str], tmp_path: Path
+) -> None:
+    """`convert hub/data/train-00000-of-00001.parquet` read the same rows as the folder but
+    re-split them 80/20; now it keeps the split the file's name gives, as the folder does."""
+    rows = _rows(photo_tree)["train"]
+    table = tmp_path / "train-00000-of-00001.parquet"
+    _dataset(rows, names).to_parquet(str(table))  # type: ignore[attr-defined]
+    convert(str(table), str(tmp_path / "out"), ConvertOptions(), workers=1, progress=False)
+    assert _converted(tmp_path / "out") == _expected({"train": rows}, names)
+
+
 def test_save_to_disk_of_a_dataset_dict(photo_tree: Path, names: list[str], tmp_path: Path) -> None:
     rows = _rows(photo_tree)
     saved = tmp_path / "saved"

@@ -4,6 +4,7 @@
     hub/data/train-00000-of-00002.parquet    the Hub's layout: split = the name before the first '-'
     hub/default/train/0000.parquet           the Hub's converted layout: split = the parent folder
     one.parquet                              one table: split by the conversion's fractions
+    hub/data/train-00000-of-00002.parquet    one of the Hub's files alone: its split, as in the folder
     saved/dataset_dict.json + train/*.arrow  save_to_disk of a DatasetDict: its splits
     saved/state.json + data-*.arrow          save_to_disk of one Dataset
 
@@ -99,7 +100,8 @@ class TableSource:
         if not fileio.isdir(self.path):
             if not fileio.exists(self.path):
                 raise SourceError(f"{storage.redact(self.path)} does not exist")
-            return [(self.path, None)]
+            hub = _HUB_FILE.match(self.path.rsplit("/", 1)[-1])  # one of the Hub's files keeps its split
+            return [(self.path, hub["split"] if hub else None)]
         if self.kind == "arrow":
             return self._arrow_tables()
         found = []
