@@ -272,7 +272,7 @@ def test_gzip_label_offset_and_template(photo_tree: Path, tmp_path: Path) -> Non
 
 def test_resize_crop_reencode(photo_tree: Path, tmp_path: Path) -> None:
     out = tmp_path / "o"
-    convert(
+    result = convert(
         str(photo_tree),
         str(out),
         ConvertOptions(split="train=1", image=ImageOptions(resize=64, center_crop=56, image_format="jpeg", quality=80)),
@@ -282,6 +282,8 @@ def test_resize_crop_reencode(photo_tree: Path, tmp_path: Path) -> None:
     rows = read_split(out, "train")
     assert {(int(r["image/height"]), int(r["image/width"])) for r in rows} == {(56, 56)}
     assert {r["image/format"] for r in rows} == {b"JPEG"}
+    # every image was re-encoded by the settings: the summary says so ("0 converted" before)
+    assert f"{len(rows)} re-encoded (--resize 64, --center-crop 56, --format jpeg)" in result.summary()
 
 
 def test_shard_size_splits_into_several_shards(photo_tree: Path, tmp_path: Path) -> None:

@@ -115,7 +115,8 @@ class ConversionResult:
         data = self.manifest.data
         dropped = data.get("num_dropped_duplicates", 0)
         extra = (
-            f"{self.num_skipped} skipped, {self.num_converted} converted, {self.num_duplicates} duplicate groups"
+            f"{self.num_skipped} skipped, {notes.re_encoded(data, self.num_written, self.num_converted)}, "
+            f"{self.num_duplicates} duplicate groups"
             + (f" ({dropped} duplicates dropped)" if dropped else "")
             + notes.near_summary(data)
         )

@@ -71,3 +71,16 @@ def nothing_written(discovery: Any, results: list[Any]) -> str:
         f"no image could be converted from {discovery.root}: all {len(skipped)} inputs were skipped ({listed})"
         f"{example}; nothing was written as a dataset"
     )
+
+
+def re_encoded(data: dict[str, Any], written: int, for_tensorflow: int) -> str:
+    """How many images were re-encoded and why: every one, by the settings (resize, crop,
+    format), or only those TensorFlow could not read as they were ("0 converted" read as if
+    nothing had been written when the settings had re-encoded them all)."""
+    image = data.get("settings", {}).get("image", {})
+    words = [f"--{k.replace('_', '-')} {image[k]}" for k in ("resize", "max_size", "center_crop") if image.get(k)]
+    if image.get("image_format", "keep") != "keep":
+        words.append(f"--format {image['image_format']}")
+    if words:
+        return f"{written} re-encoded ({', '.join(words)})"
+    return f"{for_tensorflow} re-encoded for TensorFlow"
