@@ -265,7 +265,7 @@ def test_the_one_time_fix_for_a_stratified_folder_works_as_written(corpus: list[
     assert json.loads((out / "manifest.json").read_text())["settings"]["split_rule"] == "hash"
     _grow(source, pool, 5)
     appended = cli(*shlex.split(commands[1])[1:])
-    assert appended.returncode == 0 and "Appended generation 1" in appended.stderr, appended.stderr
+    assert appended.returncode == 0 and "Appended generation 1" in appended.stdout, appended.stderr
     m = json.loads((out / "manifest.json").read_text())
     assert sum(s["num_records"] for s in m["splits"].values()) == 40
     assert m["settings"]["shards"] == 2  # the folder's own settings, not the defaults

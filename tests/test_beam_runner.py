@@ -38,7 +38,7 @@ def test_beam_via_cli_says_what_the_local_runner_says_and_rerun_is_a_no_op(photo
     cmd = [sys.executable, "-m", "shardfeed", "convert", str(photo_tree), str(out), "--runner", "beam", "-q"]
     first = subprocess.run(cmd, capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
-    assert "Wrote 44 of 44 images" in first.stderr
+    assert "Wrote 44 of 44 images" in first.stdout
     for noise in ("Prism", "Downloading", "apitools", "Converting string literal", "DirectRunner"):
         assert noise not in first.stderr, first.stderr
     by_local = subprocess.run([*cmd[:5], str(local), "-q"], capture_output=True, text=True)
@@ -46,9 +46,9 @@ def test_beam_via_cli_says_what_the_local_runner_says_and_rerun_is_a_no_op(photo
     def same(text: str, folder: Path) -> str:
         return re.sub(r"in [0-9.]+s", "in Ns", text.replace(str(folder), "OUT"))
 
-    assert same(first.stderr, out) == same(by_local.stderr, local)
+    assert same(first.stdout + first.stderr, out) == same(by_local.stdout + by_local.stderr, local)
     again = subprocess.run(cmd, capture_output=True, text=True)
-    assert "nothing to do" in again.stderr
+    assert "nothing to do" in again.stdout
 
 
 def test_the_local_runner_is_named_so_beam_tries_no_download() -> None:

@@ -18,11 +18,11 @@ def test_convert_command(photo_tree: Path, tmp_path: Path) -> None:
     out = tmp_path / "o"
     done = run_cli("convert", str(photo_tree), str(out), "--split", "train=0.75,val=0.25", "--shards", "2", "-q")
     assert done.returncode == 0, done.stderr
-    assert "Wrote 44 of 44 images" in done.stderr and "val: 11 records in 2 shards" in done.stderr
+    assert "Wrote 44 of 44 images" in done.stdout and "val: 11 records in 2 shards" in done.stdout  # the result
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["settings"]["split"] == {"train": 0.75, "val": 0.25}
     again = run_cli("convert", str(photo_tree), str(out), "--split", "train=0.75,val=0.25", "--shards", "2", "-q")
-    assert again.returncode == 0 and "nothing to do" in again.stderr
+    assert again.returncode == 0 and "nothing to do" in again.stdout
 
 
 def test_csv_numpy_flags_map_onto_the_api(digits: tuple, tmp_path: Path) -> None:

@@ -170,7 +170,7 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path: Path) -> Non
     with pytest.raises(ManifestError, match=r"holds an unfinished conversion .* re-run the same `shardfeed convert`"):
         read_manifest(str(out))
     resumed = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    assert "resumed:" in resumed.stderr
+    assert "resumed:" in resumed.stdout
     clean = tmp_path / "clean"
     subprocess.run(
         [sys.executable, "-m", "shardfeed", "convert", str(src), str(clean), *CONVERT_ARGS],

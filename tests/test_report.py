@@ -62,7 +62,7 @@ def test_conversion_report_renders_with_counts_problems_and_escaped_names(odd_tr
     done = shardfeed("convert", str(src), str(out), "--shards", "1", "-q")
     assert done.returncode == 0, done.stderr
     page = out / "report.html"
-    assert page.exists() and "report: " in done.stderr
+    assert page.exists() and "report: " in done.stdout
     assert page.stat().st_size < 1_000_000
     assert "<script>alert" not in page.read_text()  # escaped in the file itself
     dom, log = open_in_browser(page, tmp_path / "shot.png")

@@ -283,9 +283,9 @@ def run(args: argparse.Namespace) -> int:
         beam_options=_beam_options(args),
         progress=not args.quiet,
     )
-    log.info(result.summary())
+    print(result.summary(), flush=True)  # the command's result: stdout (progress and logs: stderr)
     if not args.no_report:
         from shardfeed.cli.report_cmd import write_dataset_report
 
-        log.info("  report: %s", write_dataset_report(args.output))
+        print(f"  report: {write_dataset_report(args.output)}")
     return 0
