@@ -121,6 +121,8 @@ def test_two_phases_through_the_cli(photo_shards: Path, notop: Path, tmp_path: P
     assert f"from weights {notop}: head epochs 1-1 at 0.001; fine-tune epochs 2-2 at 0.0001" in done.stderr
     rows = _log(run)
     assert [r["phase"] for r in rows] == ["1", "2"] and all("learning_rate" in r for r in rows)
+    progress = [line for line in (done.stdout + done.stderr).splitlines() if " - loss: " in line]
+    assert len(progress) == 2 and not any(" - phase: " in line or " - learning_rate: " in line for line in progress)
     record, metrics = json.loads((run / "run.json").read_text()), json.loads((run / "metrics.json").read_text())
     assert record["weights"] == str(notop) and [p["name"] for p in record["phases"]] == ["head", "fine-tune"]
     assert metrics["phases"] == record["phases"]

@@ -116,5 +116,6 @@ def quiet_tensorflow() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault(QUIET_ENV, "1")
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    logging.getLogger("jax").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'…" (INFO)
     warnings.filterwarnings("ignore", message=r".*`shuffle=True` was passed.*")
     warnings.filterwarnings("ignore", category=UserWarning, module=r"keras\..*")

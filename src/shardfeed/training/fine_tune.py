@@ -178,16 +178,27 @@ def parameter_counts(net: Any) -> tuple[int, int]:
     return trainable, int(net.count_params())
 
 
+BOOKKEEPING = ("phase", "learning_rate")  # in log.csv and TensorBoard, not metrics
+
+
 def phase_log_callback() -> Any:
     """A Keras callback adding `phase` (its number, 1-based, set by the trainer; numeric, as Keras'
-    History, progress bar and TensorBoard take only numbers) and the epoch's last `learning_rate`
-    to each epoch's logs, so that log.csv and TensorBoard show them. Place it before the loggers."""
+    CSV logger and TensorBoard take only numbers) and the epoch's last `learning_rate` to each
+    epoch's logs, so that log.csv and TensorBoard show them. Place it before the loggers, and its
+    `tidy` after them: that takes both out again, so the progress line and History, which Keras
+    puts last, show only metrics ('phase: 1.0000' read as one)."""
     import keras
+
+    class Tidy(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            for key in BOOKKEEPING:
+                (logs or {}).pop(key, None)
 
     class PhaseLog(keras.callbacks.Callback):
         def __init__(self) -> None:
             super().__init__()
             self.phase = 1
+            self.tidy = Tidy()
 
         def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
             if logs is not None:

@@ -62,7 +62,7 @@ def final_metrics(net: Any) -> dict[str, float]:
     history = getattr(net, "history", None)
     if not history or not history.history:
         return {}
-    return {k: float(v[-1]) for k, v in history.history.items() if k != "phase"}  # phases: metrics.json's own
+    return {k: float(v[-1]) for k, v in history.history.items()}
 
 
 def saved_model_validation(net: Any, val_ds: Any, recomputed: int) -> dict[str, float]:

@@ -396,4 +396,5 @@ class _TrainingRun:
             keras.callbacks.ModelCheckpoint(folder.best_checkpoint, monitor=monitor, mode="max", save_best_only=True),
             self.csv_log,
             keras.callbacks.TensorBoard(folder.file(TENSORBOARD)),
+            self.phase_log.tidy,  # last of these: the progress line and History show metrics only
         ]
