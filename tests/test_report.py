@@ -90,3 +90,39 @@ def test_training_run_report(digits_tree: Path, tmp_path: Path) -> None:
     assert not _console_errors(log)
     for text in ("Per epoch", "val_accuracy", "precision", "recall", "Worst classified", "predicted", "learning_rate"):
         assert text in dom, text
+    assert ">nan<" not in (run / "report.html").read_text()  # an undefined precision is '—', explained
+
+
+def test_curves_have_an_epoch_axis_and_points_where_their_values_are() -> None:
+    """The run report's curves: epochs numbered under the plot (at most ~10 numbers), each value
+    drawn at its epoch's x and at a height proportional to it; a missing epoch (NaN) is skipped."""
+    import re
+
+    from shardfeed.tools.html_page import line_chart
+
+    svg = line_chart({"loss": [1.0, 0.5, 0.3], "val_loss": [1.1, float("nan"), 0.4]}, width=480, height=200)
+    ticks = re.findall(r'<text x="([\d.]+)" y="184"[^>]*>(\d+)</text>', svg)
+    assert [(float(x), int(n)) for x, n in ticks] == [(44.0, 1), (254.0, 2), (464.0, 3)]
+    assert ">epoch</text>" in svg
+    lines = [[tuple(map(float, p.split(","))) for p in pts.split()] for pts in re.findall(r'points="([^"]+)"', svg)]
+    top, bottom = 12, 164  # 1.1 (the highest value) is drawn at the top, 0.3 (the lowest) at the bottom
+    y = lambda v: bottom - (bottom - top) * (v - 0.3) / (1.1 - 0.3)  # noqa: E731
+    flat = [[c for point in line for c in point] for line in lines]
+    assert flat[0] == pytest.approx([44, y(1.0), 254, y(0.5), 464, y(0.3)], abs=0.05)
+    assert flat[1] == pytest.approx([44, y(1.1), 464, y(0.4)], abs=0.05)
+    many = line_chart({"loss": [float(i) for i in range(37)]})
+    numbered = [int(n) for n in re.findall(r'text-anchor="middle">(\d+)</text>', many)]
+    assert numbered[0] == 1 and numbered[-1] == 37 and len(numbered) <= 11
+
+
+def test_problem_tables_have_no_empty_column() -> None:
+    """Tables whose rows have nothing to draw (duplicate groups, a bucket's inputs) had a third,
+    empty column; a table with thumbnails names it."""
+    import re
+
+    from shardfeed.tools.dataset_report import _problem_table
+
+    headers = lambda table: re.findall(r"<th[^>]*>(.*?)</th>", table)  # noqa: E731
+    assert headers(_problem_table("Duplicate groups", [("a.jpg, b.jpg", "same split")], None)) == ["input", "reason"]
+    drawn = _problem_table("Skipped", [("a.jpg", "not an image")], lambda key: "<img>")
+    assert headers(drawn) == ["input", "reason", "image"]

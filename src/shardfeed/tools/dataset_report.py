@@ -251,8 +251,11 @@ def _problem_table(title: str, rows: list[tuple[str, str]], thumb: Any) -> str:
     if not rows:
         return f"<h3>{h.esc(title)}: none</h3>"
     body = [[h.esc(f), h.esc(why), thumb(f) if thumb else ""] for f, why in rows[:MAX_ROWS]]
+    header = ["input", "reason", "image"]
+    if not any(row[2] for row in body):  # nothing drawn (a bucket's inputs, duplicate groups): no empty column
+        header, body = header[:2], [row[:2] for row in body]
     more = f'<p class="note">{len(rows) - MAX_ROWS:,} more in report.json</p>' if len(rows) > MAX_ROWS else ""
-    return f"<h3>{h.esc(title)}: {len(rows):,}</h3>" + h.table(["input", "reason", ""], body) + more
+    return f"<h3>{h.esc(title)}: {len(rows):,}</h3>" + h.table(header, body) + more
 
 
 def _settings_rows(settings: dict[str, Any]) -> list[list[str]]:

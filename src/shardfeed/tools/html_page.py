@@ -108,25 +108,37 @@ def histogram(values: Sequence[float], *, bins: int = 20, unit: str = "", width:
 
 
 def line_chart(series: dict[str, Sequence[float]], *, width: int = 480, height: int = 200) -> str:
-    """Lines over epochs (x = 1..N), one per series, with a legend."""
+    """Lines over epochs (x = 1..N, numbered on an epoch axis), one per series, with a legend."""
     colors = ("#4a7fb5", "#d0763c", "#3c9d5d", "#8e5cb5")
     points = [v for vs in series.values() for v in vs if v == v]
     if not points:
         return '<p class="note">no values</p>'
     low, high = min(points), max(points)
     span, n = (high - low) or 1.0, max(len(vs) for vs in series.values())
+    left, right, top, bottom = 44, width - 16, 12, height - 36  # the plot area; the epoch axis below it
+
+    def x(i: int) -> float:
+        return left + (right - left) * (i / max(n - 1, 1))
+
     paths, legend = [], []
     for k, (name, vs) in enumerate(series.items()):
         xy = [
-            f"{20 + (width - 40) * (i / max(n - 1, 1)):.1f},{height - 20 - (height - 40) * (v - low) / span:.1f}"
+            f"{x(i):.1f},{bottom - (bottom - top) * (v - low) / span:.1f}"
             for i, v in enumerate(vs)
             if v == v  # NaN: the metric is missing that epoch
         ]
         color = colors[k % len(colors)]
         paths.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{" ".join(xy)}"/>')
         legend.append(f'<span style="color:{color}">■ {esc(name)}</span>')
+    step = -(-n // 10)  # at most ~10 numbered epochs
+    ticks = sorted({*range(0, n, step), n - 1})
     axis = (
-        f'<text x="2" y="14" font-size="11">{high:.3g}</text>'
-        f'<text x="2" y="{height - 4}" font-size="11">{low:.3g}</text>'
+        f'<text x="2" y="{top + 4}" font-size="11">{high:.3g}</text>'
+        f'<text x="2" y="{bottom + 4}" font-size="11">{low:.3g}</text>'
+        f'<line x1="{left}" y1="{bottom + 6}" x2="{right}" y2="{bottom + 6}" stroke="#999"/>'
+        + "".join(
+            f'<text x="{x(i):.1f}" y="{bottom + 20}" font-size="11" text-anchor="middle">{i + 1}</text>' for i in ticks
+        )
+        + f'<text x="{right}" y="{height - 2}" font-size="11" text-anchor="end">epoch</text>'
     )
     return f'<svg width="{width}" height="{height}" role="img">{axis}{"".join(paths)}</svg><p>{" ".join(legend)}</p>'

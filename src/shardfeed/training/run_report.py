@@ -103,13 +103,15 @@ def _per_class(result: dict[str, Any], split: str) -> str:
     rows = []
     for i, name in enumerate(names):
         true, predicted = confusion[i].sum(), confusion[:, i].sum()
-        recall = confusion[i, i] / true if true else float("nan")
-        precision = confusion[i, i] / predicted if predicted else float("nan")
-        rows.append([h.esc(name), f"{true:,}", f"{precision:.3f}", f"{recall:.3f}"])
+        recall = f"{confusion[i, i] / true:.3f}" if true else "—"
+        precision = f"{confusion[i, i] / predicted:.3f}" if predicted else "—"
+        rows.append([h.esc(name), f"{true:,}", precision, recall])
     summary = f"{split}: {result['examples']:,} images, accuracy {result['accuracy']:.4f}, loss {result['loss']:.4f}"
     matrix = h.png_file(os.path.join(result["output_dir"], CONFUSION))
     table = h.table(["class", "images", "precision", "recall"], rows, (1, 2, 3))
-    return h.section("Per class", f"<p>{h.esc(summary)}</p>", table, matrix)
+    undefined = any("—" in row for row in rows)
+    note = '<p class="note">—: no image predicted as that class (precision) or none in it (recall)</p>'
+    return h.section("Per class", f"<p>{h.esc(summary)}</p>", table, note if undefined else "", matrix)
 
 
 def _worst(run_dir: str, data: str, split: str) -> str:
