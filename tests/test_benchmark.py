@@ -83,6 +83,9 @@ def test_bench_with_a_model_says_which_side_limits_training(digits_tree: Path, t
     assert result["settings"]["image_size"] == [24, 24]  # taken from the model's input
     assert result["model"]["images_per_second"] > 0
     assert result["verdict"].split(":")[0] in ("input-bound", "model-bound", "balanced")
+    # it says what it is doing while it does it, also when stderr is not a terminal (a CI log)
+    assert "timing load: 1 epoch(s) of the 'train' split" in done.stderr
+    assert "timing the model's training step" in done.stderr
 
 
 def test_python_bench_returns_the_verdict_too(digit_shards: Path) -> None:

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         service=args.service,
         rounds=args.rounds,
         model=net,
-        progress=_progress if sys.stderr.isatty() else None,
+        progress=_progress,  # a line as each measurement starts, on stderr (the result is stdout)
     )
     if net is not None:
         result["model"]["source"] = args.model

@@ -46,7 +46,8 @@ def bench(
     interleaved (tools/fresh_runs.py): pipelines sharing a process bias each other.
     With `model` (a Keras model), also its training step on one batch of this data held in
     memory, the verdict on which of the two limits training and how many cores CPU decoding
-    would need for 95% of the model's rate (tools/bottleneck.py). `dali_feed` (default: when a
+    would need for 95% of the model's rate (tools/bottleneck.py). `progress` gets one line as
+    each measurement starts (they can take minutes). `dali_feed` (default: when a
     GPU is visible and DALI is installed) also measures the DALI decode path the same way, in
     fresh processes interleaved with `load` (on the GPU; DALI's CPU mode where none is visible),
     and says whether it would help.
@@ -82,7 +83,9 @@ def bench(
         _fields(read, "ReadOptions"), _fields(decode, "DecodeOptions"), service=service,
     )  # fmt: skip
     specs = _specs(spec, decode, compare_folder, host, dali_feed)
+    say = progress or (lambda message: None)
     if len(specs) == 1:
+        say(f"timing load: {epochs} epoch(s) of the {split!r} split in this process")
         result["shardfeed"] = measure(build(spec)).as_dict()
     else:
         result["settings"]["rounds"] = rounds
@@ -91,6 +94,7 @@ def bench(
         baselines = ("keras_folder", "decode_ceiling")
         result["ratios"] = {f"vs_{name}": ratio(result["shardfeed"], result[name]) for name in baselines}
     if model is not None and host is not None:
+        say("timing the model's training step on one batch held in memory")
         result.update(_against_model(result, spec, decode, model, host))
     return result
 
