@@ -120,3 +120,24 @@ def test_tools_and_training_are_attributes_without_tensorflow() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.split() == ["False", "False"]
+
+
+def test_an_error_raised_inside_a_pipeline_reaches_python_as_shardfeeds_own() -> None:
+    """A StorageError raised by our Python inside tf.data (a bucket read) arrived as TensorFlow's
+    UnknownError with a traceback in its text: `errors.from_tensorflow` makes it the error it
+    was, with its one-line message; an error that is not ours stays None."""
+    import tensorflow as tf
+
+    from shardfeed.errors import from_tensorflow
+    from shardfeed.format.storage import StorageError
+
+    def read(i: object) -> object:
+        raise StorageError("cannot read s3://bucket/d/train-00003-of-00004 after 3 attempts: the store is unreachable")
+
+    ds = tf.data.Dataset.range(3).map(lambda i: tf.numpy_function(read, [i], tf.int64))
+    with pytest.raises(tf.errors.UnknownError) as raised:
+        next(iter(ds))
+    ours = from_tensorflow(raised.value)
+    assert type(ours) is StorageError
+    assert str(ours) == "cannot read s3://bucket/d/train-00003-of-00004 after 3 attempts: the store is unreachable"
+    assert from_tensorflow(tf.errors.UnknownError(None, None, "ValueError: not ours")) is None

@@ -77,3 +77,34 @@ def tensorflow_message(error: BaseException) -> str:
     if raised:
         return raised[-1].split("Error: ", 1)[1]
     return kept[0] if kept else text
+
+
+def from_tensorflow(error: BaseException) -> ShardfeedError | None:
+    """The shardfeed error a TensorFlow op error carries, or None when it carries none.
+
+    Our Python code inside a pipeline (a bucket read that failed: `StorageError`) and our checks
+    (a corrupt or missing shard: `tf.debugging.Assert`) reach the caller as TensorFlow's
+    `UnknownError` / `InvalidArgumentError`, with our class name and message in its text. This
+    makes the exception it was again, with the same one-line message as the CLI prints: a
+    shard's corruption a `CorruptRecordError`, a missing shard a `SourceError`.
+    """
+    text = getattr(error, "message", None) or str(error)
+    if re.search(r"assertion failed: \[", text):
+        message = tensorflow_message(error)
+        return (CorruptRecordError if "is corrupt or truncated" in message else SourceError)(message)
+    ours: dict[str, type[ShardfeedError]] = {}
+    for cls in _subclasses(ShardfeedError):  # a class before its subclasses: the first of a name is ours
+        if not vars(cls).get("twin_of_tensorflows", False):
+            ours.setdefault(cls.__name__, cls)
+    raised = [m for m in re.finditer(r"(?m)^\s*(?:.*: )?(\w+Error): (.+)$", text) if m.group(1) in ours]
+    if not raised:
+        return None
+    last = raised[-1]
+    return ours[last.group(1)](last.group(2).strip())
+
+
+def _subclasses(cls: type[ShardfeedError]) -> list[type[ShardfeedError]]:
+    found: list[type[ShardfeedError]] = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_subclasses(sub)]
+    return found

@@ -29,6 +29,7 @@ from shardfeed.read.augment import Augment, resolve_augment
 from shardfeed.read.decode import Preprocess, feature_spec, record_decoder
 from shardfeed.read.options import DecodeOptions, ReadOptions, ServiceOptions
 from shardfeed.read.plan import ReadPlan, resolve
+from shardfeed.read.raising import raising
 from shardfeed.read.shardset import DataPath
 
 
@@ -94,12 +95,12 @@ def load(
         from shardfeed.read.dali import dali_dataset
 
         ds = dali_dataset(plan, size, resolve_augment(augment, plan.training), decode)
-        return ds.map(on_images_and_labels(decode.map_fn)) if decode.map_fn is not None else ds
+        return raising(ds.map(on_images_and_labels(decode.map_fn)) if decode.map_fn is not None else ds)
     preprocess = Preprocess(size, resolve_augment(augment, plan.training), decode)
     ds = _finished(_stream(plan, preprocess), plan)
     if plan.service is not None:
         ds = service_lib.distribute(ds, plan.service)
-    return ds.prefetch(tensorflow().data.AUTOTUNE)
+    return raising(ds.prefetch(tensorflow().data.AUTOTUNE))  # its errors: shardfeed's own (read/raising.py)
 
 
 def _stream(plan: ReadPlan, preprocess: Preprocess) -> Any:

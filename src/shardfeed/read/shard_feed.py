@@ -124,7 +124,7 @@ class ShardFeed:
 
     def __init__(self, cache: ShardCache, shards: ShardSet, *, shuffle: bool, seed: int, first_epoch: int) -> None:
         self.cache, self.shards = cache, remote_shards(shards)
-        self.counts = shards.counts
+        self.counts, self.split = shards.counts, shards.split or "shards"
         self.shuffle, self.seed, self.next_epoch = shuffle, seed, first_epoch
         self.reading: Counter[str] = Counter()  # sha256 -> copies handed out and not yet read to the end
         self._guard = threading.Lock()
@@ -287,7 +287,8 @@ class _EpochFetch:
         quiet = not self.fetched and self.waited < 1  # said once something had to be fetched or waited for
         log.log(
             logging.DEBUG if quiet else logging.INFO,
-            "shard cache: epoch %d: %d shards, %d from the cache, %d fetched (%s bytes), waited %.1f s of %.1f s",
+            "shard cache: %s, epoch %d: %d shards, %d from the cache, %d fetched (%s bytes), waited %.1f s of %.1f s",
+            self.feed.split,
             epoch,
             len(self.order),
             self.hits,

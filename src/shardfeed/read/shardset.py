@@ -37,6 +37,7 @@ class ShardSet:
     sizes: list[int] | None = None
     label_range: tuple[int, int] | None = None  # foreign files: the lowest and highest stored label
     sha256s: list[str] | None = None  # a converted folder's, from its manifest
+    split: str | None = None  # a converted folder's split these shards are (for log lines)
 
     @property
     def in_bucket(self) -> bool:
@@ -96,6 +97,7 @@ class ShardSet:
             self.manifest,
             None if self.sizes is None else [self.sizes[i] for i in picked],
             sha256s=None if self.sha256s is None else [self.sha256s[i] for i in picked],
+            split=self.split,
         )
 
 
@@ -161,7 +163,8 @@ def from_manifest(path: str | manifest.Manifest, split: str) -> ShardSet:
     m = manifest.opened(path)
     info = m.split(split)
     counts, sizes = [s.num_records for s in info.shards], [s.num_bytes for s in info.shards]
-    return ShardSet(m.shard_paths(split), counts, m.compression, m, sizes, sha256s=[s.sha256 for s in info.shards])
+    sha256s = [s.sha256 for s in info.shards]
+    return ShardSet(m.shard_paths(split), counts, m.compression, m, sizes, sha256s=sha256s, split=split)
 
 
 def from_files(path: str | Sequence[str], *, compression: str | None = None, split: str | None = None) -> ShardSet:
