@@ -453,3 +453,36 @@ def test_the_same_photo_under_two_labels_is_a_label_conflict_and_dedupe_picks_no
     assert "--dedupe picks no label" in result.summary()
     dropped = {d["file"] for d in report["dropped_duplicates"]}
     assert dropped == {"rocket/same-label-copy.jpg"}, dropped
+
+
+@pytest.mark.parametrize("rule", ["drop", "first"])
+def test_a_label_conflict_rule_drops_the_copies_it_names_and_says_so(
+    photo_tree: Path, tmp_path: Path, rule: str
+) -> None:
+    """--label-conflicts drop|first: the rule a user chose, never a silent pick. An exact copy of
+    coffee/000 filed under rocket and a resized chelsea/001 filed under astronaut: 'drop' leaves
+    out all four images, 'first' the two copies whose label differs from the first key's (sorted:
+    astronaut/… before chelsea/…, coffee/… before rocket/…). A same-label copy stays (no --dedupe)."""
+    src = tmp_path / "src"
+    shutil.copytree(photo_tree, src)
+    shutil.copy(src / "coffee" / "000.jpg", src / "rocket" / "copy-of-coffee.jpg")
+    with Image.open(src / "chelsea" / "001.jpg") as im:
+        im.resize((im.width * 3 // 4, im.height * 3 // 4)).save(src / "astronaut" / "smaller-chelsea.jpg", quality=80)
+    shutil.copy(src / "rocket" / "002.jpg", src / "rocket" / "same-label-copy.jpg")
+    total = sum(1 for p in src.rglob("*") if p.is_file())
+    out = tmp_path / "out"
+    result = convert(
+        str(src), str(out), ConvertOptions(split="train=1", label_conflicts=rule), workers=1, progress=False
+    )
+    report = json.loads((out / "report.json").read_text())
+    dropped = {d["file"]: d for d in report["dropped_duplicates"]}
+    conflicting = {"coffee/000.jpg", "rocket/copy-of-coffee.jpg", "chelsea/001.jpg", "astronaut/smaller-chelsea.jpg"}
+    expected = conflicting if rule == "drop" else {"rocket/copy-of-coffee.jpg", "chelsea/001.jpg"}
+    assert set(dropped) == expected
+    assert dropped["rocket/copy-of-coffee.jpg"]["label_conflict"] == ["rocket", "coffee"]
+    assert report["label_conflicts"] == []  # none is left in the shards
+    stored = set(_keys(out, "train"))
+    assert stored.isdisjoint(expected) and len(stored) == total - len(expected)
+    assert "rocket/same-label-copy.jpg" in stored
+    assert f"label conflicts: {len(expected)} copies of an image labelled otherwise were dropped" in result.summary()
+    assert result.manifest.data["settings"]["label_conflicts"] == rule

@@ -12,7 +12,7 @@ from shardfeed.errors import OptionError
 from shardfeed.format.schema import PRESETS
 from shardfeed.write.convert import convert
 from shardfeed.write.images import ARRAY_ENCODINGS, CHECKS, IMAGE_FORMATS, ImageOptions
-from shardfeed.write.options import ConvertOptions
+from shardfeed.write.options import LABEL_CONFLICT_RULES, ConvertOptions
 from shardfeed.write.sources import resolve_source
 
 log = logging.getLogger("shardfeed")
@@ -134,6 +134,12 @@ def _split_flags(g: Any) -> None:
         choices=DEDUPE_KINDS,
         help="drop duplicate images, keeping the first of each set: exact (the default) byte-for-byte copies; "
         "near: also near-copies (re-encoded, resized, slightly cropped; see --near-radius)",
+    )
+    g.add_argument(
+        "--label-conflicts",
+        choices=LABEL_CONFLICT_RULES,
+        help="the same image under different labels (exact or near copies): keep every copy, reported (the "
+        "default); drop every copy; first: keep the first file's copy and label, drop the others",
     )
     g.add_argument(
         "--split-groups",

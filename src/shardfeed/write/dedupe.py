@@ -52,15 +52,50 @@ def find_duplicates(
 def before_split(
     spec: EncodingSpec, discovery: Discovery, options: ConvertOptions, pool: Executor | None, workers: int
 ) -> tuple[list[tuple[str, str]], list[list[str]] | None]:
-    """(dropped key, kept key) of the inputs `options.dedupe` drops, and the near-duplicate groups
-    when the options act on them (None when they don't)."""
-    dropped = find_duplicates(spec, discovery, pool, workers) if options.dedupe else []
-    if not options.acts_on_near_duplicates or options.near_radius is None:
-        return same_label(dropped, discovery), None
-    groups = near_groups(spec, discovery, pool, workers, options.near_radius)
-    if options.dedupe == "near":
+    """(dropped key, kept key) of the inputs `options.dedupe` and `options.label_conflicts` drop,
+    and the near-duplicate groups when the options act on them (None when they don't)."""
+    resolving = options.label_conflicts != "keep"
+    exact = find_duplicates(spec, discovery, pool, workers) if options.dedupe or resolving else []
+    groups = None
+    if options.acts_on_near_duplicates and options.near_radius is not None:
+        groups = near_groups(spec, discovery, pool, workers, options.near_radius)
+    dropped = exact if options.dedupe else []
+    if options.dedupe == "near" and groups is not None:
         dropped = near_drops(groups, dropped)
-    return same_label(dropped, discovery), groups
+    dropped = same_label(dropped, discovery)
+    if resolving:
+        dropped += conflict_drops(_exact_groups(exact) + (groups or []), discovery, options.label_conflicts, dropped)
+    return dropped, groups
+
+
+def conflict_drops(
+    groups: list[list[str]], discovery: Discovery, rule: str, dropped: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """(dropped key, a copy of it) for the images `rule` drops from groups whose images carry
+    different labels: 'drop' every image of such a group, 'first' those labelled otherwise than
+    the group's first key. Keys `dropped` already holds are left as they are."""
+    label_of = {item.key: item.label for item in discovery.items}
+    gone = {d for d, _ in dropped}
+    out: dict[str, str] = {}
+    for group in groups:
+        members = sorted(k for k in group if k not in gone)
+        if len({label_of.get(k) for k in members}) < 2:
+            continue
+        first = members[0]
+        for key in members:
+            if rule == "drop":
+                out.setdefault(key, first if key != first else members[1])
+            elif label_of.get(key) != label_of.get(first):
+                out.setdefault(key, first)
+    return sorted(out.items())
+
+
+def _exact_groups(pairs: list[tuple[str, str]]) -> list[list[str]]:
+    """Groups of exact copies from (copy, first key) pairs."""
+    groups: dict[str, list[str]] = {}
+    for copy, first in pairs:
+        groups.setdefault(first, [first]).append(copy)
+    return list(groups.values())
 
 
 def same_label(dropped: list[tuple[str, str]], discovery: Discovery) -> list[tuple[str, str]]:

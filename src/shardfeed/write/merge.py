@@ -70,10 +70,16 @@ def merge_manifest(
         "num_skipped": len(discovery.skipped) + sum(len(r.skipped) for r in results),
         "num_duplicates": len(duplicates),
         "num_dropped_duplicates": len(dropped),
+        **({"num_dropped_label_conflicts": n} if (n := _conflicting(dropped, discovery)) else {}),
         **({"num_label_conflicts": n} if (n := len(label_conflicts(duplicates, near, discovery))) else {}),
         **near_counts(near, options.near_radius, moves),
         "report": manifest.REPORT_NAME,
     }
+
+
+def _conflicting(dropped: list[tuple[str, str]], discovery: Discovery) -> int:
+    """How many of the dropped inputs were dropped as label conflicts (labelled otherwise)."""
+    return sum(1 for entry in dropped_entries(dropped, discovery) if "label_conflict" in entry)
 
 
 def label_conflicts(
@@ -260,9 +266,24 @@ def report_of(
         "warnings": [{"file": k, "warning": w} for k, w in sorted(x for r in results for x in r.warnings)],
         "duplicates": duplicates,
         "label_conflicts": label_conflicts(duplicates, near, discovery),
-        "dropped_duplicates": [{"file": k, "duplicate_of": kept} for k, kept in sorted(dropped)],
+        "dropped_duplicates": dropped_entries(dropped, discovery),
         **({} if near is None else {"near_duplicates": near}),
     }
+
+
+def dropped_entries(dropped: list[tuple[str, str]], discovery: Discovery) -> list[dict[str, Any]]:
+    """report.json's `dropped_duplicates`: each dropped input and the copy it duplicates; where
+    the two carried different labels (dropped by `label_conflicts`), both labels, dropped first."""
+    names = discovery.class_names
+    label_of = {item.key: item.label for item in discovery.items} if names and dropped else {}
+    out = []
+    for key, kept in sorted(dropped):
+        entry: dict[str, Any] = {"file": key, "duplicate_of": kept}
+        ours, theirs = label_of.get(key, -1), label_of.get(kept, -1)
+        if names and ours != theirs and 0 <= ours < len(names) and 0 <= theirs < len(names):
+            entry["label_conflict"] = [names[ours], names[theirs]]
+        out.append(entry)
+    return out
 
 
 def _image_sides(results: list[shards.ShardResult]) -> dict[str, Any]:

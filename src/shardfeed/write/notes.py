@@ -37,15 +37,25 @@ def non_jpeg_note(formats: dict[str, int]) -> str | None:
 
 
 def label_conflict_lines(data: dict[str, Any], dedupe: object) -> list[str]:
-    """The warning for duplicate groups whose images carry different labels, or none."""
+    """The warning for duplicate groups whose images carry different labels, or none; and what
+    a `label_conflicts` rule dropped."""
+    lines = []
+    resolved = data.get("num_dropped_label_conflicts", 0)
+    if resolved:
+        rule = data.get("settings", {}).get("label_conflicts")
+        lines.append(
+            f"  label conflicts: {resolved} copies of an image labelled otherwise were dropped (--label-conflicts "
+            f"{rule}; each with both labels in report.json `dropped_duplicates`)"
+        )
     conflicts = data.get("num_label_conflicts", 0)
-    if not conflicts:
-        return []
-    kept = " --dedupe picks no label: every copy of these was kept;" if dedupe else ""
-    return [
-        f"  warning: {conflicts} groups of the same image carry different labels (label conflicts, listed first "
-        f"in report.json `label_conflicts` and report.html);{kept} correct their labels or remove the copies"
-    ]
+    if conflicts:
+        kept = " --dedupe picks no label: every copy of these was kept (--label-conflicts drop|first choose);"
+        lines.append(
+            f"  warning: {conflicts} groups of the same image carry different labels (label conflicts, listed first "
+            f"in report.json `label_conflicts` and report.html);{kept if dedupe else ''} correct their labels or "
+            "remove the copies"
+        )
+    return lines
 
 
 def near_summary(data: dict[str, Any]) -> str:

@@ -20,6 +20,9 @@ from shardfeed.write.images import ImageOptions
 COMPRESSIONS = (None, "gzip")
 
 
+LABEL_CONFLICT_RULES = ("keep", "drop", "first")  # ConvertOptions.label_conflicts
+
+
 @dataclass(frozen=True)
 class ConvertOptions:
     """Everything that decides the bytes written (and so goes into the manifest).
@@ -66,6 +69,12 @@ class ConvertOptions:
             sizes and class counts stay what the split fractions gave (with split_rule='hash',
             sizes follow the fractions only on average anyway: no payback). Hashes every image
             before the split (a second decode of each). Not with a source that is already split.
+        label_conflicts: the rule for one image under different labels (exact copies, or a
+            near-duplicate group): 'keep' every copy with its label, reported as a label conflict
+            (the default: no label is picked for you); 'drop' every copy of it; 'first' the
+            first key in sorted order with its label (the rule --dedupe keeps by), dropping the
+            copies labelled otherwise. Dropped copies are in report.json `dropped_duplicates`,
+            each with the labels of its copy and itself.
     """
 
     split: str | Mapping[str, float] | None = None
@@ -86,8 +95,13 @@ class ConvertOptions:
     custom_split_names: bool = False
     near_radius: int | None = near_duplicates.DEFAULT_RADIUS
     split_groups: str | None = None
+    label_conflicts: str = "keep"
 
     def __post_init__(self) -> None:
+        if self.label_conflicts not in LABEL_CONFLICT_RULES:
+            raise OptionError(
+                f"label_conflicts must be one of {list(LABEL_CONFLICT_RULES)}, got {self.label_conflicts!r}"
+            )
         if self.split_rule not in splits.SPLIT_RULES:
             raise OptionError(f"split_rule must be one of {list(splits.SPLIT_RULES)}, got {self.split_rule!r}")
         self._check_near()
@@ -147,7 +161,7 @@ class ConvertOptions:
     @property
     def acts_on_near_duplicates(self) -> bool:
         """Whether near-duplicate groups decide which images go where (so they are found first)."""
-        return self.split_groups == "near" or self.dedupe == "near"
+        return self.split_groups == "near" or self.dedupe == "near" or self.label_conflicts != "keep"
 
     @property
     def template(self) -> str:
@@ -182,6 +196,7 @@ class ConvertOptions:
             **({"split_rule": self.split_rule} if self.split_rule != "stratified" else {}),
             **({"split_groups": self.split_groups} if self.split_groups else {}),
             **({"near_radius": self.near_radius} if self.acts_on_near_duplicates else {}),
+            **({"label_conflicts": self.label_conflicts} if self.label_conflicts != "keep" else {}),
         }
 
     @property
