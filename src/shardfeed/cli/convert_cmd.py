@@ -44,6 +44,7 @@ def register(sub: Any) -> None:
     p.add_argument("output", help="output folder (local path, or a bucket URL: s3://, gs://, az://)")
     _input_flags(p.add_argument_group("input"))
     _split_flags(p.add_argument_group("splits and shards"))
+    _duplicate_flags(p.add_argument_group("duplicates and label conflicts"))
     _image_flags(p.add_argument_group("images"))
     _run_flags(p.add_argument_group("run"))
     p.set_defaults(run=run, interrupted="run the same command again to resume: finished shards are kept")
@@ -128,6 +129,30 @@ def _split_flags(g: Any) -> None:
         "--label-offset", type=int, help="add to class ids (1: 0 is background, as Inception readers expect)"
     )
     g.add_argument(
+        "--split-rule",
+        choices=["stratified", "hash"],
+        help="stratified (default): exact split sizes, class proportions kept; hash: each image's split from its "
+        "key alone, so it keeps its split when the dataset grows (needed by --append)",
+    )
+    g.add_argument(
+        "--append",
+        action="store_true",
+        default=None,
+        help="add the source's new images to a finished conversion as a new generation of shards (old shards "
+        "untouched; converted with --split-rule hash or from a pre-split source)",
+    )
+    g.add_argument(
+        "--checksum",
+        action="store_true",
+        default=None,
+        help="with --append: re-read every converted image to find changed bytes, not only those whose size or "
+        "modification time changed",
+    )
+
+
+def _duplicate_flags(g: Any) -> None:
+    """Copies, near-copies and the same image under two labels: what is dropped or kept apart."""
+    g.add_argument(
         "--dedupe",
         nargs="?",
         const=DEDUPE_KINDS[0],
@@ -154,26 +179,6 @@ def _split_flags(g: Any) -> None:
         metavar="BITS",
         help="report images whose perceptual hashes differ in at most this many of 64 bits as near-duplicates "
         "(report.json, with leaks across splits); 0..7, default 6; 'off' to not look",
-    )
-    g.add_argument(
-        "--split-rule",
-        choices=["stratified", "hash"],
-        help="stratified (default): exact split sizes, class proportions kept; hash: each image's split from its "
-        "key alone, so it keeps its split when the dataset grows (needed by --append)",
-    )
-    g.add_argument(
-        "--append",
-        action="store_true",
-        default=None,
-        help="add the source's new images to a finished conversion as a new generation of shards (old shards "
-        "untouched; converted with --split-rule hash or from a pre-split source)",
-    )
-    g.add_argument(
-        "--checksum",
-        action="store_true",
-        default=None,
-        help="with --append: re-read every converted image to find changed bytes, not only those whose size or "
-        "modification time changed",
     )
 
 
