@@ -123,11 +123,16 @@ def test_every_error_shares_one_base() -> None:
         shardfeed.CorruptRecordError,
         shardfeed.OptionError,
         shardfeed.RunFolderError,
+        shardfeed.StorageError,
+        shardfeed.CacheDiskFull,
+        shardfeed.ServiceError,
+        shardfeed.MissingDependencyError,
     )
-    for error in errors:
-        assert issubclass(error, shardfeed.ShardfeedError)
+    for error in errors:  # every user-facing error, exported, defined in errors.py
+        assert issubclass(error, shardfeed.ShardfeedError) and error.__module__ == "shardfeed.errors"
     assert issubclass(shardfeed.SourceError, ValueError) and issubclass(shardfeed.ConvertError, RuntimeError)
     assert issubclass(shardfeed.OptionError, ValueError) and issubclass(shardfeed.RunFolderError, FileNotFoundError)
+    assert issubclass(shardfeed.StorageError, OSError) and issubclass(shardfeed.MissingDependencyError, ImportError)
 
 
 def test_no_import_cycles() -> None:

@@ -209,7 +209,7 @@ def test_the_store_dying_mid_epoch_ends_in_an_error_naming_the_shard_and_every_r
         assert reader.returncode == 1
         assert "the store is unreachable" in err and "s3://dies/out/train-" in err and "3 attempts" in err
         last = err.strip().splitlines()[-1]  # the Python API raises shardfeed's error, not TensorFlow's UnknownError
-        assert last.startswith("shardfeed.format.storage.StorageError: "), last
+        assert last.startswith("shardfeed.errors.StorageError: "), last
     assert hung == [], f"readers {hung} did not exit within 240 s of the store's death"
     assert [p.name for p in tmp_path.glob("cache*/*.pin")] == []  # each took its pins back on the way out
 

@@ -14,13 +14,17 @@ with PyTorch/Grain is in `shardfeed.read.order` (global_order, GlobalOrderSample
 import importlib
 from typing import Any
 
+from shardfeed.errors import CacheDiskFull as CacheDiskFull
 from shardfeed.errors import ConvertError as ConvertError
 from shardfeed.errors import CorruptRecordError as CorruptRecordError
 from shardfeed.errors import ManifestError as ManifestError
+from shardfeed.errors import MissingDependencyError as MissingDependencyError
 from shardfeed.errors import OptionError as OptionError
 from shardfeed.errors import RunFolderError as RunFolderError
+from shardfeed.errors import ServiceError as ServiceError
 from shardfeed.errors import ShardfeedError as ShardfeedError
 from shardfeed.errors import SourceError as SourceError
+from shardfeed.errors import StorageError as StorageError
 from shardfeed.format.manifest import Manifest as Manifest
 from shardfeed.format.manifest import read as read_manifest
 from shardfeed.read.augment import Augment as Augment
@@ -50,6 +54,7 @@ __all__ = [
     "AdoptOptions",
     "ArraySource",
     "Augment",
+    "CacheDiskFull",
     "ConversionResult",
     "ConvertError",
     "ConvertOptions",
@@ -62,13 +67,16 @@ __all__ = [
     "IndexedRecords",
     "Manifest",
     "ManifestError",
+    "MissingDependencyError",
     "Mixture",
     "OptionError",
     "ReadOptions",
     "RunFolderError",
+    "ServiceError",
     "ServiceOptions",
     "ShardfeedError",
     "SourceError",
+    "StorageError",
     "UnlabeledSource",
     "__version__",
     "adopt",

@@ -11,6 +11,10 @@ that cannot go ahead), so existing `except ValueError` code still works.
     CorruptRecordError  a record's framing, checksum or encoding is damaged
     RunFolderError      a training run folder is missing, unfinished or lacks a file
     ConvertError        the conversion cannot go ahead or failed
+    StorageError        a bucket or remote file cannot be reached, read or written
+      CacheDiskFull     the disk holding the shard cache has no room for a fetch
+    ServiceError        a tf.data service server cannot start or cannot be reached
+    MissingDependencyError  an optional dependency is not installed (also an ImportError)
 """
 
 from __future__ import annotations
@@ -55,6 +59,18 @@ class ServiceError(ShardfeedError, ConnectionError):
 
 class CorruptRecordError(ShardfeedError, ValueError):
     """A record's framing or checksum is wrong: the shard is damaged or truncated."""
+
+
+class StorageError(ShardfeedError, OSError):
+    """A bucket or remote file cannot be reached, read or written; the message names the URL."""
+
+
+class CacheDiskFull(StorageError):
+    """The disk holding the shard cache has no room for a fetch (retrying would not help)."""
+
+
+class MissingDependencyError(ShardfeedError, ImportError):
+    """An optional dependency is not installed; the message says how to install it."""
 
 
 _NOISE = ("Detected at node", "File ", "Graph execution error", "<stack traces", "[[")

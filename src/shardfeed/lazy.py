@@ -13,9 +13,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-
-class MissingDependencyError(ImportError):
-    """An optional dependency is not installed; the message says how to install it."""
+from shardfeed.errors import MissingDependencyError
 
 
 def _import(module: str, hint: str) -> Any:

@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from shardfeed.errors import ShardfeedError
+from shardfeed.errors import ShardfeedError, StorageError
 from shardfeed.redaction import redact as redact
 from shardfeed.redaction import s3_credentials
 
@@ -46,10 +46,6 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "gcs": {"use_listings_cache": False},
     "azure": {"use_listings_cache": False},
 }
-
-
-class StorageError(ShardfeedError, OSError):
-    """A bucket or remote file cannot be reached, read or written; the message names the URL."""
 
 
 def scheme(path: str) -> str:

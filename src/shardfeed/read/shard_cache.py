@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from shardfeed.errors import CorruptRecordError, OptionError
+from shardfeed.errors import CacheDiskFull, CorruptRecordError, OptionError
 from shardfeed.format import fileio, storage
 from shardfeed.write.folder_lock import process_alive
 
@@ -58,10 +58,6 @@ def default_dir() -> str:
 def copy_name(sha256: str) -> str:
     """The file name of a verified copy of the shard whose content has this SHA-256."""
     return sha256 + SUFFIX
-
-
-class CacheDiskFull(storage.StorageError):
-    """The disk holding the shard cache has no room for a fetch (retrying would not help)."""
 
 
 @dataclass(frozen=True)
