@@ -80,6 +80,11 @@ def one_run(feed: str, model: str, data: str, size: int, batch: int, steps: int)
     else:
         decode = DecodeOptions(decoder="dali", device="gpu" if gpu else "cpu") if feed == "dali" else None
         ds = shardfeed.load(data, batch_size=batch, image_size=size, seed=0, repeat=True, decode=decode)
+    return {**_timed_fit(net, ds, steps, batch), "gpu": gpu}
+
+
+def _timed_fit(net: Any, ds: Any, steps: int, batch: int) -> dict[str, Any]:
+    """Images/s and CPU seconds per image of `steps` training steps, after WARMUP untimed ones."""
     net.fit(ds, epochs=1, steps_per_epoch=WARMUP, verbose=0)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu0, t0 = usage.ru_utime + usage.ru_stime, time.perf_counter()
@@ -90,7 +95,6 @@ def one_run(feed: str, model: str, data: str, size: int, batch: int, steps: int)
     return {
         "images_per_second": images / seconds,
         "cpu_s_per_image": (usage.ru_utime + usage.ru_stime - cpu0) / images,
-        "gpu": gpu,
         "cores": len(os.sched_getaffinity(0)),
     }
 
@@ -130,18 +134,9 @@ def one_run_jax(feed: str, model: str, data: str, size: int, batch: int, steps: 
                 yield first
 
         ds = repeated()
-    net.fit(ds, epochs=1, steps_per_epoch=WARMUP, verbose=0)
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    cpu0, t0 = usage.ru_utime + usage.ru_stime, time.perf_counter()
-    net.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)
-    seconds = time.perf_counter() - t0
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    images = steps * batch
     return {
-        "images_per_second": images / seconds,
-        "cpu_s_per_image": (usage.ru_utime + usage.ru_stime - cpu0) / images,
+        **_timed_fit(net, ds, steps, batch),
         "gpu": gpu,
-        "cores": len(os.sched_getaffinity(0)),
         "device": str(jax.devices()[0].device_kind),
         "tensorflow_imported": "tensorflow" in sys.modules,
     }

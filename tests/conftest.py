@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import io
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -301,3 +304,29 @@ def in_private_mounts(script: str, *args: str, timeout: float = 300) -> subproce
         # no user namespaces or no tmpfs mounts allowed here (a container without the capability)
         pytest.skip(f"cannot mount a private tmpfs here: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
     return done
+
+
+@contextlib.contextmanager
+def recording_http_server(body: bytes) -> Iterator[tuple[str, list[str]]]:
+    """A loopback HTTP server answering every GET and HEAD with `body`: (its base URL, the paths
+    it was asked for), to prove a URL in data is never fetched."""
+    requests: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            requests.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_HEAD = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", requests
+    finally:
+        server.shutdown()

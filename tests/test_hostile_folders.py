@@ -6,19 +6,17 @@ file and the entry; nothing hangs (each command is a real process under a timeou
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import crops, jpeg_bytes, photos
+from conftest import crops, jpeg_bytes, photos, recording_http_server
 
 from shardfeed import ConvertOptions, convert
 
@@ -74,24 +72,8 @@ def _one_line_refusal(done: subprocess.CompletedProcess[str], *words: str) -> No
 @pytest.fixture()
 def http_server() -> Iterator[tuple[str, list[str]]]:
     """A loopback HTTP server that records every request it gets."""
-    requests: list[str] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            requests.append(self.path)
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"\0" * 64)
-
-        do_HEAD = do_GET
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", requests
-    server.shutdown()
+    with recording_http_server(b"\0" * 64) as served:
+        yield served
 
 
 @pytest.mark.parametrize("key", ["file", "index_file"])

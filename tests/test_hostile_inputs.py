@@ -20,7 +20,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import crops, jpeg_bytes, photos
+from conftest import crops, jpeg_bytes, photos, recording_http_server
 
 TIMEOUT_S = 180
 
@@ -262,9 +262,6 @@ def test_image_paths_in_table_rows_stay_inside_the_dataset(scratch: Path) -> Non
     URL was fetched); each row is reported, the rows naming files inside are converted. With
     --outside-images the absolute path is read."""
     pa = pytest.importorskip("pyarrow")
-    import http.server
-    import threading
-
     import pyarrow.parquet as pq
 
     images = _jpegs(3)
@@ -274,23 +271,7 @@ def test_image_paths_in_table_rows_stay_inside_the_dataset(scratch: Path) -> Non
     (scratch / "victim" / "secret.jpg").write_bytes(images[2])
     (scratch / "src" / "link.jpg").symlink_to(scratch / "victim" / "secret.jpg")
     os.mkfifo(scratch / "src" / "fifo.jpg")
-    requests: list[str] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            requests.append(self.path)
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(images[2])
-
-        do_HEAD = do_GET
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with recording_http_server(images[2]) as (base, requests):
         paths = [
             "inside.jpg",
             "./sub/also.jpg",
@@ -298,7 +279,7 @@ def test_image_paths_in_table_rows_stay_inside_the_dataset(scratch: Path) -> Non
             "../victim/secret.jpg",
             "link.jpg",
             "fifo.jpg",
-            f"http://127.0.0.1:{server.server_address[1]}/secret.jpg",
+            f"{base}/secret.jpg",
         ]
         table = pa.table({"image": [{"bytes": None, "path": p} for p in paths], "label": [0, 1] * 3 + [0]})
         pq.write_table(table, scratch / "src" / "data.parquet")
@@ -322,8 +303,6 @@ def test_image_paths_in_table_rows_stay_inside_the_dataset(scratch: Path) -> Non
         done, _ = _convert(scratch, "src/data.parquet", "out2", "--split", "train=1", "--outside-images")
         assert done.returncode == 0, done.stderr
         assert len(requests) >= 1  # the opt-in fetches what the row names
-    finally:
-        server.shutdown()
 
 
 def test_a_class_name_with_a_line_break_is_refused_in_one_line(scratch: Path) -> None:

@@ -423,6 +423,17 @@ def test_split_groups_resume_after_kill_to_the_same_bytes(
     assert _shards(killed) == _shards(whole)
 
 
+def _conflicting_tree(photo_tree: Path, src: Path) -> Path:
+    """The photo tree plus an exact copy of coffee/000 filed under rocket, a resized chelsea/001
+    filed under astronaut (two label conflicts) and a same-label copy of rocket/002."""
+    shutil.copytree(photo_tree, src)
+    shutil.copy(src / "coffee" / "000.jpg", src / "rocket" / "copy-of-coffee.jpg")
+    with Image.open(src / "chelsea" / "001.jpg") as im:
+        im.resize((im.width * 3 // 4, im.height * 3 // 4)).save(src / "astronaut" / "smaller-chelsea.jpg", quality=80)
+    shutil.copy(src / "rocket" / "002.jpg", src / "rocket" / "same-label-copy.jpg")
+    return src
+
+
 def test_the_same_photo_under_two_labels_is_a_label_conflict_and_dedupe_picks_no_label(
     photo_tree: Path, tmp_path: Path
 ) -> None:
@@ -432,12 +443,7 @@ def test_the_same_photo_under_two_labels_is_a_label_conflict_and_dedupe_picks_no
     still drops a same-label copy."""
     from shardfeed.cli.report_cmd import write_dataset_report
 
-    src = tmp_path / "src"
-    shutil.copytree(photo_tree, src)
-    shutil.copy(src / "coffee" / "000.jpg", src / "rocket" / "copy-of-coffee.jpg")
-    with Image.open(src / "chelsea" / "001.jpg") as im:
-        im.resize((im.width * 3 // 4, im.height * 3 // 4)).save(src / "astronaut" / "smaller-chelsea.jpg", quality=80)
-    shutil.copy(src / "rocket" / "002.jpg", src / "rocket" / "same-label-copy.jpg")
+    src = _conflicting_tree(photo_tree, tmp_path / "src")
     for dedupe, out in ((None, tmp_path / "plain"), ("near", tmp_path / "deduped")):
         options = ConvertOptions(split="train=1", dedupe=dedupe) if dedupe else ConvertOptions(split="train=1")
         result = convert(str(src), str(out), options, workers=1, progress=False)
@@ -463,12 +469,7 @@ def test_a_label_conflict_rule_drops_the_copies_it_names_and_says_so(
     coffee/000 filed under rocket and a resized chelsea/001 filed under astronaut: 'drop' leaves
     out all four images, 'first' the two copies whose label differs from the first key's (sorted:
     astronaut/… before chelsea/…, coffee/… before rocket/…). A same-label copy stays (no --dedupe)."""
-    src = tmp_path / "src"
-    shutil.copytree(photo_tree, src)
-    shutil.copy(src / "coffee" / "000.jpg", src / "rocket" / "copy-of-coffee.jpg")
-    with Image.open(src / "chelsea" / "001.jpg") as im:
-        im.resize((im.width * 3 // 4, im.height * 3 // 4)).save(src / "astronaut" / "smaller-chelsea.jpg", quality=80)
-    shutil.copy(src / "rocket" / "002.jpg", src / "rocket" / "same-label-copy.jpg")
+    src = _conflicting_tree(photo_tree, tmp_path / "src")
     total = sum(1 for p in src.rglob("*") if p.is_file())
     out = tmp_path / "out"
     result = convert(
