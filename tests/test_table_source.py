@@ -97,6 +97,14 @@ def test_one_hub_file_alone_keeps_its_split_as_in_its_folder(
     _dataset(rows, names).to_parquet(str(table))  # type: ignore[attr-defined]
     convert(str(table), str(tmp_path / "out"), ConvertOptions(), workers=1, progress=False)
     assert _converted(tmp_path / "out") == _expected({"train": rows}, names)
+    # a lone split is still divided when fractions are given (a Hub dataset with only 'train')
+    options = ConvertOptions(split="train=0.75,validation=0.25")
+    convert(str(table), str(tmp_path / "resplit"), options, workers=1, progress=False)
+    resplit = _converted(tmp_path / "resplit")
+    assert (
+        set(resplit) == {"train", "validation"}
+        and sum(resplit.values(), Counter()) == _expected({"train": rows}, names)["train"]
+    )
 
 
 def test_save_to_disk_of_a_dataset_dict(photo_tree: Path, names: list[str], tmp_path: Path) -> None:

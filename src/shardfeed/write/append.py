@@ -49,8 +49,9 @@ def generation_template(template: str, generation: int) -> str:
 
 
 def appendable(discovery: Discovery, options: ConvertOptions) -> bool:
-    """Whether a conversion's splits survive growth: a pre-split source, or the 'hash' rule."""
-    return discovery.presplit or options.split_rule == "hash"
+    """Whether a conversion's splits survive growth: a pre-split source kept as it is, or the
+    'hash' rule (a lone split divided by fractions is neither)."""
+    return (discovery.presplit and options.split is None) or options.split_rule == "hash"
 
 
 def unchanged_by_listing(item: Item, listed: tuple[int, int] | None) -> bool:

@@ -69,10 +69,12 @@ def _split_items(
     items: list[Item], discovery: Discovery, options: ConvertOptions, groups: list[list[str]] | None
 ) -> tuple[dict[str, list[Item]], splits.GroupMoves | None]:
     """Items by split: the source's own splits, or a seeded (stratified) assignment by fractions,
-    with each near-duplicate group whole when `groups` are given."""
-    if discovery.presplit:
+    with each near-duplicate group whole when `groups` are given. A source that holds one split
+    only (a Hub dataset's lone train file or folder) is divided by the fractions when they are
+    given, and kept as it is when they are not."""
+    names = sorted({i.split for i in items if i.split}) if discovery.presplit else []
+    if discovery.presplit and not (options.split is not None and len(names) == 1):
         if options.split is not None:
-            names = sorted({i.split for i in items if i.split})
             raise ConvertError(
                 f"the source is already split into {names}; drop the split option (split=None, --split) "
                 "to keep those splits"
