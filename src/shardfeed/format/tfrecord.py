@@ -121,8 +121,12 @@ def read_index(path: str, num_records: int) -> list[tuple[int, int]]:
         limit = f"an index of {num_records:,} records takes"
         return parse_index(fileio.read_regular(path, num_records * INDEX_LINE_BYTES + 64, limit).decode())
     except (OSError, ValueError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise CorruptRecordError(f"index file {path} cannot be read ({reason}); run `shardfeed verify`") from e
+        raise CorruptRecordError(f"index file {path} cannot be read ({unreadable(e)}); run `shardfeed verify`") from e
+
+
+def unreadable(error: BaseException) -> str:
+    """Why a file could not be read, in a few words (an OSError's own text, not its errno)."""
+    return error.strerror if isinstance(error, OSError) and error.strerror else str(error)
 
 
 def parse_index(text: str) -> list[tuple[int, int]]:

@@ -176,9 +176,8 @@ def _problems(report: dict[str, Any], source: str, max_pixels: int | None) -> st
     def thumb(key: str) -> str:
         if thumbs[0] >= MAX_PROBLEM_THUMBNAILS or fileio.is_remote(source):
             return ""
-        if confinement.entry_refusal(key):  # report.json may be edited: draw only files inside the source
-            return '<span class="note">outside the source folder, not drawn</span>'
-        if not confinement.inside(source, os.path.join(source, key)):  # a link out of it
+        # report.json may be edited: draw only files inside the source (names checked, links resolved)
+        if confinement.entry_refusal(key) or not confinement.inside(source, os.path.join(source, key)):
             return '<span class="note">outside the source folder, not drawn</span>'
         thumbs[0] += 1
         try:  # the file may be hostile: read and decode it under the conversion's limits

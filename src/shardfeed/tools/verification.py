@@ -256,8 +256,8 @@ def verify_shard(task: _ShardTask) -> _ShardOutcome:
         try:
             listed = tfrecord.read_index(index_path, task.num_records)
         except tfrecord.CorruptRecordError as e:
-            reason = str(e).split(" cannot be read ", 1)[-1].split("; run ", 1)[0]
-            out.problems.append(Problem(f"index file {task.index_file} cannot be read {reason}", task.file))
+            reason = tfrecord.unreadable(e.__cause__ or e)
+            out.problems.append(Problem(f"index file {task.index_file} cannot be read ({reason})", task.file))
         else:
             if listed != offsets:
                 out.problems.append(Problem(f"index file {task.index_file} does not match the records", task.file))

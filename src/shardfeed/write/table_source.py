@@ -4,7 +4,8 @@
     hub/data/train-00000-of-00002.parquet    the Hub's layout: split = the name before the first '-'
     hub/default/train/0000.parquet           the Hub's converted layout: split = the parent folder
     one.parquet                              one table: split by the conversion's fractions
-    hub/data/train-00000-of-00002.parquet    one of the Hub's files alone: its split, as in the folder
+    train-00000-of-00001.parquet             one Hub file alone: its split (divided by the fractions
+                                             only when they are given)
     saved/dataset_dict.json + train/*.arrow  save_to_disk of a DatasetDict: its splits
     saved/state.json + data-*.arrow          save_to_disk of one Dataset
 
