@@ -312,8 +312,11 @@ class _Conversion:
     ) -> None:
         """Merges the partial manifests: report, labels, then the manifest (last), and cleans up."""
         duplicates, near = merge.record_groups(self.work_dir, results, self.options.near_radius)
-        data = merge.merge_manifest(state, duplicates, discovery, self.options, results, dropped, near, moves)
-        merge.write_report(self.output_dir, duplicates, discovery, results, dropped, near, moves)
+        report = merge.report_of(duplicates, discovery, results, dropped, near)  # once: the manifest counts it
+        data = merge.merge_manifest(
+            state, duplicates, discovery, self.options, results, dropped, near, moves, report=report
+        )
+        merge.write_report(self.output_dir, report, moves)
         manifest.write_labels(self.output_dir, discovery.class_names, self.options.label_offset)
         if appendable(discovery, self.options):
             write_inputs(self.output_dir, self.work_dir, results, generation=0)

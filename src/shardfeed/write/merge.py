@@ -25,9 +25,14 @@ def merge_manifest(
     dropped: list[tuple[str, str]],
     near: list[dict[str, Any]] | None = None,
     moves: GroupMoves | None = None,
+    report: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The manifest from the partial manifests of all shards (`near`: the near-duplicate
-    groups, None when they were not looked for; `moves`: how split_groups kept them together)."""
+    groups, None when they were not looked for; `moves`: how split_groups kept them together;
+    `report`: the conversion's `report_of`, whose label conflicts and dropped copies it counts
+    instead of finding them again)."""
+    conflicts = report["label_conflicts"] if report is not None else label_conflicts(duplicates, near, discovery)
+    entries = report["dropped_duplicates"] if report is not None else dropped_entries(dropped, discovery)
     split_data: dict[str, dict[str, Any]] = {}
     for result in results:
         entry = split_data.setdefault(
@@ -70,16 +75,11 @@ def merge_manifest(
         "num_skipped": len(discovery.skipped) + sum(len(r.skipped) for r in results),
         "num_duplicates": len(duplicates),
         "num_dropped_duplicates": len(dropped),
-        **({"num_dropped_label_conflicts": n} if (n := _conflicting(dropped, discovery)) else {}),
-        **({"num_label_conflicts": n} if (n := len(label_conflicts(duplicates, near, discovery))) else {}),
+        **({"num_dropped_label_conflicts": n} if (n := sum("label_conflict" in e for e in entries)) else {}),
+        **({"num_label_conflicts": n} if (n := len(conflicts)) else {}),
         **near_counts(near, options.near_radius, moves),
         "report": manifest.REPORT_NAME,
     }
-
-
-def _conflicting(dropped: list[tuple[str, str]], discovery: Discovery) -> int:
-    """How many of the dropped inputs were dropped as label conflicts (labelled otherwise)."""
-    return sum(1 for entry in dropped_entries(dropped, discovery) if "label_conflict" in entry)
 
 
 def label_conflicts(
@@ -234,17 +234,9 @@ def read_part(work_dir: str, result: shards.ShardResult) -> shards.ShardResult:
     return shards.ShardResult.from_json(fileio.read_bytes(shards.part_path(work_dir, result.file)).decode())
 
 
-def write_report(
-    output_dir: str,
-    duplicates: list[dict[str, Any]],
-    discovery: Discovery,
-    results: list[shards.ShardResult],
-    dropped: list[tuple[str, str]],
-    near: list[dict[str, Any]] | None = None,
-    moves: GroupMoves | None = None,
-) -> None:
-    """report.json: every input that is not in a shard as it was, with the reason."""
-    report = report_of(duplicates, discovery, results, dropped, near)
+def write_report(output_dir: str, report: dict[str, Any], moves: GroupMoves | None = None) -> None:
+    """report.json (`report_of`'s report): every input that is not in a shard as it was, with
+    the reason; and what split_groups moved."""
     if moves is not None:
         report["near_duplicates_kept_together"] = moved(moves)
     fileio.write_text_atomic(fileio.join(output_dir, manifest.REPORT_NAME), manifest.dumps(report))
