@@ -79,11 +79,49 @@ def test_evaluation_reads_every_record_in_file_order(data: Path) -> None:
     assert all((a[0] == b[0]).all() for a, b in zip(batches, again, strict=True))  # no randomness
 
 
+def test_worker_processes_make_the_same_batches_in_the_same_order(data: Path) -> None:
+    """Two Grain worker processes (each every other batch) give the batches threads give, and a
+    restart at (epoch 1, step 2) under workers is the uninterrupted run from there."""
+    options = dict(batch_size=4, image_size=32, seed=5)
+    threads = _epochs(grain_dataset(str(data), epochs=2, **options))  # type: ignore[arg-type]
+    workers = _epochs(grain_dataset(str(data), epochs=2, num_workers=2, num_threads=1, **options))  # type: ignore[arg-type]
+    assert len(workers) == len(threads) > 4
+    for (x, y), (x2, y2) in zip(workers, threads, strict=True):
+        assert (y == y2).all() and (x == x2).all()
+    steps = len(threads) // 2
+    resumed = _epochs(grain_dataset(str(data), epochs=1, start_epoch=1, start_step=2, num_workers=2, **options))  # type: ignore[arg-type]
+    assert len(resumed) == steps - 2
+    for (x, y), (x2, y2) in zip(resumed, threads[steps + 2 :], strict=True):
+        assert (y == y2).all() and (x == x2).all()
+
+
+def test_a_negative_worker_count_is_one_line(data: Path) -> None:
+    from shardfeed import ShardfeedError
+
+    with pytest.raises(ShardfeedError, match="num_workers -1"):
+        grain_dataset(str(data), num_workers=-1)
+
+
+LEFT_EARLY = """import sys
+import shardfeed
+ds = shardfeed.grain_dataset(sys.argv[1], batch_size=4, image_size=32, seed=0, epochs=50, num_workers=2)
+it = iter(ds)
+print(next(it)[0].shape, next(it)[0].shape, flush=True)
+"""
+
+
+def test_leaving_a_worker_fed_iteration_early_exits_promptly(data: Path) -> None:
+    """A script that stops after 2 of 50 epochs' batches ends, workers and all (no hang at exit)."""
+    done = subprocess.run([sys.executable, "-c", LEFT_EARLY, str(data)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["(4,", "32,", "32,", "3)"] * 2
+
+
 SCRIPT = """import importlib.util, os, sys
 os.environ["KERAS_BACKEND"] = sys.argv[2]
 assert importlib.util.find_spec("tensorflow") is None
 import keras, shardfeed
-ds = shardfeed.grain_dataset(sys.argv[1], batch_size=4, image_size=32, seed=0, epochs=2)
+ds = shardfeed.grain_dataset(sys.argv[1], batch_size=4, image_size=32, seed=0, epochs=2, num_workers=int(sys.argv[3]))
 model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Rescaling(1 / 255), keras.layers.Flatten(),
                           keras.layers.Dense(4, activation="softmax")])
 model.compile("adam", "sparse_categorical_crossentropy")
@@ -92,15 +130,15 @@ print(keras.backend.backend(), len(history.history["loss"]), "tensorflow" in sys
 """
 
 
-@pytest.mark.parametrize("backend", ["jax", "torch"])
-def test_keras_fits_it_without_tensorflow(backend: str, data: Path, site_without_tensorflow: str) -> None:
+@pytest.mark.parametrize(("backend", "workers"), [("jax", 2), ("torch", 0)])
+def test_keras_fits_it_without_tensorflow(backend: str, workers: int, data: Path, site_without_tensorflow: str) -> None:
     import importlib.util
 
     if importlib.util.find_spec(backend) is None:
         pytest.skip(f"{backend} is not installed")
     src = str(Path(__file__).resolve().parents[1] / "src")
     done = subprocess.run(
-        [sys.executable, "-S", "-c", SCRIPT, str(data), backend],
+        [sys.executable, "-S", "-c", SCRIPT, str(data), backend, str(workers)],
         capture_output=True,
         text=True,
         timeout=300,
