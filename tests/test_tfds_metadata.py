@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from shardfeed import ConvertOptions, IndexedRecords, convert, read_manifest
-from shardfeed.format import tfds_metadata
 
 tfds = pytest.importorskip("tensorflow_datasets")
 tf = pytest.importorskip("tensorflow")
@@ -57,7 +56,7 @@ def test_dataframe_and_examples_grid(out: Path) -> None:
 def test_metadata_is_deterministic_and_follows_the_manifest(photo_tree: Path, out: Path, tmp_path: Path) -> None:
     again = tmp_path / "again"
     convert(str(photo_tree), str(again), ConvertOptions(shards=3, seed=1), workers=1, progress=False)
-    for name in (tfds_metadata.INFO_NAME, tfds_metadata.FEATURES_NAME, tfds_metadata.LABELS_NAME):
+    for name in ("dataset_info.json", "features.json", "image.class.label.labels.txt"):
         assert (again / name).read_bytes() == (out / name).read_bytes(), name
     info = json.loads((out / "dataset_info.json").read_text())
     m = read_manifest(str(out))

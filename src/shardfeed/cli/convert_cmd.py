@@ -9,6 +9,7 @@ from typing import Any
 
 from shardfeed.cli.options import add_pixel_limit_flag, from_args, image_fields
 from shardfeed.errors import OptionError
+from shardfeed.format import layout
 from shardfeed.format.schema import PRESETS
 from shardfeed.write.convert import convert
 from shardfeed.write.images import ARRAY_ENCODINGS, CHECKS, IMAGE_FORMATS, ImageOptions
@@ -115,7 +116,7 @@ def _split_flags(g: Any) -> None:
     g.add_argument("--by-class", action="store_true", help="one shard set per class")
     g.add_argument(
         "--name-template",
-        help="shard names, default '{split}-{shard:05d}-of-{num_shards:05d}'; TF-slim readers find "
+        help=f"shard names, default '{layout.SHARD_TEMPLATE}'; TF-slim readers find "
         "'flowers_{split}_{shard:05d}-of-{num_shards:05d}.tfrecord' (docs/interop.md)",
     )
     g.add_argument(

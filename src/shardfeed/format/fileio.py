@@ -15,7 +15,7 @@ import shutil
 import stat
 from typing import Any, BinaryIO, cast
 
-from shardfeed.format import storage
+from shardfeed.format import layout, storage
 
 
 def is_remote(path: str) -> bool:
@@ -148,14 +148,14 @@ def write_text_atomic(path: str, text: str) -> None:
 
 def write_bytes_atomic(path: str, data: bytes) -> None:
     """Writes a file under a temporary name and renames it, so readers never see half."""
-    tmp = path + ".incomplete"
+    tmp = layout.incomplete(path)
     write_bytes(tmp, data)
     rename(tmp, path)
 
 
 def copy_atomic(src: str, dst: str) -> None:
     """Copies a file under a temporary name, then renames it (within one bucket a server-side copy)."""
-    tmp = dst + ".incomplete"
+    tmp = layout.incomplete(dst)
     if storage.via_fsspec(src) and storage.scheme(src) == storage.scheme(dst):
         _on_store(src, "copy", _fs(tmp)[1], action="write")
     else:

@@ -28,20 +28,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.errors import ManifestError
-from shardfeed.format import confinement, fileio
+from shardfeed.format import confinement, fileio, layout
 from shardfeed.format.schema import Schema
 
 # Names a held-out split goes by, in order of preference (.npz sources give train/test).
 HELD_OUT_SPLITS = ("validation", "val", "valid", "test", "eval", "dev")
-MANIFEST_NAME = "manifest.json"
-LABELS_NAME = "labels.txt"
-REPORT_NAME = "report.json"
-REPORT_PAGE_NAME = "report.html"  # `shardfeed report OUT` (convert writes it too)
 FORMAT_NAME = "shardfeed"
 ADOPTED = "adopted"  # source.kind of a folder `shardfeed adopt` described (records another program wrote)
 MANIFEST_VERSION = 1
-GENERATION = "g{:04d}"  # how `convert --append` names generation N (shards split-gNNNN-..., its inputs list)
-GENERATION_PATTERN = r"g(\d{4})"  # and how a name is read back
 
 
 @dataclass(frozen=True)
@@ -156,7 +150,7 @@ def dumps(data: dict[str, Any]) -> str:
 
 
 def write(output_dir: str, data: dict[str, Any]) -> None:
-    fileio.write_text_atomic(fileio.join(output_dir, MANIFEST_NAME), dumps(data))
+    fileio.write_text_atomic(fileio.join(output_dir, layout.MANIFEST), dumps(data))
 
 
 def write_labels(output_dir: str, labels: list[str] | None, label_offset: int) -> None:
@@ -164,11 +158,10 @@ def write_labels(output_dir: str, labels: list[str] | None, label_offset: int) -
     if labels is None:
         return
     text = "".join(f"{i + label_offset}:{name}\n" for i, name in enumerate(labels))
-    fileio.write_text_atomic(fileio.join(output_dir, LABELS_NAME), text)
+    fileio.write_text_atomic(fileio.join(output_dir, layout.LABELS), text)
 
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
-WORK_DIR = ".shardfeed"  # a conversion's work folder inside its output, until it finishes
 
 
 def not_converted(folder: str) -> ManifestError:
@@ -177,26 +170,27 @@ def not_converted(folder: str) -> ManifestError:
     One rule for every reader (info, verify, show, load, train, bench): a folder of images is
     told how to convert, an unfinished conversion how to finish, anything else what is missing.
     """
-    if fileio.exists(fileio.join(folder, WORK_DIR)):
+    if fileio.exists(fileio.join(folder, layout.WORK_DIR)):
         return ManifestError(
-            f"{folder!r} holds an unfinished conversion (no {MANIFEST_NAME} yet): re-run the same "
+            f"{folder!r} holds an unfinished conversion (no {layout.MANIFEST} yet): re-run the same "
             "`shardfeed convert` command to finish it"
         )
     if not fileio.exists(folder):
         return ManifestError(f"{folder!r} does not exist; pass a folder written by `shardfeed convert`")
     if holds_records(folder):
         return ManifestError(
-            f"{folder!r} holds TFRecords another program wrote (no {MANIFEST_NAME}): `load` reads them as they are; "
+            f"{folder!r} holds TFRecords another program wrote (no {layout.MANIFEST}): `load` reads them as they are; "
             f"for every other command run `shardfeed adopt {folder}` first (with --image-key/--label-key/"
             "--label-offset when they differ from ImageNet's keys and 0-based labels)"
         )
     if holds_images(folder):
         return ManifestError(
-            f"{folder!r} is a folder of images, not a converted folder (no {MANIFEST_NAME}): convert it first, "
+            f"{folder!r} is a folder of images, not a converted folder (no {layout.MANIFEST}): convert it first, "
             f"e.g. `shardfeed convert {folder} OUT`, then use OUT"
         )
     return ManifestError(
-        f"no {MANIFEST_NAME} in {folder!r}: it is not a converted folder; run `shardfeed convert SOURCE {folder}` first"
+        f"no {layout.MANIFEST} in {folder!r}: it is not a converted folder; "
+        f"run `shardfeed convert SOURCE {folder}` first"
     )
 
 
@@ -335,8 +329,8 @@ def read(path: str, *, check: bool = True) -> Manifest:
             format version, naming a split or file outside its folder (always: it may come from
             someone else), or (with `check`) inconsistent: the first problem, with the fix.
     """
-    folder = path[: -len(MANIFEST_NAME) - 1] if path.endswith(MANIFEST_NAME) else path
-    file = fileio.join(folder, MANIFEST_NAME)
+    folder = path[: -len(layout.MANIFEST) - 1] if path.endswith(layout.MANIFEST) else path
+    file = fileio.join(folder, layout.MANIFEST)
     if not fileio.exists(file):
         raise not_converted(folder)
     try:

@@ -20,19 +20,15 @@ import json
 import re
 from typing import Any
 
-from shardfeed.format import fileio, manifest, schema
+from shardfeed.format import fileio, layout, manifest, schema
 
-INFO_NAME = "dataset_info.json"
-FEATURES_NAME = "features.json"
-LABELS_NAME = schema.LABEL.replace("/", ".") + ".labels.txt"
 # Every file this module may write (an overwrite removes them): the labels file is named after the
 # label feature, ours or a `--schema` preset's.
 FILES = (
-    INFO_NAME,
-    FEATURES_NAME,
-    *sorted({(p.keys.label_key or schema.LABEL).replace("/", ".") + ".labels.txt" for p in schema.PRESETS.values()}),
+    layout.TFDS_INFO,
+    layout.TFDS_FEATURES,
+    *sorted({layout.tfds_labels_file(p.keys.label_key or schema.LABEL) for p in schema.PRESETS.values()}),
 )
-DEFAULT_TEMPLATE = "{split}-{shard:05d}-of-{num_shards:05d}"
 TFDS_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}"
 _FEATURES = "tensorflow_datasets.core.features."
 
@@ -44,7 +40,7 @@ def reason_not_written(data: dict[str, Any]) -> str | None:
         return "TFDS does not read gzip-compressed TFRecords"
     if "name_template" in settings and settings["name_template"] is None:
         return f"the shard names do not follow TFDS's {TFDS_TEMPLATE}"
-    if settings.get("name_template", DEFAULT_TEMPLATE) != DEFAULT_TEMPLATE:
+    if settings.get("name_template", layout.SHARD_TEMPLATE) != layout.SHARD_TEMPLATE:
         return f"shard names {settings['name_template']!r} are not TFDS's {TFDS_TEMPLATE}"
     if "RAW" in data.get("image_formats", {}):
         return "raw-pixel records are not an image TFDS can decode (convert with --array-encoding png)"
@@ -56,8 +52,8 @@ def write(output_dir: str, data: dict[str, Any]) -> bool:
     if reason_not_written(data) is not None:
         return False
     name = _dataset_name(data)
-    fileio.write_text_atomic(fileio.join(output_dir, INFO_NAME), _dumps(dataset_info(data, name)))
-    fileio.write_text_atomic(fileio.join(output_dir, FEATURES_NAME), _dumps(features(data)))
+    fileio.write_text_atomic(fileio.join(output_dir, layout.TFDS_INFO), _dumps(dataset_info(data, name)))
+    fileio.write_text_atomic(fileio.join(output_dir, layout.TFDS_FEATURES), _dumps(features(data)))
     if data["labels"] is not None:
         fileio.write_text_atomic(fileio.join(output_dir, labels_name(data)), "\n".join(class_names(data)) + "\n")
     return True
@@ -82,14 +78,12 @@ def _generation_splits(split: str, info: dict[str, Any]) -> list[dict[str, Any]]
     sequence per split."""
     generations: dict[int, list[dict[str, Any]]] = {}
     for shard in info["shards"]:
-        found = re.match(re.escape(split) + "-" + manifest.GENERATION_PATTERN + "-", shard["file"])
+        found = re.match(re.escape(split) + "-" + layout.GENERATION_PATTERN + "-", shard["file"])
         generations.setdefault(int(found.group(1)) if found else 0, []).append(shard)
     return [
         {
-            "filepathTemplate": TFDS_TEMPLATE
-            if g == 0
-            else f"{split}-{manifest.GENERATION.format(g)}-{{SHARD_X_OF_Y}}",
-            "name": split if g == 0 else f"{split}_{manifest.GENERATION.format(g)}",
+            "filepathTemplate": TFDS_TEMPLATE if g == 0 else f"{split}-{layout.GENERATION.format(g)}-{{SHARD_X_OF_Y}}",
+            "name": split if g == 0 else f"{split}_{layout.GENERATION.format(g)}",
             "numBytes": str(sum(shard["num_bytes"] for shard in shards)),
             "shardLengths": [str(shard["num_records"]) for shard in shards],
         }
@@ -133,7 +127,7 @@ def features(data: dict[str, Any]) -> dict[str, Any]:
 def labels_name(data: dict[str, Any]) -> str:
     """The ClassLabel's names file: TFDS names it after the feature ('label.labels.txt')."""
     label_key = schema.Schema.of_manifest(data.get("schema")).label_key or schema.LABEL
-    return label_key.replace("/", ".") + ".labels.txt"
+    return layout.tfds_labels_file(label_key)
 
 
 def class_names(data: dict[str, Any]) -> list[str]:

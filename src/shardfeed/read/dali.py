@@ -24,11 +24,11 @@ import os
 from typing import Any
 
 from shardfeed.errors import OptionError
+from shardfeed.format import fileio, layout
 from shardfeed.lazy import tensorflow
 from shardfeed.read.augment import Augment
 from shardfeed.read.options import DecodeOptions
 from shardfeed.read.plan import ReadPlan
-from shardfeed.write.shards import index_path
 
 SHUFFLE_FILL = 1024  # DALI's shuffle buffer (records), its reader's default
 INSTALL_HINT = "install it with `make dali` (scripts/install_dali.sh; DALI's TensorFlow plugin compiles at install)"
@@ -127,7 +127,7 @@ def _pipeline(plan: ReadPlan, size: tuple[int, int], augment: Augment | None, de
     def pipe() -> Any:
         record = fn.readers.tfrecord(
             path=list(shards.files),
-            index_path=[index_path(folder, os.path.basename(f)) for f in shards.files],
+            index_path=[fileio.join(folder, layout.index_file(os.path.basename(f))) for f in shards.files],
             features={
                 keys.image_key: tfrec.FixedLenFeature((), tfrec.string, ""),
                 keys.label_key: tfrec.FixedLenFeature([1], tfrec.int64, -1),

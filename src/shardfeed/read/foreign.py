@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.errors import CorruptRecordError, SourceError
-from shardfeed.format import fileio, manifest, storage, tfrecord
+from shardfeed.format import fileio, layout, manifest, storage, tfrecord
 from shardfeed.format.example_proto import single_int64
 
-COUNTS_SIDECAR = ".shardfeed-counts.json"
-NOT_RECORDS = (".idx", ".json", ".txt", ".incomplete")  # files beside TFRecords that are not records
+NOT_RECORDS = (layout.INDEX_SUFFIX, ".json", ".txt", layout.INCOMPLETE)  # files beside TFRecords that are not records
 
 
 def find_files(path: str | Sequence[str], *, compression: str | None = None) -> tuple[list[str], str | None]:
@@ -36,7 +35,7 @@ def find_files(path: str | Sequence[str], *, compression: str | None = None) -> 
         if fileio.is_remote(pattern):
             files.extend(fileio.glob(pattern))
         elif os.path.isdir(pattern):
-            if fileio.exists(fileio.join(pattern, manifest.WORK_DIR)):
+            if fileio.exists(fileio.join(pattern, layout.WORK_DIR)):
                 raise manifest.not_converted(pattern)
             # Only regular files that are not images or known side files: a folder of shards
             # often sits beside its image tree and labels.txt (TF-slim's layout).
@@ -154,7 +153,7 @@ def count_records(path: str, compression: str | None, label_key: str | None = No
     Raises:
         CorruptRecordError: the file is corrupt (named, with the record).
     """
-    sidecar = fileio.join(os.path.dirname(path) or ".", COUNTS_SIDECAR)
+    sidecar = fileio.join(os.path.dirname(path) or ".", layout.FOREIGN_COUNTS)
     stat = os.stat(path) if not fileio.is_remote(path) else None
     stamp = [fileio.size(path), stat.st_mtime_ns if stat else 0]
     cache: dict[str, Any] = {}

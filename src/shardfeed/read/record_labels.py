@@ -15,9 +15,8 @@ import io
 import numpy as np
 
 from shardfeed.errors import CorruptRecordError
-from shardfeed.format import fileio, manifest, schema, tfrecord
+from shardfeed.format import fileio, layout, manifest, schema, tfrecord
 from shardfeed.format.example_proto import single_int64
-from shardfeed.write.shards import INDEX_DIR
 
 _CACHE: dict[tuple[str, str, str], np.ndarray] = {}
 
@@ -33,7 +32,7 @@ def record_labels(m: manifest.Manifest, split: str) -> np.ndarray:
     key = (m.path, split, stamp)
     if key in _CACHE:
         return _CACHE[key]
-    path = fileio.join(m.path, INDEX_DIR, f"{split}.labels.npy")
+    path = fileio.join(m.path, layout.labels_file(split))
     labels = _load(path, stamp)
     if labels is None or len(labels) != info.num_records:
         labels = _read(m, split)

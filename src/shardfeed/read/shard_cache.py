@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from shardfeed.errors import CacheDiskFull, CorruptRecordError, OptionError
-from shardfeed.format import fileio, storage
+from shardfeed.format import fileio, layout, storage
 from shardfeed.write.folder_lock import process_alive
 
 log = logging.getLogger("shardfeed")
@@ -245,7 +245,7 @@ class ShardCache:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        with open(os.path.join(self.directory, ".lock"), "a+b") as f:
+        with open(os.path.join(self.directory, layout.CACHE_LOCK), "a+b") as f:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
             yield
 
@@ -254,7 +254,7 @@ class ShardCache:
         total = 0
         for entry in os.scandir(self.directory):
             with contextlib.suppress(FileNotFoundError):  # published or evicted meanwhile
-                total += entry.stat().st_size if entry.name != ".lock" else 0
+                total += entry.stat().st_size if entry.name != layout.CACHE_LOCK else 0
         return total
 
 

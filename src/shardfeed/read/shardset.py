@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from shardfeed.errors import SourceError
-from shardfeed.format import fileio, manifest, tfrecord
+from shardfeed.format import fileio, layout, manifest, tfrecord
 from shardfeed.format.example_proto import parse_example
 from shardfeed.format.schema import Schema, foreign_schema
 from shardfeed.read import foreign
@@ -105,7 +105,7 @@ def is_converted_folder(path: DataPath) -> TypeGuard[str | manifest.Manifest]:
     """A shardfeed conversion (a folder with manifest.json, or its manifest already read)."""
     if isinstance(path, manifest.Manifest):
         return True
-    return isinstance(path, str) and fileio.exists(fileio.join(path, manifest.MANIFEST_NAME))
+    return isinstance(path, str) and fileio.exists(fileio.join(path, layout.MANIFEST))
 
 
 def open_split(

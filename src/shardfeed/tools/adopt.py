@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from shardfeed.errors import ManifestError, SourceError
-from shardfeed.format import fileio, manifest, schema, storage, tfds_metadata, tfrecord
+from shardfeed.format import fileio, layout, manifest, schema, storage, tfds_metadata, tfrecord
 from shardfeed.format.schema import Schema
 from shardfeed.read import foreign
 from shardfeed.tools.foreign_scan import (
@@ -37,12 +37,12 @@ from shardfeed.tools.foreign_scan import (
     scan_all,
 )
 from shardfeed.version import __version__
-from shardfeed.write import folder_lock, shards
+from shardfeed.write import folder_lock
 
 __all__ = ["AdoptOptions", "AdoptResult", "adopt"]
 
 UNSPLIT = "train"  # the split of files whose names carry none
-_DEFAULT_NAME = re.compile(r"^(?P<split>[A-Za-z]+)-\d{5}-of-\d{5}$")  # tfds_metadata.DEFAULT_TEMPLATE
+_DEFAULT_NAME = re.compile(r"^(?P<split>[A-Za-z]+)-\d{5}-of-\d{5}$")  # layout.SHARD_TEMPLATE
 
 
 @dataclass
@@ -113,8 +113,8 @@ def adopt(
             _link_files(files, out)
         for scan in scans:
             name = os.path.basename(scan.path)
-            fileio.makedirs(os.path.dirname(shards.index_path(folder, name)))
-            fileio.write_text_atomic(shards.index_path(folder, name), tfrecord.format_index(scan.sizes))
+            fileio.makedirs(fileio.join(folder, layout.INDEX_DIR))
+            fileio.write_text_atomic(fileio.join(folder, layout.index_file(name)), tfrecord.format_index(scan.sizes))
         warnings += _write_side_files(folder, data, previous)
         _write_report(folder, data, warnings)
         manifest.write(folder, data)
@@ -128,7 +128,7 @@ def _previous_adoption(folder: str) -> manifest.Manifest | None:
     Raises:
         ManifestError: `folder` is a shardfeed conversion (it needs no adopting).
     """
-    if not fileio.exists(fileio.join(folder, manifest.MANIFEST_NAME)):
+    if not fileio.exists(fileio.join(folder, layout.MANIFEST)):
         return None
     m = manifest.read(folder, check=False)
     if not m.adopted:
@@ -197,7 +197,7 @@ def _manifest(
         entry["shards"].append(
             {
                 "file": name,
-                "index_file": os.path.relpath(shards.index_path("", name)),
+                "index_file": layout.index_file(name),
                 "num_records": len(scan.sizes),
                 "num_bytes": scan.num_bytes,
                 "sha256": scan.sha256,
@@ -224,7 +224,7 @@ def _manifest(
         },
         "settings": {
             "compression": compression,
-            "name_template": tfds_metadata.DEFAULT_TEMPLATE if all(_DEFAULT_NAME.match(n) for n in names) else None,
+            "name_template": layout.SHARD_TEMPLATE if all(_DEFAULT_NAME.match(n) for n in names) else None,
             "adopt": options.recorded(),
         },
         "labels": labels,
@@ -240,7 +240,7 @@ def _manifest(
         "num_skipped": 0,
         "num_duplicates": 0,
         "num_dropped_duplicates": 0,
-        "report": manifest.REPORT_NAME,
+        "report": layout.REPORT,
     }
 
 
@@ -275,7 +275,7 @@ def _write_report(folder: str, data: dict[str, Any], warnings: list[str]) -> Non
         "duplicates": [],
         "dropped_duplicates": [],
     }
-    fileio.write_text_atomic(fileio.join(folder, manifest.REPORT_NAME), manifest.dumps(report))
+    fileio.write_text_atomic(fileio.join(folder, layout.REPORT), manifest.dumps(report))
 
 
 def _labels_text(data: dict[str, Any]) -> str:
@@ -286,7 +286,7 @@ def _write_side_files(folder: str, data: dict[str, Any], previous: manifest.Mani
     """labels.txt (unless one another program wrote is there: TF-slim's is kept) and the TFDS
     metadata where the schema allows; warnings for what was left alone."""
     warnings = []
-    labels_path = fileio.join(folder, manifest.LABELS_NAME)
+    labels_path = fileio.join(folder, layout.LABELS)
     if data["labels"] is not None:
         existing = fileio.read_bytes(labels_path).decode(errors="replace") if fileio.exists(labels_path) else None
         ours = existing is None or (previous is not None and existing == _labels_text(previous.data))

@@ -16,7 +16,7 @@ import os
 from collections import defaultdict
 from typing import Any
 
-from shardfeed.format import confinement, fileio, manifest, schema
+from shardfeed.format import confinement, fileio, layout, manifest, schema
 from shardfeed.read.pixels import decode_image, to_rgb
 from shardfeed.read.sampling import sample_examples
 from shardfeed.tools import html_page as h
@@ -35,7 +35,7 @@ def dataset_report(path: str, output: str | None = None, *, seed: int = 0, extra
     """Writes the report (default PATH/report.html) and returns its path; `extra` is more HTML
     (e.g. the shuffle-quality section, which needs TensorFlow) appended before the settings."""
     m = manifest.read(path)
-    report = json.loads(fileio.read_bytes(fileio.join(path, manifest.REPORT_NAME)))
+    report = json.loads(fileio.read_bytes(fileio.join(path, layout.REPORT)))
     sample = _sample(m, seed)
     sections = [
         _overview(m),
@@ -49,7 +49,7 @@ def dataset_report(path: str, output: str | None = None, *, seed: int = 0, extra
         extra,
         h.section("Settings", h.table(["setting", "value"], _settings_rows(m.data["settings"]))),
     ]
-    output = output or fileio.join(path, manifest.REPORT_PAGE_NAME)
+    output = output or fileio.join(path, layout.REPORT_PAGE)
     fileio.write_text_atomic(output, h.page(f"shardfeed report: {path}", [s for s in sections if s]))
     return output
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO, cast
 
 from shardfeed.errors import OptionError, SourceError
-from shardfeed.format import fileio, manifest, schema, tfrecord
+from shardfeed.format import fileio, layout, manifest, schema, tfrecord
 from shardfeed.format.example_proto import parse_example
 from shardfeed.format.image_format import sniff_format
 from shardfeed.format.schema import Schema
@@ -232,7 +232,7 @@ def _labels_file(files: list[str], options: AdoptOptions) -> dict[int, str]:
     """{stored id: name} from --labels or a labels.txt beside the shards (empty when neither)."""
     path = options.labels_file
     if path is None:
-        beside = os.path.join(os.path.dirname(files[0]), manifest.LABELS_NAME)
+        beside = os.path.join(os.path.dirname(files[0]), layout.LABELS)
         path = beside if os.path.isfile(beside) else None
     if path is None:
         return {}

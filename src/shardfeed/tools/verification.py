@@ -20,14 +20,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO, cast
 
-from shardfeed.format import fileio, manifest, schema, tfrecord
+from shardfeed.format import fileio, layout, manifest, schema, tfrecord
 from shardfeed.format.example_proto import parse_example
 from shardfeed.read import foreign
 from shardfeed.read.shardset import is_converted_folder
 from shardfeed.tools.foreign_scan import AdoptOptions, ShardTask, read_schema, scan_all
 from shardfeed.write.images import check_stored_image
 from shardfeed.write.pool import WorkerPool
-from shardfeed.write.shards import INCOMPLETE
 
 
 @dataclass(frozen=True)
@@ -213,9 +212,9 @@ def _collect(
 def _stray_files(folder: str) -> list[Problem]:
     problems = []
     for name in fileio.listdir(folder):
-        if name.endswith(INCOMPLETE):
+        if name.endswith(layout.INCOMPLETE):
             problems.append(Problem(f"stray temporary file {name!r} (left by an interrupted write; delete it)"))
-    if fileio.exists(fileio.join(folder, manifest.WORK_DIR)):
+    if fileio.exists(fileio.join(folder, layout.WORK_DIR)):
         problems.append(Problem("leftover work folder '.shardfeed' from an interrupted conversion"))
     return problems
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from shardfeed.format import manifest
+from shardfeed.format import layout, manifest
 from shardfeed.read.options import ReadOptions
 from shardfeed.read.shardset import is_converted_folder
 from shardfeed.training.models import load_model, model_class_names, predicted
@@ -120,7 +120,7 @@ def _row(file: str, p: np.ndarray, names: list[str], top_k: int) -> dict[str, An
 
 
 def _skipped(data: str) -> list[dict[str, str]]:
-    path = os.path.join(data, manifest.REPORT_NAME)
+    path = os.path.join(data, layout.REPORT)
     if not os.path.exists(path):
         return []
     with open(path) as f:

@@ -31,21 +31,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardfeed.errors import ConvertError
-from shardfeed.format import fileio, manifest, tfds_metadata
+from shardfeed.format import fileio, layout, manifest, tfds_metadata
 from shardfeed.write import folder_state, merge, perceptual_hash, shards
 from shardfeed.write.dedupe import source_hashes
 from shardfeed.write.encode import EncodingSpec
 from shardfeed.write.folder_settings import as_flags
-from shardfeed.write.inputs_list import Known, inputs_file, read_known, write_inputs
+from shardfeed.write.inputs_list import Known, read_known, write_inputs
 from shardfeed.write.items import Discovery, Item
 from shardfeed.write.options import ConvertOptions
 from shardfeed.write.planning import plan_shards
-
-
-def generation_template(template: str, generation: int) -> str:
-    """The shard names of a generation: the folder's template with -gNNNN after the split (our
-    `{split}-*` globs and DALI's file lists still take them; TFDS gets one split per generation)."""
-    return template.replace("{split}", "{split}-" + manifest.GENERATION.format(generation), 1)
 
 
 def appendable(discovery: Discovery, options: ConvertOptions) -> bool:
@@ -147,7 +141,7 @@ class Append:
             self._record_changes(outcome)
             return outcome
         options = dataclasses.replace(
-            self.options, name_template=generation_template(self.options.template, self.generation)
+            self.options, name_template=layout.generation_template(self.options.template, self.generation)
         )
         plans = plan_shards(dataclasses.replace(self.discovery, items=new), options).shards
         folder_state.start(self.out, {**self.state, "append": self.generation})
@@ -189,10 +183,10 @@ class Append:
                 f"the source's classes differ from {self.out!r}'s (new: {added}, gone: {gone}): the class ids of the "
                 "written records would no longer match the label map; convert the whole source anew"
             )
-        missing = [g for g in range(self.generation) if not fileio.exists(fileio.join(self.out, inputs_file(g)))]
+        missing = [g for g in range(self.generation) if not fileio.exists(fileio.join(self.out, layout.inputs_file(g)))]
         if missing:
             raise ConvertError(
-                f"{self.out!r} has no list of the inputs of generation {missing[0]} ({inputs_file(missing[0])}; "
+                f"{self.out!r} has no list of the inputs of generation {missing[0]} ({layout.inputs_file(missing[0])}; "
                 "written since shardfeed 0.9): convert anew to append later"
             )
 
@@ -208,7 +202,7 @@ class Append:
     def _clean_unfinished(self) -> None:
         """Removes what an interrupted append of another source or generation left: shards it
         committed that no manifest names (a matching one is resumed by `write_all` instead)."""
-        state_file = fileio.join(self.work_dir, folder_state.STATE_NAME)
+        state_file = fileio.join(self.work_dir, layout.STATE)
         if not fileio.exists(state_file):
             return
         previous = json.loads(fileio.read_bytes(state_file))
@@ -216,7 +210,7 @@ class Append:
             return
         in_manifest = {s.file for name in self.old.split_names for s in self.old.split(name).shards}
         for name in folder_state.unfinished_shards(self.out) - in_manifest:
-            for path in (fileio.join(self.out, name), shards.index_path(self.out, name)):
+            for path in (fileio.join(self.out, name), fileio.join(self.out, layout.index_file(name))):
                 if fileio.exists(path):
                     fileio.remove(path)
         fileio.rmtree(self.work_dir)
@@ -308,7 +302,7 @@ class Append:
             "dropped_duplicates": old.get("dropped_duplicates", []),
             "changed": _union(old.get("changed", []), outcome.changed),
         }
-        fileio.write_text_atomic(fileio.join(self.out, manifest.REPORT_NAME), manifest.dumps(report))
+        fileio.write_text_atomic(fileio.join(self.out, layout.REPORT), manifest.dumps(report))
         return report
 
     def _record_changes(self, outcome: AppendOutcome) -> None:
@@ -317,14 +311,14 @@ class Append:
             return
         report = _read_report(self.out)
         report["changed"] = _union(report.get("changed", []), outcome.changed)
-        fileio.write_text_atomic(fileio.join(self.out, manifest.REPORT_NAME), manifest.dumps(report))
+        fileio.write_text_atomic(fileio.join(self.out, layout.REPORT), manifest.dumps(report))
 
 
 def history(m: manifest.Manifest) -> list[dict[str, Any]]:
     """The folder's generations, oldest first; a folder never appended to is generation 0."""
     if m.data.get("generations"):
         return list(m.data["generations"])
-    path = fileio.join(m.path, manifest.MANIFEST_NAME)
+    path = fileio.join(m.path, layout.MANIFEST)
     mtime = os.path.getmtime(path) if not fileio.is_remote(path) else None
     return [
         {
@@ -359,5 +353,5 @@ def _union(old: Iterable[dict[str, Any]], new: Iterable[dict[str, Any]]) -> list
 
 
 def _read_report(output_dir: str) -> dict[str, Any]:
-    path = fileio.join(output_dir, manifest.REPORT_NAME)
+    path = fileio.join(output_dir, layout.REPORT)
     return json.loads(fileio.read_bytes(path)) if fileio.exists(path) else {}

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 
 from shardfeed.errors import ConvertError, OptionError
-from shardfeed.format import fileio
+from shardfeed.format import fileio, layout
 from shardfeed.lazy import apache_beam, dask_distributed
 from shardfeed.write.items import Item
 from shardfeed.write.planning import ShardPlan
@@ -65,7 +65,7 @@ def write_shards(pending: list[ShardPlan], target: WriteTarget, beam_options: li
     if not pending:
         return {}
     flags = local_runner_flags(list(beam_options))
-    plan_dir = fileio.join(target.work_dir, "plans")
+    plan_dir = fileio.join(target.work_dir, layout.PLANS_DIR)
     fileio.makedirs(plan_dir)
     for plan in pending:
         rows = [
@@ -181,7 +181,7 @@ class _ShardWriter:
 
     def __call__(self, task: tuple[str, str]) -> str:
         split, file = task
-        rows = json.loads(fileio.read_bytes(fileio.join(self.target.work_dir, "plans", file + ".json")))
+        rows = json.loads(fileio.read_bytes(fileio.join(self.target.work_dir, layout.PLANS_DIR, file + ".json")))
         items = [Item(k, label, s, size, tuple(a) if a else None, mtime) for k, label, s, size, a, mtime in rows]
         self.target.write_items(split, file, items)
         return file

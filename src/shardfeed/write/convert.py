@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.errors import ConvertError, OptionError, SourceError
-from shardfeed.format import fileio, manifest, tfds_metadata
+from shardfeed.format import fileio, layout, manifest, tfds_metadata
 from shardfeed.format.manifest import Manifest
 from shardfeed.write import dedupe, folder_lock, folder_state, local_runner, merge, notes, shards
 from shardfeed.write.append import Append, AppendOutcome, appendable
@@ -120,7 +120,7 @@ class ConversionResult:
             + (f" ({dropped} duplicates dropped)" if dropped else "")
             + notes.near_summary(data)
         )
-        lines.append(f"  {extra} (details: {fileio.join(self.output_dir, manifest.REPORT_NAME)})")
+        lines.append(f"  {extra} (details: {fileio.join(self.output_dir, layout.REPORT)})")
         lines += notes.label_conflict_lines(data, data.get("settings", {}).get("dedupe"))
         upscaled = data["conversions"].get(UPSCALED, 0)
         if upscaled:
@@ -246,7 +246,7 @@ class _Conversion:
                 )
             self._fail_if_strict(discovery.skipped)
             state = folder_state.conversion_state(discovery, self.options)
-            if self.options.append and fileio.exists(fileio.join(self.output_dir, manifest.MANIFEST_NAME)):
+            if self.options.append and fileio.exists(fileio.join(self.output_dir, layout.MANIFEST)):
                 return self._append(discovery, state, pool, start)
             existing = folder_state.check_output(
                 self.output_dir,
@@ -341,7 +341,7 @@ class _Conversion:
         written = sum(
             fileio.size(fileio.join(self.output_dir, n))
             for n in fileio.listdir(self.output_dir)
-            if not n.endswith(shards.INCOMPLETE) and not fileio.isdir(fileio.join(self.output_dir, n))
+            if not n.endswith(layout.INCOMPLETE) and not fileio.isdir(fileio.join(self.output_dir, n))
         )
         needed = max(0, sum(item.size for item in discovery.items) - written)
         free = "" if fileio.is_remote(self.output_dir) else f", {shutil.disk_usage(self.output_dir).free:,} free"
@@ -365,7 +365,7 @@ class _Conversion:
         target = WriteTarget(self.output_dir, self.work_dir, spec, self.options.compression)
         done = {p.file: target.committed(p.file) for p in plans}
         for name in fileio.listdir(self.output_dir):
-            if name.endswith(shards.INCOMPLETE):
+            if name.endswith(layout.INCOMPLETE):
                 fileio.remove(fileio.join(self.output_dir, name))
         pending = [p for p in plans if done[p.file] is None]
         if self.run_settings.runner in ("beam", "dask"):

@@ -24,11 +24,8 @@ import time
 from collections.abc import Iterator
 
 from shardfeed.errors import ConvertError
-from shardfeed.format import fileio
+from shardfeed.format import fileio, layout
 
-LOCK_NAME = ".shardfeed.lock"
-# In a bucket (not '.shardfeed...': ram:// deletes the work folder '.shardfeed' by name prefix)
-OBJECT_LOCK_NAME = ".lock.shardfeed"
 SETTLE_SECONDS = 0.5  # between writing the lock object and reading it back
 
 
@@ -45,7 +42,7 @@ def hold(output_dir: str) -> Iterator[None]:
         return
     import fcntl
 
-    path = os.path.join(output_dir, LOCK_NAME)
+    path = os.path.join(output_dir, layout.LOCK)
     while True:
         fd = _open_lock_file(output_dir, path)
         try:
@@ -96,7 +93,7 @@ def _same_file(fd: int, path: str) -> bool:
 @contextlib.contextmanager
 def _object_lock(output_dir: str) -> Iterator[None]:
     """The lock of a folder in a bucket or on TensorFlow's filesystems (see the module docstring)."""
-    path = fileio.join(output_dir, OBJECT_LOCK_NAME)
+    path = fileio.join(output_dir, layout.OBJECT_LOCK)
     mine = {"host": socket.gethostname(), "pid": os.getpid(), "token": secrets.token_hex(8)}
     if fileio.exists(path):
         _refuse_unless_stale(output_dir, _holder(path))
@@ -129,7 +126,7 @@ def _refuse_unless_stale(output_dir: str, holder: dict[str, object], started_tog
     raise ConvertError(
         f"another conversion (pid {pid} on host {host}) is writing into {output_dir!r}; wait for it to finish "
         f"(or stop it), then run this command again. If no conversion is running there, remove "
-        f"{fileio.join(output_dir, OBJECT_LOCK_NAME)} and run it again"
+        f"{fileio.join(output_dir, layout.OBJECT_LOCK)} and run it again"
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from shardfeed.format import fileio, manifest
+from shardfeed.format import fileio, layout, manifest
 from shardfeed.write.images import ImageOptions
 from shardfeed.write.options import ConvertOptions
 
@@ -19,7 +19,7 @@ def folder_options(options: ConvertOptions, output_dir: str) -> ConvertOptions:
     folder's own value (an append never changes how the folder was written, so a user need not
     repeat --split-rule hash or --split); settings given that differ are still refused by the
     append's check. Unchanged when not appending or the folder has no manifest yet."""
-    if not options.append or not fileio.exists(fileio.join(output_dir, manifest.MANIFEST_NAME)):
+    if not options.append or not fileio.exists(fileio.join(output_dir, layout.MANIFEST)):
         return options
     settings, default = manifest.read(output_dir).data.get("settings", {}), ConvertOptions()
     taken: dict[str, Any] = {

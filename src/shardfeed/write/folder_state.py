@@ -16,20 +16,16 @@ from dataclasses import asdict
 from typing import Any
 
 from shardfeed.errors import ConvertError
-from shardfeed.format import fileio, manifest, storage, tfds_metadata
-from shardfeed.write import shards, splits
-from shardfeed.write.folder_lock import LOCK_NAME, OBJECT_LOCK_NAME
+from shardfeed.format import fileio, layout, manifest, storage, tfds_metadata
+from shardfeed.write import splits
 from shardfeed.write.images import ImageOptions
 from shardfeed.write.items import Discovery
 from shardfeed.write.options import ConvertOptions
 
-WORK_DIR = manifest.WORK_DIR
-STATE_NAME = "state.json"
-
 
 def work_dir(output_dir: str) -> str:
     """The work folder of an unfinished conversion (state and partial manifests)."""
-    return fileio.join(output_dir, WORK_DIR)
+    return fileio.join(output_dir, layout.WORK_DIR)
 
 
 def conversion_state(discovery: Discovery, options: ConvertOptions) -> dict[str, Any]:
@@ -50,8 +46,8 @@ def check_output(
 ) -> manifest.Manifest | None:
     """Returns the manifest when this exact conversion is already complete; else prepares
     the folder: resume a matching unfinished run, refuse a different one (or wipe it)."""
-    state_file = fileio.join(work_dir(output_dir), STATE_NAME)
-    if fileio.exists(fileio.join(output_dir, manifest.MANIFEST_NAME)):
+    state_file = fileio.join(work_dir(output_dir), layout.STATE)
+    if fileio.exists(fileio.join(output_dir, layout.MANIFEST)):
         old = manifest.read(output_dir)
         previous = {"source": old.data["source"], "settings": old.data["settings"]}
         if same_conversion(previous, state, labelled=labelled):
@@ -62,7 +58,11 @@ def check_output(
         previous = json.loads(fileio.read_bytes(state_file))
         if not same_conversion(previous, state, labelled=labelled):
             _refuse_or_clean(output_dir, previous, state, "an unfinished conversion", overwrite, labelled)
-    elif fileio.isdir(output_dir) and set(fileio.listdir(output_dir)) - {LOCK_NAME, OBJECT_LOCK_NAME} and not overwrite:
+    elif (
+        fileio.isdir(output_dir)
+        and set(fileio.listdir(output_dir)) - {layout.LOCK, layout.OBJECT_LOCK}
+        and not overwrite
+    ):
         raise ConvertError(
             f"{output_dir!r} is not empty and holds no shardfeed conversion; choose an empty "
             "folder, or pass overwrite=True (--overwrite) to write into it anyway"
@@ -90,9 +90,9 @@ def _resolved(state: dict[str, Any], labelled: bool) -> dict[str, Any]:
 
 def start(output_dir: str, state: dict[str, Any]) -> None:
     """Creates the folders a conversion writes into and records its state (for resuming)."""
-    fileio.makedirs(fileio.join(output_dir, shards.INDEX_DIR))
+    fileio.makedirs(fileio.join(output_dir, layout.INDEX_DIR))
     fileio.makedirs(fileio.join(work_dir(output_dir), "parts"))
-    fileio.write_text_atomic(fileio.join(work_dir(output_dir), STATE_NAME), manifest.dumps(state))
+    fileio.write_text_atomic(fileio.join(work_dir(output_dir), layout.STATE), manifest.dumps(state))
 
 
 def _refuse_or_clean(
@@ -148,15 +148,15 @@ def unfinished_shards(output_dir: str) -> set[str]:
 def remove_conversion(output_dir: str) -> None:
     """Deletes what a shardfeed conversion wrote into `output_dir`, and nothing else."""
     names = set()
-    manifest_file = fileio.join(output_dir, manifest.MANIFEST_NAME)
+    manifest_file = fileio.join(output_dir, layout.MANIFEST)
     if fileio.exists(manifest_file):
         old = json.loads(fileio.read_bytes(manifest_file))
         names = {s["file"] for split in old.get("splits", {}).values() for s in split["shards"]}
     names |= unfinished_shards(output_dir)
     for name in fileio.listdir(output_dir):
-        if name in names or name.endswith(shards.INCOMPLETE):
+        if name in names or name.endswith(layout.INCOMPLETE):
             fileio.remove(fileio.join(output_dir, name))
-    for name in (manifest.MANIFEST_NAME, manifest.LABELS_NAME, manifest.REPORT_NAME, *tfds_metadata.FILES):
+    for name in (layout.MANIFEST, layout.LABELS, layout.REPORT, *tfds_metadata.FILES):
         fileio.remove(fileio.join(output_dir, name))
-    fileio.rmtree(fileio.join(output_dir, shards.INDEX_DIR))
+    fileio.rmtree(fileio.join(output_dir, layout.INDEX_DIR))
     fileio.rmtree(work_dir(output_dir))

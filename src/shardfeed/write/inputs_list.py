@@ -9,16 +9,11 @@ import gzip
 import json
 from typing import Any
 
-from shardfeed.format import fileio, manifest
+from shardfeed.format import fileio, layout
 from shardfeed.write import merge, perceptual_hash, shards
 
 # key -> (source sha256, split, listed size and mtime_ns (None: not recorded), perceptual hash)
 Known = dict[str, tuple[str, str, tuple[int, int] | None, str | None]]
-
-
-def inputs_file(generation: int) -> str:
-    """The file (relative to the folder) listing a generation's inputs."""
-    return f"{shards.INDEX_DIR}/inputs-{manifest.GENERATION.format(generation)}.json.gz"
 
 
 def write_inputs(output_dir: str, work_dir: str, results: list[shards.ShardResult], generation: int) -> Known:
@@ -31,7 +26,7 @@ def write_inputs(output_dir: str, work_dir: str, results: list[shards.ShardResul
         for key, digest, *listed in merge.read_part(work_dir, r).records
     ]
     data = gzip.compress(json.dumps(sorted(rows)).encode(), mtime=0)
-    fileio.write_bytes_atomic(fileio.join(output_dir, inputs_file(generation)), data)
+    fileio.write_bytes_atomic(fileio.join(output_dir, layout.inputs_file(generation)), data)
     return _known(rows)
 
 
@@ -52,7 +47,7 @@ def read_known(output_dir: str, history: list[dict[str, Any]]) -> tuple[Known, s
 def read_inputs(output_dir: str, generation: int, *, hashes: bool = True) -> Known:
     """A generation's inputs, as written by `write_inputs` (rows of 3 before sizes and times were
     recorded); hashes=False leaves their perceptual hashes out (another version's)."""
-    path = fileio.join(output_dir, inputs_file(generation))
+    path = fileio.join(output_dir, layout.inputs_file(generation))
     return _known(json.loads(gzip.decompress(fileio.read_bytes(path))), hashes)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from shardfeed.format import fileio, manifest, schema, storage
+from shardfeed.format import fileio, layout, manifest, schema, storage
 from shardfeed.version import __version__
 from shardfeed.write import near_duplicates, perceptual_hash, shards
 from shardfeed.write.items import Discovery
@@ -78,7 +78,7 @@ def merge_manifest(
         **({"num_dropped_label_conflicts": n} if (n := sum("label_conflict" in e for e in entries)) else {}),
         **({"num_label_conflicts": n} if (n := len(conflicts)) else {}),
         **near_counts(near, options.near_radius, moves),
-        "report": manifest.REPORT_NAME,
+        "report": layout.REPORT,
     }
 
 
@@ -239,7 +239,7 @@ def write_report(output_dir: str, report: dict[str, Any], moves: GroupMoves | No
     the reason; and what split_groups moved."""
     if moves is not None:
         report["near_duplicates_kept_together"] = moved(moves)
-    fileio.write_text_atomic(fileio.join(output_dir, manifest.REPORT_NAME), manifest.dumps(report))
+    fileio.write_text_atomic(fileio.join(output_dir, layout.REPORT), manifest.dumps(report))
 
 
 def report_of(

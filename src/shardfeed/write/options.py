@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shardfeed.errors import OptionError
+from shardfeed.format import layout
 from shardfeed.format.schema import PRESETS, Schema
 from shardfeed.write import near_duplicates, sharding, splits
 from shardfeed.write.images import ImageOptions
@@ -170,7 +171,7 @@ class ConvertOptions:
             return self.name_template
         if self.schema is not None and PRESETS[self.schema].name_template:
             return PRESETS[self.schema].name_template  # type: ignore[return-value]
-        return sharding.DEFAULT_BY_CLASS_TEMPLATE if self.by_class else sharding.DEFAULT_TEMPLATE
+        return layout.BY_CLASS_TEMPLATE if self.by_class else layout.SHARD_TEMPLATE
 
     def split_fractions(self, labelled: bool) -> dict[str, float]:
         """The split fractions in force: as given, else train/validation (labelled) or all test."""

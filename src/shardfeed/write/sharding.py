@@ -11,11 +11,10 @@ import re
 import string
 
 from shardfeed.errors import OptionError
+from shardfeed.format import layout
 
 # Default target: mean shard size between 100 and 200 MB, as the TensorFlow guide advises.
 DEFAULT_MAX_SHARD_BYTES = 200 * 10**6
-DEFAULT_TEMPLATE = "{split}-{shard:05d}-of-{num_shards:05d}"
-DEFAULT_BY_CLASS_TEMPLATE = "{split}-{label}-{shard:05d}-of-{num_shards:05d}"
 _UNITS = {
     "": 1,
     "B": 1,
@@ -118,7 +117,7 @@ def validate_template(template: str, *, by_class: bool) -> None:
     if not needed <= fields or not fields <= allowed:
         raise OptionError(
             f"shard name template {template!r} must use {sorted(needed)} (and nothing but "
-            f"{sorted(allowed)}); e.g. '{DEFAULT_TEMPLATE}.tfrecord'"
+            f"{sorted(allowed)}); e.g. '{layout.SHARD_TEMPLATE}.tfrecord'"
         )
     if "/" in template:
         raise OptionError(f"shard name template {template!r} must not contain '/'")

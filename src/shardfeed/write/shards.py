@@ -15,13 +15,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from shardfeed.format import fileio, manifest, tfrecord
+from shardfeed.format import fileio, layout, manifest, tfrecord
 from shardfeed.write import perceptual_hash
 from shardfeed.write.encode import EncodedRecord, EncodingSpec, SkippedItem, Unhashed, encode_unhashed
 from shardfeed.write.items import Item
 
-INDEX_DIR = "index"
-INCOMPLETE = ".incomplete"
 # Perceptual hashes made together, after up to this many images: 7 us a hash in a worker against
 # 12-13 us one after each decode (the NumPy calls run warm; 8 us 256 at a time). What waits is
 # each image's small gray one: some 2 KB, at most perceptual_hash.KEPT_PIXELS (16 MB in all).
@@ -86,11 +84,6 @@ class _HashingWriter:
         self.sink.close()
 
 
-def index_path(output_dir: str, shard_file: str) -> str:
-    """Where a shard's DALI index lives (a sub-folder, so 'train-*' globs match only shards)."""
-    return fileio.join(output_dir, INDEX_DIR, shard_file + ".idx")
-
-
 def write_shard(
     output_dir: str,
     work_dir: str,
@@ -107,8 +100,8 @@ def write_shard(
     Skipped items are recorded in the shard's partial manifest, so every input is accounted for.
     """
     path = fileio.join(output_dir, file_name)
-    tmp = path + INCOMPLETE
-    result = ShardResult(split, file_name, fileio.join(INDEX_DIR, file_name + ".idx"), max_side=0)
+    tmp = layout.incomplete(path)
+    result = ShardResult(split, file_name, layout.index_file(file_name), max_side=0)
     sizes: list[int] = []
     short_sides: dict[str, int] = {}
     sink = _HashingWriter(fileio.open_binary(tmp, "wb"))
@@ -152,7 +145,7 @@ def write_shard(
     result.num_bytes = sink.count
     result.sha256 = sink.digest.hexdigest()
     fileio.rename(tmp, path)
-    fileio.write_text_atomic(index_path(output_dir, file_name), tfrecord.format_index(sizes))
+    fileio.write_text_atomic(fileio.join(output_dir, layout.index_file(file_name)), tfrecord.format_index(sizes))
     fileio.write_text_atomic(part_path(work_dir, file_name), result.to_json())
     return result
 
