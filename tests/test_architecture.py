@@ -130,6 +130,10 @@ def test_every_error_shares_one_base() -> None:
     )
     for error in errors:  # every user-facing error, exported, defined in errors.py
         assert issubclass(error, shardfeed.ShardfeedError) and error.__module__ == "shardfeed.errors"
+    from shardfeed import errors as module
+
+    defined = {n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, shardfeed.ShardfeedError)}
+    assert defined <= set(shardfeed.__all__), defined - set(shardfeed.__all__)  # and every one is exported
     assert issubclass(shardfeed.SourceError, ValueError) and issubclass(shardfeed.ConvertError, RuntimeError)
     assert issubclass(shardfeed.OptionError, ValueError) and issubclass(shardfeed.RunFolderError, FileNotFoundError)
     assert issubclass(shardfeed.StorageError, OSError) and issubclass(shardfeed.MissingDependencyError, ImportError)

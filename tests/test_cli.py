@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from shardfeed.cli.main import main
 
 
@@ -48,3 +50,24 @@ def test_errors_exit_1_with_a_message_and_usage_errors_exit_2(photo_tree: Path, 
     assert bad_split.returncode == 1 and "add up to 0.5" in bad_split.stderr
     version = run_cli("--version")
     assert version.returncode == 0 and version.stdout.startswith("shardfeed ")
+
+
+def test_a_bug_keeps_its_traceback_and_says_it_is_one(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """Only what a user can fix (ShardfeedError, OSError) is one line: an unexpected ValueError
+    from inside a library is a bug, raised with its traceback after a line saying so."""
+    from shardfeed.cli import info_cmd
+    from shardfeed.cli.main import BUG_LINE
+
+    def broken(args: object) -> int:
+        return int("not a number")  # a ValueError no user input explains
+
+    monkeypatch.setattr(info_cmd, "run", broken)
+    with pytest.raises(ValueError, match="invalid literal"):
+        main(["info", str(tmp_path)])
+    assert BUG_LINE in caplog.text
+    monkeypatch.undo()
+    caplog.clear()
+    assert main(["info", str(tmp_path / "missing")]) == 1  # a user's mistake: one line, exit 1
+    assert BUG_LINE not in caplog.text and "error:" in caplog.text

@@ -18,6 +18,7 @@ from shardfeed.errors import CacheDiskFull as CacheDiskFull
 from shardfeed.errors import ConvertError as ConvertError
 from shardfeed.errors import CorruptRecordError as CorruptRecordError
 from shardfeed.errors import ManifestError as ManifestError
+from shardfeed.errors import MeasurementError as MeasurementError
 from shardfeed.errors import MissingDependencyError as MissingDependencyError
 from shardfeed.errors import OptionError as OptionError
 from shardfeed.errors import RunFolderError as RunFolderError
@@ -67,6 +68,7 @@ __all__ = [
     "IndexedRecords",
     "Manifest",
     "ManifestError",
+    "MeasurementError",
     "MissingDependencyError",
     "Mixture",
     "OptionError",

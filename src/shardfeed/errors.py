@@ -73,6 +73,11 @@ class MissingDependencyError(ShardfeedError, ImportError):
     """An optional dependency is not installed; the message says how to install it."""
 
 
+class MeasurementError(ShardfeedError, RuntimeError):
+    """A pipeline measured in a process of its own (`bench`, train's probe) failed; the message
+    names it and gives that process's last line."""
+
+
 _NOISE = ("Detected at node", "File ", "Graph execution error", "<stack traces", "[[")
 
 

@@ -1,5 +1,5 @@
 """`shardfeed adopt FOLDER_OR_GLOB [--out DIR]`: manifest, index and labels for TFRecords another
-program wrote, so every command reads them as a converted folder (write/adopt.py)."""
+program wrote, so every command reads them as a converted folder (tools/adopt.py)."""
 
 from __future__ import annotations
 

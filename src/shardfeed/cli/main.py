@@ -107,6 +107,9 @@ def joined_flag_values(argv: Sequence[str]) -> list[str]:
     return out
 
 
+BUG_LINE = (
+    "shardfeed stopped on an error it does not expect, a bug: please report it with the command and the traceback below"
+)
 INTERRUPT_AGAIN_S = 0.05  # after a swallowed Ctrl-C: long enough for the callback to have returned
 
 
@@ -159,7 +162,7 @@ def _main(argv: Sequence[str] | None) -> int:
         # `shardfeed info ... | head`: the reader has gone; stop quietly, as cat and grep do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (ShardfeedError, ValueError, RuntimeError, OSError, ImportError) as e:
+    except (ShardfeedError, OSError) as e:  # what a user can fix: bad input, options, files, a store
         log.error("error: %s", e)
         return 1
     except KeyboardInterrupt:
@@ -170,6 +173,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if type(e).__module__.startswith("tensorflow"):  # an op failed inside a pipeline: its own message
             log.error("error: %s", tensorflow_message(e))
             return 1
+        log.error(BUG_LINE)
         raise
 
 

@@ -47,7 +47,7 @@ class ReadOptions:
         epoch, start_step: with shuffle='global', start at this epoch and skip this many batches
             of it (exact mid-epoch resume; see `shardfeed.training.fit_resumable`).
         start_record: with shuffle='global', the records of `epoch` that all workers together
-            have read already (a `ResumeState`'s records_consumed): this run's workers share the
+            have read already (a `ResumePoint`'s records_consumed): this run's workers share the
             rest, whatever their number was before (elastic resume; instead of start_step).
         balance: 'class' reads each training epoch with the same number of records per class
             (`order.balanced_order`: small classes repeated, large ones sampled anew each epoch,
@@ -113,7 +113,7 @@ class ReadOptions:
         if self.start_step and self.start_record:
             raise OptionError(
                 "start_step and start_record both say where to resume: pass start_record (records all workers "
-                "read, from a ResumeState) or start_step (batches of this worker), not both"
+                "read, from a ResumePoint) or start_step (batches of this worker), not both"
             )
         if self.balance not in BALANCES:
             raise OptionError(f"balance must be one of {list(BALANCES)}, got {self.balance!r}")

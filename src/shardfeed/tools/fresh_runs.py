@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from shardfeed.errors import OptionError
+from shardfeed.errors import MeasurementError, OptionError
 from shardfeed.tools.pipelines import PipelineSpec
 
 
@@ -40,7 +40,7 @@ def run_fresh(spec: PipelineSpec, *, timeout: float | None = None) -> dict[str, 
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         error = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"measuring {spec.kind} on {spec.path} failed: {error}")
+        raise MeasurementError(f"measuring {spec.kind} on {spec.path} failed: {error}")
     return dict(json.loads(lines[-1]))
 
 
