@@ -122,3 +122,33 @@ def test_too_few_batches_to_time_is_a_clear_error() -> None:
 
     with pytest.raises(SourceError, match="yields only 1 batches, too few to time"):
         measure(tf.data.Dataset.range(1).batch(1))
+
+
+def test_breakdown_measures_each_stage_in_its_own_process(photo_tree: Path, tmp_path: Path) -> None:
+    """`bench --breakdown`: every stage measured (fresh processes), and the parts are the stages'
+    differences; no figure is held against a clock."""
+    out = tmp_path / "out"
+    convert(str(photo_tree), str(out), ConvertOptions(split="train=1", shards=2), workers=1, progress=False)
+    args = ["--breakdown", "--rounds", "1", "--batch-size", "4", "--image-size", "32", "--json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "bench", str(out), *args], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    stages, parts = result["stages"], result["cpu_ms_per_image"]
+    assert set(stages) == {"raw_read", "parse", "memory_decode", "memory_records", "shardfeed"}
+    assert all(s["cpu_ms_per_image"] > 0 and len(s["runs"]) == 1 for s in stages.values())
+    assert parts["load"] == stages["shardfeed"]["cpu_ms_per_image"]
+    assert parts["pipeline_over_per_record"] == pytest.approx(
+        stages["shardfeed"]["cpu_ms_per_image"] - stages["memory_records"]["cpu_ms_per_image"]
+    )
+    assert result["load_over_decode_limit"] == pytest.approx(
+        stages["shardfeed"]["cpu_ms_per_image"] / stages["memory_decode"]["cpu_ms_per_image"]
+    )
+    refused = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "bench", str(out), "--breakdown", "--compare-folder", str(photo_tree)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert refused.returncode == 1 and "--breakdown takes one converted folder" in refused.stderr

@@ -9,8 +9,9 @@ import sys
 from typing import Any
 
 from shardfeed.cli.options import add_record_key_flags, from_args
+from shardfeed.errors import OptionError
 from shardfeed.read.options import SHUFFLES, DecodeOptions, ReadOptions
-from shardfeed.tools.benchmark import bench
+from shardfeed.tools.benchmark import BREAKDOWN, bench, breakdown
 
 
 def register(sub: Any) -> None:
@@ -49,12 +50,20 @@ def register(sub: Any) -> None:
         help="measure TensorFlow's CPU decode (default) or NVIDIA DALI's nvJPEG on the GPU (`make dali`)",
     )
     p.add_argument("--service", help="read through a tf.data service dispatcher, grpc://HOST:PORT (shardfeed serve)")
+    p.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="where load's CPU per training image goes: reading, parsing, the decode limit, load's per-record "
+        "decode and what the pipeline adds, each stage in fresh processes (--rounds of each)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     add_record_key_flags(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.breakdown:
+        return _breakdown(args)
     net = _model(args.model) if args.model else None
     image_size = tuple(net.input_shape[1:3]) if net is not None else args.image_size
     read = from_args(ReadOptions, args, shuffle=args.shuffle)
@@ -78,6 +87,30 @@ def run(args: argparse.Namespace) -> int:
     if net is not None:
         result["model"]["source"] = args.model
     print(json.dumps(result, indent=2) if args.json else format_bench(result))
+    return 0
+
+
+def _breakdown(args: argparse.Namespace) -> int:
+    """`bench --breakdown`: the stages of BREAKDOWN and the CPU per image each part costs."""
+    if len(args.path) != 1 or args.model or args.compare_folder or args.service or args.decode_on != "cpu":
+        raise OptionError("--breakdown takes one converted folder, without --model, --compare-folder, --service")
+    result = breakdown(
+        args.path[0],
+        split=args.split,
+        batch_size=args.batch_size,
+        image_size=args.image_size,
+        augment=args.augment,
+        rounds=args.rounds,
+        progress=_progress,
+    )
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    for kind, what in BREAKDOWN.items():
+        t = result["stages"][kind]
+        print(f"{kind:<15} {t['median_images_per_second']:7.0f} img/s  CPU {t['cpu_ms_per_image']:.3f} ms/img  {what}")
+    print("CPU ms per image: " + ", ".join(f"{k} {v:.3f}" for k, v in result["cpu_ms_per_image"].items()))
+    print(f"load's CPU per image is {result['load_over_decode_limit']:.2f}x the decode limit's")
     return 0
 
 

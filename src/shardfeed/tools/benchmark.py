@@ -7,16 +7,18 @@ those a user measures come from the same code.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Callable
 from typing import Any
 
 from shardfeed.errors import OptionError
+from shardfeed.format import manifest
 from shardfeed.read import options
 from shardfeed.read.options import DecodeOptions, ReadOptions
 from shardfeed.tools import bottleneck
 from shardfeed.tools.fresh_runs import compare, ratio
-from shardfeed.tools.pipelines import PipelineSpec, build
+from shardfeed.tools.pipelines import PARSE_BATCH, PipelineSpec, build
 from shardfeed.tools.timing import measure
 
 
@@ -97,6 +99,64 @@ def bench(
         say("timing the model's training step on one batch held in memory")
         result.update(_against_model(result, spec, decode, model, host))
     return result
+
+
+BREAKDOWN = {
+    "raw_read": "shards read by TFRecordDataset alone (no CRC check, no parse)",
+    "parse": "load's checked reading (CRC, framing) and parsing, no decode",
+    "memory_decode": "the stored images decoded whole from memory: the decode limit",
+    "memory_records": "records from memory through load's per-record decoder (parse, crop-window decode, resize, flip)",
+    "shardfeed": "load, all of it",
+}
+
+
+def breakdown(
+    path: str,
+    *,
+    split: str = "train",
+    batch_size: int = 64,
+    image_size: int | tuple[int, int] = 224,
+    augment: bool | None = None,
+    rounds: int = 3,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Where `load`'s CPU per training image goes: each stage of BREAKDOWN measured as a
+    pipeline of its own, every run in a fresh process, rounds interleaved; then the differences
+    between them (reading and parsing; per-record decode over the whole-image decode; what the
+    full pipeline adds over its per-record work) and load's CPU per image over the decode limit's.
+
+    The in-memory stages hold the split's first `pipelines.IN_MEMORY` records; CPU per image
+    is what is compared, so their smaller set matters little.
+
+    Returns:
+        {'stages': {stage: summary (best/median images/s, cpu_ms_per_image)}, 'cpu_ms_per_image':
+         {part: ms}, 'load_over_decode_limit': load's CPU per image / memory_decode's, 'settings'}.
+    """
+    size = options.image_size(image_size)
+    base = PipelineSpec("shardfeed", path, split, batch_size, size, True, augment)
+    specs = {kind: dataclasses.replace(base, kind=kind) for kind in BREAKDOWN}
+    records = manifest.read(path).split(split).num_records
+    for kind in ("raw_read", "parse"):  # cheap per record: enough passes for 20 batches to time
+        specs[kind] = dataclasses.replace(specs[kind], epochs=max(1, math.ceil(20 * PARSE_BATCH / max(records, 1))))
+    stages = compare(specs, rounds=rounds, progress=progress)
+    cpu = {kind: stages[kind]["cpu_ms_per_image"] for kind in BREAKDOWN}
+    parts = {
+        "read_and_check": cpu["parse"],
+        "of_which_raw_read": cpu["raw_read"],
+        "decode_whole_image": cpu["memory_decode"],
+        "per_record_decode": cpu["memory_records"],
+        "per_record_over_whole_decode": cpu["memory_records"] - cpu["memory_decode"],
+        "pipeline_over_per_record": cpu["shardfeed"] - cpu["memory_records"],
+        "pipeline_over_per_record_and_reading": cpu["shardfeed"] - cpu["memory_records"] - cpu["parse"],
+        "load": cpu["shardfeed"],
+    }
+    return {
+        "settings": {"path": path, "split": split, "batch_size": batch_size, "image_size": list(size)}
+        | {"rounds": rounds, "cores": os.cpu_count(), "load_average": list(os.getloadavg())},
+        "stages": stages,
+        "cpu_ms_per_image": parts,
+        "load_over_decode_limit": cpu["shardfeed"] / cpu["memory_decode"],
+    }
 
 
 def _specs(

@@ -49,8 +49,11 @@ KINDS = (
     "parse",
     "raw_parse",
     "raw_read",
+    "memory_decode",
+    "memory_records",
 )
 PARSE_BATCH = 256
+IN_MEMORY = 2048  # records a split's in-memory stages hold (the first ones, in file order)
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,8 @@ def build(spec: PipelineSpec) -> Any:
         "parse": _parse,
         "raw_parse": _raw_parse,
         "raw_read": _raw_read,
+        "memory_decode": _memory_decode,
+        "memory_records": _memory_records,
     }
     return builders[spec.kind](spec).repeat(spec.epochs).prefetch(tensorflow().data.AUTOTUNE)
 
@@ -264,6 +269,43 @@ def _raw_read(spec: PipelineSpec) -> Any:
     from shardfeed.read import shardset
 
     return _raw_records(shardset.from_manifest(spec.path, spec.split).files).batch(PARSE_BATCH)
+
+
+def _memory_decode(spec: PipelineSpec) -> Any:
+    """The split's stored images (IN_MEMORY of them) decoded whole from memory by TensorFlow, on
+    tf.data's parallel map, no crop, resize or batching of pixels: the decode limit."""
+    tf = tensorflow()
+    from shardfeed.read.indexed import IndexedRecords
+
+    records = IndexedRecords(spec.path, split=spec.split)
+    blobs = [records.encoded(i)[0] for i in range(min(len(records), IN_MEMORY))]
+    decoded = tf.data.Dataset.from_tensor_slices(blobs).map(
+        lambda data: tf.shape(tf.io.decode_image(data, channels=3, expand_animations=False))[0],
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=False,
+    )
+    return decoded.batch(spec.batch_size)
+
+
+def _memory_records(spec: PipelineSpec) -> Any:
+    """The split's serialized records (IN_MEMORY of them) from memory through `load`'s own
+    per-record decoder (parse, crop-window decode, resize, flip), batched: `load` without its
+    reading, order, seeds per epoch and hand-off."""
+    tf = tensorflow()
+    from shardfeed.read import shardset
+    from shardfeed.read.augment import resolve_augment
+    from shardfeed.read.decode import Preprocess, record_decoder
+    from shardfeed.read.indexed import IndexedRecords
+
+    records = IndexedRecords(spec.path, split=spec.split)
+    serialized = [records.record(i) for i in range(min(len(records), IN_MEMORY))]
+    _, schema = shardset.open_split(spec.path, spec.split)
+    preprocess = Preprocess(spec.image_size, resolve_augment(spec.augment, spec.training), DecodeOptions(**spec.decode))
+    pairs = tf.data.Dataset.zip(
+        (tf.data.Dataset.from_tensor_slices(serialized), tf.data.Dataset.random(seed=0).batch(2))
+    )
+    decoded = pairs.map(record_decoder(schema, preprocess), num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+    return decoded.batch(spec.batch_size, drop_remainder=spec.training)
 
 
 def _raw_records(files: list[str]) -> Any:
