@@ -330,3 +330,24 @@ def recording_http_server(body: bytes) -> Iterator[tuple[str, list[str]]]:
         yield f"http://127.0.0.1:{server.server_address[1]}", requests
     finally:
         server.shutdown()
+
+
+def string_constants(path: Path) -> list[tuple[int, str]]:
+    """(line, value) of every string constant in a Python file, docstrings aside: what a test
+    that keeps a spelling in one module scans the others for."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    ]

@@ -8,6 +8,7 @@ import inspect
 from pathlib import Path
 
 import pytest
+from conftest import string_constants
 
 import shardfeed
 
@@ -89,22 +90,8 @@ def test_feature_keys_are_spelled_in_the_schema_module_only() -> None:
     for path in modules():
         if path == SRC / "format" / "schema.py":
             continue
-        tree = ast.parse(path.read_text())
-        docstrings = {
-            id(node.body[0].value)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-            and node.body
-            and isinstance(node.body[0], ast.Expr)
-            and isinstance(node.body[0].value, ast.Constant)
-        }
         spelled += [
-            f"{dotted(path)}:{node.lineno} {node.value!r}"
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Constant)
-            and isinstance(node.value, str)
-            and node.value.startswith("image/")
-            and id(node) not in docstrings
+            f"{dotted(path)}:{line} {value!r}" for line, value in string_constants(path) if value.startswith("image/")
         ]
     assert spelled == []
 

@@ -3,10 +3,11 @@ and every file a conversion (and an append) leaves is one it names."""
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import re
 from pathlib import Path
+
+from conftest import string_constants
 
 import shardfeed
 from shardfeed import ConvertOptions, convert
@@ -20,26 +21,13 @@ TEMPLATES = (layout.SHARD_TEMPLATE, layout.BY_CLASS_TEMPLATE)
 OTHERS = {("write/table_source.py", "state.json"), ("training/run_folder.py", "report.html")}
 
 
-def _spelled(path: Path) -> list[str]:
+def _spelled(path: Path, root: Path = SRC) -> list[str]:
     """String constants in `path` (docstrings aside) that are a layout name or hold a template."""
-    tree = ast.parse(path.read_text())
-    docstrings = {
-        id(node.body[0].value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.body
-        and isinstance(node.body[0], ast.Expr)
-        and isinstance(node.body[0].value, ast.Constant)
-    }
-    rel = path.relative_to(SRC).as_posix()
+    rel = path.relative_to(root).as_posix()
     return [
-        f"{rel}:{node.lineno} {node.value!r}"
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant)
-        and isinstance(node.value, str)
-        and id(node) not in docstrings
-        and (node.value in NAMES or any(t in node.value for t in TEMPLATES))
-        and (rel, node.value) not in OTHERS
+        f"{rel}:{line} {value!r}"
+        for line, value in string_constants(path)
+        if (value in NAMES or any(t in value for t in TEMPLATES)) and (rel, value) not in OTHERS
     ]
 
 
@@ -54,17 +42,8 @@ def test_the_check_sees_a_spelled_name(tmp_path: Path) -> None:
     module.write_text(
         '"""Doc: manifest.json."""\nNAME = "manifest.json"\nT = "{split}-{shard:05d}-of-{num_shards:05d}.tf"\n'
     )
-    found = [hit.split(" ", 1)[1] for hit in _spelled_at(module)]
+    found = [hit.split(" ", 1)[1] for hit in _spelled(module, tmp_path)]
     assert found == ["'manifest.json'", "'{split}-{shard:05d}-of-{num_shards:05d}.tf'"]
-
-
-def _spelled_at(module: Path) -> list[str]:
-    global SRC
-    saved, SRC = SRC, module.parent
-    try:
-        return _spelled(module)
-    finally:
-        SRC = saved
 
 
 def _described(name: str, splits: set[str]) -> bool:
