@@ -3,10 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# CPU TensorFlow by default; GPU users: make install EXTRAS=gpu,dev (see README).
-EXTRAS ?= cpu,dev
+# CPU TensorFlow by default; GPU users: make install EXTRAS=gpu,dev,docs (see README).
+EXTRAS ?= cpu,dev,docs
 
-.PHONY: install demo test lint typecheck bench clean dali
+.PHONY: install demo test lint typecheck docs bench clean dali
 
 install: $(STAMP)
 
@@ -26,7 +26,12 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
-test: lint typecheck
+# The documentation site (mkdocs.yml): guides, the API and CLI reference written from the code,
+# warnings as errors; built into site/ (open site/index.html, or `.venv/bin/mkdocs serve`).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d site
+
+test: lint typecheck docs
 	$(VENV)/bin/pytest -n 2 -q
 
 # Optional: NVIDIA DALI for decoding on the GPU (decoder="dali", train --decode-on gpu); see the script.
@@ -37,4 +42,4 @@ bench: install
 	$(PY) bench/bench_convert.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) site build dist *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
