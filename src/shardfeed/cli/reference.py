@@ -64,11 +64,14 @@ def _names(action: argparse.Action) -> str:
 
 
 def _help(action: argparse.Action) -> str:
-    """The flag's help with argparse's %(default)s-style fields filled, and its choices."""
+    """The flag's help with argparse's %(default)s-style fields filled, its choices, and its
+    default where the help does not say it."""
     text = (action.help or "") % {"default": action.default, "prog": "shardfeed"} if action.help else ""
     if action.choices and not isinstance(action.choices, dict):
         text += f" (one of: {', '.join(map(str, action.choices))})"
-    return text
+    if action.nargs != 0 and action.default not in (None, argparse.SUPPRESS) and "default" not in text:
+        text += f" (default: {action.default})"
+    return text.strip()
 
 
 def _cell(text: str) -> str:
