@@ -15,6 +15,10 @@ that cannot go ahead), so existing `except ValueError` code still works.
       CacheDiskFull     the disk holding the shard cache has no room for a fetch
     ServiceError        a tf.data service server cannot start or cannot be reached
     MissingDependencyError  an optional dependency is not installed (also an ImportError)
+    MeasurementError    a pipeline measured in a process of its own failed (bench)
+
+The CLI prints these (and OSError) as one line, `error: ...`, exit status 1; anything else is a
+bug and keeps its traceback.
 """
 
 from __future__ import annotations
