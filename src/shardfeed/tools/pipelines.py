@@ -215,17 +215,15 @@ def _hf_tf_dataset(spec: PipelineSpec) -> Any:
 def _decode_ceiling(spec: PipelineSpec) -> Any:
     """The folder's image bytes in memory, decoded with `load`'s per-image code, map(AUTOTUNE)."""
     tf = tensorflow()
-    from shardfeed.read.augment import resolve_augment
-    from shardfeed.read.decode import Preprocess, decode_one
+    from shardfeed.read.decode import decode_one
 
     blobs = []
     for path in image_files(spec.path):
         with open(path, "rb") as f:
             blobs.append(f.read())
-    preprocess = Preprocess(spec.image_size, resolve_augment(spec.augment, spec.training), DecodeOptions(**spec.decode))
+    preprocess = _preprocess(spec)
     zero = tf.constant(0, tf.int64)
-    ds = tf.data.Dataset.zip((tf.data.Dataset.from_tensor_slices(blobs), tf.data.Dataset.random(seed=0).batch(2)))
-    ds = ds.map(
+    ds = _with_seed_pairs(blobs).map(
         lambda data, seed: decode_one(data, zero, zero, zero, seed, schema=Schema(), options=preprocess),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=False,
@@ -293,19 +291,31 @@ def _memory_records(spec: PipelineSpec) -> Any:
     reading, order, seeds per epoch and hand-off."""
     tf = tensorflow()
     from shardfeed.read import shardset
-    from shardfeed.read.augment import resolve_augment
-    from shardfeed.read.decode import Preprocess, record_decoder
+    from shardfeed.read.decode import record_decoder
     from shardfeed.read.indexed import IndexedRecords
 
     records = IndexedRecords(spec.path, split=spec.split)
     serialized = [records.record(i) for i in range(min(len(records), IN_MEMORY))]
     _, schema = shardset.open_split(spec.path, spec.split)
-    preprocess = Preprocess(spec.image_size, resolve_augment(spec.augment, spec.training), DecodeOptions(**spec.decode))
-    pairs = tf.data.Dataset.zip(
-        (tf.data.Dataset.from_tensor_slices(serialized), tf.data.Dataset.random(seed=0).batch(2))
+    decoded = _with_seed_pairs(serialized).map(
+        record_decoder(schema, _preprocess(spec)), num_parallel_calls=tf.data.AUTOTUNE, deterministic=False
     )
-    decoded = pairs.map(record_decoder(schema, preprocess), num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
     return decoded.batch(spec.batch_size, drop_remainder=spec.training)
+
+
+def _preprocess(spec: PipelineSpec) -> Any:
+    """`load`'s per-image settings for `spec` (size, augmentation, decode options)."""
+    from shardfeed.read.augment import resolve_augment
+    from shardfeed.read.decode import Preprocess
+
+    return Preprocess(spec.image_size, resolve_augment(spec.augment, spec.training), DecodeOptions(**spec.decode))
+
+
+def _with_seed_pairs(values: list[bytes]) -> Any:
+    """(value, seed pair) elements: in-memory bytes beside a seeded stream of random pairs, as
+    `load` gives each record its own seed."""
+    tf = tensorflow()
+    return tf.data.Dataset.zip((tf.data.Dataset.from_tensor_slices(values), tf.data.Dataset.random(seed=0).batch(2)))
 
 
 def _raw_records(files: list[str]) -> Any:
