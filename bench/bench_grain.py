@@ -29,21 +29,14 @@ from bench.report import emit
 from shardfeed.tools.fresh_runs import ratio, run_fresh, summary
 from shardfeed.tools.pipelines import PipelineSpec
 
-GRAIN = """import json, os, sys, time
+GRAIN = """import json, sys, time
 import shardfeed
+from bench.report import host_cpu_seconds
 threads, workers = int(sys.argv[2]), int(sys.argv[3])
 ds = shardfeed.grain_dataset(
     sys.argv[1], batch_size=64, image_size=224, seed=0, num_threads=threads, num_workers=workers
 )
-
-
-def host_cpu():
-    with open("/proc/stat") as f:
-        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
-cpu_seconds = host_cpu if workers else time.process_time
+cpu_seconds = host_cpu_seconds if workers else time.process_time
 it = iter(ds)
 start = time.perf_counter()
 for _ in range(2):
@@ -64,7 +57,8 @@ print(json.dumps({"images": images, "batches": batches, "warmup_seconds": warm -
 
 def _grain(path: str, threads: int, workers: int = 0) -> dict[str, Any]:
     cmd = [sys.executable, "-c", GRAIN, path, str(threads), str(workers)]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # `from bench.report import ...`
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=root)
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 

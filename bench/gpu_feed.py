@@ -48,7 +48,7 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.corpus import build_corpus
-from bench.report import emit
+from bench.report import emit, host_cpu_seconds
 from shardfeed.read import dali
 from shardfeed.tools.bottleneck import cores_needed
 
@@ -87,24 +87,16 @@ def one_run(feed: str, model: str, data: str, size: int, batch: int, steps: int)
     return {**_timed_fit(net, ds, steps, batch), "gpu": gpu}
 
 
-def _host_cpu_seconds() -> float:
-    """CPU seconds the whole host has spent busy (all cores, from /proc/stat): on an otherwise
-    idle machine, the feed's CPU wherever it runs (this process, Grain's worker processes)."""
-    with open("/proc/stat") as f:
-        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
 def _timed_fit(net: Any, ds: Any, steps: int, batch: int) -> dict[str, Any]:
     """Images/s and host CPU seconds per image of `steps` training steps, after WARMUP untimed
     ones and `steps` more untimed (so that what the feed made ahead while the model compiled,
     in its prefetch buffers, is used up before the clock starts)."""
     net.fit(ds, epochs=1, steps_per_epoch=WARMUP, verbose=0)
     net.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)
-    cpu0, t0 = _host_cpu_seconds(), time.perf_counter()
+    cpu0, t0 = host_cpu_seconds(), time.perf_counter()
     net.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)
     seconds = time.perf_counter() - t0
-    cpu1 = _host_cpu_seconds()
+    cpu1 = host_cpu_seconds()
     images = steps * batch
     return {
         "images_per_second": images / seconds,

@@ -15,12 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from typing import Any
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.report import host_cpu_seconds
+
 
 def rate(ds: Any, batches: int) -> dict[str, float]:
-    """Images/s and this process's CPU ms per image over `batches` batches, after 3 warm-up ones."""
+    """Images/s and the host's CPU ms per image over `batches` batches, after 3 warm-up ones."""
     it = iter(ds)
     for _ in range(3):
         next(it)
@@ -29,13 +33,6 @@ def rate(ds: Any, batches: int) -> dict[str, float]:
         images += len(next(it)[1])
     seconds, cpu = time.perf_counter() - t0, host_cpu_seconds() - before
     return {"images_per_second": images / seconds, "cpu_ms_per_image_host": 1000 * cpu / images}
-
-
-def host_cpu_seconds() -> float:
-    """CPU seconds the host has spent busy, all cores (/proc/stat)."""
-    with open("/proc/stat") as f:
-        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:

@@ -1,8 +1,10 @@
-"""How every bench script hands over its results: JSON on stdout, and optionally in a file."""
+"""How every bench script hands over its results: JSON on stdout, and optionally in a file; and
+the host-wide CPU clock the feed benchmarks read (Grain's worker processes included)."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,3 +15,11 @@ def emit(results: dict[str, Any], json_path: str | None) -> None:
     print(text)
     if json_path:
         Path(json_path).write_text(text + "\n")
+
+
+def host_cpu_seconds() -> float:
+    """CPU seconds the whole host has spent busy, all cores (/proc/stat): on an otherwise idle
+    machine, a feed's CPU wherever it runs (this process and its worker processes)."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
