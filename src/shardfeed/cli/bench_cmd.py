@@ -93,7 +93,9 @@ def run(args: argparse.Namespace) -> int:
 def _breakdown(args: argparse.Namespace) -> int:
     """`bench --breakdown`: the stages of BREAKDOWN and the CPU per image each part costs."""
     if len(args.path) != 1 or args.model or args.compare_folder or args.service or args.decode_on != "cpu":
-        raise OptionError("--breakdown takes one converted folder, without --model, --compare-folder, --service")
+        raise OptionError(
+            "--breakdown takes one converted folder, without --model, --compare-folder, --service or --decode-on gpu"
+        )
     result = breakdown(
         args.path[0],
         split=args.split,

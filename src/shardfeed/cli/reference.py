@@ -1,7 +1,7 @@
 """The CLI reference page, written from the CLI's own parser: every command, its arguments and
 flags with their help, so the documentation cannot drift from what `shardfeed` accepts.
 
-    python -m shardfeed.cli.reference > page.md   (the docs site's build does this: docs/hooks.py)
+    python -m shardfeed.cli.reference > page.md   (the docs site's build does this: scripts/docs_hooks.py)
 """
 
 from __future__ import annotations

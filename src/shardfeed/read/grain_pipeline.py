@@ -163,8 +163,8 @@ def grain_dataset(
     each); a many-core host wants about one per core.
 
     Raises:
-        OptionError: a split smaller than one batch when training, a start past the end, or a
-            negative `num_workers`.
+        OptionError: a split smaller than one batch when training, a start past the end, a
+            negative `num_workers` or fewer than one thread.
     """
     import grain
 
