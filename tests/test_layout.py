@@ -48,13 +48,13 @@ def test_the_check_sees_a_spelled_name(tmp_path: Path) -> None:
 
 def _described(name: str, splits: set[str]) -> bool:
     """Whether a file of a converted folder (path relative to it) is one layout names."""
-    shard = "|".join(map(re.escape, splits)) + r")(-" + layout.GENERATION_PATTERN + r")?-\d{5}-of-\d{5}"
+    shard = "(" + "|".join(map(re.escape, splits)) + r")(-" + layout.GENERATION_PATTERN + r")?-\d{5}-of-\d{5}"
     fixed = {layout.MANIFEST, layout.LABELS, layout.REPORT, layout.REPORT_PAGE, layout.TFDS_INFO, layout.TFDS_FEATURES}
     fixed |= {layout.LOCK, layout.tfds_labels_file("image/class/label")}
-    if name in fixed or re.fullmatch("(" + shard, name):
+    if name in fixed or re.fullmatch(shard, name):
         return True
     shard_name = re.fullmatch(re.escape(layout.INDEX_DIR) + "/(.*)" + re.escape(layout.INDEX_SUFFIX), name)
-    if shard_name and layout.index_file(shard_name.group(1)) == name and re.fullmatch("(" + shard, shard_name.group(1)):
+    if shard_name and re.fullmatch(shard, shard_name.group(1)):
         return True
     return any(name == layout.inputs_file(g) for g in range(3))
 
