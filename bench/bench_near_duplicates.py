@@ -98,17 +98,20 @@ def _accuracy(root: Path, copies: int, seed: int) -> dict[str, Any]:
     for name in names:
         prepared = prepare_file_image((root / name).read_bytes(), name, ImageOptions(), phash=True)
         phash = perceptual_hash.of_source(prepared.hash_source)
-        ours.append(int(phash, 16) if phash else 0)
+        ours.append(phash)
         flat.append(phash is None)
-    hashes = np.array(ours, dtype=np.uint64)
-    distances = np.bitwise_count(hashes[:, None] ^ hashes[None, :]).astype(np.int64)
+    distances = _all_distances(perceptual_hash.as_array(ours))
     distances[np.array(flat)] = 99
     distances[:, np.array(flat)] = 99
+    wholes = _all_distances(perceptual_hash.as_array(ours), halves=False)
+    wholes[np.array(flat)] = 99
+    wholes[:, np.array(flat)] = 99
     out: dict[str, Any] = {
         "images": len(names),
         "bases": len(set(truth.values())),
         "no_hash": int(sum(flat)),
         "shardfeed": [_scores(names, truth, distances, r) for r in range(near_duplicates.MAX_RADIUS + 1)],
+        "shardfeed_whole_only": [_scores(names, truth, wholes, r) for r in (4, 6)],
         "edit_distances": _edit_distances(names, truth, distances),
     }
     try:
@@ -122,6 +125,13 @@ def _accuracy(root: Path, copies: int, seed: int) -> dict[str, Any]:
     distances = np.bitwise_count(hashes[:, None] ^ hashes[None, :]).astype(np.int64)
     out["imagededup"] = [_scores(names, truth, distances, r) for r in (*range(8), 10, 12)]
     return out
+
+
+def _all_distances(rows: np.ndarray, halves: bool = True) -> np.ndarray:
+    """Every pair's distance (`perceptual_hash.distance`; `halves=False`: the whole frames only,
+    as shardfeed-phash-v2 compared them)."""
+    i, j = np.indices((len(rows), len(rows)))
+    return near_duplicates.distances(rows if halves else rows[:, :1], i.ravel(), j.ravel()).reshape(i.shape)
 
 
 def _edit_distances(names: list[str], truth: dict[str, int], distances: np.ndarray) -> dict[str, Any]:
@@ -190,15 +200,18 @@ def _convert_cost(work: Path, source: str, rounds: int, baseline_src: str | None
     return summary
 
 
-def _scale(n: int, radius: int, seed: int = 0) -> dict[str, Any]:
+def _scale(n: int, radius: int, seed: int = 0, halves: int = 2) -> dict[str, Any]:
+    """`near_duplicates.link` over n random images' hashes (`halves` 64-bit halves each: 1 is
+    shardfeed-phash-v2's one), 1,000 pairs planted 1..radius bits apart (whole vs whole)."""
     rng = np.random.default_rng(seed)
-    hashes = rng.integers(0, 2**63, n, dtype=np.uint64) * np.uint64(2) + rng.integers(0, 2, n).astype(np.uint64)
+    hashes = rng.integers(0, 2**63, (n, halves), dtype=np.uint64) * np.uint64(2)
+    hashes += rng.integers(0, 2, (n, halves)).astype(np.uint64)
     planted = rng.choice(n, 2000, replace=False)
     for a, b in zip(planted[:1000], planted[1000:], strict=True):
-        value = int(hashes[a])
+        value = int(hashes[a, 0])
         for bit in rng.choice(64, int(rng.integers(1, radius + 1)), replace=False):
             value ^= 1 << int(bit)
-        hashes[b] = np.uint64(value)
+        hashes[b, 0] = np.uint64(value)
     tracemalloc.start()
     start = time.perf_counter()
     links = near_duplicates.link(hashes, radius)  # what a conversion runs (the pairs and the groups)
@@ -208,6 +221,7 @@ def _scale(n: int, radius: int, seed: int = 0) -> dict[str, Any]:
     groups = links.groups()
     return {
         "hashes": n,
+        "halves": halves,
         "radius": radius,
         "seconds": seconds,
         "peak_bytes": peak,
@@ -216,7 +230,7 @@ def _scale(n: int, radius: int, seed: int = 0) -> dict[str, Any]:
     }
 
 
-def _even_crops(fractions: tuple[float, ...] = (0.01, 0.02, 0.03)) -> dict[str, Any]:
+def _even_crops(fractions: tuple[float, ...] = (0.01, 0.02, 0.03, 0.04, 0.05)) -> dict[str, Any]:
     """Recall for copies cropped the same fraction on all four sides (the corpus draws each side
     from 0-3%, so few copies lose the full 3% everywhere): each of the seed-0 corpus' bases and
     its crop, both JPEG q90, hashed as the conversion hashes; the share within the default radius."""
@@ -236,14 +250,22 @@ def _even_crops(fractions: tuple[float, ...] = (0.01, 0.02, 0.03)) -> dict[str, 
     out: dict[str, Any] = {}
     bases = [Image.fromarray(np.ascontiguousarray(p)) for p in _bases(_near_photos(), 0.25)]
     for f in fractions:
-        gaps = []
+        gaps: list[tuple[int, int]] = []  # (distance, whole frames only)
         for base in bases:
             w, h = base.size
             pair = hashed(base), hashed(base.crop((round(w * f), round(h * f), w - round(w * f), h - round(h * f))))
             if pair[0] is not None and pair[1] is not None:
-                gaps.append(perceptual_hash.distance(pair[0], pair[1]))
-        found = sum(1 for g in gaps if g <= near_duplicates.DEFAULT_RADIUS)
-        out[f"{f:.0%}"] = {"pairs": len(gaps), "recall": found / len(gaps), "median_bits": statistics.median(gaps)}
+                wholes = perceptual_hash.halves(pair[0])[0] ^ perceptual_hash.halves(pair[1])[0]
+                gaps.append((perceptual_hash.distance(pair[0], pair[1]), wholes.bit_count()))
+        found = sum(1 for g, _ in gaps if g <= near_duplicates.DEFAULT_RADIUS)
+        whole = sum(1 for _, g in gaps if g <= near_duplicates.DEFAULT_RADIUS)
+        out[f"{f:.0%}"] = {
+            "pairs": len(gaps),
+            "recall": found / len(gaps),
+            "median_bits": statistics.median(g for g, _ in gaps),
+            "recall_whole_only": whole / len(gaps),
+            "median_bits_whole_only": statistics.median(g for _, g in gaps),
+        }
     return out
 
 
@@ -278,7 +300,7 @@ def main() -> None:
             large = build_large_corpus(str(work / "large"), args.large)
             result["convert_cost_large"] = _convert_cost(work, large, args.rounds, args.baseline_src)
     if "scale" not in args.skip:
-        result["scale"] = [_scale(args.scale, r) for r in (3, near_duplicates.DEFAULT_RADIUS)]
+        result["scale"] = [_scale(args.scale, r, halves=h) for h in (1, 2) for r in (3, near_duplicates.DEFAULT_RADIUS)]
     emit(result, args.json)
 
 

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 from conftest import killed_after_two_shards, photos
 from PIL import Image
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
 
 from bench.corpus import build_near_duplicate_corpus
 from shardfeed import ConvertOptions, OptionError, convert
@@ -30,10 +32,50 @@ def near_corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[st
 
 
 def test_the_hash_is_pinned() -> None:
-    """Our definition, bit for bit (a change here is a new `perceptual_hash.NAME`)."""
-    assert perceptual_hash.of_image(Image.fromarray(photos()["astronaut"])) == "d2924c4d32bdddc8"
+    """Our definition, bit for bit (a change here is a new `perceptual_hash.NAME`): the whole
+    frame's half is shardfeed-phash-v2's hash, the window's half follows. Two hashes are as far
+    apart as the closest of whole vs whole and whole vs window, either way."""
+    assert perceptual_hash.of_image(Image.fromarray(photos()["astronaut"])) == "d2924c4d32bdddc8d2b2cc4d32bbd548"
     assert perceptual_hash.of_image(Image.new("L", (300, 200), 128)) is None  # flat: no hash
-    assert perceptual_hash.distance("d2924c4d32bdddc8", "d2924c4d32bdddc9") == 1
+    a, b, c = "f" * 16, "0" * 16, "f" * 8 + "0" * 8  # a, b: 64 bits apart; c: 32 from each
+    assert perceptual_hash.distance(a + b, "f" * 15 + "e" + c) == 1  # whole vs whole
+    assert perceptual_hash.distance(a + b, "0" * 15 + "1" + c) == 1  # one's window vs the other's whole
+    assert perceptual_hash.distance(c + a, a + b) == 0  # and the other way
+    assert perceptual_hash.distance(a + b, c + b) == 32  # windows alike, wholes not: as far as the wholes
+
+
+def test_a_photo_cropped_a_few_percent_a_side_is_found_by_the_window_half() -> None:
+    """Real photos (the accuracy corpus' 108 bases: crops of 17 photos and textures), each saved
+    as a JPEG and again cropped the same share from all four sides: within the default radius
+    for nearly all of them at 1-4% a side. The whole frames alone (the earlier hash) miss many
+    of the 3% crops, so the window half is what finds them."""
+    from bench.corpus import _bases, _near_photos
+
+    def hashed(image: Image.Image) -> str:
+        data = io.BytesIO()
+        image.save(data, "JPEG", quality=90)
+        found = perceptual_hash.of_source(
+            prepare_file_image(data.getvalue(), "a.jpg", ImageOptions(), phash=True).hash_source
+        )
+        assert found is not None
+        return found
+
+    bases = [Image.fromarray(np.ascontiguousarray(p)) for p in _bases(_near_photos(), 0.25)]
+    originals = [hashed(b) for b in bases]
+    radius = near_duplicates.DEFAULT_RADIUS
+    for share in (0.01, 0.02, 0.03, 0.04):
+        found, whole = 0, 0
+        for base, original in zip(bases, originals, strict=True):
+            w, h = base.size
+            dx, dy = round(w * share), round(h * share)
+            cropped = hashed(base.crop((dx, dy, w - dx, h - dy)))
+            found += perceptual_hash.distance(original, cropped) <= radius
+            whole += (perceptual_hash.halves(original)[0] ^ perceptual_hash.halves(cropped)[0]).bit_count() <= radius
+        assert found >= 0.95 * len(bases), (share, found, len(bases))
+        if share == 0.03:
+            assert whole <= 0.7 * len(bases), whole
+    across = [perceptual_hash.distance(a, b) for a, b in itertools.combinations(originals, 2)]
+    assert min(across) > 2 * radius  # different photos (neighbouring crops of one included) stay far apart
 
 
 def test_a_large_image_is_hashed_at_once_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,12 +127,29 @@ def test_a_basis_is_the_same_made_alone_or_with_its_siblings() -> None:
         step = perceptual_hash._decode_step(decoded, decoded * 8)
         lengths = list(perceptual_hash._decoding_alike(decoded, step))
         assert len(lengths) == 8 and all(-(-n // 8) == decoded for n in lengths)
-        together = perceptual_hash._windowed_cosines(lengths, step * factor, -(-decoded // factor))
-        for n, basis in zip(lengths, together, strict=True):
-            alone = perceptual_hash._windowed_cosines([n], step * factor, -(-decoded // factor))[0]
-            assert np.array_equal(basis, alone)
-            perceptual_hash._bases.clear()
-            assert np.array_equal(perceptual_hash._axis(decoded, n, factor), basis)
+        for zoom in (0.0, perceptual_hash.ZOOM):
+            together = perceptual_hash._windowed_cosines(lengths, step * factor, -(-decoded // factor), zoom)
+            for n, basis in zip(lengths, together, strict=True):
+                alone = perceptual_hash._windowed_cosines([n], step * factor, -(-decoded // factor), zoom)[0]
+                assert np.array_equal(basis, alone)
+                perceptual_hash._bases.clear()
+                half = slice(0, 8) if zoom == 0 else slice(8, 16)
+                assert np.array_equal(perceptual_hash._axis(decoded, n, factor)[half], basis)
+
+
+def test_the_window_basis_is_the_whole_basis_of_the_cropped_side() -> None:
+    """The window half of a 200 px side (ZOOM = 3%: pixels 6..193) is the whole-frame basis of
+    that side cropped to those 188 pixels, placed there, and nothing outside; at 7/8 scale (a
+    pixel of 8/7 px) the window's edge pixels count for the part inside."""
+    assert perceptual_hash.ZOOM == 0.03
+    window = perceptual_hash._windowed_cosines([200], 1.0, 200, perceptual_hash.ZOOM)[0]
+    cropped = perceptual_hash._windowed_cosines([188], 1.0, 188)[0]
+    assert np.allclose(window[:, 6:194], cropped, atol=1e-6) and not window[:, :6].any() and not window[:, 194:].any()
+    scaled = perceptual_hash._windowed_cosines([200], 8 / 7, 175, perceptual_hash.ZOOM)[0]
+    # pixel 5 covers [5.71, 6.86): 0.86 px inside; its basis value is the cosine at that part's middle
+    centre = ((6 + 6 * 8 / 7) / 2 - 6) / 188
+    dc_weight = 0.86 / 188 * (1 - perceptual_hash.ALPHA + perceptual_hash.ALPHA * np.sin(np.pi * centre))
+    assert np.isclose(scaled[0, 5], dc_weight, rtol=0.01) and not scaled[:, :5].any()
 
 
 @pytest.mark.parametrize(
@@ -140,6 +199,38 @@ def test_close_pairs_finds_exactly_what_all_pairs_would(
     assert all(len(a) == 0 for a in near_duplicates.close_pairs(far[:1], 7))
     with pytest.raises(OptionError):
         near_duplicates.close_pairs(hashes, 8)
+
+
+def test_two_halves_pair_images_whole_to_whole_or_whole_to_window() -> None:
+    """Rows of (whole, window) halves: an image pairs with another when their wholes, or one's
+    whole and the other's window, are within the radius; never for their windows alone, nor
+    with itself. `close_pairs` and `link` find what all pairs of images would."""
+    rng = np.random.default_rng(4)
+    rows = rng.integers(0, 2**63, (2000, 2), dtype=np.uint64) * np.uint64(2)
+
+    def near(value: int, bits: int) -> np.uint64:
+        for bit in rng.choice(64, bits, replace=False):
+            value ^= 1 << int(bit)
+        return np.uint64(value)
+
+    for a, b in rng.choice(2000, (400, 2), replace=False):
+        kind = int(rng.integers(0, 4))  # whole-whole, whole-window, window-whole, window-window
+        rows[b, kind & 1] = near(int(rows[a, kind >> 1]), int(rng.integers(0, 8)))
+    for k in rng.choice(2000, 50, replace=False):
+        rows[k, 1] = near(int(rows[k, 0]), 2)  # an image whose window is near its own whole
+    whole, window = rows[:, 0], rows[:, 1]
+    bits = lambda x, y: np.bitwise_count(x[:, None] ^ y[None, :])  # noqa: E731
+    every = np.minimum(bits(whole, whole), np.minimum(bits(whole, window), bits(window, whole)))
+    for radius in (0, 3, 6):
+        i, j, d = near_duplicates.close_pairs(rows, radius)
+        want_i, want_j = np.nonzero(np.triu(every <= radius, 1))
+        assert (i.tolist(), j.tolist()) == (want_i.tolist(), want_j.tolist())
+        assert (d == every[i, j]).all()
+    windows_only = np.triu((bits(window, window) <= 6) & (every > 6), 1)
+    assert windows_only.sum() >= 50  # there were pairs whose windows alone are close: none was found
+    _, component = connected_components(csr_matrix(np.triu(every <= 6, 1)), directed=False)
+    want = sorted(g for g in (np.flatnonzero(component == c).tolist() for c in np.unique(component)) if len(g) > 1)
+    assert near_duplicates.link(rows, 6).groups() == want
 
 
 def _clustered_hashes(rng: np.random.Generator) -> np.ndarray:
@@ -194,8 +285,11 @@ def test_many_copies_of_one_image_group_in_bounded_memory() -> None:
     rng = np.random.default_rng(3)
     hashes = rng.integers(0, 2**63, 20_000, dtype=np.uint64)
     hashes[10_000:15_000] = hashes[7]
+    windows = rng.integers(0, 2**63, 20_000, dtype=np.uint64)
+    windows[10_000:15_000] = windows[7]
     records = [
-        (f"img{k:05d}.jpg", format(int(h), "016x"), "train" if k % 5 else "validation") for k, h in enumerate(hashes)
+        (f"img{k:05d}.jpg", f"{int(h):016x}{int(w):016x}", "train" if k % 5 else "validation")
+        for k, (h, w) in enumerate(zip(hashes, windows, strict=True))
     ]
     tracemalloc.start()
     groups = near_duplicates.groups_in(lambda: iter(records), 6)

@@ -9,9 +9,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import Executor
 
-import numpy as np
-
-from shardfeed.write import near_duplicates
+from shardfeed.write import near_duplicates, perceptual_hash
 from shardfeed.write.encode import EncodingSpec, hash_items, phash_items
 from shardfeed.write.items import Discovery, Item
 from shardfeed.write.options import ConvertOptions
@@ -118,7 +116,7 @@ def near_groups(
     tasks = ((None, (chunk, spec)) for chunk in chunks)
     hashes = itertools.chain.from_iterable(result for _, result in map_ordered(pool, phash_items, tasks, workers))
     keyed = [(item.key, h) for item, h in zip(items, hashes, strict=True) if h]
-    values = np.array([int(h, 16) for _, h in keyed], dtype=np.uint64)
+    values = perceptual_hash.as_array(h for _, h in keyed)
     groups = [sorted(keyed[x][0] for x in g) for g in near_duplicates.link(values, radius).groups()]
     return sorted(groups)
 

@@ -171,13 +171,14 @@ def record_groups(
 
     hashed = radius is not None
     columns = np.fromiter(
-        ((int(d[:16], 16), int(h, 16) if h and hashed else 0) for _, d, h, _ in records()), np.dtype((np.uint64, 2))
+        ((int(d[:16], 16), *(perceptual_hash.halves(h) if h and hashed else (0, 0))) for _, d, h, _ in records()),
+        np.dtype((np.uint64, 3)),
     )
     duplicates = duplicate_groups_in(lambda: ((k, d, s) for k, d, _, s in records()), columns[:, 0])
     if radius is None:
         return duplicates, None
     near_records = lambda: ((k, h, s) for k, _, h, s in records())  # noqa: E731
-    return duplicates, near_duplicates.groups_in(near_records, radius, columns[:, 1], names)
+    return duplicates, near_duplicates.groups_in(near_records, radius, columns[:, 1:], names)
 
 
 def near_groups_in(

@@ -1,6 +1,11 @@
 """Near-duplicate groups: images whose perceptual hashes (write/perceptual_hash.py) differ in at
 most `radius` bits, found without comparing all pairs.
 
+An image's hash has two 64-bit halves, its whole frame's and its central window's; two images are
+as far apart as the closest of whole vs whole and whole vs window either way (`distances`). The
+search runs over all the halves at once, and each pair of halves found within the radius, but for
+window vs window, pairs their two images (`search_images`).
+
 The index is exact Hamming search by the pigeonhole principle: split the 64 bits into 4 blocks of
 16. Two hashes within 3 bits agree exactly on some block; within 7 bits, some block differs in at
 most 1 bit. So per block the hashes are sorted by that block's value, and each is compared with
@@ -29,6 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from shardfeed.errors import OptionError
+from shardfeed.write import perceptual_hash
 
 BLOCK_BITS = 16
 BLOCKS = 64 // BLOCK_BITS
@@ -42,21 +48,59 @@ KEPT_PAIRS = 1 << 20  # pairs kept for the report; beyond, only those that join 
 
 
 def close_pairs(hashes: np.ndarray, radius: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(i, j, distance), i < j, of every pair of `hashes` (uint64) at most `radius` bits apart,
-    sorted by (i, j): all of them in memory (`link` keeps memory bounded where there are many)."""
-    hashes = np.ascontiguousarray(hashes, dtype=np.uint64)
+    """(i, j, distance), i < j, of every pair of images at most `radius` bits apart (`hashes`:
+    uint64, one an image or (whole, window) rows, `distances`), sorted by (i, j): all of them in
+    memory (`link` keeps memory bounded where there are many)."""
+    rows = _as_rows(hashes)
     found: list[np.ndarray] = []
-    search(hashes, radius, found.append)
-    return _decoded(found, hashes)
+    search_images(rows, radius, found.append)
+    return _decoded(found, rows)
 
 
-def _decoded(found: list[np.ndarray], hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _as_rows(hashes: np.ndarray) -> np.ndarray:
+    """Hashes as contiguous (N, halves) uint64 rows: one hash an image, or (whole, window)."""
+    rows = np.asarray(hashes, dtype=np.uint64)
+    return np.ascontiguousarray(rows[:, None] if rows.ndim == 1 else rows)
+
+
+def distances(rows: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """Bits apart of images i and j (`perceptual_hash.distance`): whole vs whole and, where the
+    rows hold a window half, whole vs window either way; the fewest."""
+    d = np.bitwise_count(rows[i, 0] ^ rows[j, 0])
+    if rows.shape[1] > 1:
+        d = np.minimum(d, np.bitwise_count(rows[i, 0] ^ rows[j, 1]))
+        d = np.minimum(d, np.bitwise_count(rows[i, 1] ^ rows[j, 0]))
+    return d.astype(np.int64)
+
+
+def _decoded(found: list[np.ndarray], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(i, j, distance), sorted by (i, j), of the pair codes i * n + j in `found`, each once (a
-    pair can be found in two blocks; not np.unique: it imports numpy.ma, 10 ms)."""
+    pair can be found in two blocks or by two halves; not np.unique: it imports numpy.ma, 10 ms)."""
     codes = np.sort(np.concatenate(found)) if found else np.zeros(0, np.int64)
     codes = codes[np.concatenate(([True], codes[1:] != codes[:-1]))] if len(codes) else codes
-    i, j = np.divmod(codes, len(hashes))
-    return i, j, np.bitwise_count(hashes[i] ^ hashes[j]).astype(np.int64)
+    i, j = np.divmod(codes, len(rows))
+    return i, j, distances(rows, i, j)
+
+
+def search_images(rows: np.ndarray, radius: int, sink: Callable[[np.ndarray], object]) -> None:
+    """`search` for images (`rows`, `_as_rows`): calls `sink` with the pairs of images at most
+    `radius` bits apart as codes i * n + j (i < j) over the images; a pair can come more than
+    once. Two halves an image: every half is searched, as one array (the wholes, then the
+    windows), and a pair of halves within the radius pairs their images unless both are windows
+    (which says no more than the wholes do) or both are one image's."""
+    n = len(rows)
+    if rows.shape[1] == 1:
+        search(np.ascontiguousarray(rows[:, 0]), radius, sink)
+        return
+
+    def images(codes: np.ndarray) -> None:
+        a, b = np.divmod(codes, 2 * n)
+        keep = ((a < n) | (b < n)) & (a % n != b % n)
+        a, b = a[keep] % n, b[keep] % n
+        if len(a):
+            sink(np.minimum(a, b) * n + np.maximum(a, b))
+
+    search(np.ascontiguousarray(rows.T).reshape(-1), radius, images)
 
 
 def search(hashes: np.ndarray, radius: int, sink: Callable[[np.ndarray], object]) -> None:
@@ -163,17 +207,23 @@ class Links(NamedTuple):
 
 
 def link(hashes: np.ndarray, radius: int) -> Links:
-    """The near-duplicate groups of `hashes` (uint64): the connected components of their pairs
-    within `radius`, in memory bounded by the number of hashes, however many pairs there are.
+    """The near-duplicate groups of images (`hashes`: as `close_pairs` takes them): the connected
+    components of their pairs within `radius`, in memory bounded by the number of images, however
+    many pairs there are.
 
     Equal hashes are searched once (5,000 copies of one placeholder image among 100,000 made
     12.5 M pairs: 5 GB and 30 s when every pair was kept); the pairs of the distinct ones are
     streamed into a union-find (`_Forest`), and kept for the report only up to KEPT_PAIRS, then
     only those that join two groups. A hash is paired with the first hash equal to it (distance 0)."""
-    hashes = np.ascontiguousarray(hashes, dtype=np.uint64)
-    values, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+    hashes = _as_rows(hashes)
+    if hashes.shape[1] == 1:  # np.unique(axis=0) sorts rows as bytes: some 3x slower
+        values, first, inverse = np.unique(hashes[:, 0], return_index=True, return_inverse=True)
+        values = values[:, None]
+    else:
+        values, first, inverse = np.unique(hashes, axis=0, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
     forest = _Forest(values)
-    search(values, radius, forest.add)
+    search_images(values, radius, forest.add)
     roots = forest.roots()
     smallest = np.full(len(values), len(hashes), np.int64)
     np.minimum.at(smallest, roots, first)
@@ -215,7 +265,7 @@ class _Forest:
         codes = np.concatenate(self.pending)
         self.pending, self.waiting = [], 0
         i, j = np.divmod(codes, len(self.values))
-        distance = np.bitwise_count(self.values[i] ^ self.values[j]).astype(np.int64)
+        distance = distances(self.values, i, j)
         np.maximum.at(self.farthest, i, distance)
         np.maximum.at(self.farthest, j, distance)
         if self.count + len(codes) > KEPT_PAIRS:  # one pair for each root this join hooks
@@ -258,11 +308,12 @@ def groups_in(
     """Near-duplicate groups among the (key, perceptual hash or None, split) records `records()`
     yields, for report.json: each with its files, splits, `leak` when they span splits, its pairs'
     distances (the first PAIRS_SHOWN) and the largest. Two passes over `records()`: the hashes
-    into one uint64 array first (0: none; `hashes`: that array, made by the caller), then only
+    into one uint64 array of halves first (`perceptual_hash.as_array`, 0: none; `hashes`: that
+    array, made by the caller), then only
     the grouped records' keys and splits (memory bounded by some 50 bytes a record, not by its key;
     `names`: the (key, split) of the records at the positions asked, found by the caller)."""
-    every = hashes if hashes is not None else np.fromiter((int(h, 16) if h else 0 for _, h, _ in records()), np.uint64)
-    where = np.flatnonzero(every)  # 0: no hash (a hash has 32 bits set, never none)
+    every = _as_rows(hashes if hashes is not None else perceptual_hash.as_array(h for _, h, _ in records()))
+    where = np.flatnonzero(every[:, 0])  # 0: no hash (a hash has 32 bits set, never none)
     links = link(every[where], radius)
     grouped = links.groups()
     if not grouped:
