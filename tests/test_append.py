@@ -291,3 +291,27 @@ def test_info_and_report_agree_on_skipped_inputs_after_appends(corpus: list[Path
     assert facts["skipped"] == 1
     text = format_info(facts)
     assert "skipped inputs: 1;" in text and "split_rule=hash" in text and "stratify" not in text
+
+
+def test_copies_dropped_as_label_conflicts_stay_dropped_when_the_folder_grows(tmp_path: Path) -> None:
+    """A photo under two labels, dropped by `label_conflicts='drop'` (both copies): an append
+    adds only the new photo, not the dropped copies back under both labels (it did: they are in
+    no generation's inputs list); report.json still lists them."""
+    from conftest import photos
+    from PIL import Image
+
+    source, out = tmp_path / "photos", tmp_path / "out"
+    pictures = list(photos().values())
+    for c, name in enumerate(("cat", "dog")):
+        (source / name).mkdir(parents=True)
+        for i in range(4):
+            Image.fromarray(pictures[c][96 * i : 96 * i + 96, :128]).save(source / name / f"{i}.jpg")
+    shutil.copy(source / "cat" / "1.jpg", source / "dog" / "copy.jpg")
+    options = ConvertOptions(shards=1, split_rule="hash", label_conflicts="drop")
+    first = convert(str(source), str(out), options, workers=1, progress=False)
+    assert first.num_written == 7  # 9 inputs, the photo and its copy dropped
+    Image.fromarray(pictures[2][:96, :128]).save(source / "cat" / "new.jpg")
+    grown = convert(str(source), str(out), dataclasses.replace(options, append=True), workers=1, progress=False)
+    assert grown.num_written == 8 and grown.appended is not None and sum(grown.appended.added.values()) == 1
+    report = json.loads((out / "report.json").read_text())
+    assert {e["file"] for e in report["dropped_duplicates"]} == {"cat/1.jpg", "dog/copy.jpg"}

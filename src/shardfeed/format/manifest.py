@@ -1,22 +1,9 @@
 """manifest.json and labels.txt: what a finished conversion holds, read by every reader.
 
-manifest.json (versioned; written last, so a folder without it is unfinished):
-    format, version, created_by
-    source       {kind, path, fingerprint, num_inputs}
-    settings     the write settings (what decides the bytes; not worker count)
-    labels       class names, index = id before label_offset; null for unlabeled data
-    label_offset added to ids in image/class/label
-    schema       which features hold image, label and dimensions, when not ours (adopted
-                 folders, `--schema` presets); absent: the keys of format/schema.py
-    features     record keys -> type
-    splits       {name: {num_records, num_bytes, class_counts, shards: [{file, index_file,
-                 num_records, num_bytes, sha256}]}}
-    conversions  {reason: count} of images re-encoded because TF could not use them as they were
-    image_formats {stored format: count}; image_max_side, the longest stored image side;
-                 image_short_sides {bucket: count} of the stored images' shorter sides, a bucket
-                 being the largest 2^k or 1.5 * 2^k at most the side (so readers know whether
-                 DCT-scaled decoding can pay)
-    num_skipped, num_duplicates, report (file name of the conversion report)
+manifest.json is versioned and written last (a folder without it is unfinished) by one builder,
+format/manifest_builder.py; `read` is its one reader, which refuses a manifest that contradicts
+itself or names anything outside its folder. Every field: docs/reference/manifest.md (checked
+against what convert, append and adopt write by tests/test_manifest_builder.py).
 labels.txt: one `id:name` line per class, ids including label_offset.
 """
 

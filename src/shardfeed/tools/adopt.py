@@ -20,11 +20,14 @@ import hashlib
 import os
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from shardfeed.errors import ManifestError, SourceError
 from shardfeed.format import fileio, layout, manifest, schema, storage, tfds_metadata, tfrecord
+from shardfeed.format.manifest import ShardInfo
+from shardfeed.format.manifest_builder import Counts, Header, ImageStats, ManifestBuilder, ShardFacts
 from shardfeed.format.schema import Schema
 from shardfeed.read import foreign
 from shardfeed.tools.foreign_scan import (
@@ -36,7 +39,6 @@ from shardfeed.tools.foreign_scan import (
     refuse_damage,
     scan_all,
 )
-from shardfeed.version import __version__
 from shardfeed.write import folder_lock
 
 __all__ = ["AdoptOptions", "AdoptResult", "adopt"]
@@ -182,66 +184,57 @@ def _manifest(
     options: AdoptOptions,
 ) -> dict[str, Any]:
     """The manifest of the adopted folder (the fields `convert` writes, `source.kind` 'adopted')."""
-    split_data: dict[str, dict[str, Any]] = {}
-    for file, scan in sorted(zip(files, scans, strict=True), key=lambda pair: os.path.basename(pair[0])):
-        entry = split_data.setdefault(
-            splits[file] or UNSPLIT, {"num_records": 0, "num_bytes": 0, "class_counts": {}, "shards": []}
-        )
-        name = os.path.basename(file)
-        entry["num_records"] += len(scan.sizes)
-        entry["num_bytes"] += scan.num_bytes
-        for label, n in scan.labels.items():
-            if labels is not None:
-                class_name = labels[label - options.label_offset]
-                entry["class_counts"][class_name] = entry["class_counts"].get(class_name, 0) + n
-        entry["shards"].append(
-            {
-                "file": name,
-                "index_file": layout.index_file(name),
-                "num_records": len(scan.sizes),
-                "num_bytes": scan.num_bytes,
-                "sha256": scan.sha256,
-            }
-        )
+    ordered = sorted(zip(files, scans, strict=True), key=lambda pair: os.path.basename(pair[0]))
+    facts = [_facts(file, scan, splits[file] or UNSPLIT, labels, options.label_offset) for file, scan in ordered]
     all_labels = sorted({label for s in scans for label in s.labels})
-    formats: Counter[str] = sum((s.formats for s in scans), Counter())
-    short: Counter[int] = sum((s.short_sides for s in scans), Counter())
     features: dict[str, str] = {}
     for s in scans:
         features = {**s.features, **features}
-    listing = "".join(f"{sh['file']}:{sh['sha256']}\n" for sp in split_data.values() for sh in sp["shards"])
-    fingerprint = hashlib.sha256(listing.encode())
+    listing = "".join(f"{f.info.file}:{f.info.sha256}\n" for f in sorted(facts, key=_split_order(facts)))
     names = {os.path.basename(f) for f in files}
-    return {
-        "format": manifest.FORMAT_NAME,
-        "version": manifest.MANIFEST_VERSION,
-        "created_by": f"shardfeed {__version__}",
-        "source": {
+    header = Header(
+        source={
             "kind": manifest.ADOPTED,
             "path": storage.redact(source) if isinstance(source, str) else [storage.redact(s) for s in source],
-            "fingerprint": fingerprint.hexdigest(),
+            "fingerprint": hashlib.sha256(listing.encode()).hexdigest(),
             "num_inputs": sum(len(s.sizes) for s in scans),
         },
-        "settings": {
+        settings={
             "compression": compression,
             "name_template": layout.SHARD_TEMPLATE if all(_DEFAULT_NAME.match(n) for n in names) else None,
             "adopt": options.recorded(),
         },
-        "labels": labels,
-        "label_offset": options.label_offset if labels is not None else 0,
-        "label_range": [all_labels[0], all_labels[-1]] if all_labels else None,
-        "features": dict(sorted(features.items())),
-        "schema": keys.record_keys(),
-        "splits": split_data,
-        "conversions": {},
-        "image_formats": dict(sorted(formats.items())),
-        "image_max_side": max((s.max_side for s in scans), default=0),
-        "image_short_sides": {str(k): v for k, v in sorted(short.items())},
-        "num_skipped": 0,
-        "num_duplicates": 0,
-        "num_dropped_duplicates": 0,
-        "report": layout.REPORT,
-    }
+        labels=labels,
+        label_offset=options.label_offset if labels is not None else 0,
+        features=features,
+        schema=keys.record_keys(),
+        label_range=(all_labels[0], all_labels[-1]) if all_labels else None,
+    )
+    builder = ManifestBuilder(header)
+    for fact in facts:
+        builder.add(fact)
+    return builder.build(Counts())
+
+
+def _facts(file: str, scan: ShardScan, split: str, labels: list[str] | None, label_offset: int) -> ShardFacts:
+    """What the manifest records of one adopted shard."""
+    name = os.path.basename(file)
+    info = ShardInfo(name, layout.index_file(name), len(scan.sizes), scan.num_bytes, scan.sha256)
+    class_counts: Counter[str] = Counter()
+    if labels is not None:
+        for label, n in scan.labels.items():
+            class_counts[labels[label - label_offset]] += n
+    short = {str(k): v for k, v in sorted(scan.short_sides.items())}
+    return ShardFacts(split, info, class_counts, ImageStats(dict(scan.formats), scan.max_side, short))
+
+
+def _split_order(facts: list[ShardFacts]) -> Callable[[ShardFacts], int]:
+    """Orders shards split by split, the splits in the order their first shard comes (the
+    order the fingerprint listed them in: the manifest's splits, each shard in turn)."""
+    first: dict[str, int] = {}
+    for n, f in enumerate(facts):
+        first.setdefault(f.split, n)
+    return lambda f: first[f.split]
 
 
 def _link_files(files: list[str], out: str) -> None:

@@ -25,6 +25,7 @@ import dataclasses
 import json
 import os
 import time
+from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from typing import Any
 
 from shardfeed.errors import ConvertError
 from shardfeed.format import fileio, layout, manifest, tfds_metadata
+from shardfeed.format.manifest_builder import Counts, Header, ManifestBuilder
 from shardfeed.write import folder_state, merge, perceptual_hash, shards
 from shardfeed.write.dedupe import source_hashes
 from shardfeed.write.encode import EncodingSpec
@@ -127,7 +129,8 @@ class Append:
         self._check()
         spec = EncodingSpec.of(self.discovery, self.options)
         known, old_hash = read_known(self.out, self.history)
-        new = [i for i in self.discovery.items if i.key not in known]
+        dropped = {e["file"] for e in _read_report(self.out).get("dropped_duplicates", [])}
+        new = [i for i in self.discovery.items if i.key not in known and i.key not in dropped]  # dropped stay so
         outcome = AppendOutcome(self.generation, known=len(self.discovery.items) - len(new), old_hash=old_hash)
         unsure = [
             i
@@ -229,8 +232,7 @@ class Append:
         outcome.duplicates_of_existing = merge.joining(duplicates, new_keys)
         outcome.near_copies_of_existing = merge.joining(near or [], new_keys)
         report = self._write_report(results, duplicates, outcome, near)
-        data = self._merged_manifest(results, duplicates, outcome, skipped=len(report["skipped"]))
-        data.update(merge.near_counts(near, self.options.near_radius))
+        data = self._merged_manifest(results, duplicates, outcome, near, skipped=len(report["skipped"]))
         tfds_metadata.write(self.out, data)
         manifest.write(self.out, data)
         fileio.rmtree(self.work_dir)
@@ -240,43 +242,41 @@ class Append:
         results: list[shards.ShardResult],
         duplicates: list[dict[str, Any]],
         outcome: AppendOutcome,
+        near: list[dict[str, Any]] | None,
         *,
         skipped: int,
     ) -> dict[str, Any]:
-        """The old manifest with the new generation's shards, counts and history entry."""
-        new = merge.merge_manifest(self.state, duplicates, self.discovery, self.options, results, [])
-        data = dict(self.old.data)
-        splits = {name: dict(info) for name, info in data["splits"].items()}
-        for name, info in new["splits"].items():
-            entry = splits.setdefault(name, {"num_records": 0, "num_bytes": 0, "class_counts": {}, "shards": []})
-            entry["num_records"] += info["num_records"]
-            entry["num_bytes"] += info["num_bytes"]
-            entry["class_counts"] = _summed(entry["class_counts"], info["class_counts"])
-            entry["shards"] = entry["shards"] + info["shards"]
-        data.update(
-            source=self.state["source"],
-            splits=splits,
-            conversions=_summed(data["conversions"], new["conversions"]),
-            image_formats=_summed(data.get("image_formats", {}), new["image_formats"]),
-            num_skipped=skipped,  # report.json's count: a file skipped again is one file
-            num_duplicates=len(duplicates),
-            generations=[*self.history, self._entry(outcome, new)],
+        """The old manifest with the new generation's shards, counts and history entry (and
+        near-duplicate counts over every generation, when they were looked for)."""
+        old = self.old.data
+        builder = ManifestBuilder.continuing(
+            old, dataclasses.replace(Header.of_manifest(old), source=self.state["source"])
         )
-        if "image_max_side" in data and "image_max_side" in new:
-            data["image_max_side"] = max(data["image_max_side"], new["image_max_side"])
-        if "image_short_sides" in data and "image_short_sides" in new:
-            data["image_short_sides"] = _summed(data["image_short_sides"], new["image_short_sides"])
-        return data
+        for result in results:
+            builder.add(result.facts())
+            builder.add_conversions(reason for _, reason in result.converted)
+        counts = Counts(
+            skipped=skipped,  # report.json's count: a file skipped again is one file
+            duplicates=len(duplicates),
+            dropped_duplicates=old.get("num_dropped_duplicates", 0),
+            dropped_label_conflicts=old.get("num_dropped_label_conflicts", 0),
+            label_conflicts=old.get("num_label_conflicts", 0),
+        )
+        new_skipped = sum(len(r.skipped) for r in results) + len(self.discovery.skipped)
+        entry = self._entry(outcome, results, new_skipped)
+        return builder.build(
+            counts, generations=[*self.history, entry], **merge.near_counts(near, self.options.near_radius)
+        )
 
-    def _entry(self, outcome: AppendOutcome, new: dict[str, Any]) -> dict[str, Any]:
+    def _entry(self, outcome: AppendOutcome, results: list[shards.ShardResult], skipped: int) -> dict[str, Any]:
         """This generation in the manifest's history."""
         return {
             "generation": self.generation,
             "time": _utc(time.time()),
             "source": self.state["source"],
             "records": dict(sorted(outcome.added.items())),
-            "shards": {name: len(info["shards"]) for name, info in sorted(new["splits"].items())},
-            "skipped": new["num_skipped"],
+            "shards": dict(sorted(Counter(r.split for r in results).items())),
+            "skipped": skipped,
             "known": outcome.known,
             "reread": outcome.reread,
             "changed": len(outcome.changed),
@@ -338,10 +338,6 @@ def history(m: manifest.Manifest) -> list[dict[str, Any]]:
 
 def _utc(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
-
-
-def _summed(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
-    return {k: a.get(k, 0) + b.get(k, 0) for k in sorted(set(a) | set(b))}
 
 
 def _union(old: Iterable[dict[str, Any]], new: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

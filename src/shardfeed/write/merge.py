@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
 from shardfeed.format import fileio, layout, manifest, schema, storage
-from shardfeed.version import __version__
+from shardfeed.format.manifest_builder import Counts, Header, ManifestBuilder
 from shardfeed.write import near_duplicates, perceptual_hash, shards
 from shardfeed.write.items import Discovery
 from shardfeed.write.options import ConvertOptions
@@ -33,53 +32,26 @@ def merge_manifest(
     instead of finding them again)."""
     conflicts = report["label_conflicts"] if report is not None else label_conflicts(duplicates, near, discovery)
     entries = report["dropped_duplicates"] if report is not None else dropped_entries(dropped, discovery)
-    split_data: dict[str, dict[str, Any]] = {}
+    header = Header(
+        state["source"],
+        state["settings"],
+        discovery.class_names,
+        options.label_offset,
+        schema.feature_types(discovery.class_names is not None, options.keys),
+        None if options.keys.is_ours else options.keys.record_keys(),
+    )
+    builder = ManifestBuilder(header)
     for result in results:
-        entry = split_data.setdefault(
-            result.split, {"num_records": 0, "num_bytes": 0, "class_counts": {}, "shards": []}
-        )
-        entry["num_records"] += result.num_records
-        entry["num_bytes"] += result.num_bytes
-        for name, count in result.class_counts.items():
-            entry["class_counts"][name] = entry["class_counts"].get(name, 0) + count
-        entry["shards"].append(
-            {
-                "file": result.file,
-                "index_file": result.index_file,
-                "num_records": result.num_records,
-                "num_bytes": result.num_bytes,
-                "sha256": result.sha256,
-            }
-        )
-    conversions: dict[str, int] = {}
-    formats: dict[str, int] = {}
-    for result in results:
-        for name, count in result.formats.items():
-            formats[name] = formats.get(name, 0) + count
-        for _, reason in result.converted:
-            for part in reason.split(", "):
-                conversions[part] = conversions.get(part, 0) + 1
-    return {
-        "format": manifest.FORMAT_NAME,
-        "version": manifest.MANIFEST_VERSION,
-        "created_by": f"shardfeed {__version__}",
-        **state,
-        "labels": discovery.class_names,
-        "label_offset": options.label_offset,
-        "features": schema.feature_types(discovery.class_names is not None, options.keys),
-        **({} if options.keys.is_ours else {"schema": options.keys.record_keys()}),
-        "splits": split_data,
-        "conversions": conversions,
-        "image_formats": dict(sorted(formats.items())),
-        **_image_sides(results),
-        "num_skipped": len(discovery.skipped) + sum(len(r.skipped) for r in results),
-        "num_duplicates": len(duplicates),
-        "num_dropped_duplicates": len(dropped),
-        **({"num_dropped_label_conflicts": n} if (n := sum("label_conflict" in e for e in entries)) else {}),
-        **({"num_label_conflicts": n} if (n := len(conflicts)) else {}),
-        **near_counts(near, options.near_radius, moves),
-        "report": layout.REPORT,
-    }
+        builder.add(result.facts())
+        builder.add_conversions(reason for _, reason in result.converted)
+    counts = Counts(
+        skipped=len(discovery.skipped) + sum(len(r.skipped) for r in results),
+        duplicates=len(duplicates),
+        dropped_duplicates=len(dropped),
+        dropped_label_conflicts=sum("label_conflict" in e for e in entries),
+        label_conflicts=len(conflicts),
+    )
+    return builder.build(counts, **near_counts(near, options.near_radius, moves))
 
 
 def label_conflicts(
@@ -276,19 +248,4 @@ def dropped_entries(dropped: list[tuple[str, str]], discovery: Discovery) -> lis
         if names and ours != theirs and 0 <= ours < len(names) and 0 <= theirs < len(names):
             entry["label_conflict"] = [names[ours], names[theirs]]
         out.append(entry)
-    return out
-
-
-def _image_sides(results: list[shards.ShardResult]) -> dict[str, Any]:
-    """{"image_max_side": the longest stored image side, "image_short_sides": {bucket: count}},
-    which let readers skip per-image work that cannot pay (DCT-scaled decoding); each is left
-    out if a shard predates its count."""
-    out: dict[str, Any] = {}
-    if all(r.max_side is not None for r in results):
-        out["image_max_side"] = max((r.max_side or 0 for r in results), default=0)
-    if all(r.short_sides is not None for r in results):
-        counts: Counter[str] = Counter()
-        for r in results:
-            counts.update(r.short_sides or {})
-        out["image_short_sides"] = dict(counts)  # manifest.dumps sorts the keys
     return out

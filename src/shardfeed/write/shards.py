@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shardfeed.format import fileio, layout, manifest, tfrecord
+from shardfeed.format.manifest import ShardInfo
+from shardfeed.format.manifest_builder import ImageStats, ShardFacts
 from shardfeed.write import perceptual_hash
 from shardfeed.write.encode import EncodedRecord, EncodingSpec, SkippedItem, Unhashed, encode_unhashed
 from shardfeed.write.items import Item
@@ -49,6 +51,13 @@ class ShardResult:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
+
+    def facts(self) -> ShardFacts:
+        """What the manifest records of this shard (`ManifestBuilder.add`)."""
+        info = ShardInfo(self.file, self.index_file, self.num_records, self.num_bytes, self.sha256)
+        return ShardFacts(
+            self.split, info, self.class_counts, ImageStats(self.formats, self.max_side, self.short_sides)
+        )
 
     def without_records(self) -> ShardResult:
         """This result without its per-record list, which stays on disk in the partial manifest
