@@ -51,7 +51,7 @@ def write_dataset_report(path: str, output: str | None = None, *, shuffle_check:
 
     m = manifest.read(path)
     extra = ""
-    if shuffle_check and m.data["settings"].get("by_class") and m.labels and "train" in m.split_names:
+    if shuffle_check and m.settings.get("by_class") and m.labels and "train" in m.split_names:
         extra = _shuffle_section(path)
     return dataset_report(path, output, extra=extra)
 

@@ -16,31 +16,20 @@ from typing import Any
 
 from shardfeed.errors import ManifestError
 from shardfeed.format import confinement, fileio, layout
+from shardfeed.format.manifest_builder import (
+    ADOPTED,
+    FORMAT_NAME,
+    MANIFEST_VERSION,
+    Counts,
+    Header,
+    ImageStats,
+    ShardInfo,
+    SplitInfo,
+)
 from shardfeed.format.schema import Schema
 
 # Names a held-out split goes by, in order of preference (.npz sources give train/test).
 HELD_OUT_SPLITS = ("validation", "val", "valid", "test", "eval", "dev")
-FORMAT_NAME = "shardfeed"
-ADOPTED = "adopted"  # source.kind of a folder `shardfeed adopt` described (records another program wrote)
-MANIFEST_VERSION = 1
-
-
-@dataclass(frozen=True)
-class ShardInfo:
-    file: str
-    index_file: str
-    num_records: int
-    num_bytes: int
-    sha256: str
-
-
-@dataclass(frozen=True)
-class SplitInfo:
-    name: str
-    num_records: int
-    num_bytes: int
-    class_counts: dict[str, int]
-    shards: list[ShardInfo]
 
 
 @dataclass(frozen=True)
@@ -53,6 +42,55 @@ class Manifest:
     @property
     def labels(self) -> list[str] | None:
         return self.data["labels"]
+
+    @property
+    def header(self) -> Header:
+        """What the manifest says of the folder as a whole (source, settings, labels, features...)."""
+        return Header.of_manifest(self.data)
+
+    @property
+    def source(self) -> dict[str, Any]:
+        """What was converted: {kind, path (redacted), fingerprint, num_inputs}."""
+        return dict(self.data["source"])
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The write settings (an adopted folder's: compression, name template, adopt options)."""
+        return dict(self.data["settings"])
+
+    @property
+    def features(self) -> dict[str, str]:
+        """Record keys -> feature type."""
+        return dict(self.data.get("features") or {})
+
+    @property
+    def image_stats(self) -> ImageStats:
+        """Stored formats, the longest side, shorter sides by size class (None: not counted)."""
+        return ImageStats.of_manifest(self.data)
+
+    @property
+    def counts(self) -> Counts:
+        """Skipped inputs, duplicate groups, dropped copies, label conflicts."""
+        return Counts.of_manifest(self.data)
+
+    @property
+    def conversions(self) -> dict[str, int]:
+        """Reason -> images re-encoded because TensorFlow could not use them as they were."""
+        return dict(self.data.get("conversions") or {})
+
+    @property
+    def near_duplicates(self) -> dict[str, Any] | None:
+        """The near-duplicate search's hash, radius and counts; None when it did not run."""
+        return self.data.get("near_duplicates")
+
+    @property
+    def generations(self) -> list[dict[str, Any]] | None:
+        """The folder's history once appended to (oldest first); None before."""
+        return self.data.get("generations")
+
+    @property
+    def created_by(self) -> str:
+        return str(self.data.get("created_by", "?"))
 
     @property
     def label_offset(self) -> int:

@@ -1,6 +1,7 @@
-"""manifest.json's one builder: `convert`, `convert --append` and `adopt` each hand it the folder's
+"""manifest.json's data and its one builder: `convert`, `convert --append` and `adopt` each hand it the folder's
 fixed facts (`Header`), then every shard with what it holds (`ShardFacts`), then the counts;
-`ManifestBuilder.build` makes the JSON object format/manifest.py reads (`manifest.read`).
+`ManifestBuilder.build` makes the JSON object format/manifest.py reads (`manifest.read`, whose
+`Manifest` answers with these same types).
 
     Header      source, settings, labels, label offset, features, schema, label range
     ShardFacts  one shard: its split, its manifest entry (`manifest.ShardInfo`), the class counts
@@ -22,9 +23,36 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardfeed.format import layout, manifest
-from shardfeed.format.manifest import ShardInfo
+from shardfeed.format import layout
 from shardfeed.version import __version__
+
+FORMAT_NAME = "shardfeed"
+ADOPTED = "adopted"  # source.kind of a folder `shardfeed adopt` described (records another program wrote)
+MANIFEST_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """A shard's manifest entry: its file and index file (inside the folder), records, bytes
+    and the SHA-256 of its bytes."""
+
+    file: str
+    index_file: str
+    num_records: int
+    num_bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class SplitInfo:
+    """A split as the manifest holds it (`Manifest.split`): totals, class counts, its shards."""
+
+    name: str
+    num_records: int
+    num_bytes: int
+    class_counts: dict[str, int]
+    shards: list[ShardInfo]
+
 
 HEADER = frozenset(("source", "settings", "labels", "label_offset", "features", "schema", "label_range"))
 MADE = HEADER | {
@@ -156,6 +184,17 @@ class Counts:
     dropped_label_conflicts: int = 0
     label_conflicts: int = 0
 
+    @classmethod
+    def of_manifest(cls, data: Mapping[str, Any]) -> Counts:
+        """The counts a written manifest holds."""
+        return cls(
+            data.get("num_skipped", 0),
+            data.get("num_duplicates", 0),
+            data.get("num_dropped_duplicates", 0),
+            data.get("num_dropped_label_conflicts", 0),
+            data.get("num_label_conflicts", 0),
+        )
+
     def fields(self) -> dict[str, int]:
         """The manifest's num_* fields."""
         out = {
@@ -235,8 +274,8 @@ class ManifestBuilder:
         """manifest.json's object: the header, the splits, the statistics, the counts, and the
         `sections` given (e.g. `near_duplicates=`, `generations=`; None leaves one out)."""
         data: dict[str, Any] = {
-            "format": manifest.FORMAT_NAME,
-            "version": manifest.MANIFEST_VERSION,
+            "format": FORMAT_NAME,
+            "version": MANIFEST_VERSION,
             "created_by": self.created_by,
             **self.carried,
             **self.header.fields(),

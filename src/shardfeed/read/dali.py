@@ -69,7 +69,7 @@ def refusal(plan: ReadPlan, augment: Augment | None) -> str | None:
 
 def _raw(plan: ReadPlan) -> bool:
     m = plan.shards.manifest
-    return m is not None and "RAW" in m.data.get("image_formats", {})
+    return m is not None and "RAW" in m.image_stats.formats
 
 
 def dali_dataset(plan: ReadPlan, size: tuple[int, int], augment: Augment | None, decode: DecodeOptions) -> Any:

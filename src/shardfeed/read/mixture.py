@@ -111,7 +111,7 @@ def open_mixture(mix: Mixture, split: str) -> MixedSplit:
         )
     names = _class_names(manifests, mix.union_labels)
     offset = manifests[0].label_offset
-    by_text = all(schema.TEXT in (m.data.get("features") or {}) for m in manifests)
+    by_text = all(schema.TEXT in m.features for m in manifests)
     maps: list[dict[int, int] | None] = []
     for m in manifests:
         own = {i + m.label_offset: names.index(name) + offset for i, name in enumerate(m.labels or [])}

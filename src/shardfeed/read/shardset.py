@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -128,14 +128,14 @@ def open_split(
         m = manifest.opened(path)
         shards = from_manifest(m, split)
         keys = m.keys
-        formats = m.data.get("image_formats") or {}
+        images = m.image_stats
         return shards, dataclasses.replace(
             keys,
             label_key=keys.label_key if m.labels is not None else None,
             label_offset=m.label_offset,
-            all_jpeg=set(formats) == {"JPEG"},
-            max_side=m.data.get("image_max_side"),
-            short_sides=_short_sides(m.data.get("image_short_sides")),
+            all_jpeg=set(images.formats) == {"JPEG"},
+            max_side=images.max_side,
+            short_sides=_short_sides(images.short_sides),
         )
     assert not isinstance(path, manifest.Manifest)  # narrows the type: is_converted_folder said so
     files, compression = _split_files(path, compression, split)
@@ -151,7 +151,7 @@ def open_split(
     return ShardSet(files, [c.records for c in counts], compression, label_range=label_range), schema
 
 
-def _short_sides(counts: dict[str, int] | None) -> tuple[tuple[int, int], ...] | None:
+def _short_sides(counts: Mapping[str, int] | None) -> tuple[tuple[int, int], ...] | None:
     """The manifest's {side bucket: images} as sorted pairs (None for an older manifest)."""
     if counts is None:
         return None

@@ -153,7 +153,7 @@ def _check_names(files: list[str]) -> None:
 
 def _changes(previous: manifest.Manifest, files: list[str], options: AdoptOptions) -> list[str]:
     """What differs from the earlier adoption: options, files added or gone, sizes, SHA-256s."""
-    before, now = previous.data["settings"].get("adopt") or {}, options.recorded()
+    before, now = previous.settings.get("adopt") or {}, options.recorded()
     changes = [f"{k} {before.get(k)!r} -> {now[k]!r}" for k in now if before.get(k) != now[k]]
     known = {s.file: s for name in previous.split_names for s in previous.split(name).shards}
     current = {os.path.basename(f): f for f in files}

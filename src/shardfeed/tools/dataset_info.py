@@ -53,7 +53,7 @@ def _ours(path: str, sample: int, seed: int) -> dict[str, Any]:
             "class_counts": split.class_counts,
             "images": _image_stats(m, name, sample, seed),
         }
-    data = m.data
+    data, counts = m.data, m.counts
     return {
         "path": path,
         "kind": "shardfeed",
@@ -63,18 +63,18 @@ def _ours(path: str, sample: int, seed: int) -> dict[str, Any]:
         "splits": splits,
         "records": sum(s["records"] for s in splits.values()),
         "bytes": sum(s["bytes"] for s in splits.values()),
-        "settings": data["settings"],
-        "source": data["source"],
+        "settings": m.settings,
+        "source": m.source,
         "schema": data.get("schema"),
         "label_range": data.get("label_range"),
-        "conversions": data["conversions"],
-        "skipped": data["num_skipped"],
-        "duplicate_groups": data["num_duplicates"],
-        "dropped_duplicates": data.get("num_dropped_duplicates", 0),
-        "near_duplicates": data.get("near_duplicates"),
+        "conversions": m.conversions,
+        "skipped": counts.skipped,
+        "duplicate_groups": counts.duplicates,
+        "dropped_duplicates": counts.dropped_duplicates,
+        "near_duplicates": m.near_duplicates,
         "image_formats": data.get("image_formats"),
-        "created_by": data["created_by"],
-        "generations": data.get("generations"),
+        "created_by": m.created_by,
+        "generations": m.generations,
     }
 
 

@@ -42,12 +42,10 @@ def dataset_report(path: str, output: str | None = None, *, seed: int = 0, extra
         _class_counts(m),
         _samples(m, sample),
         _sizes(sample),
-        _problems(
-            report, m.data["source"]["path"], m.data["settings"].get("image", {}).get("max_pixels", DEFAULT_LIMIT)
-        ),
-        _generations(m.data.get("generations"), report.get("changed", [])),
+        _problems(report, m.source["path"], m.settings.get("image", {}).get("max_pixels", DEFAULT_LIMIT)),
+        _generations(m.generations, report.get("changed", [])),
         extra,
-        h.section("Settings", h.table(["setting", "value"], _settings_rows(m.data["settings"]))),
+        h.section("Settings", h.table(["setting", "value"], _settings_rows(m.settings))),
     ]
     output = output or fileio.join(path, layout.REPORT_PAGE)
     fileio.write_text_atomic(output, h.page(f"shardfeed report: {path}", [s for s in sections if s]))
@@ -95,12 +93,11 @@ def _overview(m: manifest.Manifest) -> str:
     for name in m.split_names:
         info = m.split(name)
         rows.append([h.esc(name), f"{info.num_records:,}", f"{len(info.shards):,}", f"{info.num_bytes / 1e6:,.1f}"])
-    data = m.data
-    labels = m.labels
+    labels, source = m.labels, m.source
     facts = (
         f"{sum(m.split(n).num_records for n in m.split_names):,} records, "
-        f"{len(labels) if labels else 'no'} classes, written by {data['created_by']} from "
-        f"{data['source']['kind']} source {data['source']['path']} ({data['source']['num_inputs']:,} inputs)."
+        f"{len(labels) if labels else 'no'} classes, written by {m.created_by} from "
+        f"{source['kind']} source {source['path']} ({source['num_inputs']:,} inputs)."
     )
     return h.section("Splits", f"<p>{h.esc(facts)}</p>", h.table(["split", "records", "shards", "MB"], rows, (1, 2, 3)))
 

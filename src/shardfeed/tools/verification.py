@@ -134,7 +134,7 @@ def verify(
     assert isinstance(path, str)  # narrowed: a converted folder is a path here
     start = time.monotonic()
     m = manifest.read(path, check=False)
-    report = VerifyReport(path, near_duplicates=m.data.get("near_duplicates"))
+    report = VerifyReport(path, near_duplicates=m.near_duplicates)
     report.problems.extend(_stray_files(path))
     unusable = manifest.structure_problems(m.data)
     report.problems.extend(Problem(f"manifest.json: {p}") for p in unusable or manifest.total_problems(m.data))

@@ -162,7 +162,7 @@ class Append:
             ConvertError: other settings, a split rule that depends on the whole set, other classes,
                 or a folder written before its inputs were listed.
         """
-        previous = {"source": self.state["source"], "settings": self.old.data["settings"]}
+        previous = {"source": self.state["source"], "settings": self.old.settings}
         labelled = self.discovery.class_names is not None
         if not folder_state.same_conversion(previous, self.state, labelled=labelled):
             difference = folder_state.describe_difference(previous, self.state, labelled=labelled)
@@ -171,7 +171,7 @@ class Append:
                 "settings (those not given are taken from it): pass the same options, or none of those that differ"
             )
         if not appendable(self.discovery, self.options):
-            source, flags = self.discovery.root, as_flags(self.old.data.get("settings", {}))
+            source, flags = self.discovery.root, as_flags(self.old.settings)
             raise ConvertError(
                 f"{self.out!r} was split with the 'stratified' rule, which sizes the splits over the whole set: with "
                 "more images some old ones would belong to another split, so it cannot grow. Once: `shardfeed "
@@ -316,22 +316,22 @@ class Append:
 
 def history(m: manifest.Manifest) -> list[dict[str, Any]]:
     """The folder's generations, oldest first; a folder never appended to is generation 0."""
-    if m.data.get("generations"):
-        return list(m.data["generations"])
+    if m.generations:
+        return list(m.generations)
     path = fileio.join(m.path, layout.MANIFEST)
     mtime = os.path.getmtime(path) if not fileio.is_remote(path) else None
     return [
         {
             "generation": 0,
             "time": _utc(mtime) if mtime else None,
-            "source": m.data["source"],
+            "source": m.source,
             "records": {name: m.split(name).num_records for name in m.split_names},
             "shards": {name: len(m.split(name).shards) for name in m.split_names},
-            "skipped": m.data.get("num_skipped", 0),
+            "skipped": m.counts.skipped,
             "known": 0,
             "reread": 0,
             "changed": 0,
-            "hash": m.data.get("near_duplicates", {}).get("hash"),
+            "hash": (m.near_duplicates or {}).get("hash"),
         }
     ]
 

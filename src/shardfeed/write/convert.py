@@ -76,15 +76,14 @@ class ConversionResult:
         already_complete: bool = False,
     ) -> ConversionResult:
         """The result of a conversion whose manifest is `m`, started at `start` (time.monotonic)."""
-        data = m.data
         return cls(
             m.path,
             m,
-            data["source"]["num_inputs"],
+            m.source["num_inputs"],
             sum(m.split(s).num_records for s in m.split_names),
-            data["num_skipped"],
-            sum(data["conversions"].values()),
-            data["num_duplicates"],
+            m.counts.skipped,
+            sum(m.conversions.values()),
+            m.counts.duplicates,
             shards_written,
             shards_resumed,
             already_complete=already_complete,

@@ -21,7 +21,7 @@ def folder_options(options: ConvertOptions, output_dir: str) -> ConvertOptions:
     append's check. Unchanged when not appending or the folder has no manifest yet."""
     if not options.append or not fileio.exists(fileio.join(output_dir, layout.MANIFEST)):
         return options
-    settings, default = manifest.read(output_dir).data.get("settings", {}), ConvertOptions()
+    settings, default = manifest.read(output_dir).settings, ConvertOptions()
     taken: dict[str, Any] = {
         name: settings[name]
         for name in _ADOPTED

@@ -49,7 +49,7 @@ def check_output(
     state_file = fileio.join(work_dir(output_dir), layout.STATE)
     if fileio.exists(fileio.join(output_dir, layout.MANIFEST)):
         old = manifest.read(output_dir)
-        previous = {"source": old.data["source"], "settings": old.data["settings"]}
+        previous = {"source": old.source, "settings": old.settings}
         if same_conversion(previous, state, labelled=labelled):
             fileio.rmtree(work_dir(output_dir))
             return old
