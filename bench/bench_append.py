@@ -1,7 +1,7 @@
 """What `convert --append` costs against converting the grown source again from scratch.
 
     .venv/bin/python bench/bench_append.py [--images 2000] [--new 200] [--rounds 3] [--format keep]
-                                          [--json docs/bench_append.json]
+                                          [--json bench/results/bench_append.json]
 
 A source of `--images` real photo crops (bench/corpus.py) is converted without its last `--new`
 images (hash split rule) once; then, rounds interleaved, each run a fresh `shardfeed convert`

@@ -1,7 +1,7 @@
 """Which augmentation fits which data: validation accuracy of each `train --augment` preset, and
 what `--augment auto` picks, on three real corpora.
 
-    .venv/bin/python bench/bench_augment.py [--json docs/bench_augment.json]
+    .venv/bin/python bench/bench_augment.py [--json bench/results/bench_augment.json]
 
 - digits: scikit-learn's 1,797 handwritten digits as 32-px PNGs (the demo's data and split);
 - faces: scikit-image's LFW subset, 100 faces and 100 non-faces, 25 px;

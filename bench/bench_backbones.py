@@ -1,7 +1,7 @@
 """Training throughput of each `train --model` on this machine's CPU: the model's own limit.
 
     .venv/bin/python bench/bench_backbones.py [--size 224] [--batch 16] [--steps 3] [--rounds 2]
-                                             [--json docs/bench_backbones.json]
+                                             [--json bench/results/bench_backbones.json]
 
 Each run is a fresh process that builds the model (random weights, the backbone's preprocessing
 inside), compiles it as `train` does (Adam, sparse cross-entropy) and times `--steps` training

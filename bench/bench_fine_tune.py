@@ -1,7 +1,7 @@
 """What the fine-tuning schedule reaches from a locally-made weight file, against random init.
 
     .venv/bin/python bench/bench_fine_tune.py [--model mobilenet_v3_small] [--size 64] [--epochs 12]
-                                             [--seeds 3] [--work DIR] [--json docs/bench_fine_tune.json]
+                                             [--seeds 3] [--work DIR] [--json bench/results/bench_fine_tune.json]
 
 ImageNet weights cannot be had here (no network at run time), so the pre-trained weights are made
 locally, the way ImageNet's are, on a different task: `train` (random init) classifies crops of

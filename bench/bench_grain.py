@@ -1,7 +1,7 @@
 """`grain_dataset` (no TensorFlow) against `load` on the same shards, in the same global order.
 
     .venv/bin/python bench/bench_grain.py [--images 2000] [--rounds 3] [--threads 4] [--workers N]
-                                          [--json docs/bench_grain.json]
+                                          [--json bench/results/bench_grain.json]
 
 2,000 real-photo JPEGs (bench/corpus.py) converted into 16 shards; one training epoch at 224 px,
 batch 64, random-resized crop and flip, global order, seed 0; each pipeline in a fresh process,

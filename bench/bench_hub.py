@@ -1,7 +1,7 @@
 """A Hugging Face dataset, two ways: `datasets`' own TensorFlow path against `shardfeed.load` after
 converting it, and converting it from Parquet against converting the same images as a folder.
 
-    .venv/bin/python bench/bench_hub.py [--images 4000] [--rounds 3] [--json docs/bench_hub.json]
+    .venv/bin/python bench/bench_hub.py [--images 4000] [--rounds 3] [--json bench/results/bench_hub.json]
 
 The images: real-photo JPEGs (bench/corpus.py), written by the `datasets` library as a
 DatasetDict (`Image` and `ClassLabel` features, image bytes) with `save_to_disk`, and as

@@ -1,6 +1,6 @@
 """What class-balanced reading and mixing cost, against load(shuffle="global") of one folder.
 
-    .venv/bin/python bench/bench_sampling.py [--images 3000] [--rounds 5] [--json docs/bench_sampling.json]
+    .venv/bin/python bench/bench_sampling.py [--images 3000] [--rounds 5] [--json bench/results/bench_sampling.json]
 
 All read by index in a seeded order (224x224 uint8, batch 64, training augmentation):
   global     one folder, shuffle="global" (the baseline);

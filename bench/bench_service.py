@@ -1,6 +1,6 @@
 """In-process `load` vs the same pipeline through the tf.data service with 1 and 2 local workers.
 
-    .venv/bin/python bench/bench_service.py [--images 2000] [--rounds 3] [--json docs/bench_service.json]
+    .venv/bin/python bench/bench_service.py [--images 2000] [--rounds 3] [--json bench/results/bench_service.json]
 
 Every measurement is a fresh client process (and, for the service, a fresh dispatcher and fresh
 worker processes started through `shardfeed serve`), rounds interleaved (A B C, A B C, ...).

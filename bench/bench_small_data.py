@@ -1,7 +1,7 @@
 """Default training on a few hundred real photos, offline: what `train` reaches in inference mode.
 
     .venv/bin/python bench/bench_small_data.py [--per-class 60] [--epochs 8] [--seeds 2]
-                                               [--work DIR] [--json docs/bench_small_data.json]
+                                               [--work DIR] [--json bench/results/bench_small_data.json]
 
 The case of issue 35: 6 classes x 60 real photos (random 100-300 px crops of six photos that
 scikit-image ships), 80% for training, no network (so no ImageNet weights). Each run is

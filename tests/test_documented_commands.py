@@ -1,4 +1,4 @@
-"""Every `shardfeed ...` command line in README.md and docs/*.md parses with the CLI's own parser,
+"""Every `shardfeed ...` command line in README.md and docs/**/*.md parses with the CLI's own parser,
 as written there (extracted from the files, not restated here)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from shardfeed.cli.main import build_parser, joined_flag_values
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def documented_commands() -> list[tuple[str, int, str]]:

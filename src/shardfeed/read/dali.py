@@ -6,7 +6,7 @@ the `index/*.idx` files, which are DALI's own format), in a seeded shuffle buffe
 then DALI decodes (the fused random-resized crop `decoders.image_random_crop` and a coin-flip
 `flip` when augmenting, a centre crop for evaluation) and resizes, on the GPU ('mixed') or, with
 `device='cpu'`, on the CPU (for tests and hosts without a GPU; slower than TensorFlow's own path,
-docs/benchmarks.md). The result is a `tf.data.Dataset` with the CPU path's batches per epoch:
+docs/benchmarks/gpu.md). The result is a `tf.data.Dataset` with the CPU path's batches per epoch:
 DALI pads each epoch's last batch (`pad_last_batch`), and the padding is cut off here (or the
 whole partial batch dropped when training), so no batch crosses an epoch boundary; its
 cardinality is asserted; labels are (batch,) like `load`'s.

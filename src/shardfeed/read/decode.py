@@ -64,7 +64,7 @@ def record_decoder(schema: Schema, options: Preprocess) -> Callable[..., Any]:
 
     Mapped per record (then batched): tf.data fuses the map into the batch and decodes records in
     parallel on its own threads. A batch-wide `parse_example` + `map_fn` measured 0.1-0.2 ms more
-    CPU per image (docs/benchmarks.md): the while loop and its TensorArray cost more than parsing
+    CPU per image (docs/benchmarks/load.md): the while loop and its TensorArray cost more than parsing
     records one by one.
     """
     tf = tensorflow()

@@ -22,7 +22,7 @@ Each element is one batch, (uint8 images [B, H, W, 3], int32 labels [B]), made b
 Batches are made on `num_threads` threads (simplejpeg and Pillow release the GIL while decoding),
 in this process or, with `num_workers`, in each of that many Grain worker processes: threads stop
 at ~1,850 images/s on any core count (the per-record Python holds the GIL), processes scale with
-cores (15 workers on 16 cores: 8,577 images/s steady, docs/benchmarks.md). Each worker makes every
+cores (15 workers on 16 cores: 8,577 images/s steady, docs/benchmarks/gpu.md). Each worker makes every
 `num_workers`-th batch and Grain hands them back in turn, so the order, the pixels and exact
 resume are the same with workers as without.
 The pixels are not TensorFlow's (its JPEG decoder and resize differ in rounding), the records,

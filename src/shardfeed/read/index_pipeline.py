@@ -106,7 +106,7 @@ class IndexedEpochs:
 
         # chunk starts, each read by one Python call of INDEXED_CHUNK records. A numpy_function
         # map, not from_generator: the generator source cost ~75% more CPU per image here, even
-        # with the records already in memory (see docs/benchmarks.md).
+        # with the records already in memory (see docs/benchmarks/load.md).
         ds = (
             tf.data.Dataset.range(begin, end, INDEXED_CHUNK)
             .map(read_chunks, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

@@ -1,6 +1,6 @@
 """Throughput of a load pipeline, and the baselines it is compared with in the same run.
 
-Used by `shardfeed bench` and by bench/bench_load.py, so the figures in docs/benchmarks.md and
+Used by `shardfeed bench` and by bench/bench_load.py, so the figures in docs/benchmarks/load.md and
 those a user measures come from the same code.
 """
 

@@ -2,7 +2,7 @@
 
 Inception's random-resized crop (8-100% of the area) is made for ImageNet-like photos; on small,
 centred images (digits, faces, icons, tiles) it cuts the object away, and on a handful of images
-any augmentation mostly slows a short run down. The rule, measured in docs/benchmarks.md
+any augmentation mostly slows a short run down. The rule, measured in docs/training.md
 ("Which augmentation"):
 
 - fewer than `TINY_SET` training images: 'none';

@@ -13,7 +13,7 @@ the run of hashes whose block equals its own (radius <= 3) or its own with one o
 (radius 4..7); every candidate is checked on all 64 bits. Memory is some 260 bytes a hash in
 all (two blocks searched at once on two cores), and the candidate pairs are checked in bounded
 chunks; time grows with the sum of squared run sizes, about N^2 / 65536 per block and probe for
-evenly spread hashes (docs/benchmarks.md: 1.3 M hashes, 6.1 s, 338 MB).
+evenly spread hashes (docs/benchmarks/near_duplicates.md: 1.3 M hashes, 6.1 s, 338 MB).
 
 Groups are the connected components of the pairs found (`link`: a union-find over the distinct
 hashes, fed the pairs a chunk at a time), so a chain of small edits can join images further apart
@@ -39,7 +39,7 @@ from shardfeed.write import perceptual_hash
 BLOCK_BITS = 16
 BLOCKS = 64 // BLOCK_BITS
 MAX_RADIUS = 2 * BLOCKS - 1  # 7: within it some block differs in at most one bit
-DEFAULT_RADIUS = 6  # measured: docs/benchmarks.md, "near-duplicates"
+DEFAULT_RADIUS = 6  # measured: docs/benchmarks/near_duplicates.md, "near-duplicates"
 CHUNK_PAIRS = 1 << 20  # candidate pairs checked at once (some 50 MB of temporaries)
 THREADED_FROM = 100_000
 PROBED_TOGETHER_BELOW = 4096  # fewer hashes: a block's 17 probes are expanded in one pass (`_Runs.probe`)
@@ -136,7 +136,7 @@ def _block_pairs(hashes: np.ndarray, block: int, radius: int) -> Iterator[np.nda
     order = np.argsort(keys, kind="stable")
     ordered = keys[order]
     # where each block value's run starts in `ordered` (a table of 65,537: a gather per probe
-    # instead of two binary searches: 2.5x quicker at 10,000 hashes, docs/benchmarks.md)
+    # instead of two binary searches: 2.5x quicker at 10,000 hashes, docs/benchmarks/near_duplicates.md)
     starts = np.concatenate(([0], np.cumsum(np.bincount(ordered, minlength=1 << BLOCK_BITS))))
     runs = _Runs(hashes, order, ordered, starts, radius)
     flips = [0] if radius < BLOCKS else [0, *(1 << b for b in range(BLOCK_BITS))]

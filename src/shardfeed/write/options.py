@@ -62,7 +62,7 @@ class ConvertOptions:
             ('valdation', refused by default: a trainer looking for 'validation' finds none).
         near_radius: images whose perceptual hashes differ in at most this many of 64 bits are
             reported as near-duplicates (report.json `near_duplicates`, with leak flags across
-            splits); 0..7, default 6 (measured: docs/benchmarks.md); None: not looked for.
+            splits); 0..7, default 6 (measured: docs/benchmarks/near_duplicates.md); None: not looked for.
             Only reported, unless `split_groups` or `dedupe='near'` act on the groups.
         split_groups: 'near' assigns every image of a near-duplicate group to one split (the one
             holding most of it), so no split holds a near-copy of another's image; each image

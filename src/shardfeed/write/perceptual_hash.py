@@ -15,7 +15,7 @@ Re-encoding, resizing and brightness changes move few bits; small crops (a few p
 move the most in the first half (the whole frame), so two images are compared whole against
 whole and whole against the other's window, the smallest of the three distances counting
 (`distance`): an even 3% crop a side is found 100% of the time instead of 55%, and different
-photos sit as far apart (docs/benchmarks.md, "near-duplicates"). Two
+photos sit as far apart (docs/benchmarks/near_duplicates.md, "near-duplicates"). Two
 choices make a 1/8-scale decode enough (no larger decode, so hashing costs only the projection):
 the pixel geometry (a 1/8 image of a 300 px side has 38 pixels, the last covering 4 px, not 8)
 and the window (a crop moves content least in the middle of the frame). Images too flat to say
@@ -50,9 +50,9 @@ SMALLEST = 16  # 8 cosines need at least this many pixels a side: smaller images
 # the dimmest of 3,620 real photo crops and their copies in the benchmark corpora, 0.33.)
 MIN_AC = 0.1
 KEPT_PIXELS = 1 << 14  # a larger (reduced) gray image is hashed at once, not kept for a batch
-ALPHA = 0.2  # the window's depth: recall 0.945 without it, 0.96 with 0.1..0.3 (docs/benchmarks.md)
+ALPHA = 0.2  # the window's depth: recall 0.945 without it, 0.96 with 0.1..0.3 (docs/benchmarks/near_duplicates.md)
 # The companion half's window leaves out this share of each side: even crops of 1-4% a side are
-# found 96-100% of the time with 0.03, 0.95-0.99 with 0.04 (2% crops lose), docs/benchmarks.md.
+# found 96-100% of the time with 0.03, 0.95-0.99 with 0.04 (2% crops lose), docs/benchmarks/near_duplicates.md.
 ZOOM = 0.03
 HEX = 2 * LOW * LOW // 4  # hex digits of a hash: the whole frame's 16, then the window's 16
 
@@ -70,7 +70,7 @@ def _axis(decoded: int, length: int, factor: int) -> np.ndarray:
 
     A miss also makes the bases of the other lengths that decode to as many pixels (8 at 1/8
     scale) in the same NumPy calls: photos of many sizes (200-500 px a side) made ~300 misses a
-    worker at ~30 us each, as much as the hashes of 1,000 of them cost (docs/benchmarks.md)."""
+    worker at ~30 us each, as much as the hashes of 1,000 of them cost (docs/benchmarks/near_duplicates.md)."""
     found = _bases.get((decoded, length, factor))
     if found is None:
         if len(_bases) >= _CACHED:
