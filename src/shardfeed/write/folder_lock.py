@@ -10,7 +10,7 @@ writer refuses to start, naming it; one left by a killed run on this host (its p
 taken over, so kill-then-resume works there too. The object is written, then read back after a
 moment: of two writers starting at once, the one whose token is not there backs off. A store
 with no conditional writes cannot make this airtight; two writers starting within the same
-second from different hosts may both proceed (stated in docs/scaling.md).
+second from different hosts may both proceed (stated in docs/buckets.md).
 """
 
 from __future__ import annotations
