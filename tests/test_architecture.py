@@ -15,7 +15,7 @@ import shardfeed
 SRC = Path(shardfeed.__file__).parent
 # The data flow, lowest first: a module may import its own stage and the stages below it.
 STAGES = {"format": 1, "write": 2, "read": 3, "tools": 4, "training": 5, "cli": 6}
-BASE = {"errors", "lazy", "redaction", "version"}  # shared by every stage
+BASE = {"errors", "lazy", "parallel", "redaction", "version"}  # shared by every stage
 
 
 def modules() -> list[Path]:
@@ -55,6 +55,28 @@ def test_stages_import_only_downwards() -> None:
             targets = [module] if module != "shardfeed" else [f"shardfeed.{n}" for n in names]
             upward += [f"{name} -> {t}" for t in targets if stage(t) > stage(name)]
     assert upward == []
+
+
+# What the stages above `write` may take from it: its entry points (the conversion, its options,
+# sources and image options, the stored-image check verify repeats, the notes info shares, size
+# strings). Shared machinery lives below it (format/, parallel.py).
+WRITE_ENTRY_POINTS = {"convert", "options", "sources", "images", "notes", "sharding"}
+
+
+def test_stages_above_write_use_only_its_entry_points() -> None:
+    reached = []
+    for path in modules():
+        name = dotted(path)
+        if stage(name) <= STAGES["write"] or name.startswith("shardfeed.cli") or name.count(".") == 1:
+            continue  # the package's own public API and the CLI may name anything
+        for module, names in imports(path):
+            targets = [module] if module != "shardfeed.write" else [f"shardfeed.write.{n}" for n in names]
+            reached += [
+                f"{name} -> {t}"
+                for t in targets
+                if t.startswith("shardfeed.write.") and t.split(".")[2] not in WRITE_ENTRY_POINTS
+            ]
+    assert reached == []
 
 
 def test_no_private_names_imported_across_modules() -> None:

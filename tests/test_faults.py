@@ -376,7 +376,7 @@ def on_sigint(signum, frame):
         raise KeyboardInterrupt
     stop.append(signum)
 signal.signal(signal.SIGINT, on_sigint)
-from shardfeed.write.pool import WorkerPool
+from shardfeed.parallel import WorkerPool
 for _ in range(200):
     with WorkerPool(4):
         pass

@@ -13,9 +13,9 @@ from PIL import Image
 
 from shardfeed import ConvertOptions
 from shardfeed.errors import OptionError, SourceError
-from shardfeed.format import fileio, schema
+from shardfeed.format import fileio, image_limits, schema
 from shardfeed.read.pixels import decode_image
-from shardfeed.write import folder_state, image_limits
+from shardfeed.write import folder_state
 from shardfeed.write.images import BadImageError, ImageOptions, prepare_file_image
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from shardfeed.write import folder_lock
+from shardfeed.format import folder_lock
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -7,9 +7,9 @@ import logging
 from typing import Any
 
 from shardfeed.cli.options import add_pixel_limit_flag, image_fields
+from shardfeed.format.image_limits import DEFAULT_MAX_PIXELS
 from shardfeed.training.prediction import predict
 from shardfeed.training.run_folder import MODEL
-from shardfeed.write.image_limits import DEFAULT_MAX_PIXELS
 
 log = logging.getLogger("shardfeed")
 

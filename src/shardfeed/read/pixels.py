@@ -8,8 +8,7 @@ from typing import Any
 import numpy as np
 
 from shardfeed.errors import SourceError
-from shardfeed.format import schema
-from shardfeed.write import image_limits
+from shardfeed.format import image_limits, schema
 
 
 def to_rgb(image: np.ndarray) -> np.ndarray:

@@ -38,7 +38,7 @@ from typing import BinaryIO
 
 from shardfeed.errors import CacheDiskFull, CorruptRecordError, OptionError
 from shardfeed.format import fileio, layout, storage
-from shardfeed.write.folder_lock import process_alive
+from shardfeed.format.folder_lock import process_alive
 
 log = logging.getLogger("shardfeed")
 

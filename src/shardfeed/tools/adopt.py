@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from shardfeed.errors import ManifestError, SourceError
-from shardfeed.format import fileio, layout, manifest, schema, storage, tfds_metadata, tfrecord
+from shardfeed.format import fileio, folder_lock, layout, manifest, schema, storage, tfds_metadata, tfrecord
 from shardfeed.format.manifest import ShardInfo
 from shardfeed.format.manifest_builder import Counts, Header, ImageStats, ManifestBuilder, ShardFacts
 from shardfeed.format.schema import Schema
@@ -39,7 +39,6 @@ from shardfeed.tools.foreign_scan import (
     refuse_damage,
     scan_all,
 )
-from shardfeed.write import folder_lock
 
 __all__ = ["AdoptOptions", "AdoptResult", "adopt"]
 

@@ -16,11 +16,10 @@ import os
 from collections import defaultdict
 from typing import Any
 
-from shardfeed.format import confinement, fileio, layout, manifest, schema
+from shardfeed.format import confinement, fileio, image_limits, layout, manifest, schema
 from shardfeed.read.pixels import decode_image, to_rgb
 from shardfeed.read.sampling import sample_examples
 from shardfeed.tools import html_page as h
-from shardfeed.write import image_limits
 
 DEFAULT_LIMIT = image_limits.DEFAULT_MAX_PIXELS  # for folders converted before the limit existed
 

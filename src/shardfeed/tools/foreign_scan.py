@@ -12,12 +12,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO, cast
 
 from shardfeed.errors import OptionError, SourceError
-from shardfeed.format import fileio, layout, manifest, schema, tfrecord
+from shardfeed.format import fileio, image_limits, layout, manifest, schema, tfrecord
 from shardfeed.format.example_proto import parse_example
 from shardfeed.format.image_format import sniff_format
 from shardfeed.format.schema import Schema
-from shardfeed.write import image_limits
-from shardfeed.write.pool import WorkerPool
+from shardfeed.parallel import WorkerPool
 
 MAX_PROBLEMS = 20  # damaged records listed per shard (the rest counted)
 

@@ -22,11 +22,11 @@ from typing import Any, BinaryIO, cast
 
 from shardfeed.format import fileio, layout, manifest, schema, tfrecord
 from shardfeed.format.example_proto import parse_example
+from shardfeed.parallel import WorkerPool
 from shardfeed.read import foreign
 from shardfeed.read.shardset import is_converted_folder
 from shardfeed.tools.foreign_scan import AdoptOptions, ShardTask, read_schema, scan_all
 from shardfeed.write.images import check_stored_image
-from shardfeed.write.pool import WorkerPool
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,12 @@ import numpy as np
 from tqdm import tqdm
 
 from shardfeed.format import layout, manifest
+from shardfeed.format.image_limits import DEFAULT_MAX_PIXELS
 from shardfeed.read.options import ReadOptions
 from shardfeed.read.shardset import is_converted_folder
 from shardfeed.training.models import load_model, model_class_names, predicted
 from shardfeed.training.run_folder import MODEL, RunFolder
 from shardfeed.write.convert import convert
-from shardfeed.write.image_limits import DEFAULT_MAX_PIXELS
 from shardfeed.write.images import ImageOptions
 from shardfeed.write.options import ConvertOptions
 from shardfeed.write.sources import UnlabeledSource

@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.errors import ConvertError, OptionError, SourceError
-from shardfeed.format import fileio, layout, manifest, tfds_metadata
+from shardfeed.format import fileio, folder_lock, layout, manifest, tfds_metadata
 from shardfeed.format.manifest import Manifest
-from shardfeed.write import dedupe, folder_lock, folder_state, local_runner, merge, notes, shards
+from shardfeed.parallel import WorkerPool
+from shardfeed.write import dedupe, folder_state, local_runner, merge, notes, shards
 from shardfeed.write.append import Append, AppendOutcome, appendable
 from shardfeed.write.encode import EncodingSpec, SkippedItem
 from shardfeed.write.folder_settings import folder_options
@@ -38,7 +39,6 @@ from shardfeed.write.inputs_list import write_inputs
 from shardfeed.write.items import Discovery
 from shardfeed.write.options import ConvertOptions
 from shardfeed.write.planning import ShardPlan, plan_shards
-from shardfeed.write.pool import WorkerPool
 from shardfeed.write.shards import WriteTarget
 from shardfeed.write.sources import Source, empty_source_hint, resolve_source
 from shardfeed.write.splits import GroupMoves

@@ -9,11 +9,11 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import Executor
 
+from shardfeed.parallel import CHUNK_SIZE, map_ordered
 from shardfeed.write import near_duplicates, perceptual_hash
 from shardfeed.write.encode import EncodingSpec, hash_items, phash_items
 from shardfeed.write.items import Discovery, Item
 from shardfeed.write.options import ConvertOptions
-from shardfeed.write.pool import CHUNK_SIZE, map_ordered
 
 
 def source_hashes(items: list[Item], spec: EncodingSpec, pool: Executor | None, workers: int) -> Iterator[str | None]:

@@ -12,9 +12,9 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from shardfeed.format import fileio, schema
+from shardfeed.format import fileio, image_limits, schema
 from shardfeed.format.example_proto import FeatureValue, serialize_example
-from shardfeed.write import image_limits, images, perceptual_hash
+from shardfeed.write import images, perceptual_hash
 from shardfeed.write.array_source import load_array
 from shardfeed.write.items import Discovery, Item, locate
 from shardfeed.write.options import ConvertOptions

@@ -16,8 +16,9 @@ import simplejpeg
 from PIL import Image, ImageOps
 
 from shardfeed.errors import OptionError
+from shardfeed.format import image_limits
 from shardfeed.format.image_format import sniff_format
-from shardfeed.write import image_limits, jpeg_decode, jpeg_header, perceptual_hash, png_check
+from shardfeed.write import jpeg_decode, jpeg_header, perceptual_hash, png_check
 
 _JPEG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
 IMAGE_FORMATS = ("keep", "jpeg", "png")

@@ -17,9 +17,9 @@ from concurrent.futures import Executor
 
 from tqdm import tqdm
 
+from shardfeed.parallel import CHUNK_SIZE, map_ordered
 from shardfeed.write.encode import EncodedRecord, SkippedItem, encode_items
 from shardfeed.write.planning import ShardPlan
-from shardfeed.write.pool import CHUNK_SIZE, map_ordered
 from shardfeed.write.shards import ShardResult, WriteTarget
 
 Results = list[EncodedRecord | SkippedItem]

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 
 from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio
-from shardfeed.write.folder_lock import process_alive
+from shardfeed.format.folder_lock import process_alive
 from shardfeed.write.items import Discovery, file_item
 
 LISTING = "listing.json"

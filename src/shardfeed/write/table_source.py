@@ -28,9 +28,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from shardfeed.errors import SourceError
-from shardfeed.format import confinement, fileio, storage
+from shardfeed.format import confinement, fileio, image_limits, storage
 from shardfeed.format.image_format import sniff_format
-from shardfeed.write import image_limits
 from shardfeed.write.items import Discovery
 from shardfeed.write.staging import Extracted, Staged, Writer
 

@@ -26,8 +26,7 @@ import zlib
 from collections.abc import Iterator
 
 from shardfeed.errors import SourceError
-from shardfeed.format import confinement, fileio, manifest, storage
-from shardfeed.write import image_limits
+from shardfeed.format import confinement, fileio, image_limits, manifest, storage
 from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, sorted_labels
 from shardfeed.write.staging import Extracted, Staged, Writer
 
