@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from shardfeed.errors import ConvertError
 from shardfeed.format import fileio, layout, manifest, tfds_metadata
@@ -41,7 +41,7 @@ from shardfeed.write.folder_settings import as_flags
 from shardfeed.write.inputs_list import Known, read_known, write_inputs
 from shardfeed.write.items import Discovery, Item
 from shardfeed.write.options import ConvertOptions
-from shardfeed.write.planning import plan_shards
+from shardfeed.write.planning import ShardPlan, plan_shards
 
 
 def appendable(discovery: Discovery, options: ConvertOptions) -> bool:
@@ -113,10 +113,27 @@ class AppendOutcome:
         return "\n".join(lines)
 
 
+class ShardWriter(Protocol):
+    """What an append needs of the conversion that runs it (write/convert.py): its folder, options
+    and worker count, and its shard writing (which resumes what an interrupted run committed)."""
+
+    output_dir: str
+    options: ConvertOptions
+
+    @property
+    def workers(self) -> int: ...
+
+    def write_all(
+        self, plans: list[ShardPlan], spec: EncodingSpec, pool: Executor | None
+    ) -> tuple[list[shards.ShardResult], int]: ...
+
+
 class Append:
     """One `convert --append` run over a finished folder (the conversion supplies the writing)."""
 
-    def __init__(self, conversion: Any, discovery: Discovery, state: dict[str, Any], pool: Executor | None) -> None:
+    def __init__(
+        self, conversion: ShardWriter, discovery: Discovery, state: dict[str, Any], pool: Executor | None
+    ) -> None:
         self.conversion, self.discovery, self.state, self.pool = conversion, discovery, state, pool
         self.out, self.options = conversion.output_dir, conversion.options
         self.work_dir = folder_state.work_dir(self.out)
@@ -195,7 +212,7 @@ class Append:
 
     def _changed(self, items: list[Item], known: Known, spec: EncodingSpec) -> list[dict[str, str]]:
         """Known keys whose source bytes are no longer what was converted (hashed in the pool)."""
-        hashes = source_hashes(items, spec, self.pool, self.conversion.run_settings.workers)
+        hashes = source_hashes(items, spec, self.pool, self.conversion.workers)
         return [
             {"file": item.key, "converted_sha256": known[item.key][0], "now_sha256": digest or "unreadable"}
             for item, digest in zip(items, hashes, strict=True)

@@ -231,6 +231,11 @@ class _Conversion:
         self.source, self.output_dir, self.options, self.run_settings = source, output_dir, options, run
         self.work_dir = folder_state.work_dir(output_dir)
 
+    @property
+    def workers(self) -> int:
+        """Worker processes of the local pool (append.ShardWriter)."""
+        return self.run_settings.workers
+
     def run(self) -> ConversionResult:
         start = time.monotonic()
         _refuse_output_inside_source(self.source, self.output_dir)
