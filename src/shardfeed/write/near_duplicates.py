@@ -10,10 +10,10 @@ The index is exact Hamming search by the pigeonhole principle: split the 64 bits
 16. Two hashes within 3 bits agree exactly on some block; within 7 bits, some block differs in at
 most 1 bit. So per block the hashes are sorted by that block's value, and each is compared with
 the run of hashes whose block equals its own (radius <= 3) or its own with one of 16 bits flipped
-(radius 4..7); every candidate is checked on all 64 bits. Memory is some 260 bytes a hash in
+(radius 4..7); every candidate is checked on all 64 bits. Memory is some 250 bytes a hash (500 an image) in
 all (two blocks searched at once on two cores), and the candidate pairs are checked in bounded
 chunks; time grows with the sum of squared run sizes, about N^2 / 65536 per block and probe for
-evenly spread hashes (docs/benchmarks/near_duplicates.md: 1.3 M hashes, 6.1 s, 338 MB).
+evenly spread hashes (docs/benchmarks/near_duplicates.md: 1.3 M images of two halves, 41 s, 640 MB).
 
 Groups are the connected components of the pairs found (`link`: a union-find over the distinct
 hashes, fed the pairs a chunk at a time), so a chain of small edits can join images further apart
