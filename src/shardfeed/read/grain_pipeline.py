@@ -24,16 +24,24 @@ in this process or, with `num_workers`, in each of that many Grain worker proces
 at ~1,850 images/s on any core count (the per-record Python holds the GIL), processes scale with
 cores (15 workers on 16 cores: 8,577 images/s steady, docs/benchmarks/gpu.md). Each worker makes every
 `num_workers`-th batch and Grain hands them back in turn, so the order, the pixels and exact
-resume are the same with workers as without.
+resume are the same with workers as without. A script that leaves such an iteration early (or
+never finishes it) exits cleanly: the iterators still open are closed, their workers stopped and
+their shared memory released, before the interpreter tears down (`_close_at_exit`); Grain's own
+clean-up at that point found its modules gone and left shared memory for the resource tracker to
+report. Worker processes are spawned, so a script that starts them needs the usual
+`if __name__ == "__main__":` guard (as PyTorch's DataLoader does).
 The pixels are not TensorFlow's (its JPEG decoder and resize differ in rounding), the records,
 their order and the crop windows' distribution are `load`'s.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
+import gc
 import io
 import math
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -186,9 +194,63 @@ def grain_dataset(
     ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=2 * num_threads))
     if num_workers:
         _let_workers_read_flags()
-        ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))
+        ds = _ClosedAtExit(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers)))
     ds.steps_per_epoch = steps
     return ds
+
+
+_open_iterators: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _close_at_exit() -> None:
+    """Closes every worker-fed iterator still open (`_ClosedAtExit`), and the Grain iterators
+    inside it (its interleave and per-worker iterators, which its own `close` leaves open), while
+    the modules their clean-up needs are still there."""
+    import grain
+
+    if not _open_iterators:
+        return
+    for iterator in list(_open_iterators):
+        iterator.close()
+    for other in gc.get_objects():  # at exit: whatever Grain iterator is left would fail in __del__
+        if isinstance(other, grain.DatasetIterator):
+            other.close()
+            # Grain 0.2's `close` reads module globals even when closed already, and `__del__`
+            # calls it again during teardown, when those globals are gone: closed, it has
+            # nothing left to do, so the second call does nothing.
+            other.close = _nothing
+
+
+def _nothing() -> None:
+    """A closed iterator's `close` at interpreter teardown."""
+
+
+def _closed_at_exit_type() -> type:
+    """`_ClosedAtExit`, made when Grain is first needed (the module does not import Grain)."""
+    import grain
+
+    class ClosedAtExit(grain.IterDataset):
+        """The worker-fed dataset; each iterator it makes is closed at interpreter exit if the
+        program has not finished or closed it."""
+
+        def __init__(self, parent: Any) -> None:
+            super().__init__(parent)
+
+        def __iter__(self) -> Any:
+            iterator = self._parent.__iter__()
+            if not _open_iterators:
+                atexit.register(_close_at_exit)  # runs before the interpreter's teardown
+            _open_iterators.add(iterator)
+            return iterator
+
+        def __str__(self) -> str:
+            return "ClosedAtExit"
+
+    return ClosedAtExit
+
+
+def _ClosedAtExit(parent: Any) -> Any:
+    return _closed_at_exit_type()(parent)
 
 
 def _let_workers_read_flags() -> None:
