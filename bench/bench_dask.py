@@ -1,6 +1,7 @@
 """The same conversion on the local runner, Beam's local runner and a Dask cluster of 1 and 2 workers.
 
-    .venv/bin/python bench/bench_dask.py [--images 2000] [--shards 16] [--rounds 3] [--json bench/results/bench_dask.json]
+    .venv/bin/python bench/bench_dask.py [--images 2000] [--shards 16] [--rounds 3] \
+        [--json bench/results/bench_dask.json]
 
 Every conversion is `shardfeed convert` in a fresh process, rounds interleaved (local, beam,
 dask-1, dask-2, local, ...); the Dask cluster (a `dask scheduler` and `dask worker` processes of

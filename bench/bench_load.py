@@ -1,6 +1,7 @@
 """Load benchmark: shardfeed.load against the baselines a user would try, every run in a fresh process.
 
-    .venv/bin/python bench/bench_load.py [--images 4000] [--large 300] [--rounds 3] [--json bench/results/bench_load.json]
+    .venv/bin/python bench/bench_load.py [--images 4000] [--large 300] [--rounds 3] \
+        [--json bench/results/bench_load.json]
 
 Pipelines (shardfeed.tools.pipelines; 224x224 uint8, batch 64), each measured `--rounds` times,
 one fresh process per run, rounds interleaved (A B C ..., A B C ...): best and median images/s
