@@ -153,8 +153,9 @@ def test_the_builder_sums_shards_and_leaves_out_what_was_not_counted() -> None:
     first = ShardInfo("train-00000-of-00002", "index/train-00000-of-00002.idx", 3, 300, "x" * 64)
     second = ShardInfo("train-00001-of-00002", "index/train-00001-of-00002.idx", 2, 200, "y" * 64)
     builder.add(ShardFacts("train", first, {"a": 2, "b": 1}, ImageStats({"jpeg": 3}, 640, {"384": 3})))
-    builder.add(ShardFacts("train", second, {"b": 2}, ImageStats({"png": 2}, None, None)))
-    builder.add_conversions(["cmyk", "cmyk, progressive"])
+    builder.add(
+        ShardFacts("train", second, {"b": 2}, ImageStats({"png": 2}, None, None), ("cmyk", "cmyk, progressive"))
+    )
     data = builder.build(Counts(skipped=1))
     assert data["splits"]["train"] == {
         "num_records": 5,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,6 +117,7 @@ class ShardFacts:
     info: ShardInfo
     class_counts: Mapping[str, int]
     images: ImageStats
+    conversions: tuple[str, ...] = ()  # why each re-encoded image was ("cmyk, progressive": two reasons)
 
 
 @dataclass(frozen=True)
@@ -263,11 +264,7 @@ class ManifestBuilder:
         totals.class_counts.update(shard.class_counts)
         totals.shards.append(shard.info)
         self.images = self.images.plus(shard.images)
-
-    def add_conversions(self, reasons: Iterable[str]) -> None:
-        """Images re-encoded because TF could not use them as they were, one reason string each
-        (", "-joined reasons count once each)."""
-        for reason in reasons:
+        for reason in shard.conversions:  # ", "-joined reasons count once each
             self.conversions.update(reason.split(", "))
 
     def build(self, counts: Counts, **sections: Any) -> dict[str, Any]:

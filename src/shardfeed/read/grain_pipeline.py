@@ -194,7 +194,7 @@ def grain_dataset(
     ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=2 * num_threads))
     if num_workers:
         _let_workers_read_flags()
-        ds = _ClosedAtExit(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers)))
+        ds = _closed_at_exit()(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers)))
     ds.steps_per_epoch = steps
     return ds
 
@@ -203,13 +203,13 @@ _open_iterators: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def _close_at_exit() -> None:
-    """Closes every worker-fed iterator still open (`_ClosedAtExit`), and the Grain iterators
+    """Closes every worker-fed iterator still open (`_closed_at_exit`), and the Grain iterators
     inside it (its interleave and per-worker iterators, which its own `close` leaves open), while
     the modules their clean-up needs are still there."""
+    if not _open_iterators:
+        return  # none made, or all gone already
     import grain
 
-    if not _open_iterators:
-        return
     for iterator in list(_open_iterators):
         iterator.close()
     for other in gc.get_objects():  # at exit: whatever Grain iterator is left would fail in __del__
@@ -225,32 +225,27 @@ def _nothing() -> None:
     """A closed iterator's `close` at interpreter teardown."""
 
 
-def _closed_at_exit_type() -> type:
-    """`_ClosedAtExit`, made when Grain is first needed (the module does not import Grain)."""
+@functools.cache
+def _closed_at_exit() -> type:
+    """The worker-fed dataset's type, made once Grain is imported (this module does not import it
+    at start-up); making it registers `_close_at_exit`, which then runs before Grain's own exit
+    handlers (they run last registered first) and before the interpreter's teardown."""
     import grain
 
     class ClosedAtExit(grain.IterDataset):
         """The worker-fed dataset; each iterator it makes is closed at interpreter exit if the
         program has not finished or closed it."""
 
-        def __init__(self, parent: Any) -> None:
-            super().__init__(parent)
-
         def __iter__(self) -> Any:
             iterator = self._parent.__iter__()
-            if not _open_iterators:
-                atexit.register(_close_at_exit)  # runs before the interpreter's teardown
             _open_iterators.add(iterator)
             return iterator
 
         def __str__(self) -> str:
             return "ClosedAtExit"
 
+    atexit.register(_close_at_exit)
     return ClosedAtExit
-
-
-def _ClosedAtExit(parent: Any) -> Any:
-    return _closed_at_exit_type()(parent)
 
 
 def _let_workers_read_flags() -> None:

@@ -20,14 +20,12 @@ import hashlib
 import os
 import re
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from shardfeed.errors import ManifestError, SourceError
 from shardfeed.format import fileio, folder_lock, layout, manifest, schema, storage, tfds_metadata, tfrecord
-from shardfeed.format.manifest import ShardInfo
-from shardfeed.format.manifest_builder import Counts, Header, ImageStats, ManifestBuilder, ShardFacts
+from shardfeed.format.manifest_builder import Counts, Header, ImageStats, ManifestBuilder, ShardFacts, ShardInfo
 from shardfeed.format.schema import Schema
 from shardfeed.read import foreign
 from shardfeed.tools.foreign_scan import (
@@ -189,7 +187,10 @@ def _manifest(
     features: dict[str, str] = {}
     for s in scans:
         features = {**s.features, **features}
-    listing = "".join(f"{f.info.file}:{f.info.sha256}\n" for f in sorted(facts, key=_split_order(facts)))
+    by_split: dict[str, list[ShardInfo]] = {}  # split by split, as the manifest lists them
+    for fact in facts:
+        by_split.setdefault(fact.split, []).append(fact.info)
+    listing = "".join(f"{s.file}:{s.sha256}\n" for shards in by_split.values() for s in shards)
     names = {os.path.basename(f) for f in files}
     header = Header(
         source={
@@ -225,15 +226,6 @@ def _facts(file: str, scan: ShardScan, split: str, labels: list[str] | None, lab
             class_counts[labels[label - label_offset]] += n
     short = {str(k): v for k, v in sorted(scan.short_sides.items())}
     return ShardFacts(split, info, class_counts, ImageStats(dict(scan.formats), scan.max_side, short))
-
-
-def _split_order(facts: list[ShardFacts]) -> Callable[[ShardFacts], int]:
-    """Orders shards split by split, the splits in the order their first shard comes (the
-    order the fingerprint listed them in: the manifest's splits, each shard in turn)."""
-    first: dict[str, int] = {}
-    for n, f in enumerate(facts):
-        first.setdefault(f.split, n)
-    return lambda f: first[f.split]
 
 
 def _link_files(files: list[str], out: str) -> None:

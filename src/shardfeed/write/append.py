@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from shardfeed.errors import ConvertError
 from shardfeed.format import fileio, layout, manifest, tfds_metadata
-from shardfeed.format.manifest_builder import Counts, Header, ManifestBuilder
+from shardfeed.format.manifest_builder import Header, ManifestBuilder
 from shardfeed.write import folder_state, merge, perceptual_hash, shards
 from shardfeed.write.dedupe import source_hashes
 from shardfeed.write.encode import EncodingSpec
@@ -138,6 +138,7 @@ class Append:
         self.out, self.options = conversion.output_dir, conversion.options
         self.work_dir = folder_state.work_dir(self.out)
         self.old = manifest.read(self.out)
+        self.old_report = _read_report(self.out)  # read once: the dropped copies, then merged into anew
         self.history = history(self.old)
         self.generation = len(self.history)
 
@@ -146,7 +147,7 @@ class Append:
         self._check()
         spec = EncodingSpec.of(self.discovery, self.options)
         known, old_hash = read_known(self.out, self.history)
-        dropped = {e["file"] for e in _read_report(self.out).get("dropped_duplicates", [])}
+        dropped = {e["file"] for e in self.old_report.get("dropped_duplicates", [])}
         new = [i for i in self.discovery.items if i.key not in known and i.key not in dropped]  # dropped stay so
         outcome = AppendOutcome(self.generation, known=len(self.discovery.items) - len(new), old_hash=old_hash)
         unsure = [
@@ -271,14 +272,8 @@ class Append:
         )
         for result in results:
             builder.add(result.facts())
-            builder.add_conversions(reason for _, reason in result.converted)
-        counts = Counts(
-            skipped=skipped,  # report.json's count: a file skipped again is one file
-            duplicates=len(duplicates),
-            dropped_duplicates=old.get("num_dropped_duplicates", 0),
-            dropped_label_conflicts=old.get("num_dropped_label_conflicts", 0),
-            label_conflicts=old.get("num_label_conflicts", 0),
-        )
+        # report.json's count of skipped files (a file skipped again is one file); what was dropped stays
+        counts = dataclasses.replace(self.old.counts, skipped=skipped, duplicates=len(duplicates))
         new_skipped = sum(len(r.skipped) for r in results) + len(self.discovery.skipped)
         entry = self._entry(outcome, results, new_skipped)
         return builder.build(
@@ -309,7 +304,7 @@ class Append:
     ) -> dict[str, Any]:
         """report.json: the old entries, this generation's skips and conversions, the changed
         files, and duplicate and near-duplicate groups over every generation (returned as written)."""
-        old = _read_report(self.out)
+        old = self.old_report
         new = merge.report_of(duplicates, self.discovery, results, [], near)
         report = {
             **new,
@@ -326,8 +321,7 @@ class Append:
         """With nothing new, only report.json learns of changed files."""
         if not outcome.changed:
             return
-        report = _read_report(self.out)
-        report["changed"] = _union(report.get("changed", []), outcome.changed)
+        report = {**self.old_report, "changed": _union(self.old_report.get("changed", []), outcome.changed)}
         fileio.write_text_atomic(fileio.join(self.out, layout.REPORT), manifest.dumps(report))
 
 

@@ -43,7 +43,6 @@ def merge_manifest(
     builder = ManifestBuilder(header)
     for result in results:
         builder.add(result.facts())
-        builder.add_conversions(reason for _, reason in result.converted)
     counts = Counts(
         skipped=len(discovery.skipped) + sum(len(r.skipped) for r in results),
         duplicates=len(duplicates),

@@ -16,8 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shardfeed.format import fileio, layout, manifest, tfrecord
-from shardfeed.format.manifest import ShardInfo
-from shardfeed.format.manifest_builder import ImageStats, ShardFacts
+from shardfeed.format.manifest_builder import ImageStats, ShardFacts, ShardInfo
 from shardfeed.write import perceptual_hash
 from shardfeed.write.encode import EncodedRecord, EncodingSpec, SkippedItem, Unhashed, encode_unhashed
 from shardfeed.write.items import Item
@@ -55,9 +54,8 @@ class ShardResult:
     def facts(self) -> ShardFacts:
         """What the manifest records of this shard (`ManifestBuilder.add`)."""
         info = ShardInfo(self.file, self.index_file, self.num_records, self.num_bytes, self.sha256)
-        return ShardFacts(
-            self.split, info, self.class_counts, ImageStats(self.formats, self.max_side, self.short_sides)
-        )
+        images = ImageStats(self.formats, self.max_side, self.short_sides)
+        return ShardFacts(self.split, info, self.class_counts, images, tuple(why for _, why in self.converted))
 
     def without_records(self) -> ShardResult:
         """This result without its per-record list, which stays on disk in the partial manifest
