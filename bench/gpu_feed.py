@@ -20,11 +20,11 @@ sched_setaffinity before TensorFlow starts, so tf.data's autotuning and TF's thr
 that many), to show how the CPU path scales towards the host's count.
 Without --data a corpus of 2,000 real photo crops is built and converted (bench/corpus.py).
 
-`--backend jax` measures the TensorFlow-free path instead (for a machine with JAX but no
-TensorFlow): Keras 3 on JAX, mixed bfloat16 on a GPU, the same keras.applications backbone behind
-a rescaling layer, fed two ways:
+`--backend jax` (or `torch`) measures the TensorFlow-free path instead (for a machine with JAX
+or PyTorch but no TensorFlow): Keras 3 on that backend, mixed bfloat16 on a GPU, the same
+keras.applications backbone behind a rescaling layer, fed two ways:
 
-- synthetic: one batch already on the device (jax.device_put), repeated;
+- synthetic: one batch already on the device (keras.ops.convert_to_tensor), repeated;
 - grain: `shardfeed.grain_dataset` (simplejpeg decode, random-resized crop and flip on as many
   threads as the process has cores); `--cores 4,8` adds it pinned to that many cores and threads;
 - grain-workers: the same in Grain worker processes (`num_workers` = cores - 1, 2 threads each);
@@ -53,7 +53,7 @@ from shardfeed.read import dali
 from shardfeed.tools.bottleneck import cores_needed
 
 FEEDS = ("synthetic", "load", "dali")
-JAX_FEEDS = ("synthetic", "grain", "grain-workers")
+KERAS_FEEDS = ("synthetic", "grain", "grain-workers")
 WARMUP = 5
 
 
@@ -105,21 +105,22 @@ def _timed_fit(net: Any, ds: Any, steps: int, batch: int) -> dict[str, Any]:
     }
 
 
-def one_run_jax(feed: str, model: str, data: str, size: int, batch: int, steps: int) -> dict[str, Any]:
-    """One measurement on Keras' JAX backend, in this (fresh) process: steps/s of `model` fed by
-    `feed` ('grain@N': Grain on N cores and N threads). TensorFlow is never imported."""
+def one_run_keras(backend: str, feed: str, model: str, data: str, size: int, batch: int, steps: int) -> dict[str, Any]:
+    """One measurement on Keras' `backend` ('jax' or 'torch'), in this (fresh) process: steps/s
+    of `model` fed by `feed` ('grain@N': Grain on N cores and N threads). TensorFlow is never
+    imported."""
     threads = len(os.sched_getaffinity(0))
     if "@" in feed:
         feed, cores = feed.split("@")
         threads = int(cores)
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:threads])
-    import jax
+    os.environ["KERAS_BACKEND"] = backend
     import keras
 
     import shardfeed
     from shardfeed.format import manifest
 
-    gpu = any(d.platform == "gpu" for d in jax.devices())
+    gpu, device = _accelerator(backend)
     keras.mixed_precision.set_global_policy("mixed_bfloat16" if gpu else "float32")
     classes = len(manifest.read(data).labels or []) or 1
     backbone = {"resnet50": keras.applications.ResNet50, "mobilenet_v2": keras.applications.MobileNetV2}[model]
@@ -141,7 +142,7 @@ def one_run_jax(feed: str, model: str, data: str, size: int, batch: int, steps: 
     )
     batches = iter(ds)
     if feed == "synthetic":
-        first = tuple(jax.device_put(part) for part in next(batches))
+        first = tuple(keras.ops.convert_to_tensor(part) for part in next(batches))
 
         def repeated() -> Any:
             while True:
@@ -153,9 +154,23 @@ def one_run_jax(feed: str, model: str, data: str, size: int, batch: int, steps: 
     return {
         **_timed_fit(net, ds, steps, batch),
         "gpu": gpu,
-        "device": str(jax.devices()[0].device_kind),
+        "device": device,
+        "backend": backend,
         "tensorflow_imported": "tensorflow" in sys.modules,
     }
+
+
+def _accelerator(backend: str) -> tuple[bool, str]:
+    """Whether `backend` computes on a GPU, and the name of the device it computes on."""
+    if backend == "jax":
+        import jax
+
+        first = jax.devices()[0]
+        return first.platform == "gpu", str(first.device_kind)
+    import torch
+
+    gpu = torch.cuda.is_available()
+    return gpu, torch.cuda.get_device_name(0) if gpu else "cpu"
 
 
 def fresh(feed: str, model: str, args: argparse.Namespace, data: str) -> dict[str, Any]:
@@ -178,17 +193,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json")
     parser.add_argument("--cores", default="", help="also the load feed on only these many cores, e.g. 2,4,8")
-    parser.add_argument("--backend", choices=("tensorflow", "jax"), default="tensorflow")
+    parser.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default="tensorflow")
     parser.add_argument("--feeds", default="", help="only these feeds (synthetic is always run), e.g. grain-workers")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        measure = one_run_jax if args.backend == "jax" else one_run
-        print(json.dumps(measure(args.one, args.models, args.data, args.size, args.batch, args.steps)))
+        shape = (args.one, args.models, args.data, args.size, args.batch, args.steps)
+        measured = one_run(*shape) if args.backend == "tensorflow" else one_run_keras(args.backend, *shape)
+        print(json.dumps(measured))
         return
     data = args.data or _corpus()
-    if args.backend == "jax":
-        feeds, cpu_feed = list(JAX_FEEDS), "grain"
+    if args.backend != "tensorflow":
+        feeds, cpu_feed = list(KERAS_FEEDS), "grain"
     else:
         feeds, cpu_feed = [f for f in FEEDS if f != "dali" or dali.installed()], "load"
     if args.feeds:
