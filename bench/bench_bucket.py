@@ -80,7 +80,7 @@ def _reads(local: str, url: str, work: Path, rounds: int) -> dict[str, Any]:
 def _bounded_cache(url: str, work: Path, local: str) -> dict[str, Any]:
     """3 epochs through a cache a third of the split: peak disk use vs limit + fetches in flight."""
     from shardfeed import ReadOptions, load
-    from shardfeed.read.shard_feed import FETCH_THREADS
+    from shardfeed.read.remote.feed import FETCH_THREADS
 
     shards = sorted(Path(local).glob("train-*"))
     split_bytes, largest = sum(p.stat().st_size for p in shards), max(p.stat().st_size for p in shards)

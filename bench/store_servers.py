@@ -95,7 +95,7 @@ def stop(server: subprocess.Popen[bytes]) -> None:
 def peak_usage(cache: Path) -> Iterator[list[int]]:
     """Samples a shard cache folder's bytes on disk every 2 ms while the block runs; the list's
     one item is the peak seen (read it after the block)."""
-    from shardfeed.read.shard_cache import ShardCache
+    from shardfeed.read.remote.cache import ShardCache
 
     peak, done = [0], threading.Event()
 

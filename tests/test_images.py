@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from shardfeed.format.image_format import sniff_format
 from shardfeed.write.images import (
     BadImageError,
     ImageOptions,
     prepare_array_image,
     prepare_file_image,
-    sniff_format,
 )
 
 KEEP = ImageOptions()

@@ -8,7 +8,7 @@ import numpy as np
 from conftest import jpeg_bytes
 from PIL import Image
 
-from shardfeed.write import jpeg_header
+from shardfeed.write.images import jpeg
 
 
 def _pillow_orientation(data: bytes) -> int:
@@ -35,6 +35,6 @@ def test_exif_orientation_read_off_the_marker_walk_agrees_with_pillow() -> None:
         variants[f"icc+exif{orientation}"] = jpeg_bytes(photo, exif=exif.tobytes(), icc_profile=icc)
         variants[f"progressive+exif{orientation}"] = jpeg_bytes(photo, exif=exif.tobytes(), progressive=True)
     for name, data in variants.items():
-        assert jpeg_header.exif_orientation(data) == _pillow_orientation(data), name
-        assert jpeg_header.may_have_exif(data) == ("exif" in name), name
-    assert jpeg_header.may_have_exif(variants["exif6"][:40])  # a header cut short: Pillow decides
+        assert jpeg.exif_orientation(data) == _pillow_orientation(data), name
+        assert jpeg.may_have_exif(data) == ("exif" in name), name
+    assert jpeg.may_have_exif(variants["exif6"][:40])  # a header cut short: Pillow decides

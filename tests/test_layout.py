@@ -18,7 +18,7 @@ NAMES = {value for name, value in vars(layout).items() if name.isupper() and isi
 TEMPLATES = (layout.SHARD_TEMPLATE, layout.BY_CLASS_TEMPLATE)
 # The same words naming other folders' files: Hugging Face's save_to_disk writes a state.json; a
 # training run folder has its own contract (training/run_folder.py).
-OTHERS = {("write/table_source.py", "state.json"), ("training/run_folder.py", "report.html")}
+OTHERS = {("write/sources/tables.py", "state.json"), ("training/run_folder.py", "report.html")}
 
 
 def _spelled(path: Path, root: Path = SRC) -> list[str]:

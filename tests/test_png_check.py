@@ -11,8 +11,7 @@ import pytest
 from conftest import photos, png_bytes
 from PIL import Image
 
-from shardfeed.write import png_check
-from shardfeed.write.images import BadImageError, ImageOptions, check_stored_image, prepare_file_image
+from shardfeed.write.images import BadImageError, ImageOptions, check_stored_image, png, prepare_file_image
 
 
 def _chunk(kind: bytes, body: bytes) -> bytes:
@@ -43,10 +42,10 @@ def test_pillow_accepts_it_tensorflow_does_not(half: bytes) -> None:
 
 
 def test_a_png_missing_rows_is_refused_at_write_and_by_verify(half: bytes) -> None:
-    assert png_check.problem(half) == "truncated PNG: image data ends after 50% of the rows its 96x96 header declares"
+    assert png.problem(half) == "truncated PNG: image data ends after 50% of the rows its 96x96 header declares"
     with pytest.raises(BadImageError, match="truncated PNG"):
         prepare_file_image(half, "half.png", ImageOptions())
-    assert check_stored_image(half, "PNG", 96, 96, 3) == png_check.problem(half)
+    assert check_stored_image(half, "PNG", 96, 96, 3) == png.problem(half)
 
 
 @pytest.mark.parametrize("mode", ["L", "RGB", "RGBA", "P", "I;16", "1", "LA"])
@@ -55,7 +54,7 @@ def test_every_whole_png_passes(mode: str) -> None:
     image = Image.fromarray(np.ascontiguousarray(photos()["astronaut"][:77, :123]))
     converted = image.convert("L").convert(mode) if mode in ("I;16", "1") else image.convert(mode)
     data = png_bytes(converted)
-    assert png_check.problem(data) is None
+    assert png.problem(data) is None
     import tensorflow as tf
 
     decoded = tf.io.decode_png(data, dtype=tf.uint16 if mode == "I;16" else tf.uint8)
@@ -67,5 +66,5 @@ def test_damaged_chunks_are_named(half: bytes) -> None:
     idat = whole.index(b"IDAT")
     flipped = bytearray(whole)
     flipped[idat + 10] ^= 0xFF
-    assert png_check.problem(bytes(flipped)) == "corrupt PNG: CRC mismatch in the IDAT chunk"
-    assert png_check.problem(whole[: idat + 40]) == "truncated PNG: the IDAT chunk is cut short"
+    assert png.problem(bytes(flipped)) == "corrupt PNG: CRC mismatch in the IDAT chunk"
+    assert png.problem(whole[: idat + 40]) == "truncated PNG: the IDAT chunk is cut short"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from shardfeed.errors import CorruptRecordError
-from shardfeed.read.shard_cache import RemoteShard, ShardCache
+from shardfeed.read.remote.cache import RemoteShard, ShardCache
 
 
 def _shards(tmp_path: Path, count: int, size: int = 1000) -> list[RemoteShard]:

@@ -18,7 +18,7 @@ from bench.store_servers import peak_usage
 from shardfeed import ConvertOptions, ImageOptions, IndexedRecords, ReadOptions, convert, load, steps_per_epoch
 from shardfeed.errors import OptionError
 from shardfeed.format import storage
-from shardfeed.read.shard_cache import ShardCache
+from shardfeed.read.remote.cache import ShardCache
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +151,7 @@ def test_foreign_tfrecords_in_a_bucket_ask_for_a_manifest(bucket: str, many_shar
 STORE_DIES = """
 import os, sys, time
 from shardfeed import load, ReadOptions
-from shardfeed.read import shard_cache
+from shardfeed.read.remote import cache as shard_cache
 shard_cache.BACKOFF = 0.1
 read = ReadOptions(cache_dir=sys.argv[2], cache_limit=int(sys.argv[4]))
 ds = load(sys.argv[1], batch_size=1, image_size=16, training=False, read=read)
@@ -242,7 +242,7 @@ def test_indexed_records_read_a_bucket_without_tensorflow(bucket: str, many_shar
     script = (
         "import sys\n"
         "from shardfeed import IndexedRecords\n"
-        "from shardfeed.read.shard_cache import ShardCache\n"
+        "from shardfeed.read.remote.cache import ShardCache\n"
         "r = IndexedRecords(sys.argv[1], 'validation', cache=ShardCache(sys.argv[2]))\n"
         "print(len(r), r.image(0).shape, r.label(len(r) - 1), 'tensorflow' in sys.modules)\n"
     )
@@ -294,7 +294,7 @@ def test_a_handed_shard_stays_until_read_to_its_end(tmp_path: Path) -> None:
     is evicted to fetch ahead, whatever the order says; once finished, they may go."""
     import hashlib
 
-    from shardfeed.read.shard_feed import ShardFeed
+    from shardfeed.read.remote.feed import ShardFeed
     from shardfeed.read.shardset import ShardSet
 
     files, sizes, hashes = [], [], []

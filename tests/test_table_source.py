@@ -65,7 +65,7 @@ def names(photo_tree: Path) -> list[str]:
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Staging folders (write/staging.py) under the test's own cache directory."""
+    """Staging folders (write/sources/staging.py) under the test's own cache directory."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
@@ -262,7 +262,7 @@ def test_a_row_group_larger_than_the_bound_is_refused_from_the_footer(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from shardfeed.write import table_source
+    from shardfeed.write.sources import tables as table_source
 
     monkeypatch.setattr(table_source, "MAX_ROW_GROUP_BYTES", 8 << 20)
     table = tmp_path / "bomb.parquet"

@@ -20,7 +20,7 @@ wds = pytest.importorskip("webdataset")
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Staging folders (write/staging.py) under the test's own cache directory."""
+    """Staging folders (write/sources/staging.py) under the test's own cache directory."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
@@ -80,7 +80,7 @@ def test_a_brace_pattern_json_labels_and_incomplete_samples(photo_tree: Path, tm
         samples.append({"__key__": f"noimage{n}", "json": {"label": "coffee"}})
         _write(tmp_path / f"data-{n:06d}.tar", samples)
     source = str(tmp_path / "data-{000000..000001}.tar")
-    from shardfeed.write.webdataset_source import WebDatasetSource
+    from shardfeed.write.sources.webdataset import WebDatasetSource
 
     out = tmp_path / "out"
     result = convert(WebDatasetSource(source, label_field="label"), str(out), ConvertOptions(shards=1), workers=1)
@@ -112,7 +112,7 @@ def test_a_folder_of_tars_with_sidecars_is_webdataset(photo_tree: Path, tmp_path
     assert result.manifest.data["source"]["kind"] == "webdataset"
     expected = Counter((hashlib.sha256(d).hexdigest(), label) for d, label, _ in photos)
     assert _converted(tmp_path / "out") == {"train": expected}
-    from shardfeed.write.webdataset_source import WebDatasetSource
+    from shardfeed.write.sources.webdataset import WebDatasetSource
 
     source = WebDatasetSource(str(shards), class_names=str(shards / "classes.txt"))
     named = convert(source, str(tmp_path / "named"), ConvertOptions(split="train=1"), workers=1, progress=False)

@@ -41,7 +41,6 @@ from shardfeed.read.options import renamed as _renamed
 from shardfeed.tools.adopt import AdoptOptions as AdoptOptions
 from shardfeed.tools.adopt import adopt as adopt
 from shardfeed.version import __version__ as __version__
-from shardfeed.write.array_source import ArraySource as ArraySource
 from shardfeed.write.convert import ConversionResult as ConversionResult
 from shardfeed.write.convert import convert as convert
 from shardfeed.write.images import ImageOptions as ImageOptions
@@ -50,6 +49,7 @@ from shardfeed.write.sources import CsvSource as CsvSource
 from shardfeed.write.sources import FilenameSource as FilenameSource
 from shardfeed.write.sources import FolderSource as FolderSource
 from shardfeed.write.sources import UnlabeledSource as UnlabeledSource
+from shardfeed.write.sources.arrays import ArraySource as ArraySource
 
 __all__ = [
     "AdoptOptions",

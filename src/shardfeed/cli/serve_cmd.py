@@ -88,8 +88,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _mirror(url: str) -> None:
     """Fetches the folder's shards into this host's shard cache (the --cache-dir/--cache-limit the
-    process was given) and keeps them pinned while the worker runs (read/shard_mirror.py)."""
+    process was given) and keeps them pinned while the worker runs (read/remote/mirror.py)."""
     from shardfeed.read.options import ReadOptions
-    from shardfeed.read.shard_mirror import mirror
+    from shardfeed.read.remote.mirror import mirror
 
     mirror(url, ReadOptions().shard_cache())

@@ -5,7 +5,7 @@ One rule for every URL path: object stores and the other schemes fsspec knows (`
 TensorFlow implements (`ram://`, its in-memory filesystem) through `tf.io.gfile`. TensorFlow
 2.21 cannot read `s3://` at all (tensorflow-io is needed for it since TF 2.6, and its last
 release fails to load beside TF >= 2.18), so tf.data never reads a bucket: `load` reads shards
-from a bucket through a local, verified shard cache (read/shard_cache.py). `gs://` follows the
+from a bucket through a local, verified shard cache (read/remote/cache.py). `gs://` follows the
 same rule, so every bucket is read, verified and cached alike.
 
 Endpoints and credentials come from each backend's usual environment (boto's `AWS_*` with

@@ -31,8 +31,8 @@ from shardfeed.read import shardset
 from shardfeed.read.options import ReadOptions
 from shardfeed.read.order import GlobalOrderSampler
 from shardfeed.read.pixels import decode_image
-from shardfeed.read.shard_cache import ShardCache
-from shardfeed.read.shard_feed import WAIT_FOR_ROOM, remote_shards
+from shardfeed.read.remote.cache import ShardCache
+from shardfeed.read.remote.feed import WAIT_FOR_ROOM, remote_shards
 
 
 class IndexedRecords:

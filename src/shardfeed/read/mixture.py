@@ -27,7 +27,7 @@ from shardfeed.errors import OptionError
 from shardfeed.format import fileio, manifest, schema
 from shardfeed.format.example_proto import Example
 from shardfeed.read.indexed import IndexedRecords
-from shardfeed.read.shard_cache import ShardCache
+from shardfeed.read.remote.cache import ShardCache
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,7 @@ class ReadOptions:
             written with labels 1..K, as TF models' build_image_data.py writes them); default:
             the manifest's for a converted folder, 0 for other files.
         cache_dir: where shards of a folder in a bucket (s3://, gs://, az://) are kept, verified,
-            while they are read (read/shard_cache.py); default ~/.cache/shardfeed/shards.
+            while they are read (read/remote/cache.py); default ~/.cache/shardfeed/shards.
         cache_limit: bytes (or '20GB') that folder may hold, fetches in flight included; default
             None: no bound (every shard read stays, so later epochs fetch nothing). At least 4
             shards of the largest size; below the split's size every epoch fetches again.
@@ -138,7 +138,7 @@ class ReadOptions:
     def shard_cache(self) -> Any:
         """The shard cache these options describe (for shards in a bucket); fields not given come
         from $SHARDFEED_CACHE_DIR and $SHARDFEED_CACHE_LIMIT (the CLI's --cache-dir/--cache-limit)."""
-        from shardfeed.read.shard_cache import ShardCache
+        from shardfeed.read.remote.cache import ShardCache
 
         limit = self.cache_limit
         if limit is None and os.environ.get(CACHE_LIMIT_VARIABLE):
@@ -286,7 +286,7 @@ class ServiceOptions:
             fast networks saves that CPU on both ends (1.2x the images/s measured on loopback at
             224 px, where a batch of 64 is 9.6 MB either way).
         mirror_dir: for a folder in a bucket: where the workers keep its shards
-            (`shardfeed serve worker --mirror URL --cache-dir DIR`, read/shard_mirror.py); default
+            (`shardfeed serve worker --mirror URL --cache-dir DIR`, read/remote/mirror.py); default
             $SHARDFEED_CACHE_DIR, else ~/.cache/shardfeed/shards as this host names it.
     """
 
@@ -305,7 +305,7 @@ class ServiceOptions:
 
     def mirror_directory(self) -> str:
         """The workers' mirror folder: `mirror_dir`, $SHARDFEED_CACHE_DIR, or the default cache folder."""
-        from shardfeed.read.shard_cache import default_dir
+        from shardfeed.read.remote.cache import default_dir
 
         return self.mirror_dir or os.environ.get(CACHE_DIR_VARIABLE) or default_dir()
 

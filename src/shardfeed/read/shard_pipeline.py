@@ -2,8 +2,8 @@
 
 shard file names   -> shuffled per epoch (training), whole shards per worker (the plan's share);
                       from a bucket: local copies in an order computed in Python, fetched ahead
-                      through the shard cache (read/shard_feed.py); on the tf.data service: the
-                      workers' mirrors of the bucket (read/shard_mirror.py)
+                      through the shard cache (read/remote/feed.py); on the tf.data service: the
+                      workers' mirrors of the bucket (read/remote/mirror.py)
 serialized records -> parallel interleave across shards, each shard's record count checked
                       against the manifest (`checked_records`)
                    -> optional cache; shuffle buffer over the cheap serialized records
@@ -18,9 +18,9 @@ from typing import Any
 from shardfeed.lazy import tensorflow
 from shardfeed.read.order import buffer_shuffle
 from shardfeed.read.plan import ReadPlan
-from shardfeed.read.shard_cache import ShardCache
-from shardfeed.read.shard_feed import ShardFeed, reading_cycle, remote_shards
-from shardfeed.read.shard_mirror import in_mirror
+from shardfeed.read.remote.cache import ShardCache
+from shardfeed.read.remote.feed import ShardFeed, reading_cycle, remote_shards
+from shardfeed.read.remote.mirror import in_mirror
 from shardfeed.read.shardset import ShardSet
 
 END_OF_SHARD = b"\x00shardfeed:end-of-shard\x00"

@@ -18,7 +18,7 @@ from shardfeed.format import manifest, storage
 from shardfeed.lazy import tensorflow
 from shardfeed.read.mixture import Mixture, open_mixture
 from shardfeed.read.options import ReadOptions
-from shardfeed.read.shard_feed import check_room
+from shardfeed.read.remote.feed import check_room
 from shardfeed.tools.bottleneck import PROBE_BATCHES, input_probe
 from shardfeed.training.augment_choice import choose_augment
 from shardfeed.training.batchnorm import batches_for, precise_bn_callback

@@ -37,7 +37,7 @@ from shardfeed.format.manifest_builder import Header, ManifestBuilder
 from shardfeed.write import folder_state, merge, perceptual_hash, shards
 from shardfeed.write.dedupe import source_hashes
 from shardfeed.write.encode import EncodingSpec
-from shardfeed.write.folder_settings import as_flags
+from shardfeed.write.folder_state import as_flags
 from shardfeed.write.inputs_list import Known, read_known, write_inputs
 from shardfeed.write.items import Discovery, Item
 from shardfeed.write.options import ConvertOptions

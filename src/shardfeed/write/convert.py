@@ -33,7 +33,6 @@ from shardfeed.parallel import WorkerPool
 from shardfeed.write import dedupe, folder_state, local_runner, merge, notes, shards
 from shardfeed.write.append import Append, AppendOutcome, appendable
 from shardfeed.write.encode import EncodingSpec, SkippedItem
-from shardfeed.write.folder_settings import folder_options
 from shardfeed.write.images import UPSCALED
 from shardfeed.write.inputs_list import write_inputs
 from shardfeed.write.items import Discovery
@@ -191,7 +190,7 @@ def convert(
             flags_for(runner, beam_options)  # the flags it needs are there
         workers = 1  # the pipeline does the parallel work
     run = _Run(strict, workers, overwrite, progress, runner, beam_options)
-    options = folder_options(options or ConvertOptions(), output_dir)
+    options = folder_state.folder_options(options or ConvertOptions(), output_dir)
     return _Conversion(resolve_source(source), output_dir, options, run).run()
 
 
@@ -286,7 +285,7 @@ class _Conversion:
         return result
 
     def _source_finished(self) -> None:
-        """Tells a source that stages its images (tables, tars: write/staging.py) they can go."""
+        """Tells a source that stages its images (tables, tars: write/sources/staging.py) they can go."""
         finished = getattr(self.source, "finished", None)
         if finished is not None:
             finished()

@@ -15,9 +15,9 @@ from typing import NamedTuple
 from shardfeed.format import fileio, image_limits, schema
 from shardfeed.format.example_proto import FeatureValue, serialize_example
 from shardfeed.write import images, perceptual_hash
-from shardfeed.write.array_source import load_array
 from shardfeed.write.items import Discovery, Item, locate
 from shardfeed.write.options import ConvertOptions
+from shardfeed.write.sources.arrays import load_array
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ file with one per line, in id order) when given, else from the ids. Tars whose n
 split name (`train-000000.tar`, `val/000000.tar`) keep their splits.
 
 Each tar is streamed once (one member in memory at a time) and its images staged as files
-(write/staging.py). A sample without an image or a label is reported with its tar and members.
+(write/sources/staging.py). A sample without an image or a label is reported with its tar and members.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio, image_limits, manifest, storage
 from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, sorted_labels
-from shardfeed.write.staging import Extracted, Staged, Writer
+from shardfeed.write.sources.staging import Extracted, Staged, Writer
 
 log = logging.getLogger("shardfeed")
 DEFAULT_IMAGE_EXTS = "jpg;png;jpeg;webp"

@@ -38,7 +38,7 @@ from shardfeed.errors import OptionError, ShardfeedError
 from shardfeed.format import manifest
 from shardfeed.format.storage import StorageError
 from shardfeed.read.order import global_order
-from shardfeed.read.shard_cache import RemoteShard, ShardCache
+from shardfeed.read.remote.cache import RemoteShard, ShardCache
 from shardfeed.read.shardset import ShardSet
 
 log = logging.getLogger("shardfeed")

@@ -9,7 +9,7 @@ import pytest
 from conftest import jpeg_bytes
 from PIL import Image
 
-from shardfeed.write import jpeg_decode
+from shardfeed.write.images import jpeg
 
 
 def _pillow(data: bytes, target: tuple[int, int] | None) -> Image.Image:
@@ -34,7 +34,7 @@ def test_scaled_decode_gives_pillows_pixels(target: tuple[int, int] | None) -> N
         "odd size": jpeg_bytes(np.ascontiguousarray(photo[:397, :509])),
     }
     for name, data in files.items():
-        ours = jpeg_decode.decode_scaled(data, lambda size: target)
+        ours = jpeg.decode_scaled(data, lambda size: target)
         theirs = _pillow(data, target)
         assert ours is not None, name
         assert (ours.mode, ours.size) == (theirs.mode, theirs.size), name
@@ -42,12 +42,12 @@ def test_scaled_decode_gives_pillows_pixels(target: tuple[int, int] | None) -> N
 
 
 def test_draft_scale_is_the_largest_power_of_two_that_keeps_the_target() -> None:
-    assert jpeg_decode.draft_scale((512, 400), None) == 1
-    assert jpeg_decode.draft_scale((512, 400), (256, 200)) == 2
-    assert jpeg_decode.draft_scale((512, 400), (255, 201)) == 1
-    assert jpeg_decode.draft_scale((512, 400), (100, 100)) == 4
-    assert jpeg_decode.draft_scale((512, 400), (10, 10)) == 8
-    assert jpeg_decode.draft_scale((512, 400), (1024, 800)) == 1
+    assert jpeg.draft_scale((512, 400), None) == 1
+    assert jpeg.draft_scale((512, 400), (256, 200)) == 2
+    assert jpeg.draft_scale((512, 400), (255, 201)) == 1
+    assert jpeg.draft_scale((512, 400), (100, 100)) == 4
+    assert jpeg.draft_scale((512, 400), (10, 10)) == 8
+    assert jpeg.draft_scale((512, 400), (1024, 800)) == 1
 
 
 def test_files_it_does_not_handle_are_left_to_pillow() -> None:
@@ -58,28 +58,28 @@ def test_files_it_does_not_handle_are_left_to_pillow() -> None:
     cmyk = io.BytesIO()
     Image.fromarray(photo).convert("CMYK").save(cmyk, "JPEG")
     data = jpeg_bytes(photo)
-    assert jpeg_decode.decode_scaled(cmyk.getvalue(), lambda size: None) is None
-    assert jpeg_decode.decode_scaled(data[: len(data) // 2], lambda size: None) is None
-    assert jpeg_decode.decode_scaled(b"\xff\xd8\xff not a jpeg", lambda size: None) is None
+    assert jpeg.decode_scaled(cmyk.getvalue(), lambda size: None) is None
+    assert jpeg.decode_scaled(data[: len(data) // 2], lambda size: None) is None
+    assert jpeg.decode_scaled(b"\xff\xd8\xff not a jpeg", lambda size: None) is None
 
 
 def test_decode_check_rejects_truncation_and_warns_on_damaged_data() -> None:
     import skimage.data
 
     data = jpeg_bytes(np.ascontiguousarray(skimage.data.astronaut()[::2, ::2]))
-    assert jpeg_decode.decode_check(data, "YCbCr")[0] is None
-    with pytest.raises(jpeg_decode.DamagedJpegError, match="corrupt JPEG"):
-        jpeg_decode.decode_check(data[: len(data) // 2], "YCbCr")
+    assert jpeg.decode_check(data, "YCbCr")[0] is None
+    with pytest.raises(jpeg.DamagedJpegError, match="corrupt JPEG"):
+        jpeg.decode_check(data[: len(data) // 2], "YCbCr")
     start = data.index(b"\xff\xda")  # start of scan: damage the entropy-coded data after it
     damaged = data[: start + 1000] + b"\xff\xd0" + data[start + 1002 :]  # a stray restart marker
-    warning, _ = jpeg_decode.decode_check(damaged, "YCbCr")
+    warning, _ = jpeg.decode_check(damaged, "YCbCr")
     assert warning is not None and warning.startswith("damaged JPEG data, decodes with a warning: Corrupt JPEG data")
 
 
 def _verdict(data: bytes, colorspace: str) -> str:
     try:
-        return "ok" if jpeg_decode.decode_check(data, colorspace)[0] is None else "warning"
-    except jpeg_decode.DamagedJpegError:
+        return "ok" if jpeg.decode_check(data, colorspace)[0] is None else "warning"
+    except jpeg.DamagedJpegError:
         return "rejected"
 
 

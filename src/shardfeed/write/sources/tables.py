@@ -14,7 +14,7 @@ The image column and the label column come from `datasets`' feature metadata whe
 from their names and types; `image_column` / `label_column` override. An image is stored as its
 bytes (`{bytes, path}`); one given by path only is read from that path, relative to the dataset.
 Tables are read with pyarrow (`pip install 'shardfeed[hub]'`), a record batch at a time, and the
-images extracted once into a staging folder (write/staging.py). Each image's key (report.json,
+images extracted once into a staging folder (write/sources/staging.py). Each image's key (report.json,
 image/filename) is its table and row: `data/train-00000-of-00002.parquet/0000123.jpg`.
 """
 
@@ -31,7 +31,7 @@ from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio, image_limits, storage
 from shardfeed.format.image_format import sniff_format
 from shardfeed.write.items import Discovery
-from shardfeed.write.staging import Extracted, Staged, Writer
+from shardfeed.write.sources.staging import Extracted, Staged, Writer
 
 IMAGE_NAMES = ("image", "img", "picture", "photo", "jpg", "png", "image_bytes")
 LABEL_NAMES = ("label", "labels", "class", "category", "target", "fine_label")

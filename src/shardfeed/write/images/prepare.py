@@ -18,7 +18,8 @@ from PIL import Image, ImageOps
 from shardfeed.errors import OptionError
 from shardfeed.format import image_limits
 from shardfeed.format.image_format import sniff_format
-from shardfeed.write import jpeg_decode, jpeg_header, perceptual_hash, png_check
+from shardfeed.write import perceptual_hash
+from shardfeed.write.images import jpeg, png
 
 _JPEG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
 IMAGE_FORMATS = ("keep", "jpeg", "png")
@@ -141,7 +142,7 @@ def _keep_jpeg(data: bytes, check: str, hashed: bool) -> PreparedImage | None:
         height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
     except ValueError as e:
         raise BadImageError(f"corrupt JPEG header: {e}") from e
-    if colorspace not in ("Gray", "YCbCr", "RGB") or jpeg_header.exif_orientation(data) != 1:
+    if colorspace not in ("Gray", "YCbCr", "RGB") or jpeg.exif_orientation(data) != 1:
         return None
     channels = 1 if colorspace == "Gray" else 3
     warning, source = None, None
@@ -157,10 +158,10 @@ def _keep_jpeg(data: bytes, check: str, hashed: bool) -> PreparedImage | None:
 
 
 def _decode_check(data: bytes, colorspace: str, min_side: int = 1) -> tuple[str | None, np.ndarray]:
-    """`jpeg_decode.decode_check`, its failure as a BadImageError."""
+    """`jpeg.decode_check`, its failure as a BadImageError."""
     try:
-        return jpeg_decode.decode_check(data, colorspace, min_side)
-    except jpeg_decode.DamagedJpegError as e:
+        return jpeg.decode_check(data, colorspace, min_side)
+    except jpeg.DamagedJpegError as e:
         raise BadImageError(str(e)) from e
 
 
@@ -183,7 +184,7 @@ def check_stored_image(data: bytes, fmt: str, height: int, width: int, channels:
                 (w, h), limit = im.size, image_limits.DEFAULT_MAX_PIXELS
                 if not (problem := image_limits.too_large((w, h), limit)):
                     im.load()
-            if problem := problem or (png_check.problem(data) if fmt == "PNG" else None):
+            if problem := problem or (png.problem(data) if fmt == "PNG" else None):
                 return problem
     except (BadImageError, ValueError, OSError) as e:
         return f"image does not decode: {e}"
@@ -211,14 +212,14 @@ def _keep_png(data: bytes, check: str, hashed: bool) -> PreparedImage | None:
                 im.verify()
     except Exception as e:
         raise BadImageError(f"corrupt PNG: {e}") from e
-    if check == "decode" and (missing := png_check.problem(data)):  # Pillow pads missing rows
+    if check == "decode" and (missing := png.problem(data)):  # Pillow pads missing rows
         raise BadImageError(missing)
     return PreparedImage(data, "PNG", height, width, 1 if color_type == 0 else 3, hash_source=source)
 
 
 def _transcode(data: bytes, fmt: str, claims_jpeg: bool, options: ImageOptions, hashed: bool) -> PreparedImage:
     """Decodes, makes the image upright RGB/gray, applies transforms, re-encodes."""
-    orientation = jpeg_header.exif_orientation(data) if fmt == "jpeg" else None
+    orientation = jpeg.exif_orientation(data) if fmt == "jpeg" else None
     im = _decode(data, fmt, orientation, options)
     reasons = _conversion_reasons(im, fmt, claims_jpeg, orientation)
     im = _normalise_mode(_upright(im, orientation))
@@ -244,7 +245,7 @@ def _decode(data: bytes, fmt: str, orientation: int | None, options: ImageOption
         BadImageError: Pillow cannot decode it.
     """
     if orientation == 1:
-        decoded = jpeg_decode.decode_scaled(data, lambda size: _target_size(size, options))
+        decoded = jpeg.decode_scaled(data, lambda size: _target_size(size, options))
         if decoded is not None:
             return decoded
     try:

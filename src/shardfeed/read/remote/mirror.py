@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from shardfeed.errors import OptionError
 from shardfeed.format import fileio, manifest, storage
 from shardfeed.read import shardset
-from shardfeed.read.shard_cache import RemoteShard, ShardCache, copy_name
-from shardfeed.read.shard_feed import FETCH_THREADS, remote_shards
+from shardfeed.read.remote.cache import RemoteShard, ShardCache, copy_name
+from shardfeed.read.remote.feed import FETCH_THREADS, remote_shards
 from shardfeed.read.shardset import ShardSet
 
 log = logging.getLogger("shardfeed")

@@ -1,0 +1,38 @@
+"""Image bytes on the write path: what an input image is, whether it is usable, and the bytes
+that are stored for it.
+
+    prepare.py   format detection, validation, normalisation, write-time resize/crop/encode
+                 (`ImageOptions`, `prepare_file_image`, `check_stored_image`)
+    jpeg.py      JPEG: EXIF orientation off the header, the decode check, DCT-scaled decoding
+    png.py       PNG: every row the header promises is there (as TensorFlow's decoder requires)
+"""
+
+from __future__ import annotations
+
+from shardfeed.write.images.prepare import (
+    ARRAY_ENCODINGS,
+    CHECKS,
+    IMAGE_FORMATS,
+    UPSCALED,
+    BadImageError,
+    ImageOptions,
+    PreparedImage,
+    check_stored_image,
+    encode,
+    prepare_array_image,
+    prepare_file_image,
+)
+
+__all__ = [
+    "ARRAY_ENCODINGS",
+    "CHECKS",
+    "IMAGE_FORMATS",
+    "UPSCALED",
+    "BadImageError",
+    "ImageOptions",
+    "PreparedImage",
+    "check_stored_image",
+    "encode",
+    "prepare_array_image",
+    "prepare_file_image",
+]

@@ -1,0 +1,110 @@
+"""Input layouts: find every input image, its stable key, its label and any pre-made split.
+
+One module per layout, each a class that satisfies `Source`: `discover()` lists the inputs in
+sorted order and returns a `Discovery` (write/items.py): the items to convert, the class names
+(sorted; index = label id), and the files it could not use with the reason, so that nothing is
+dropped silently.
+
+    folders.py      a class per folder, labels in file names, or no labels
+    csv_list.py     a CSV/TSV list of files with labels
+    arrays.py       NumPy .npz/.npy arrays
+    tables.py       Hugging Face Parquet/Arrow tables
+    webdataset.py   WebDataset tars
+    staging.py      container images (tables, tars) extracted once into a folder
+
+A new layout is a new module here with a class like these, and one branch in `resolve_source`.
+A source that stages files may also have `finished()`, called when the conversion no longer
+needs them; one with a `root` folder is checked not to hold the output folder.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from shardfeed.errors import SourceError
+from shardfeed.write.items import Discovery
+from shardfeed.write.sources.arrays import ArraySource
+from shardfeed.write.sources.csv_list import CsvSource
+from shardfeed.write.sources.folders import (
+    DEFAULT_FILENAME_PATTERN,
+    FilenameSource,
+    FolderSource,
+    UnlabeledSource,
+    empty_source_hint,
+)
+from shardfeed.write.sources.tables import TableSource, looks_like_table
+from shardfeed.write.sources.webdataset import WebDatasetSource, looks_like_webdataset
+
+__all__ = [
+    "DEFAULT_FILENAME_PATTERN",
+    "LABELS_FROM",
+    "ArraySource",
+    "CsvSource",
+    "FilenameSource",
+    "FolderSource",
+    "Source",
+    "TableSource",
+    "UnlabeledSource",
+    "WebDatasetSource",
+    "empty_source_hint",
+    "resolve_source",
+]
+
+
+class Source(Protocol):
+    """What a conversion needs of an input layout."""
+
+    @property
+    def kind(self) -> str:
+        """The layout's name, as the manifest records it ('folder', 'csv', 'parquet', ...)."""
+        ...
+
+    def discover(self) -> Discovery:
+        """Every input, in sorted order, with the classes and the files it could not use."""
+        ...
+
+
+LABELS_FROM = ("folders", "filenames", "none")
+
+
+def resolve_source(
+    source: str | Source,
+    *,
+    labels_from: str = "folders",
+    label_pattern: str | None = None,
+    container_options: dict[str, Any] | None = None,
+    **csv_or_array_options: Any,
+) -> Source:
+    """A source object from a path: folder, .csv/.tsv list, .npz/.npy arrays, Hugging Face
+    Parquet/Arrow tables (tables.py) or WebDataset tars (webdataset.py).
+
+    Args:
+        source: a path, or an already built source object (returned as is).
+        labels_from: for folders: 'folders' (class per folder), 'filenames', or 'none'.
+        label_pattern: regex with one group, for labels_from='filenames'.
+        container_options: image_column/label_column/outside_images for tables; image_exts, label_ext,
+            label_field, class_names for WebDataset tars (None values are left out).
+        csv_or_array_options: column names for CSV, array names for NumPy inputs.
+    """
+    container_options = container_options or {}
+    if not isinstance(source, str):
+        return source
+    lower = source.lower()
+    if lower.endswith((".csv", ".tsv")):
+        return CsvSource(source, **csv_or_array_options)
+    if lower.endswith((".npz", ".npy")):
+        return ArraySource(source, **csv_or_array_options)
+    if labels_from not in LABELS_FROM:
+        raise SourceError(f"labels_from must be one of {list(LABELS_FROM)}, got {labels_from!r}")
+    table_keys = ("image_column", "label_column", "outside_images")
+    table = {k: v for k, v in container_options.items() if k in table_keys and v is not None}
+    wds = {k: v for k, v in container_options.items() if k not in table_keys and v is not None}
+    if labels_from == "folders" and looks_like_webdataset(source):  # first: img2dataset puts Parquet beside tars
+        return WebDatasetSource(source, **wds)
+    if labels_from == "folders" and looks_like_table(source):
+        return TableSource(source, **table)
+    if labels_from == "filenames":
+        return FilenameSource(source, label_pattern)
+    if labels_from == "none":
+        return UnlabeledSource(source)
+    return FolderSource(source)

@@ -1,0 +1,107 @@
+"""A CSV/TSV list of image files (`path,label[,split]`), paths relative to the list."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+
+from shardfeed.errors import SourceError
+from shardfeed.format import fileio
+from shardfeed.write.items import Discovery, file_item, sorted_labels
+
+
+class CsvSource:
+    """A CSV/TSV list `path,label[,split]` with paths relative to the CSV file.
+
+    The delimiter is ',' (tab for .tsv); a header that only splits into the path column on ';',
+    tab or '|' (a spreadsheet export in a ';' locale) is read with that one.
+    """
+
+    kind = "csv"
+
+    def __init__(
+        self,
+        csv_path: str,
+        *,
+        path_column: str = "path",
+        label_column: str = "label",
+        split_column: str | None = None,
+    ) -> None:
+        self.csv_path = csv_path
+        self.path_column = path_column
+        self.label_column = label_column
+        self.split_column = split_column
+
+    def _delimiter(self, text: str) -> str:
+        default = "\t" if self.csv_path.lower().endswith(".tsv") else ","
+        header = text.split("\n", 1)[0]
+        for delimiter in (default, ";", "\t", "|"):
+            if self.path_column in (cell.strip() for cell in header.split(delimiter)):
+                return delimiter
+        return default
+
+    def discover(self) -> Discovery:
+        if not fileio.exists(self.csv_path):
+            raise SourceError(f"CSV file {self.csv_path!r} does not exist")
+        text = fileio.read_bytes(self.csv_path).decode("utf-8-sig")
+        rows = csv.reader(io.StringIO(text), delimiter=self._delimiter(text))
+        header = next(rows, None)
+        name = os.path.basename(self.csv_path)
+        if header is None:
+            raise SourceError(f"CSV file {self.csv_path!r} is empty; expected a header line")
+        header = [h.strip() for h in header]
+        path_i = self._column(header, self.path_column, "path_column", name)
+        label_i = self._column(header, self.label_column, "label_column", name)
+        split_name = self.split_column or "split"
+        split_i: int | None = None
+        if split_name in header:
+            split_i = header.index(split_name)
+        elif self.split_column is not None:
+            self._column(header, self.split_column, "split_column", name)
+        base = os.path.dirname(self.csv_path)
+        seen: set[str] = set()
+        rows_ok: list[tuple[str, str, str | None]] = []
+        skipped: list[tuple[str, str]] = []
+        for line_no, row in enumerate(rows, start=2):
+            if not row or all(not cell.strip() for cell in row):
+                continue
+            if len(row) < len(header):
+                skipped.append(
+                    (
+                        f"{name}:{line_no}",
+                        f"line {line_no} has {len(row)} columns, header has {len(header)}",
+                    )
+                )
+                continue
+            rel, label = row[path_i].strip(), row[label_i].strip()
+            split = row[split_i].strip() if split_i is not None else None
+            if rel in seen:
+                skipped.append((rel, f"listed twice in {name} (again on line {line_no})"))
+            elif not label:
+                skipped.append((rel, f"empty label on line {line_no} of {name}"))
+            elif not fileio.exists(fileio.join(base, rel)):
+                skipped.append((rel, f"listed on line {line_no} of {name} but the file does not exist"))
+            else:
+                seen.add(rel)
+                rows_ok.append((rel, label, split or None))
+        class_names = sorted_labels({label for _, label, _ in rows_ok})
+        ids = {n: i for i, n in enumerate(class_names)}
+        items = [file_item(base, rel, ids[label], split) for rel, label, split in sorted(rows_ok)]
+        presplit = split_i is not None
+        if presplit and any(item.split is None for item in items):
+            missing = next(item.key for item in items if item.split is None)
+            raise SourceError(
+                f"{name}: split column {split_name!r} is empty for {missing!r}; "
+                "fill it for every row or drop the column"
+            )
+        return Discovery(self.kind, self.csv_path, items, base, class_names, skipped, presplit)
+
+    @staticmethod
+    def _column(header: list[str], column: str, option: str, name: str) -> int:
+        if column not in header:
+            flag = "--" + option.replace("_", "-")
+            raise SourceError(
+                f"column {column!r} not in CSV header {header} (line 1 of {name}); pass {option}= ({flag})"
+            )
+        return header.index(column)
