@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import crops, jpeg_bytes, photos
 
-from shardfeed import IndexedRecords, ReadOptions, adopt, load, steps_per_epoch
+from shardfeed import ForeignKeys, IndexedRecords, ReadOptions, adopt, load, steps_per_epoch
 from shardfeed.errors import ManifestError, SourceError
 from shardfeed.format import manifest, tfrecord
 from shardfeed.tools.adopt import AdoptOptions
@@ -130,7 +130,7 @@ def inception_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Wr
         "validation-00000-of-00001": ("validation", 1),
     }
     root, written = _write(tmp_path_factory.mktemp("inception") / "data", names, inception)
-    adopt(str(root), options=AdoptOptions(label_offset=1), progress=False)
+    adopt(str(root), options=AdoptOptions(foreign=ForeignKeys(label_offset=1)), progress=False)
     return root, written
 
 
@@ -172,7 +172,12 @@ def test_kwotsin_layout_with_labels_txt_and_image_tree(tmp_path: Path) -> None:
 def test_recipe_keys_and_mnist_floats_with_out(tmp_path: Path) -> None:
     root, written = _write(tmp_path / "cd", {"cat_dog00-12.tfrec": ("train", 3)}, recipe)
     out = tmp_path / "adopted"
-    result = adopt(str(root / "*.tfrec"), str(out), AdoptOptions(image_key="image", label_key="class"), progress=False)
+    result = adopt(
+        str(root / "*.tfrec"),
+        str(out),
+        AdoptOptions(foreign=ForeignKeys(image_key="image", label_key="class")),
+        progress=False,
+    )
     assert result.splits == {"train": 12}
     assert os.path.samefile(root / "cat_dog00-12.tfrec", out / "cat_dog00-12.tfrec")  # a hard link, not a copy
     assert _read_back(out, "train") == written["train"]
@@ -181,7 +186,7 @@ def test_recipe_keys_and_mnist_floats_with_out(tmp_path: Path) -> None:
     mroot, mwritten = _write(
         tmp_path / "mnist", {"train.tfrecords": ("train", 2), "test.tfrecords": ("test", 1)}, mnist_floats
     )
-    adopt(str(mroot), options=AdoptOptions(image_key="image", label_key="label"), progress=False)
+    adopt(str(mroot), options=AdoptOptions(foreign=ForeignKeys(image_key="image", label_key="label")), progress=False)
     m = manifest.read(str(mroot))
     assert m.keys.pixels_as_floats and m.data["image_formats"] == {"RAW": 12}
     assert IndexedRecords(str(mroot), "test").image(0).shape == (28, 28, 1)
@@ -214,7 +219,7 @@ def test_tfds_written_folder(tmp_path: Path) -> None:
     builder = TinyPhotos(data_dir=str(tmp_path / "tfds"))
     builder.download_and_prepare()
     folder = Path(builder.data_dir)
-    adopt(str(folder), options=AdoptOptions(image_key="image", label_key="label"), progress=False)
+    adopt(str(folder), options=AdoptOptions(foreign=ForeignKeys(image_key="image", label_key="label")), progress=False)
     for split, per_class in (("train", 3), ("test", 1)):
         expected = Counter(int(x["label"]) for x in tfds.as_numpy(builder.as_dataset(split=split)))
         assert Counter(lab for _, lab in _read_back(folder, split).elements()) == expected
@@ -267,16 +272,16 @@ def test_rerun_is_a_no_op_and_a_changed_shard_is_detected(tmp_path: Path) -> Non
         {"train-00000-of-00001": ("train", 1), "validation-00000-of-00001": ("validation", 1)},
         inception,
     )
-    adopt(str(root), options=AdoptOptions(label_offset=1), progress=False)
+    adopt(str(root), options=AdoptOptions(foreign=ForeignKeys(label_offset=1)), progress=False)
     stamp = (root / "manifest.json").stat().st_mtime_ns
-    again = adopt(str(root), options=AdoptOptions(label_offset=1), progress=False)
+    again = adopt(str(root), options=AdoptOptions(foreign=ForeignKeys(label_offset=1)), progress=False)
     assert not again.written and (root / "manifest.json").stat().st_mtime_ns == stamp
     shard = root / "validation-00000-of-00001"
     records = list(tfrecord.read_records(str(shard)))
     shard.write_bytes(b"".join(tfrecord.frame(r) for r in records[:-1]))  # one record fewer
     with pytest.raises(SourceError, match=r"the manifest says.*shardfeed adopt .* again"):
         load(str(root), split="validation")
-    changed = adopt(str(root), options=AdoptOptions(label_offset=1), progress=False)
+    changed = adopt(str(root), options=AdoptOptions(foreign=ForeignKeys(label_offset=1)), progress=False)
     assert changed.written and any("validation-00000-of-00001" in c and "bytes" in c for c in changed.changes)
     assert manifest.read(str(root)).split("validation").num_records == len(records) - 1
 
@@ -301,7 +306,7 @@ def test_label_base_warnings_and_refusals(tmp_path: Path) -> None:
     assert any("1-based" in w and "--label-offset 1" in w for w in result.warnings)
     slim, _ = _write(tmp_path / "slim", {"train-00000-of-00001": ("train", 1)}, tfslim)
     with pytest.raises(SourceError, match="below the label offset 1"):
-        adopt(str(slim), options=AdoptOptions(label_offset=1), progress=False)
+        adopt(str(slim), options=AdoptOptions(foreign=ForeignKeys(label_offset=1)), progress=False)
 
 
 def test_what_adopt_refuses(photo_shards: Path, tmp_path: Path) -> None:
@@ -317,6 +322,10 @@ def test_what_adopt_refuses(photo_shards: Path, tmp_path: Path) -> None:
     )
     with pytest.raises(SourceError, match="cannot tell the splits"):
         adopt(str(mixed), progress=False)
-    adopt(str(mixed), options=AdoptOptions(split_pattern=r"^(train|extra)", label_offset=1), progress=False)
+    adopt(
+        str(mixed),
+        options=AdoptOptions(split_pattern=r"^(train|extra)", foreign=ForeignKeys(label_offset=1)),
+        progress=False,
+    )
     assert manifest.read(str(mixed)).split_names == ["extra", "train"]
     shutil.rmtree(mixed)

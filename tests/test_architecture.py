@@ -15,7 +15,7 @@ import shardfeed
 SRC = Path(shardfeed.__file__).parent
 # The data flow, lowest first: a module may import its own stage and the stages below it.
 STAGES = {"format": 1, "write": 2, "read": 3, "tools": 4, "training": 5, "cli": 6}
-BASE = {"errors", "lazy", "parallel", "redaction", "version"}  # shared by every stage
+BASE = {"deprecation", "errors", "lazy", "parallel", "redaction", "version"}  # shared by every stage
 
 
 def modules() -> list[Path]:

@@ -13,6 +13,7 @@ import pytest
 from shardfeed import (
     ConvertOptions,
     DecodeOptions,
+    ForeignKeys,
     ImageOptions,
     ReadOptions,
     convert,
@@ -242,7 +243,7 @@ def test_foreign_tfrecords_three_recipes(photo_tree: Path, digits, tmp_path: Pat
         training=False,
         batch_size=4,
         image_size=32,
-        read=ReadOptions(image_key="image", label_key="class"),
+        read=ReadOptions(foreign=ForeignKeys(image_key="image", label_key="class")),
     )
     x, y = _all(cats)
     assert len(x) == 16 and set(y.tolist()) == {0, 1} and int(cats.cardinality()) == 4
@@ -252,16 +253,20 @@ def test_foreign_tfrecords_three_recipes(photo_tree: Path, digits, tmp_path: Pat
         training=False,
         batch_size=5,
         image_size=8,
-        read=ReadOptions(image_key="img_string", label_key="label"),
+        read=ReadOptions(foreign=ForeignKeys(image_key="img_string", label_key="label")),
         decode=DecodeOptions(crop_fraction=1.0, channels=1),
     )
     mx, my = _all(mnist)
     assert mx.shape == (20, 8, 8, 1) and my.tolist() == labels[:20].tolist()
     assert np.abs(mx[..., 0].astype(int) - images[:20].astype(int)).max() <= 1
     with pytest.raises(
-        ValueError, match=r"feature 'label' not in the records of .*; they have \['class', 'image'\]; pass label_key"
+        ValueError,
+        match=r"feature 'label' not in the records of .*; they have \['class', 'image'\]; pass ForeignKeys\(label_key",
     ):
-        load(str(tmp_path / "cat_dog*.tfrec"), read=ReadOptions(image_key="image", label_key="label"))
+        load(
+            str(tmp_path / "cat_dog*.tfrec"),
+            read=ReadOptions(foreign=ForeignKeys(image_key="image", label_key="label")),
+        )
     with pytest.raises(ValueError, match="no TFRecord files match"):
         load(str(tmp_path / "nothing*.tfrec"))
 

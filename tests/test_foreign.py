@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import crops, jpeg_bytes, photos
 
-from shardfeed import ReadOptions, load, steps_per_epoch
+from shardfeed import ForeignKeys, ReadOptions, load, steps_per_epoch
 from shardfeed.errors import ManifestError, SourceError
 from shardfeed.read.foreign import split_in_name
 
@@ -107,7 +107,7 @@ def test_names_without_splits_are_one_set(tmp_path: Path) -> None:
 
 def test_one_based_labels_are_shifted_by_the_read_option(tmp_path: Path) -> None:
     """build_image_data.py writes labels 1..K (0 is background): Keras then refused label K as
-    out of range [0, K). `ReadOptions(label_offset=1)` gives the model 0..K-1."""
+    out of range [0, K). `ReadOptions(foreign=ForeignKeys(label_offset=1))` gives the model 0..K-1."""
     from shardfeed.errors import OptionError
 
     folder = _folder(tmp_path / "f", {"train-00000-of-00001": 6})
@@ -120,12 +120,12 @@ def test_one_based_labels_are_shifted_by_the_read_option(tmp_path: Path) -> None
         assert labels(ReadOptions()) == {1, 2}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once the offset is given, either way
-        assert labels(ReadOptions(label_offset=1)) == {0, 1}
-        assert labels(ReadOptions(label_offset=0)) == {1, 2}
+        assert labels(ReadOptions(foreign=ForeignKeys(label_offset=1))) == {0, 1}
+        assert labels(ReadOptions(foreign=ForeignKeys(label_offset=0))) == {1, 2}
     sidecar = json.loads((folder / ".shardfeed-counts.json").read_text())
     assert sidecar["train-00000-of-00001"]["labels"] == {"image/class/label": [1, 2]}  # one pass, kept
     with pytest.raises(OptionError, match="label_offset must be a non-negative integer"):
-        ReadOptions(label_offset=-1)
+        ReadOptions(foreign=ForeignKeys(label_offset=-1))
 
 
 def _one_record_file(path: Path, features: dict[str, object]) -> str:
@@ -181,14 +181,15 @@ def test_a_foreign_folder_is_pointed_at_adopt(tmp_path: Path) -> None:
     verify and show read them as they are."""
     from shardfeed import IndexedRecords
     from shardfeed.tools import show, verify
-    from shardfeed.tools.foreign_scan import AdoptOptions
 
     folder = _folder(tmp_path / "f", {"train-00000-of-00001": 3, "validation-00000-of-00001": 2})
     with pytest.raises(ManifestError, match="shardfeed adopt"):
         IndexedRecords(str(folder))
-    report = verify(str(folder), progress=False, foreign_keys=AdoptOptions(label_offset=1))
+    report = verify(str(folder), progress=False, foreign=ForeignKeys(label_offset=1))
     assert report.ok and report.foreign and report.records == 5
-    tiles = show(str(folder), None, split="validation", rows=1, cols=2, read=ReadOptions(label_offset=1))
+    tiles = show(
+        str(folder), None, split="validation", rows=1, cols=2, read=ReadOptions(foreign=ForeignKeys(label_offset=1))
+    )
     assert sorted(t.caption for t in tiles) == ["0", "1"]
 
 

@@ -95,6 +95,21 @@ def test_worker_processes_make_the_same_batches_in_the_same_order(data: Path) ->
         assert (y == y2).all() and (x == x2).all()
 
 
+def test_it_is_resolved_by_loads_plan(data: Path) -> None:
+    """The count `steps_per_epoch` gives, each run its own order without a seed (as `load`), and
+    a start inside the epochs refused without one (the order to resume would be unknown)."""
+    from shardfeed import OptionError, steps_per_epoch
+
+    for split in ("train", "validation"):
+        ds = grain_dataset(str(data), split=split, batch_size=4, image_size=16)
+        assert ds.steps_per_epoch == steps_per_epoch(str(data), split, 4)
+    runs = {np.concatenate([x for x, _ in _epochs(grain_dataset(str(data), batch_size=4, image_size=16))]).tobytes()}
+    runs |= {np.concatenate([x for x, _ in _epochs(grain_dataset(str(data), batch_size=4, image_size=16))]).tobytes()}
+    assert len(runs) == 2
+    with pytest.raises(OptionError, match="need a seed"):
+        grain_dataset(str(data), batch_size=4, start_epoch=1)
+
+
 def test_a_negative_worker_count_is_one_line(data: Path) -> None:
     from shardfeed import ShardfeedError
 

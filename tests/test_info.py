@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shardfeed import ConvertOptions, convert
+from shardfeed import ConvertOptions, ForeignKeys, convert
 from shardfeed.tools import info
 from shardfeed.tools.dataset_info import format_info
 
@@ -49,11 +49,11 @@ def test_info_text_has_a_histogram(converted: Path) -> None:
 
 
 def test_info_on_other_tfrecords(converted: Path) -> None:
-    data = info(str(converted / "train-*"), label_key="image/class/label")
+    data = info(str(converted / "train-*"), foreign=ForeignKeys(label_key="image/class/label"))
     assert data["kind"] == "tfrecord" and data["records"] == 15 and data["features"]["image/encoded"] == "bytes"
     assert sum(data["class_counts"].values()) == 15
     with pytest.raises(ValueError, match=r"feature 'label' not in the records; they have \['image/channels'"):
-        info(str(converted / "train-*"), label_key="label")
+        info(str(converted / "train-*"), foreign=ForeignKeys(label_key="label"))
 
 
 def test_many_classes_are_summarised_unless_all_are_asked_for(tmp_path: Path) -> None:

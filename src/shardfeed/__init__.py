@@ -1,7 +1,8 @@
 """shardfeed: image datasets -> sharded TFRecords -> fast tf.data input pipelines.
 
 The top level holds what a data pipeline needs every day: `convert` (with `ConvertOptions`,
-`ImageOptions` and the source classes), `adopt` (other people's TFRecords, `AdoptOptions`),
+`ImageOptions` and the source classes), `adopt` (other people's TFRecords, `AdoptOptions`; their
+keys, wherever such records are read, as one `ForeignKeys`),
 `load`/`steps_per_epoch` (with `ReadOptions`, `DecodeOptions`, `ServiceOptions`, `Augment`, `Mixture`), the
 TensorFlow-free reader `IndexedRecords`, the manifest and the errors. Tools live in
 `shardfeed.tools` (info, verify, show, shuffle_report, bench), Keras training in
@@ -28,6 +29,7 @@ from shardfeed.errors import SourceError as SourceError
 from shardfeed.errors import StorageError as StorageError
 from shardfeed.format.manifest import Manifest as Manifest
 from shardfeed.format.manifest import read as read_manifest
+from shardfeed.format.schema import ForeignKeys as ForeignKeys
 from shardfeed.read.augment import Augment as Augment
 from shardfeed.read.dataset import load as load
 from shardfeed.read.dataset import steps_per_epoch as steps_per_epoch
@@ -64,6 +66,7 @@ __all__ = [
     "DecodeOptions",
     "FilenameSource",
     "FolderSource",
+    "ForeignKeys",
     "ImageOptions",
     "IndexedRecords",
     "Manifest",

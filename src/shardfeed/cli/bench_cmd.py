@@ -10,7 +10,7 @@ from typing import Any
 
 from shardfeed.cli.options import add_record_key_flags, from_args
 from shardfeed.errors import OptionError
-from shardfeed.read.options import SHUFFLES, DecodeOptions, ReadOptions
+from shardfeed.read.options import BATCH_SIZE, IMAGE_SIZE, SHUFFLES, DecodeOptions, ReadOptions
 from shardfeed.tools.benchmark import BREAKDOWN, bench, breakdown
 
 
@@ -18,8 +18,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("bench", help="measure load-pipeline throughput")
     p.add_argument("path", nargs="+", help="converted folder, or TFRecord files/globs another program wrote")
     p.add_argument("--split", default="train")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--batch-size", type=int, default=BATCH_SIZE)
+    p.add_argument("--image-size", type=int, default=IMAGE_SIZE)
     p.add_argument("--epochs", type=int, default=1, help="passes to time")
     p.add_argument(
         "--eval", dest="training", action="store_false", default=None, help="evaluation preprocessing (no augmentation)"

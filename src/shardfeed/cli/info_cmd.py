@@ -6,8 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from shardfeed.cli.options import add_record_key_flags
-from shardfeed.read.options import SHUFFLES, ReadOptions
+from shardfeed.cli.options import add_record_key_flags, foreign_keys
+from shardfeed.read.options import BATCH_SIZE, SHUFFLES, ReadOptions
 from shardfeed.tools.dataset_info import format_info, info
 
 
@@ -26,7 +26,7 @@ def register(sub: Any) -> None:
         help="run the training pipeline and compare its batches' label mix with an ideal shuffle",
     )
     g.add_argument("--split", default="train")
-    g.add_argument("--batch-size", type=int, default=64)
+    g.add_argument("--batch-size", type=int, default=BATCH_SIZE)
     g.add_argument("--batches", type=int, default=20, help="batches to inspect")
     g.add_argument("--shuffle", choices=SHUFFLES, default="buffer")
     g.add_argument("--shuffle-buffer", type=int, help="records in the shuffle buffer (default 4096)")
@@ -46,12 +46,6 @@ def run(args: argparse.Namespace) -> int:
         )
         print(json.dumps(report, indent=2) if args.json else format_report(report))
         return 0
-    data = info(
-        path,
-        sample=args.sample,
-        image_key=args.image_key,
-        label_key=args.label_key,
-        label_offset=args.label_offset or 0,
-    )
+    data = info(path, sample=args.sample, foreign=foreign_keys(args))
     print(json.dumps(data, indent=2, sort_keys=True) if args.json else format_info(data, all_classes=args.all_classes))
     return 0

@@ -14,14 +14,26 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+FOREIGN_FLAGS = ("image_key", "label_key", "label_offset")  # `add_record_key_flags`: one ForeignKeys
+
+
 def from_args(cls: type[T], args: argparse.Namespace, **fixed: Any) -> T:
-    """`cls(...)` with every field that `args` sets (not None), plus `fixed` values."""
-    given = {
-        f.name: getattr(args, f.name)
-        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-        if f.name not in fixed and getattr(args, f.name, None) is not None
-    }
+    """`cls(...)` with every field that `args` sets (not None), plus `fixed` values; the record
+    key flags go into its `foreign` field as one `ForeignKeys`."""
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    given = {n: getattr(args, n) for n in names if n not in fixed and getattr(args, n, None) is not None}
+    if "foreign" in names and "foreign" not in fixed:
+        given = {n: v for n, v in given.items() if n not in FOREIGN_FLAGS}
+        given["foreign"] = foreign_keys(args)
     return cls(**given, **fixed)
+
+
+def foreign_keys(args: argparse.Namespace) -> Any:
+    """The `ForeignKeys` the record key flags give, or None when none was given."""
+    from shardfeed.format.schema import ForeignKeys
+
+    flags = {n: getattr(args, n) for n in FOREIGN_FLAGS if getattr(args, n, None) is not None}
+    return ForeignKeys(**flags) if flags else None
 
 
 NO_LIMIT = "none"

@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     if RunFolder(args.path).is_run():
         from shardfeed.training.run_report import run_report
 
-        output = run_report(args.path, args.output, data=args.data)
+        output = run_report(args.path, args.output, path=args.data)
     else:
         if args.data:
             raise OptionError("--data is for a training run's report; PATH is a converted folder")

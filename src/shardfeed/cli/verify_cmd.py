@@ -6,8 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from shardfeed.cli.options import add_record_key_flags, from_args
-from shardfeed.tools.foreign_scan import AdoptOptions
+from shardfeed.cli.options import add_record_key_flags, foreign_keys
 from shardfeed.tools.verification import verify
 
 
@@ -24,9 +23,12 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     path = args.path[0] if len(args.path) == 1 else args.path
-    keys = from_args(AdoptOptions, args)
     report = verify(
-        path, workers=args.workers, decode=args.decode, progress=not args.quiet and not args.json, foreign_keys=keys
+        path,
+        workers=args.workers,
+        decode=args.decode,
+        progress=not args.quiet and not args.json,
+        foreign=foreign_keys(args),
     )
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.summary())
     return 0 if report.ok else 1

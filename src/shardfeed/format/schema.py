@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from shardfeed.errors import ManifestError, SourceError
+from shardfeed.errors import ManifestError, OptionError, SourceError
 from shardfeed.format.image_format import sniff_format
 
 ENCODED = "image/encoded"
@@ -70,6 +71,51 @@ def feature_types(labelled: bool, keys: Schema | None = None) -> dict[str, str]:
         return types
     renamed = {ENCODED: keys.image_key, LABEL: keys.label_key or LABEL}
     return dict(sorted((renamed.get(k, k), t) for k, t in types.items()))
+
+
+@dataclass(frozen=True)
+class ForeignKeys:
+    """What a user says about TFRecords shardfeed did not write: which features hold the image
+    and the label, and the labels' base. One object wherever such records are read:
+    `ReadOptions(foreign=...)`, `AdoptOptions(foreign=...)`, `verify(foreign=...)`,
+    `info(foreign=...)`; the CLI's `--image-key`, `--label-key` and `--label-offset`.
+
+    Attributes:
+        image_key: the feature holding the encoded image or float pixels (None: image/encoded).
+        label_key: the integer class feature (None: image/class/label; '' for images without labels).
+        label_offset: subtracted from stored labels so the model sees 0..K-1 (1 for labels written
+            1..K, as Inception's build_image_data.py and keras_imagenet write them). None: what
+            the folder's manifest says (0 for files without one).
+    """
+
+    image_key: str | None = None
+    label_key: str | None = None
+    label_offset: int | None = None
+
+    def __post_init__(self) -> None:
+        offset = self.label_offset
+        if offset is not None and (not isinstance(offset, int) or isinstance(offset, bool) or offset < 0):
+            raise OptionError(f"label_offset must be a non-negative integer, got {offset!r}")
+
+    @classmethod
+    def merged(cls, given: ForeignKeys | None, owner: str, *, stacklevel: int = 4, **flat: Any) -> ForeignKeys | None:
+        """`given`, or the keys passed the old way, one keyword each (`image_key=`, ...), with a
+        DeprecationWarning naming `owner`; None when neither.
+
+        Raises:
+            OptionError: both ways at once.
+        """
+        old = {name: value for name, value in flat.items() if value is not None}
+        if not old:
+            return given
+        if given is not None:
+            raise OptionError(f"{owner}: pass the keys once, as foreign=ForeignKeys(...), not also {sorted(old)}")
+        warnings.warn(
+            f"{owner}({', '.join(f'{n}=' for n in sorted(old))}) is deprecated; use foreign=ForeignKeys(...)",
+            DeprecationWarning,
+            stacklevel=stacklevel,
+        )
+        return cls(**old)
 
 
 @dataclass(frozen=True)
@@ -173,7 +219,7 @@ def foreign_schema(record: Mapping[str, Any], source: str, image_key: str | None
         if key and key not in record:
             raise SourceError(
                 f"feature {key!r} not in the records of {source}; they have {sorted(record)}; "
-                f"pass {option}= in ReadOptions (--{option.replace('_', '-')} on the command line)"
+                f"pass ForeignKeys({option}=...) (--{option.replace('_', '-')} on the command line)"
             )
     _check_image_type(record, image_key, source)
     if label_key:
@@ -220,11 +266,11 @@ def _check_image_type(record: Mapping[str, Any], key: str, source: str) -> None:
             f"feature {key!r} in {source} (record 0) holds {len(data):,} bytes that are not an encoded image "
             f"(JPEG, PNG, GIF, BMP, WebP or TIFF; they start {data[:8]!r}): raw pixel bytes, such as a float32 "
             "array's tobytes(), carry no shape or type; write the pixels as a float_list feature or encode the "
-            "images (PNG keeps them exactly), or pass image_key= naming the encoded image"
+            "images (PNG keeps them exactly), or pass ForeignKeys(image_key=...) naming the encoded image"
         )
     raise SourceError(
         f"feature {key!r} in {source} (record 0) is {describe(values)}, not one encoded image (bytes) or a float "
-        "list of pixels; pass image_key= naming the image feature"
+        "list of pixels; pass ForeignKeys(image_key=...) naming the image feature"
     )
 
 
@@ -234,8 +280,8 @@ def _check_label_type(record: Mapping[str, Any], key: str, source: str) -> None:
     if len(values) == 1 and isinstance(values[0], int):
         return
     raise SourceError(
-        f"feature {key!r} in {source} (record 0) is {describe(values)}, not one int64 class id; pass label_key= "
-        "naming the integer class feature, or label_key='' to read the images without labels"
+        f"feature {key!r} in {source} (record 0) is {describe(values)}, not one int64 class id; pass "
+        "ForeignKeys(label_key=...) naming the integer class feature, or label_key='' to read the images without labels"
     )
 
 

@@ -27,7 +27,7 @@ from shardfeed.read import index_pipeline, options, shard_pipeline
 from shardfeed.read import service as service_lib
 from shardfeed.read.augment import Augment, resolve_augment
 from shardfeed.read.decode import Preprocess, feature_spec, record_decoder
-from shardfeed.read.options import DecodeOptions, ReadOptions, ServiceOptions
+from shardfeed.read.options import BATCH_SIZE, IMAGE_SIZE, DecodeOptions, ReadOptions, ServiceOptions
 from shardfeed.read.plan import ReadPlan, resolve
 from shardfeed.read.raising import raising
 from shardfeed.read.shardset import DataPath
@@ -37,8 +37,8 @@ def load(
     path: DataPath,
     *,
     split: str = "train",
-    batch_size: int = 64,
-    image_size: int | tuple[int, int] = (224, 224),
+    batch_size: int = BATCH_SIZE,
+    image_size: int | tuple[int, int] = IMAGE_SIZE,
     training: bool | None = None,
     augment: bool | Augment | None = None,
     seed: int | None = None,
@@ -146,7 +146,7 @@ def _finished(ds: Any, plan: ReadPlan) -> Any:
 def steps_per_epoch(
     path: DataPath,
     split: str = "train",
-    batch_size: int = 64,
+    batch_size: int = BATCH_SIZE,
     *,
     training: bool | None = None,
     read: ReadOptions | None = None,

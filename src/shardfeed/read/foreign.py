@@ -198,7 +198,7 @@ def one_based_warning(files: list[str], labels: tuple[int, int]) -> str:
     shown = ", ".join(os.path.basename(f) for f in files[:3]) + (" ..." if len(files) > 3 else "")
     return (
         f"labels in {shown} run {labels[0]}..{labels[1]} and none is 0: if they are 1-based (Inception's "
-        "build_image_data.py, keras_imagenet), read them with ReadOptions(label_offset=1) (--label-offset 1); "
+        "build_image_data.py, keras_imagenet), read them with ForeignKeys(label_offset=1) (--label-offset 1); "
         "pass label_offset=0 to say they are not"
     )
 

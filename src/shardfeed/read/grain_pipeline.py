@@ -54,7 +54,9 @@ from shardfeed.errors import OptionError
 from shardfeed.format.image_format import sniff_format
 from shardfeed.read.augment import Augment, resolve_augment
 from shardfeed.read.indexed import IndexedRecords
+from shardfeed.read.options import BATCH_SIZE, IMAGE_SIZE, ReadOptions
 from shardfeed.read.order import global_order, record_uniforms
+from shardfeed.read.plan import resolve
 
 CROP_FRACTION = 0.875  # the evaluation centre crop, as `DecodeOptions.crop_fraction`
 CROP_TRIES = 10  # random-resized crop attempts before the whole image, as TensorFlow's sampler
@@ -154,9 +156,9 @@ def grain_dataset(
     path: str,
     *,
     split: str = "train",
-    batch_size: int = 64,
-    image_size: int | tuple[int, int] = 224,
-    seed: int = 0,
+    batch_size: int = BATCH_SIZE,
+    image_size: int | tuple[int, int] = IMAGE_SIZE,
+    seed: int | None = None,
     training: bool | None = None,
     augment: bool | Augment | None = None,
     epochs: int = 1,
@@ -170,26 +172,28 @@ def grain_dataset(
     `num_workers` > 0 makes the batches in that many worker processes (`num_threads` threads
     each); a many-core host wants about one per core.
 
+    The read is resolved by the same plan as `load` and `steps_per_epoch` (read/plan.py): the
+    same split, training default (`split == "train"`), batches per epoch, and seed rule: without
+    a seed each run draws its own order (as `load`), and a start inside the epochs needs one.
+
     Raises:
-        OptionError: a split smaller than one batch when training, a start past the end, a
-            negative `num_workers` or fewer than one thread.
+        OptionError: a split smaller than one batch when training, a start past the end or
+            without a seed, a negative `num_workers` or fewer than one thread.
     """
     import grain
 
     if num_workers < 0 or num_threads < 1:
         raise OptionError(f"num_workers {num_workers}, num_threads {num_threads}: workers >= 0, threads >= 1")
-
-    training = split == "train" if training is None else training
-    records = IndexedRecords(path, split=split)
-    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
-    n = len(records)
-    steps = n // batch_size if training else math.ceil(n / batch_size)
-    if steps == 0:
-        raise OptionError(f"the {split!r} split has {n} records, fewer than one batch of {batch_size}")
+    read = ReadOptions(shuffle="global", epoch=start_epoch, start_step=start_step)
+    plan = resolve(path, split=split, read=read, training=training, seed=seed, batch_size=batch_size)
+    steps = plan.batches_per_pass()
     first, last = start_epoch * steps + start_step, (start_epoch + epochs) * steps
     if not 0 <= start_step < steps or first >= last:
         raise OptionError(f"start_epoch {start_epoch}, start_step {start_step}: past the {epochs} epochs of {steps}")
-    make = _Batches(records, batch_size, size, seed, training, resolve_augment(augment, training), steps)  # type: ignore[arg-type]
+    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    augmenting = resolve_augment(augment, plan.training)
+    records = IndexedRecords(path, split=split)
+    make = _Batches(records, batch_size, size, plan.base_seed, plan.training, augmenting, steps)  # type: ignore[arg-type]
     ds = grain.MapDataset.range(first, last).map(make)
     ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=2 * num_threads))
     if num_workers:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.errors import OptionError
+from shardfeed.format.schema import ForeignKeys
 from shardfeed.read.order import WorkerShare
 
 CACHE_DIR_VARIABLE, CACHE_LIMIT_VARIABLE = "SHARDFEED_CACHE_DIR", "SHARDFEED_CACHE_LIMIT"
@@ -27,6 +28,10 @@ DTYPES = ("uint8", "float32")
 DCT_METHODS = ("INTEGER_FAST", "INTEGER_ACCURATE", "")
 COMPRESSIONS = (None, "gzip")
 BALANCES = (None, "class")
+FOREIGN_FIELDS = ("image_key", "label_key", "label_offset")  # ReadOptions' old names of `foreign`'s fields
+# Defaults every reader shares (load, steps_per_epoch, grain_dataset, the tools, training): one place.
+BATCH_SIZE = 64
+IMAGE_SIZE = 224  # output side in pixels (square), as Keras' applications take them
 SERVICE_MODES = ("distributed_epoch", "parallel_epochs", "file", "data", "file_or_data", "hint")
 
 
@@ -61,11 +66,10 @@ class ReadOptions:
         skip_corrupt: skip unreadable records (logged per shard) instead of failing.
         with_filenames: also yield each record's file name: (images, labels, filenames).
         filter_fn: predicate on one record's parsed features (a dict of tensors); False drops it.
-        image_key, label_key: feature names in other people's TFRecords (label_key='' for none).
+        foreign: for other people's TFRecords, which features hold the image and the label, and
+            the labels' base (`ForeignKeys`; default: the manifest's keys and offset, or ours).
         compression: 'gzip' for compressed foreign files (ours say so in their manifest).
-        label_offset: subtracted from stored labels so the model sees 0..K-1 (1 for TFRecords
-            written with labels 1..K, as TF models' build_image_data.py writes them); default:
-            the manifest's for a converted folder, 0 for other files.
+        image_key, label_key, label_offset: deprecated; the same as `foreign=ForeignKeys(...)`.
         cache_dir: where shards of a folder in a bucket (s3://, gs://, az://) are kept, verified,
             while they are read (read/remote/cache.py); default ~/.cache/shardfeed/shards.
         cache_limit: bytes (or '20GB') that folder may hold, fetches in flight included; default
@@ -91,16 +95,19 @@ class ReadOptions:
     skip_corrupt: bool = False
     with_filenames: bool = False
     filter_fn: Callable[[dict[str, Any]], Any] | None = None
-    image_key: str | None = None
-    label_key: str | None = None
+    foreign: ForeignKeys | None = None
     compression: str | None = None
-    label_offset: int | None = None
     cache_dir: str | None = None
     cache_limit: int | str | None = None
+    image_key: str | None = None  # deprecated: foreign=
+    label_key: str | None = None  # deprecated: foreign=
+    label_offset: int | None = None  # deprecated: foreign=
 
     def __post_init__(self) -> None:
-        if self.label_offset is not None and (not isinstance(self.label_offset, int) or self.label_offset < 0):
-            raise OptionError(f"label_offset must be a non-negative integer, got {self.label_offset!r}")
+        old = {name: getattr(self, name) for name in FOREIGN_FIELDS}
+        object.__setattr__(self, "foreign", ForeignKeys.merged(self.foreign, "ReadOptions", **old))
+        for name in FOREIGN_FIELDS:
+            object.__setattr__(self, name, None)  # one place holds them: `foreign`
         if self.shuffle is not None and self.shuffle not in SHUFFLES:
             raise OptionError(f"shuffle must be one of {list(SHUFFLES)}, got {self.shuffle!r}")
         if self.shuffle_buffer is not None and (not isinstance(self.shuffle_buffer, int) or self.shuffle_buffer < 0):

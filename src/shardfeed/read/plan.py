@@ -19,10 +19,10 @@ from typing import Any
 
 from shardfeed.errors import OptionError
 from shardfeed.format import fileio
-from shardfeed.format.schema import FILENAME, Schema
+from shardfeed.format.schema import FILENAME, ForeignKeys, Schema
 from shardfeed.read import foreign, shardset
 from shardfeed.read.mixture import MixedSplit, Mixture, open_mixture
-from shardfeed.read.options import DecodeOptions, ReadOptions, ServiceOptions
+from shardfeed.read.options import BATCH_SIZE, DecodeOptions, ReadOptions, ServiceOptions
 from shardfeed.read.order import WorkerShare
 from shardfeed.read.shardset import DataPath, ShardSet
 
@@ -111,7 +111,7 @@ def resolve(
     read: ReadOptions | None = None,
     training: bool | None = None,
     seed: int | None = None,
-    batch_size: int = 64,
+    batch_size: int = BATCH_SIZE,
     repeat: bool = False,
     input_context: Any = None,
     service: str | ServiceOptions | None = None,
@@ -142,13 +142,14 @@ def resolve(
     if mixed is not None:
         shards, schema = _mixed_shards(mixed, split)
     else:
+        keys = read.foreign or ForeignKeys()
         shards, schema = shardset.open_split(
-            path, split, image_key=read.image_key, label_key=read.label_key, compression=read.compression
+            path, split, image_key=keys.image_key, label_key=keys.label_key, compression=read.compression
         )
     if read.with_filenames:
         schema = dataclasses.replace(schema, filename_key=FILENAME)
-    if read.label_offset is not None:
-        schema = dataclasses.replace(schema, label_offset=read.label_offset)
+    if read.foreign is not None and read.foreign.label_offset is not None:
+        schema = dataclasses.replace(schema, label_offset=read.foreign.label_offset)
     elif shards.label_range is not None and shards.label_range[0] >= 1 and not counting:
         warnings.warn(foreign.one_based_warning(shards.files, shards.label_range), UserWarning, stacklevel=3)
     plan = ReadPlan(

@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from shardfeed.deprecation import renamed
 from shardfeed.errors import ManifestError, SourceError
 from shardfeed.format import fileio, folder_lock, layout, manifest, schema, storage, tfds_metadata, tfrecord
 from shardfeed.format.manifest_builder import Counts, Header, ImageStats, ManifestBuilder, ShardFacts, ShardInfo
@@ -65,29 +66,34 @@ class AdoptResult:
         return "\n".join(lines)
 
 
+@renamed(out="output_dir")
 def adopt(
-    source: str | list[str], out: str | None = None, options: AdoptOptions | None = None, *, progress: bool = True
+    source: str | list[str],
+    output_dir: str | None = None,
+    options: AdoptOptions | None = None,
+    *,
+    progress: bool = True,
 ) -> AdoptResult:
     """Makes TFRecords another program wrote readable as a converted folder (module docstring).
 
     Args:
-        source: a folder of TFRecords (adopted in place unless `out` is given), or a glob or list
-            of files (then `out` is needed).
-        out: a folder to hold hard links to the files (copies when links cannot be made) and the
-            manifest; the source is left untouched.
+        source: a folder of TFRecords (adopted in place unless `output_dir` is given), or a glob or list
+            of files (then `output_dir` is needed).
+        output_dir: a folder to hold hard links to the files (copies when links cannot be made)
+            and the manifest; the source is left untouched (old name `out=`).
         options: keys, label offset, split rule (`AdoptOptions`).
         progress: a progress bar on stderr.
 
     Raises:
         SourceError: damaged records (each named by file, record and byte), features of the wrong
-            type, labels below the offset, splits that cannot be told apart, a glob without `out`.
+            type, labels below the offset, splits that cannot be told apart, a glob without `output_dir`.
         ManifestError: the folder is a shardfeed conversion already.
     """
     options = options or AdoptOptions()
     in_place = isinstance(source, str) and os.path.isdir(source)
-    if out is None and not in_place:
-        raise SourceError(f"{source!r} is not one folder: pass --out DIR (out=) for the adopted folder")
-    folder = out or cast(str, source)
+    if output_dir is None and not in_place:
+        raise SourceError(f"{source!r} is not one folder: pass --out DIR (output_dir=) for the adopted folder")
+    folder = output_dir or cast(str, source)
     previous = _previous_adoption(folder)
     files, compression = foreign.find_files(source)
     _check_names(files)
@@ -108,8 +114,8 @@ def adopt(
         refuse_damage(scans)
         labels, warnings = class_names(scans, files, keys, options)
         data = _manifest(source, files, splits, scans, keys, labels, compression, options)
-        if out is not None:
-            _link_files(files, out)
+        if output_dir is not None:
+            _link_files(files, output_dir)
         for scan in scans:
             name = os.path.basename(scan.path)
             fileio.makedirs(fileio.join(folder, layout.INDEX_DIR))
@@ -182,7 +188,7 @@ def _manifest(
 ) -> dict[str, Any]:
     """The manifest of the adopted folder (the fields `convert` writes, `source.kind` 'adopted')."""
     ordered = sorted(zip(files, scans, strict=True), key=lambda pair: os.path.basename(pair[0]))
-    facts = [_facts(file, scan, splits[file] or UNSPLIT, labels, options.label_offset) for file, scan in ordered]
+    facts = [_facts(file, scan, splits[file] or UNSPLIT, labels, options.offset) for file, scan in ordered]
     all_labels = sorted({label for s in scans for label in s.labels})
     features: dict[str, str] = {}
     for s in scans:
@@ -205,7 +211,7 @@ def _manifest(
             "adopt": options.recorded(),
         },
         labels=labels,
-        label_offset=options.label_offset if labels is not None else 0,
+        label_offset=options.offset if labels is not None else 0,
         features=features,
         schema=keys.record_keys(),
         label_range=(all_labels[0], all_labels[-1]) if all_labels else None,

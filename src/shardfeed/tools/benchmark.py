@@ -15,7 +15,7 @@ from typing import Any
 from shardfeed.errors import OptionError
 from shardfeed.format import manifest
 from shardfeed.read import options
-from shardfeed.read.options import DecodeOptions, ReadOptions
+from shardfeed.read.options import BATCH_SIZE, IMAGE_SIZE, DecodeOptions, ReadOptions
 from shardfeed.tools import bottleneck
 from shardfeed.tools.fresh_runs import compare, ratio
 from shardfeed.tools.pipelines import PARSE_BATCH, PipelineSpec, build
@@ -26,8 +26,8 @@ def bench(
     path: str,
     *,
     split: str = "train",
-    batch_size: int = 64,
-    image_size: int | tuple[int, int] = 224,
+    batch_size: int = BATCH_SIZE,
+    image_size: int | tuple[int, int] = IMAGE_SIZE,
     training: bool | None = None,
     epochs: int = 1,
     compare_folder: str | None = None,
@@ -114,8 +114,8 @@ def breakdown(
     path: str,
     *,
     split: str = "train",
-    batch_size: int = 64,
-    image_size: int | tuple[int, int] = 224,
+    batch_size: int = BATCH_SIZE,
+    image_size: int | tuple[int, int] = IMAGE_SIZE,
     augment: bool | None = None,
     rounds: int = 3,
     progress: Callable[[str], None] | None = None,

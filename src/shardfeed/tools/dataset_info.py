@@ -7,9 +7,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from shardfeed.errors import SourceError
+from shardfeed.errors import OptionError, SourceError
 from shardfeed.format import manifest, schema, tfrecord
 from shardfeed.format.example_proto import parse_example
+from shardfeed.format.schema import ForeignKeys
 from shardfeed.read import shardset as reader
 from shardfeed.read.sampling import sample_examples
 from shardfeed.write.notes import non_jpeg_note
@@ -24,9 +25,8 @@ def info(
     *,
     sample: int = 1000,
     seed: int = 0,
-    image_key: str | None = None,
-    label_key: str | None = None,
-    label_offset: int = 0,
+    foreign: ForeignKeys | None = None,
+    **old_keys: Any,
 ) -> dict[str, Any]:
     """A JSON-ready description of a dataset.
 
@@ -34,11 +34,19 @@ def info(
     stats from up to `sample` records per split (picked at random through the index files, so
     nothing else is read), and the settings it was written with. For other TFRecords: files,
     record counts, the feature names and types of the first record, and label counts if
-    `label_key` is given (less `label_offset`), with a note when they look 1-based.
+    `foreign` names a label key (less its label offset), with a note when they look 1-based.
+    (`image_key=`, `label_key=`, `label_offset=` are the deprecated way to pass `foreign`.)
+
+    Raises:
+        OptionError: another keyword, or the keys passed both ways.
     """
+    unknown = sorted(set(old_keys) - {"image_key", "label_key", "label_offset"})
+    if unknown:
+        raise OptionError(f"info() got unexpected keyword arguments {unknown}")
+    keys = ForeignKeys.merged(foreign, "info", stacklevel=3, **old_keys) or ForeignKeys()
     if reader.is_converted_folder(path):
         return _ours(str(path), sample, seed)
-    return _foreign(path, image_key, label_key, label_offset)
+    return _foreign(path, keys.image_key, keys.label_key, keys.label_offset or 0)
 
 
 def _ours(path: str, sample: int, seed: int) -> dict[str, Any]:

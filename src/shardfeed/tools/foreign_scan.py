@@ -8,14 +8,14 @@ from __future__ import annotations
 import gzip
 import os
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO, cast
 
 from shardfeed.errors import OptionError, SourceError
 from shardfeed.format import fileio, image_limits, layout, manifest, schema, tfrecord
 from shardfeed.format.example_proto import parse_example
 from shardfeed.format.image_format import sniff_format
-from shardfeed.format.schema import Schema
+from shardfeed.format.schema import ForeignKeys, Schema
 from shardfeed.parallel import WorkerPool
 
 MAX_PROBLEMS = 20  # damaged records listed per shard (the rest counted)
@@ -26,10 +26,9 @@ class AdoptOptions:
     """How to read the foreign records (what `convert` would have decided).
 
     Attributes:
-        image_key: the feature holding the encoded image or float pixels (default image/encoded).
-        label_key: the integer class feature (default image/class/label; '' for unlabeled data).
-        label_offset: subtracted from stored labels, so the model sees 0..K-1 (1 for Inception's
-            build_image_data.py and keras_imagenet, whose labels run 1..K).
+        foreign: which features hold the image and the label, and the labels' base
+            (`ForeignKeys`; default image/encoded, image/class/label, offset 0). An offset of 1
+            is for Inception's build_image_data.py and keras_imagenet, whose labels run 1..K.
         split_pattern: a regex searched in each file name; its group `split` (else its first
             group) is the file's split. Default: the split word in the name (train-, validation_,
             -test.tfrecord); files whose names carry none are one split, 'train'.
@@ -37,24 +36,45 @@ class AdoptOptions:
             labels.txt) or one name per line for ids 0, 1, ... after the offset. Default: a
             labels.txt beside the shards when there is one, else image/class/text, else the ids.
         workers: processes reading shards (default: all cores).
+        image_key, label_key, label_offset: deprecated; the same as `foreign=ForeignKeys(...)`.
     """
 
-    image_key: str | None = None
-    label_key: str | None = None
-    label_offset: int = 0
+    foreign: ForeignKeys | None = None
     split_pattern: str | None = None
     labels_file: str | None = None
     workers: int | None = None
+    image_key: str | None = None  # deprecated: foreign=
+    label_key: str | None = None  # deprecated: foreign=
+    label_offset: int | None = None  # deprecated: foreign=
 
     def __post_init__(self) -> None:
-        if not isinstance(self.label_offset, int) or self.label_offset < 0:
-            raise OptionError(f"label_offset must be a non-negative integer, got {self.label_offset!r}")
+        old = {name: getattr(self, name) for name in ("image_key", "label_key", "label_offset")}
+        object.__setattr__(self, "foreign", ForeignKeys.merged(self.foreign, "AdoptOptions", **old))
+        for name in old:
+            object.__setattr__(self, name, None)  # one place holds them: `foreign`
         if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
             raise OptionError(f"workers must be a positive integer, got {self.workers!r}")
 
+    @property
+    def keys(self) -> ForeignKeys:
+        """The keys asked for (defaults: ours)."""
+        return self.foreign or ForeignKeys()
+
+    @property
+    def offset(self) -> int:
+        """The labels' base (0 unless given)."""
+        return self.keys.label_offset or 0
+
     def recorded(self) -> dict[str, Any]:
         """What the manifest records (a re-run with other values adopts again)."""
-        return {k: v for k, v in asdict(self).items() if k != "workers"}
+        keys = self.keys
+        return {
+            "image_key": keys.image_key,
+            "label_key": keys.label_key,
+            "label_offset": self.offset,
+            "split_pattern": self.split_pattern,
+            "labels_file": self.labels_file,
+        }
 
 
 @dataclass(frozen=True)
@@ -88,7 +108,7 @@ def read_schema(files: list[str], compression: str | None, options: AdoptOptions
     for f in files:
         first = next(iter(tfrecord.read_records(f, compression=compression)), None)
         if first is not None:
-            return schema.foreign_schema(parse_example(first), f, options.image_key, options.label_key)
+            return schema.foreign_schema(parse_example(first), f, options.keys.image_key, options.keys.label_key)
     raise SourceError(f"the TFRecord files {files[:3]} hold no records")
 
 
@@ -190,7 +210,7 @@ def class_names(
     if keys.label_key is None:
         return None, []
     counts: Counter[int] = sum((s.labels for s in scans), Counter())
-    offset = options.label_offset
+    offset = options.offset
     if not counts:
         return [], []
     low, high = min(counts), max(counts)
@@ -242,4 +262,4 @@ def _labels_file(files: list[str], options: AdoptOptions) -> dict[int, str]:
     pairs = [line.split(":", 1) for line in lines]
     if all(len(p) == 2 and p[0].strip().isdigit() for p in pairs):
         return {int(i): name.strip() for i, name in pairs}
-    return {i + options.label_offset: name for i, name in enumerate(lines)}
+    return {i + options.offset: name for i, name in enumerate(lines)}

@@ -38,7 +38,7 @@ from shardfeed.format.schema import ENCODED, LABEL, Schema
 from shardfeed.lazy import tensorflow
 from shardfeed.read.augment import Augment, random_crop_window
 from shardfeed.read.mixture import Mixture
-from shardfeed.read.options import DecodeOptions, ReadOptions
+from shardfeed.read.options import BATCH_SIZE, DecodeOptions, ReadOptions
 
 KINDS = (
     "shardfeed",
@@ -70,7 +70,7 @@ class PipelineSpec:
     kind: str
     path: str
     split: str = "train"
-    batch_size: int = 64
+    batch_size: int = BATCH_SIZE
     image_size: tuple[int, int] = (224, 224)
     training: bool = True
     augment: bool | None = None

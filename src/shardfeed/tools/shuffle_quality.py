@@ -18,7 +18,7 @@ import numpy as np
 
 from shardfeed.errors import SourceError
 from shardfeed.format import manifest
-from shardfeed.read.options import ReadOptions
+from shardfeed.read.options import BATCH_SIZE, ReadOptions
 
 
 def batch_stats(batches: list[list[int]]) -> dict[str, float]:
@@ -58,7 +58,7 @@ def shuffle_report(
     path: str,
     *,
     split: str = "train",
-    batch_size: int = 64,
+    batch_size: int = BATCH_SIZE,
     batches: int = 20,
     seed: int | None = 0,
     read: ReadOptions | None = None,

@@ -20,8 +20,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO, cast
 
+from shardfeed.deprecation import renamed
 from shardfeed.format import fileio, layout, manifest, schema, tfrecord
 from shardfeed.format.example_proto import parse_example
+from shardfeed.format.schema import ForeignKeys
 from shardfeed.parallel import WorkerPool
 from shardfeed.read import foreign
 from shardfeed.read.shardset import is_converted_folder
@@ -110,13 +112,14 @@ class _ShardOutcome:
     class_counts: Counter[str] = field(default_factory=Counter)
 
 
+@renamed(foreign_keys="foreign")
 def verify(
     path: str | Sequence[str],
     *,
     workers: int | None = None,
     decode: bool = True,
     progress: bool = True,
-    foreign_keys: AdoptOptions | None = None,
+    foreign: ForeignKeys | None = None,
 ) -> VerifyReport:
     """Checks a converted folder completely; see the module docstring for what is checked.
 
@@ -127,10 +130,13 @@ def verify(
         workers: processes checking shards in parallel (default: all cores).
         decode: decode every image (default); False checks framing, parsing and hashes only.
         progress: a progress bar on stderr.
-        foreign_keys: for other people's TFRecords, their image/label keys and label offset.
+        foreign: for other people's TFRecords, their image/label keys and label offset (old name
+            `foreign_keys=`, which took an `AdoptOptions`: its keys are used).
     """
+    if isinstance(foreign, AdoptOptions):  # the old way: foreign_keys=AdoptOptions(...)
+        foreign = foreign.foreign
     if not is_converted_folder(path):
-        return _verify_foreign(path, foreign_keys or AdoptOptions(), workers, progress)
+        return _verify_foreign(path, AdoptOptions(foreign=foreign), workers, progress)
     assert isinstance(path, str)  # narrowed: a converted folder is a path here
     start = time.monotonic()
     m = manifest.read(path, check=False)

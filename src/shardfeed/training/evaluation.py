@@ -8,15 +8,17 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from shardfeed.deprecation import renamed
 from shardfeed.errors import SourceError
 from shardfeed.format import manifest
 from shardfeed.training.models import load_model, model_class_names, predicted
 from shardfeed.training.run_folder import CONFUSION, MODEL, RunFolder
 
 
+@renamed(data="path")
 def evaluate(
     run_dir: str,
-    data: str | None = None,
+    path: str | None = None,
     *,
     split: str | None = None,
     top_k: int = 5,
@@ -27,12 +29,13 @@ def evaluate(
     """Evaluates a run's model on a split, with the run's evaluation preprocessing.
 
     Writes metrics.json and confusion_matrix.png to `output_dir` (default RUN_DIR/eval-<split>).
+    `path` is the converted folder (default: the one the run trained on; old name `data=`).
     `split` defaults to the data's held-out split (validation, else val/valid/test/eval/dev); top-k
     accuracy is reported only for k below the number of classes (above, it is always 1.0).
     """
     folder = RunFolder(run_dir)
     record = folder.read_record()
-    data = data or record.data
+    data = path or record.data
     net = load_model(folder.model_file(model_file))
     names = model_class_names(net)
     m = manifest.read(data)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from shardfeed.errors import OptionError
 from shardfeed.read.augment import Augment
-from shardfeed.read.options import SHUFFLES, DecodeOptions
+from shardfeed.read.options import BATCH_SIZE, IMAGE_SIZE, SHUFFLES, DecodeOptions
 from shardfeed.training.devices import check_spec as check_devices
 from shardfeed.training.models import BACKBONES, IMAGENET, MODELS
 
@@ -75,8 +75,8 @@ class TrainOptions:
 
     model: str = "small_cnn"
     epochs: int = 10
-    batch_size: int = 64
-    image_size: int = 224
+    batch_size: int = BATCH_SIZE
+    image_size: int = IMAGE_SIZE
     learning_rate: float = 1e-3
     seed: int = 0
     augment: str = AUTO

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from shardfeed.deprecation import renamed
 from shardfeed.format import layout, manifest
 from shardfeed.format.image_limits import DEFAULT_MAX_PIXELS
 from shardfeed.read.options import ReadOptions
@@ -29,10 +30,11 @@ from shardfeed.write.options import ConvertOptions
 from shardfeed.write.sources import UnlabeledSource
 
 
+@renamed(output_csv="output")
 def predict(
     run_dir: str,
     source: str,
-    output_csv: str = "predictions.csv",
+    output: str = "predictions.csv",
     *,
     top_k: int = 3,
     split: str | None = None,
@@ -52,6 +54,7 @@ def predict(
     Args:
         run_dir: a training run folder.
         source: a folder of images, or a converted folder (its `split`, default its only/first one).
+        output: the CSV file written (old name `output_csv=`).
         grid: also draw the first `grid_size` images with their predicted classes to this PNG.
         max_pixels: larger images get a row with the reason and are never decoded (None: no limit).
     """
@@ -82,7 +85,7 @@ def predict(
         bar.close()
         rows += [{"file": s["file"], "error": s["reason"]} for s in _skipped(data)]
     rows.sort(key=lambda r: r["file"])
-    _write_csv(output_csv, rows, min(top_k, len(names)))
+    _write_csv(output, rows, min(top_k, len(names)))
     if grid:
         from shardfeed.read.pixels import to_rgb
         from shardfeed.tools.preview import Tile, draw_grid

@@ -34,11 +34,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from shardfeed.deprecation import renamed
 from shardfeed.errors import OptionError, RunFolderError
 from shardfeed.format import fileio
 from shardfeed.lazy import tensorflow
 from shardfeed.read.augment import Augment
-from shardfeed.read.options import DecodeOptions, ReadOptions
+from shardfeed.read.options import IMAGE_SIZE, DecodeOptions, ReadOptions
 from shardfeed.read.plan import resolve
 from shardfeed.read.shardset import DataPath
 from shardfeed.training.inputs import RunInputs
@@ -82,9 +83,10 @@ def read_resume_point(run_dir: str) -> ResumePoint | None:
         return ResumePoint(**json.load(f))
 
 
+@renamed(data="path")
 def fit_resumable(
     model: Any | Callable[[], Any],
-    data: DataPath,
+    path: DataPath,
     run_dir: str,
     *,
     epochs: int,
@@ -92,7 +94,7 @@ def fit_resumable(
     seed: int,
     split: str = "train",
     save_every: int = 100,
-    image_size: int | tuple[int, int] = 224,
+    image_size: int | tuple[int, int] = IMAGE_SIZE,
     augment: bool | Augment | None = None,
     decode: DecodeOptions | None = None,
     read: ReadOptions | None = None,
@@ -100,12 +102,12 @@ def fit_resumable(
     start: Callable[[Any], Any] | None = None,
     **fit_options: Any,
 ) -> Any:
-    """`model.fit` on `load(data, seed=seed)` in global order that resumes exactly after a crash.
+    """`model.fit` on `load(path, seed=seed)` in global order that resumes exactly after a crash.
 
     Args:
         model: a compiled model, or a function building one; a resume restores the last snapshot
             into it (weights, optimizer state): custom classes need no registration.
-        data: a converted folder (or its `Manifest`).
+        path: a converted folder (or its `Manifest`; old name `data=`).
         run_dir: where the resume point and model snapshots live.
         save_every: steps between snapshots (and at each epoch end).
         image_size, augment, decode: as for `load`.
@@ -130,7 +132,7 @@ def fit_resumable(
         net = start(net)
     if point is not None:
         restore(net, point)
-    inputs = RunInputs(data, batch_size, image_size, seed=seed, augment=augment, decode=decode)
+    inputs = RunInputs(path, batch_size, image_size, seed=seed, augment=augment, decode=decode)
     read = dataclasses.replace(read, shuffle="global", drop_remainder=read.drops_remainder(training=True))
     steps = inputs.steps_per_epoch(split, read=read)
 
@@ -141,7 +143,7 @@ def fit_resumable(
     saver = _snapshot_callback(keras, run_dir, steps, save_every, seed, batch_size * workers, workers)
     extra = list(callbacks or [])
     if consumed and epoch < epochs:  # finish the interrupted epoch first, from the next batch on
-        left = _steps_left(data, split, read, batch_size, consumed)
+        left = _steps_left(path, split, read, batch_size, consumed)
         saver.offset, saver.base_records = steps - left, consumed
         net.fit(
             stream(epoch, consumed, repeat=False),

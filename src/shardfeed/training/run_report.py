@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from shardfeed.deprecation import renamed
 from shardfeed.format import manifest
 from shardfeed.read.options import ReadOptions
 from shardfeed.tools import html_page as h
@@ -25,10 +26,12 @@ from shardfeed.training.run_folder import CONFUSION, LOG, REPORT, RunFolder
 WORST = 16
 
 
-def run_report(run_dir: str, output: str | None = None, *, data: str | None = None, split: str | None = None) -> str:
-    """Writes the report (default RUN_DIR/report.html) and returns its path."""
+@renamed(data="path")
+def run_report(run_dir: str, output: str | None = None, *, path: str | None = None, split: str | None = None) -> str:
+    """Writes the report (default RUN_DIR/report.html) and returns its path; `path` is the
+    converted folder evaluated (default: the one the run trained on; old name `data=`)."""
     record = RunFolder(run_dir).read_record()
-    data = data or record.data
+    data = path or record.data
     split = split or record.validation_split or manifest.read(data).held_out_split() or record.train_split
     result = evaluate(run_dir, data, split=split)
     sections = [

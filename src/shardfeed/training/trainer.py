@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from shardfeed.deprecation import renamed
 from shardfeed.errors import OptionError, RunFolderError, SourceError, tensorflow_message
 from shardfeed.format import manifest, storage
 from shardfeed.lazy import tensorflow
@@ -46,9 +47,10 @@ log = logging.getLogger("shardfeed")
 TOP_K = 5
 
 
+@renamed(data="path", out="run_dir")
 def train(
-    data: str | Mixture,
-    out: str,
+    path: str | Mixture,
+    run_dir: str,
     options: TrainOptions | None = None,
     *,
     weights: str | None = None,
@@ -58,9 +60,9 @@ def train(
     """Trains a classifier on converted shards and writes a run folder (training/run_folder.py).
 
     Args:
-        data: a converted folder, or a `Mixture` of them (trained on in its proportions, labels in
+        path: a converted folder, or a `Mixture` of them (trained on in its proportions, labels in
             its union label map; validated and evaluated on its first source's held-out split).
-        out: the run folder.
+        run_dir: the run folder. (`data=` and `out=`, their old names, warn and still work.)
         options: model, epochs, batch size, augmentation, ... (`TrainOptions`; default: its defaults).
         weights: what the model starts from, when given: overrides `options.weights` ('imagenet',
             'none' or a local file; see `build_model`).
@@ -79,7 +81,7 @@ def train(
     options = options or TrainOptions()
     if weights is not None:
         options = replace(options, weights=weights)
-    run = _TrainingRun(data, RunFolder(out), options, resume=resume)
+    run = _TrainingRun(path, RunFolder(run_dir), options, resume=resume)
     run.folder.write_record(run.record)
     run.folder.write_status("running")
     try:
@@ -112,10 +114,9 @@ class _TrainingRun:
             fine_tune_from=self.options.fine_tune_from,
             fine_tune_learning_rate=self.options.fine_tune_learning_rate,
         )
-        self.record = RunRecord.of(self.data, self.options, self._class_names(), self._validation_split())
-        self.record = replace(self.record, weights=self.weights or "none", phases=self.schedule.as_json())
-        if self.mixture is not None:
-            self.record = replace(self.record, mixture=self.mixture.as_json())
+        record = RunRecord.of(self.data, self.options, self._class_names(), self._validation_split())
+        mixed = self.mixture.as_json() if self.mixture is not None else None
+        self.record = replace(record, weights=self.weights or "none", phases=self.schedule.as_json(), mixture=mixed)
         o = self.options
         self.inputs = RunInputs(
             self.manifest, o.batch_size, o.image_size, o.seed, o.augmentation, o.decode, train_data=self.mixture
@@ -176,10 +177,9 @@ class _TrainingRun:
     @property
     def train_read(self) -> ReadOptions:
         """How the training stream batches: every training image each epoch, the last batch partial
-        when the split is not a multiple of it (as Keras' image_dataset_from_directory and TFDS
-        batch; dropping it lost 37 of 293 photos an epoch at batch 64, issue 35). With several
-        devices the partial batch is dropped: split across replicas it can leave one an empty
-        slice, which BatchNorm cannot take (a different batch each epoch, as the order changes)."""
+        (as Keras' image_dataset_from_directory and TFDS batch; dropping it lost 37 of 293 photos
+        an epoch at batch 64). With several devices it is dropped: split across replicas it can
+        leave one an empty slice, which BatchNorm cannot take (a different batch each epoch)."""
         return ReadOptions(drop_remainder=self.options.devices != 1)
 
     def _check_training_set(self) -> int:
