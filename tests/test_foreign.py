@@ -172,7 +172,7 @@ def test_type_mismatches_are_found_when_the_dataset_is_built(
         features = {**features, "image": jpeg_bytes(crops(photos()["chelsea"], 1, seed=0)[0])}
     file = _one_record_file(tmp_path / "data.tfrecord", features)
     with pytest.raises(SourceError) as e:
-        load(file, read=ReadOptions(**read))
+        load(file, read=ReadOptions(foreign=ForeignKeys(**read)))
     assert expected.format(file=file) in str(e.value)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from shardfeed.errors import CorruptRecordError
@@ -73,15 +74,16 @@ _POOL = descriptor_pool.DescriptorPool()
 _POOL.Add(_file_descriptor())
 Example: Any = message_factory.GetMessageClass(_POOL.FindMessageTypeByName("tensorflow.Example"))
 
-FeatureValue = bytes | str | int | float | list[bytes] | list[int] | list[float]
+FeatureValue = bytes | str | int | float | list[bytes] | list[int] | list[float] | np.ndarray
 
 
 def serialize_example(features: dict[str, FeatureValue]) -> bytes:
     """Serializes a flat feature dict as a `tf.train.Example`, deterministically.
 
     bytes/str values become a BytesList, ints an Int64List and floats a FloatList; a list takes
-    the type of its first element. Keys are written in sorted order so equal inputs give equal
-    bytes whatever the dict order.
+    the type of its first element, a NumPy array its dtype's (so an empty one still says its
+    type, as readers' VarLenFeature check: an image without objects). Keys are written in sorted
+    order so equal inputs give equal bytes whatever the dict order.
     """
     example = Example()
     feature_map = example.features.feature
@@ -96,6 +98,8 @@ def serialize_example(features: dict[str, FeatureValue]) -> bytes:
             feature.int64_list.value.append(value)
         elif isinstance(value, float):
             feature.float_list.value.append(value)
+        elif isinstance(value, np.ndarray):
+            _typed(feature, value)
         elif value and isinstance(value[0], (bytes, str)):
             feature.bytes_list.value.extend(v.encode() if isinstance(v, str) else v for v in value)
         elif value and isinstance(value[0], float):
@@ -103,6 +107,17 @@ def serialize_example(features: dict[str, FeatureValue]) -> bytes:
         else:
             feature.int64_list.value.extend(int(v) for v in value)
     return example.SerializeToString(deterministic=True)
+
+
+def _typed(feature: Any, values: np.ndarray) -> None:
+    """`values` as the list its dtype says (floats, ints and booleans, or bytes), present even
+    when empty."""
+    kind = values.dtype.kind
+    if kind == "b":
+        values = values.astype(np.int64)
+    target = feature.float_list if kind == "f" else feature.int64_list if kind in "iub" else feature.bytes_list
+    target.SetInParent()
+    target.value.extend(values.ravel().tolist())
 
 
 def _parsed(data: bytes) -> Example:

@@ -57,7 +57,38 @@ IMAGE_TYPES = {
     SHA256: "bytes",
 }
 LABEL_TYPES = {LABEL: "int64", TEXT: "bytes", SYNSET: "bytes"}
-FEATURE_KEYS = (*IMAGE_TYPES, *LABEL_TYPES)
+
+# Beyond one label: the keys the TF Model Garden's decoders and the Object Detection API read
+# (official/vision/dataloaders/tf_example_decoder.py and segmentation_input.py; research/
+# object_detection/data_decoders/tf_example_decoder.py). Boxes are normalised to [0, 1].
+SOURCE_ID = "image/source_id"  # a numeric string: the image's id in its folder (COCO evaluation)
+BOX_XMIN = "image/object/bbox/xmin"
+BOX_YMIN = "image/object/bbox/ymin"
+BOX_XMAX = "image/object/bbox/xmax"
+BOX_YMAX = "image/object/bbox/ymax"
+BOX_KEYS = (BOX_XMIN, BOX_YMIN, BOX_XMAX, BOX_YMAX)  # in the order of a box's coordinates
+OBJECT_LABEL = "image/object/class/label"
+OBJECT_TEXT = "image/object/class/text"
+OBJECT_AREA = "image/object/area"  # pixels of the stored image
+OBJECT_IS_CROWD = "image/object/is_crowd"
+OBJECT_MASK = "image/object/mask"  # one PNG (0/1, the image's size) per object
+OBJECT_ATTRIBUTE = "image/object/{name}"  # VOC's difficult/truncated, 0/1 per object
+SEGMENTATION = "image/segmentation/class/encoded"  # a PNG of class ids, the image's size
+SEGMENTATION_FORMAT = "image/segmentation/class/format"
+OBJECT_TYPES = {
+    SOURCE_ID: "bytes",
+    BOX_XMIN: "float",
+    BOX_YMIN: "float",
+    BOX_XMAX: "float",
+    BOX_YMAX: "float",
+    OBJECT_LABEL: "int64",
+    OBJECT_TEXT: "bytes",
+    OBJECT_AREA: "float",
+    OBJECT_IS_CROWD: "int64",
+}
+MASK_TYPES = {OBJECT_MASK: "bytes"}
+SEGMENTATION_TYPES = {SEGMENTATION: "bytes", SEGMENTATION_FORMAT: "bytes"}
+FEATURE_KEYS = (*IMAGE_TYPES, *LABEL_TYPES, *OBJECT_TYPES, *MASK_TYPES, *SEGMENTATION_TYPES)
 
 # What other recipes call the dimensions (the Keras/Estimator MNIST examples, TF-slim's 'depth').
 FOREIGN_DIMENSIONS = {HEIGHT: ("height",), WIDTH: ("width",), CHANNELS: ("channels", "depth")}

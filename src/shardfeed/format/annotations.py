@@ -1,0 +1,218 @@
+"""One image's objects as a record stores them: checked against the image, written under the
+keys the TF Model Garden's and the Object Detection API's decoders read (format/schema.py), and
+read back.
+
+In memory (`Objects`), for N objects of an image W pixels wide and H high, as stored:
+
+    boxes      [N, 4] float32   (xmin, ymin, xmax, ymax) in pixels, 0 <= xmin < xmax <= W
+    classes    [N] int64        class ids 0..K-1 (the record adds the folder's label offset)
+    is_crowd   [N] bool         COCO's iscrowd: a region of many instances
+    areas      [N] float32      pixels: the source's (COCO's segment area), else the box's
+    masks      N PNGs or None   one per object, W x H, 1 inside the object and 0 outside
+    attributes name -> [N] int  per-object flags a source has (VOC's difficult, truncated)
+
+In the record, boxes are normalised by W and H (as Model Garden and the OD API expect), the
+classes come with their names (`image/object/class/text`), and `image/source_id` holds the
+image's number as a numeric string (COCO evaluation matches detections to images by it).
+
+What `check_objects` does with each annotation before it is written (nothing is dropped
+silently: every skip comes back with its index and reason, for report.json):
+
+    a box partly outside the image          clipped to it, and counted
+    a box wholly outside, empty, inverted   skipped ("outside the image", "empty", "inverted")
+    a coordinate that is NaN or infinite    skipped ("not a number")
+    a class outside 0..K-1                  skipped
+    a mask of another size than the image   skipped
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from shardfeed.format import schema
+from shardfeed.format.example_proto import FeatureValue
+
+
+@dataclass(frozen=True)
+class Objects:
+    """One image's objects, in pixels of the stored image (module docstring)."""
+
+    boxes: np.ndarray
+    classes: np.ndarray
+    is_crowd: np.ndarray
+    areas: np.ndarray
+    masks: tuple[bytes, ...] | None = None
+    attributes: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.classes)
+
+    @classmethod
+    def none(cls) -> Objects:
+        """An image without objects (kept and counted, as COCO keeps them)."""
+        return cls(np.zeros((0, 4), np.float32), np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.float32))
+
+
+@dataclass(frozen=True)
+class SkippedAnnotation:
+    """An annotation that was not written: its index in the source's list for the image, and why."""
+
+    index: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class CheckedObjects:
+    """What `check_objects` kept, what it skipped, and how many kept boxes it clipped."""
+
+    objects: Objects
+    skipped: tuple[SkippedAnnotation, ...]
+    clipped: int
+
+
+def check_objects(
+    boxes: Sequence[Sequence[float]],
+    classes: Sequence[int],
+    *,
+    width: int,
+    height: int,
+    num_classes: int,
+    is_crowd: Sequence[bool] | None = None,
+    areas: Sequence[float | None] | None = None,
+    masks: Sequence[np.ndarray | None] | None = None,
+    attributes: Mapping[str, Sequence[int]] | None = None,
+) -> CheckedObjects:
+    """The annotations of one W x H image that can be written, clipped to it where they stick out.
+
+    Args:
+        boxes: (xmin, ymin, xmax, ymax) in pixels, one per annotation.
+        classes: class ids 0..num_classes-1, one per annotation.
+        is_crowd, areas, masks, attributes: per annotation, when the source has them (an area
+            of None: the clipped box's; a mask: a 2-D array, nonzero inside the object).
+    """
+    kept: list[int] = []
+    out_boxes: list[list[float]] = []
+    skipped: list[SkippedAnnotation] = []
+    clipped = 0
+    masked = masks is not None and any(m is not None for m in masks)
+    for index, (box, label) in enumerate(zip(boxes, classes, strict=True)):
+        mask = masks[index] if masks is not None else None
+        reason = _refusal(box, int(label), width, height, num_classes, mask, masked)
+        if reason is not None:
+            skipped.append(SkippedAnnotation(index, reason))
+            continue
+        inside = [min(max(float(box[0]), 0.0), width), min(max(float(box[1]), 0.0), height)]
+        inside += [min(max(float(box[2]), 0.0), width), min(max(float(box[3]), 0.0), height)]
+        clipped += int(inside != [float(v) for v in box])
+        kept.append(index)
+        out_boxes.append(inside)
+    return CheckedObjects(_kept(kept, out_boxes, classes, is_crowd, areas, masks, attributes), tuple(skipped), clipped)
+
+
+def _refusal(
+    box: Sequence[float], label: int, width: int, height: int, num_classes: int, mask: np.ndarray | None, masked: bool
+) -> str | None:
+    """Why one annotation cannot be written, or None (`masked`: the image's objects have masks)."""
+    if len(box) != 4:
+        return f"a box has 4 coordinates, this one {len(box)}"
+    xmin, ymin, xmax, ymax = (float(v) for v in box)
+    if not all(math.isfinite(v) for v in (xmin, ymin, xmax, ymax)):
+        return f"box {list(box)}: a coordinate is not a number"
+    if xmax < xmin or ymax < ymin:
+        return f"box {list(box)}: inverted (xmax < xmin or ymax < ymin)"
+    if xmax <= 0 or ymax <= 0 or xmin >= width or ymin >= height:
+        return f"box {list(box)}: wholly outside the {width} x {height} image"
+    if min(xmax, width) - max(xmin, 0) <= 0 or min(ymax, height) - max(ymin, 0) <= 0:
+        return f"box {list(box)}: empty (no width or no height)"
+    if not 0 <= label < num_classes:
+        return f"class {label} is outside 0..{num_classes - 1}"
+    if masked and mask is None:
+        return "no mask, where the image's other objects have one"
+    if mask is not None and tuple(np.shape(mask)) != (height, width):
+        return f"mask of shape {tuple(np.shape(mask))} for a {width} x {height} image (shape ({height}, {width}))"
+    return None
+
+
+def _kept(
+    kept: list[int],
+    boxes: list[list[float]],
+    classes: Sequence[int],
+    is_crowd: Sequence[bool] | None,
+    areas: Sequence[float | None] | None,
+    masks: Sequence[np.ndarray | None] | None,
+    attributes: Mapping[str, Sequence[int]] | None,
+) -> Objects:
+    """The kept annotations as `Objects` (areas: the source's, else the clipped box's)."""
+    box_array = np.array(boxes, np.float32).reshape(-1, 4)
+    box_areas = (box_array[:, 2] - box_array[:, 0]) * (box_array[:, 3] - box_array[:, 1])
+    given = [areas[i] if areas is not None else None for i in kept]
+    area_array = np.array([a if a is not None else b for a, b in zip(given, box_areas, strict=True)], np.float32)
+    has_masks = masks is not None and any(m is not None for m in masks)
+    return Objects(
+        boxes=box_array,
+        classes=np.array([int(classes[i]) for i in kept], np.int64),
+        is_crowd=np.array([bool(is_crowd[i]) if is_crowd is not None else False for i in kept], bool),
+        areas=area_array,
+        masks=tuple(_mask_png(masks[i]) for i in kept) if has_masks and masks is not None else None,
+        attributes={name: np.array([int(v[i]) for i in kept], np.int64) for name, v in (attributes or {}).items()},
+    )
+
+
+def _mask_png(mask: np.ndarray | None) -> bytes:
+    """One object's mask as a PNG of 0 and 1 (what Model Garden and the OD API decode)."""
+    out = io.BytesIO()
+    Image.fromarray((np.asarray(mask) != 0).astype(np.uint8), mode="L").save(out, format="PNG")
+    return out.getvalue()
+
+
+def object_features(
+    objects: Objects, *, width: int, height: int, class_names: Sequence[str], label_offset: int, source_id: int
+) -> dict[str, FeatureValue]:
+    """The record features of one image's objects (the image's own features are written beside them)."""
+    boxes = objects.boxes
+    features: dict[str, FeatureValue] = {
+        schema.SOURCE_ID: str(source_id),
+        schema.BOX_XMIN: (boxes[:, 0] / width).astype(np.float32),
+        schema.BOX_YMIN: (boxes[:, 1] / height).astype(np.float32),
+        schema.BOX_XMAX: (boxes[:, 2] / width).astype(np.float32),
+        schema.BOX_YMAX: (boxes[:, 3] / height).astype(np.float32),
+        schema.OBJECT_LABEL: objects.classes + label_offset,
+        schema.OBJECT_TEXT: np.array([class_names[c].encode() for c in objects.classes], dtype=object),
+        schema.OBJECT_AREA: objects.areas,
+        schema.OBJECT_IS_CROWD: objects.is_crowd,
+    }
+    if objects.masks is not None:
+        features[schema.OBJECT_MASK] = np.array(objects.masks, dtype=object)
+    for name, values in objects.attributes.items():
+        features[schema.OBJECT_ATTRIBUTE.format(name=name)] = values
+    return features
+
+
+def read_objects(features: Mapping[str, list[Any]], *, width: int, height: int, label_offset: int) -> Objects:
+    """The objects of one parsed record ({key: values}), in pixels: `object_features` undone
+    (up to float32 rounding of the normalised coordinates)."""
+    columns = [np.asarray(features.get(k, []), np.float64) for k in schema.BOX_KEYS]
+    boxes = np.stack(columns, axis=-1) * [width, height, width, height] if columns[0].size else np.zeros((0, 4))
+    classes = np.asarray(features.get(schema.OBJECT_LABEL, []), np.int64) - label_offset
+    masks = features.get(schema.OBJECT_MASK)
+    prefix = schema.OBJECT_ATTRIBUTE.format(name="")
+    own = {*schema.OBJECT_TYPES, *schema.MASK_TYPES}
+    return Objects(
+        boxes=boxes.astype(np.float32),
+        classes=classes,
+        is_crowd=np.asarray(features.get(schema.OBJECT_IS_CROWD, [0] * len(classes)), bool),
+        areas=np.asarray(features.get(schema.OBJECT_AREA, []), np.float32),
+        masks=tuple(masks) if masks else None,
+        attributes={
+            key[len(prefix) :]: np.asarray(v, np.int64)
+            for key, v in features.items()
+            if key.startswith(prefix) and key not in own and "/" not in key[len(prefix) :]
+        },
+    )

@@ -1,0 +1,216 @@
+"""Objects on an image, as records store them: every annotation checked against its image, and
+the record read unchanged by the decoders other programs use.
+
+The decoders' feature specs are reproduced from their source (vendoring them would pull in
+tf-models-official and the OD API with their dependencies):
+- TF Model Garden, official/vision/dataloaders/tf_example_decoder.py (`TfExampleDecoder`, with
+  include_mask=True), tensorflow/models at commit 00d83f37e2de5852699ed339d0c51085ab065651;
+- TF Object Detection API, research/object_detection/data_decoders/tf_example_decoder.py
+  (`keys_to_features`: the object keys it parses).
+Objects are solid squares pasted on real photos at known pixels, so where a decoded box lands is
+checked against the pixels themselves, not against the formula that wrote it.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import pytest
+from conftest import photos
+from PIL import Image
+
+from shardfeed.format import annotations, schema
+from shardfeed.format.annotations import check_objects, object_features, read_objects
+from shardfeed.format.example_proto import parse_example, serialize_example
+
+RED, BLUE = (255, 0, 0), (0, 0, 255)
+# (colour, class, box in pixels (xmin, ymin, xmax, ymax)) pasted on skimage's chelsea (451 x 300)
+PASTED = ((RED, 0, (40, 30, 120, 100)), (BLUE, 1, (300, 150, 451, 260)))
+NAMES = ["red square", "blue square"]
+
+
+def scene() -> tuple[np.ndarray, list[np.ndarray]]:
+    """The photo with the squares pasted, and each square's mask."""
+    image = photos()["chelsea"].copy()
+    masks = []
+    for colour, _, (x0, y0, x1, y1) in PASTED:
+        image[y0:y1, x0:x1] = colour
+        mask = np.zeros(image.shape[:2], np.uint8)
+        mask[y0:y1, x0:x1] = 1
+        masks.append(mask)
+    return image, masks
+
+
+def record(image: np.ndarray, objects: annotations.Objects, source_id: int = 7) -> bytes:
+    """A record as the writer makes it: the image's own features and its objects'."""
+    png = io.BytesIO()
+    Image.fromarray(image).save(png, "PNG")  # lossless, so pasted pixels keep their colour
+    height, width = image.shape[:2]
+    features = {
+        schema.ENCODED: png.getvalue(),
+        schema.FORMAT: "PNG",
+        schema.HEIGHT: height,
+        schema.WIDTH: width,
+        **object_features(objects, width=width, height=height, class_names=NAMES, label_offset=0, source_id=source_id),
+    }
+    return serialize_example(features)
+
+
+def model_garden_decode(serialized: bytes) -> dict[str, np.ndarray]:
+    """Model Garden's TfExampleDecoder(include_mask=True).decode, reproduced (module docstring)."""
+    import tensorflow as tf
+
+    spec = {
+        "image/encoded": tf.io.FixedLenFeature((), tf.string),
+        "image/height": tf.io.FixedLenFeature((), tf.int64, -1),
+        "image/width": tf.io.FixedLenFeature((), tf.int64, -1),
+        "image/object/bbox/xmin": tf.io.VarLenFeature(tf.float32),
+        "image/object/bbox/xmax": tf.io.VarLenFeature(tf.float32),
+        "image/object/bbox/ymin": tf.io.VarLenFeature(tf.float32),
+        "image/object/bbox/ymax": tf.io.VarLenFeature(tf.float32),
+        "image/object/class/label": tf.io.VarLenFeature(tf.int64),
+        "image/object/area": tf.io.VarLenFeature(tf.float32),
+        "image/object/is_crowd": tf.io.VarLenFeature(tf.int64),
+        "image/object/mask": tf.io.VarLenFeature(tf.string),
+        "image/source_id": tf.io.FixedLenFeature((), tf.string),
+    }
+    parsed = tf.io.parse_single_example(serialized, spec)
+    for key, value in list(parsed.items()):
+        if isinstance(value, tf.SparseTensor):
+            parsed[key] = tf.sparse.to_dense(value, default_value="" if value.dtype == tf.string else 0)
+    height, width = parsed["image/height"], parsed["image/width"]
+    masks = parsed["image/object/mask"]
+    if tf.size(masks) > 0:
+        decoded = tf.map_fn(
+            lambda png: tf.cast(tf.squeeze(tf.io.decode_png(png, channels=1), -1), tf.float32),
+            masks,
+            fn_output_signature=tf.float32,
+        )
+    else:
+        decoded = tf.zeros([0, height, width], tf.float32)
+    area = parsed["image/object/area"]
+    return {
+        "source_id": parsed["image/source_id"].numpy(),
+        "image": tf.io.decode_image(parsed["image/encoded"], channels=3).numpy(),
+        "groundtruth_boxes": tf.stack(
+            [parsed[f"image/object/bbox/{k}"] for k in ("ymin", "xmin", "ymax", "xmax")], axis=-1
+        ).numpy(),
+        "groundtruth_classes": parsed["image/object/class/label"].numpy(),
+        "groundtruth_is_crowd": tf.cast(parsed["image/object/is_crowd"], tf.bool).numpy(),
+        "groundtruth_area": area.numpy(),
+        "groundtruth_instance_masks": decoded.numpy(),
+    }
+
+
+def test_model_gardens_decoder_reads_boxes_that_frame_the_objects_pixels() -> None:
+    image, masks = scene()
+    height, width = image.shape[:2]
+    checked = check_objects(
+        [box for _, _, box in PASTED], [c for _, c, _ in PASTED], width=width, height=height, num_classes=2, masks=masks
+    )
+    assert checked.skipped == () and checked.clipped == 0
+    decoded = model_garden_decode(record(image, checked.objects))
+    assert decoded["source_id"] == b"7" and decoded["groundtruth_classes"].tolist() == [0, 1]
+    assert decoded["groundtruth_is_crowd"].tolist() == [False, False]
+    for (colour, _, (x0, y0, x1, y1)), box, mask, area in zip(
+        PASTED,
+        decoded["groundtruth_boxes"],
+        decoded["groundtruth_instance_masks"],
+        decoded["groundtruth_area"],
+        strict=True,
+    ):
+        ymin, xmin, ymax, xmax = box
+        rows = slice(round(ymin * height), round(ymax * height))
+        cols = slice(round(xmin * width), round(xmax * width))
+        assert (decoded["image"][rows, cols] == colour).all()  # the box holds only the object
+        around = decoded["image"][max(rows.start - 1, 0) : rows.stop + 1, max(cols.start - 1, 0) : cols.stop + 1]
+        colour_pixels = int((around == colour).all(axis=-1).sum())
+        assert colour_pixels == (rows.stop - rows.start) * (cols.stop - cols.start)  # nothing of it outside
+        assert np.array_equal(mask != 0, (decoded["image"] == colour).all(axis=-1))  # the mask is its pixels
+        assert area == (x1 - x0) * (y1 - y0)
+
+
+def test_an_image_without_objects_decodes_to_empty_tensors() -> None:
+    image, _ = scene()
+    decoded = model_garden_decode(record(image, annotations.Objects.none()))
+    assert decoded["groundtruth_boxes"].shape == (0, 4) and decoded["groundtruth_classes"].shape == (0,)
+    assert decoded["groundtruth_instance_masks"].shape == (0, *image.shape[:2])
+
+
+def test_the_object_detection_apis_keys_parse_our_records() -> None:
+    """The OD API's object keys (and their types), as its decoder parses them."""
+    import tensorflow as tf
+
+    image, _ = scene()
+    height, width = image.shape[:2]
+    checked = check_objects([box for _, _, box in PASTED], [0, 1], width=width, height=height, num_classes=2)
+    spec = {
+        "image/encoded": tf.io.FixedLenFeature((), tf.string, default_value=""),
+        "image/format": tf.io.FixedLenFeature((), tf.string, default_value="jpeg"),
+        "image/source_id": tf.io.FixedLenFeature((), tf.string, default_value=""),
+        "image/height": tf.io.FixedLenFeature((), tf.int64, default_value=1),
+        "image/width": tf.io.FixedLenFeature((), tf.int64, default_value=1),
+        "image/object/bbox/xmin": tf.io.VarLenFeature(tf.float32),
+        "image/object/bbox/xmax": tf.io.VarLenFeature(tf.float32),
+        "image/object/bbox/ymin": tf.io.VarLenFeature(tf.float32),
+        "image/object/bbox/ymax": tf.io.VarLenFeature(tf.float32),
+        "image/object/class/label": tf.io.VarLenFeature(tf.int64),
+        "image/object/class/text": tf.io.VarLenFeature(tf.string),
+        "image/object/area": tf.io.VarLenFeature(tf.float32),
+        "image/object/is_crowd": tf.io.VarLenFeature(tf.int64),
+    }
+    parsed = tf.io.parse_single_example(record(image, checked.objects), spec)
+    texts = tf.sparse.to_dense(parsed["image/object/class/text"], default_value="").numpy().tolist()
+    assert texts == [b"red square", b"blue square"]
+    assert tf.sparse.to_dense(parsed["image/object/bbox/xmax"]).numpy().tolist() == pytest.approx([120 / 451, 1.0])
+
+
+def test_every_annotation_is_kept_clipped_or_skipped_with_its_reason() -> None:
+    boxes = [
+        (10, 10, 50, 40),  # kept
+        (-20, 250, 60, 330),  # partly outside: clipped to (0, 250, 60, 300)
+        (500, 10, 600, 40),  # wholly outside
+        (30, 30, 30, 60),  # no width
+        (80, 60, 40, 90),  # inverted
+        (math.nan, 1, 2, 3),  # not a number
+        (1, 1, 5, 5),  # class out of range
+    ]
+    classes = [0, 1, 0, 0, 1, 0, 2]
+    checked = check_objects(boxes, classes, width=451, height=300, num_classes=2, is_crowd=[0, 1, 0, 0, 0, 0, 0])
+    assert checked.objects.boxes.tolist() == [[10, 10, 50, 40], [0, 250, 60, 300]]
+    assert checked.objects.classes.tolist() == [0, 1] and checked.objects.is_crowd.tolist() == [False, True]
+    assert checked.objects.areas.tolist() == [40 * 30, 60 * 50] and checked.clipped == 1
+    reasons = {s.index: s.reason for s in checked.skipped}
+    assert sorted(reasons) == [2, 3, 4, 5, 6]
+    assert "wholly outside the 451 x 300 image" in reasons[2] and "empty" in reasons[3]
+    assert "inverted" in reasons[4] and "not a number" in reasons[5] and "class 2 is outside 0..1" in reasons[6]
+
+
+def test_a_mask_must_match_its_image() -> None:
+    good, wrong = np.ones((300, 451), np.uint8), np.ones((300, 450), np.uint8)
+    checked = check_objects(
+        [(0, 0, 5, 5)] * 3, [0, 0, 0], width=451, height=300, num_classes=1, masks=[good, wrong, None]
+    )
+    assert [s.index for s in checked.skipped] == [1, 2] and len(checked.objects) == 1
+    assert "mask of shape (300, 450) for a 451 x 300 image" in checked.skipped[0].reason
+    assert "no mask" in checked.skipped[1].reason
+
+
+def test_read_objects_undoes_object_features() -> None:
+    image, masks = scene()
+    checked = check_objects(
+        [box for _, _, box in PASTED],
+        [0, 1],
+        width=451,
+        height=300,
+        num_classes=2,
+        areas=[5000.0, None],
+        masks=masks,
+        attributes={"difficult": [1, 0]},
+    )
+    back = read_objects(parse_example(record(image, checked.objects)), width=451, height=300, label_offset=0)
+    assert np.allclose(back.boxes, checked.objects.boxes, atol=1e-3)
+    assert back.classes.tolist() == [0, 1] and back.areas.tolist() == [5000.0, 151 * 110]
+    assert back.attributes["difficult"].tolist() == [1, 0] and back.masks == checked.objects.masks
