@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardfeed.format import layout
+from shardfeed.format.schema import CLASSIFICATION
 from shardfeed.version import __version__
 
 FORMAT_NAME = "shardfeed"
@@ -54,7 +55,7 @@ class SplitInfo:
     shards: list[ShardInfo]
 
 
-HEADER = frozenset(("source", "settings", "labels", "label_offset", "features", "schema", "label_range"))
+HEADER = frozenset(("source", "settings", "labels", "label_offset", "features", "schema", "label_range", "task"))
 MADE = HEADER | {
     "format",
     "version",
@@ -134,6 +135,9 @@ class Header:
             (`Schema.record_keys`; adopted folders, `--schema` presets); None: ours.
         label_range: the first and last stored class id, where read off the records (adopted
             folders); None: 0..K-1 plus the offset, as `convert` writes them.
+        task: what the records hold beside the image (`schema.TASKS`): 'classification' (a
+            class id; not written, the default) or 'segmentation' (a mask of class ids, `labels`
+            naming them).
     """
 
     source: Mapping[str, Any]
@@ -143,6 +147,7 @@ class Header:
     features: Mapping[str, str]
     schema: Mapping[str, Any] | None = None
     label_range: tuple[int, int] | None = None
+    task: str = CLASSIFICATION
 
     @classmethod
     def of_manifest(cls, data: Mapping[str, Any]) -> Header:
@@ -156,6 +161,7 @@ class Header:
             data.get("features", {}),
             data.get("schema"),
             (found[0], found[1]) if found else None,
+            data.get("task", CLASSIFICATION),
         )
 
     def fields(self) -> dict[str, Any]:
@@ -171,6 +177,8 @@ class Header:
             out["schema"] = dict(self.schema)
         if self.label_range is not None:
             out["label_range"] = list(self.label_range)
+        if self.task != CLASSIFICATION:
+            out["task"] = self.task
         return out
 
 

@@ -73,7 +73,7 @@ OBJECT_AREA = "image/object/area"  # pixels of the stored image
 OBJECT_IS_CROWD = "image/object/is_crowd"
 OBJECT_MASK = "image/object/mask"  # one PNG (0/1, the image's size) per object
 OBJECT_ATTRIBUTE = "image/object/{name}"  # VOC's difficult/truncated, 0/1 per object
-SEGMENTATION = "image/segmentation/class/encoded"  # a PNG of class ids, the image's size
+SEGMENTATION_MASK = "image/segmentation/class/encoded"  # a PNG of class ids, the image's size
 SEGMENTATION_FORMAT = "image/segmentation/class/format"
 OBJECT_TYPES = {
     SOURCE_ID: "bytes",
@@ -87,16 +87,23 @@ OBJECT_TYPES = {
     OBJECT_IS_CROWD: "int64",
 }
 MASK_TYPES = {OBJECT_MASK: "bytes"}
-SEGMENTATION_TYPES = {SEGMENTATION: "bytes", SEGMENTATION_FORMAT: "bytes"}
+SEGMENTATION_TYPES = {SEGMENTATION_MASK: "bytes", SEGMENTATION_FORMAT: "bytes"}
 FEATURE_KEYS = (*IMAGE_TYPES, *LABEL_TYPES, *OBJECT_TYPES, *MASK_TYPES, *SEGMENTATION_TYPES)
 
 # What other recipes call the dimensions (the Keras/Estimator MNIST examples, TF-slim's 'depth').
 FOREIGN_DIMENSIONS = {HEIGHT: ("height",), WIDTH: ("width",), CHANNELS: ("channels", "depth")}
 
 
-def feature_types(labelled: bool, keys: Schema | None = None) -> dict[str, str]:
+# What a folder's records hold beside the image (the manifest's `task`; absent: classification).
+CLASSIFICATION, SEGMENTATION = "classification", "segmentation"
+TASKS = (CLASSIFICATION, SEGMENTATION)  # one class id per image; a mask of class ids per image
+
+
+def feature_types(labelled: bool, keys: Schema | None = None, task: str = CLASSIFICATION) -> dict[str, str]:
     """The manifest's `features` entry: record key -> type (the image and label under `keys`'
-    names when a preset renames them)."""
+    names when a preset renames them; a segmentation folder's mask instead of a label)."""
+    if task == SEGMENTATION:
+        return {**IMAGE_TYPES, **SEGMENTATION_TYPES}
     types = {**IMAGE_TYPES, **(LABEL_TYPES if labelled else {})}
     if keys is None or keys.is_ours:
         return types

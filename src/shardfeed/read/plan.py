@@ -19,7 +19,7 @@ from typing import Any
 
 from shardfeed.errors import OptionError
 from shardfeed.format import fileio
-from shardfeed.format.schema import FILENAME, ForeignKeys, Schema
+from shardfeed.format.schema import CLASSIFICATION, FILENAME, SEGMENTATION_MASK, ForeignKeys, Schema
 from shardfeed.read import foreign, shardset
 from shardfeed.read.mixture import MixedSplit, Mixture, open_mixture
 from shardfeed.read.options import BATCH_SIZE, DecodeOptions, ReadOptions, ServiceOptions
@@ -146,6 +146,7 @@ def resolve(
         shards, schema = shardset.open_split(
             path, split, image_key=keys.image_key, label_key=keys.label_key, compression=read.compression
         )
+    _check_task(path, shards, counting)
     if read.with_filenames:
         schema = dataclasses.replace(schema, filename_key=FILENAME)
     if read.foreign is not None and read.foreign.label_offset is not None:
@@ -210,6 +211,17 @@ def _check_applies(
     if service is not None:
         _check_service(read, decode)
     _check_bucket(path, decode)
+
+
+def _check_task(path: DataPath, shards: ShardSet, counting: bool) -> None:
+    """`load` reads a class id per image; a segmentation folder's records hold a mask instead."""
+    task = shards.manifest.header.task if shards.manifest is not None else CLASSIFICATION
+    if task != CLASSIFICATION and not counting:
+        raise OptionError(
+            f"{shards.manifest.path if shards.manifest else path} holds {task} records (an image and a mask of class "
+            f"ids each), and load reads one class id per image; read them with IndexedRecords(path) "
+            f"(each record's {SEGMENTATION_MASK} is its mask, a PNG)"
+        )
 
 
 def _check_bucket(path: DataPath, decode: DecodeOptions) -> None:

@@ -29,6 +29,7 @@ from shardfeed.read import foreign
 from shardfeed.read.shardset import is_converted_folder
 from shardfeed.tools.foreign_scan import AdoptOptions, ShardTask, read_schema, scan_all
 from shardfeed.write.images import check_stored_image
+from shardfeed.write.images.masks import check_stored_mask
 
 
 @dataclass(frozen=True)
@@ -98,10 +99,11 @@ class _ShardTask:
     num_bytes: int
     sha256: str
     compression: str | None
-    labels: list[str] | None
+    labels: list[str] | None  # a class id per record (classification)
     label_offset: int
     decode: bool
     keys: schema.Schema
+    mask_classes: int | None = None  # a mask of this many classes per record (segmentation)
 
 
 @dataclass
@@ -157,10 +159,11 @@ def verify(
             s.num_bytes,
             s.sha256,
             m.compression,
-            m.labels,
+            m.labels if m.header.task == schema.CLASSIFICATION else None,
             m.label_offset,
             decode,
             m.keys,
+            len(m.labels or []) if m.header.task == schema.SEGMENTATION else None,
         )
         for split in m.split_names
         for s in m.split(split).shards
@@ -179,7 +182,7 @@ def verify(
                 _collect(report, counts, task, outcome, bar)
     for split in m.split_names:
         expected = Counter(m.split(split).class_counts)
-        if m.labels is not None and counts[split] != expected:
+        if m.labels is not None and m.header.task == schema.CLASSIFICATION and counts[split] != expected:
             report.problems.append(
                 Problem(
                     f"split {split!r}: class counts {dict(counts[split])} differ from the manifest's {dict(expected)}"
@@ -307,6 +310,10 @@ def _check_record(task: _ShardTask, index: int, record: bytes, out: _ShardOutcom
                     )
                 )
             out.class_counts[name] += 1
+    if task.mask_classes is not None and task.decode:
+        height, width = one(schema.HEIGHT) or 0, one(schema.WIDTH) or 0
+        if problem := check_stored_mask(one(schema.SEGMENTATION_MASK), height, width, task.mask_classes):
+            out.problems.append(Problem(problem, task.file, index))
     if task.decode:
         fmt = (one(schema.FORMAT) or b"JPEG").decode()
         problem = check_stored_image(

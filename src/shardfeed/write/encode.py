@@ -15,6 +15,7 @@ from typing import NamedTuple
 from shardfeed.format import fileio, image_limits, schema
 from shardfeed.format.example_proto import FeatureValue, serialize_example
 from shardfeed.write import images, perceptual_hash
+from shardfeed.write.images import masks
 from shardfeed.write.items import Discovery, Item, locate
 from shardfeed.write.options import ConvertOptions
 from shardfeed.write.sources.arrays import load_array
@@ -160,6 +161,11 @@ def encode_unhashed(item: Item, spec: EncodingSpec) -> Unhashed | SkippedItem:
         features[spec.keys.label_key or schema.LABEL] = item.label + spec.label_offset
         features[schema.TEXT] = spec.class_names[item.label]
         features[schema.SYNSET] = spec.class_names[item.label]
+    if item.mask_key is not None and raw_data is not None:
+        mask = _segmentation(item, item.mask_key, spec, raw_data, prepared)
+        if isinstance(mask, SkippedItem):
+            return mask
+        features |= mask
     data = serialize_example(features)
     record = EncodedRecord(
         item.key,
@@ -174,6 +180,23 @@ def encode_unhashed(item: Item, spec: EncodingSpec) -> Unhashed | SkippedItem:
         (item.size, item.mtime_ns),
     )
     return Unhashed(record, prepared.hash_source)
+
+
+def _segmentation(
+    item: Item, mask_key: str, spec: EncodingSpec, image_data: bytes, prepared: images.PreparedImage
+) -> dict[str, FeatureValue] | SkippedItem:
+    """The features of an image's segmentation mask (write/images/masks.py), or why the image is
+    not converted: a mask that cannot be used leaves its image without ground truth."""
+    try:
+        data = fileio.read_regular(fileio.join(spec.base, mask_key), image_limits.max_file_bytes(spec.image.max_pixels))
+        mask = masks.prepare_mask(data, mask_key, image_data, prepared, spec.image, len(spec.class_names or []))
+    except fileio.UnusableFileError as e:
+        return SkippedItem(item.key, f"mask {mask_key}: {e}")
+    except OSError as e:
+        return SkippedItem(item.key, f"unreadable mask {mask_key}: {e.strerror or e}")
+    except images.BadImageError as e:
+        return SkippedItem(item.key, str(e))
+    return {schema.SEGMENTATION_MASK: mask, schema.SEGMENTATION_FORMAT: "png"}
 
 
 def hash_items(items: list[Item], spec: EncodingSpec) -> list[str | None]:

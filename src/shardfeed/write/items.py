@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from shardfeed.errors import SourceError
 from shardfeed.format import fileio
 from shardfeed.format.confinement import split_refusal, text_refusal
+from shardfeed.format.schema import CLASSIFICATION
 
 # Top-level folder (or file name prefix) names that mark an already split layout.
 SPLIT_FOLDER_NAMES = frozenset({"train", "training", "validation", "valid", "val", "test", "testing", "eval", "dev"})
@@ -28,6 +29,8 @@ class Item:
         array_key: for array items, the array name inside the file and the row index.
         mtime_ns: the file's modification time when listed (0: not known, or an array item);
             with `size`, how an append tells an unchanged input without reading it.
+        mask_key: for a segmentation source, its mask file below the same base (a PNG of class
+            ids, the image's size); None otherwise.
     """
 
     key: str
@@ -36,6 +39,7 @@ class Item:
     size: int
     array_key: tuple[str, int] | None = None
     mtime_ns: int = 0
+    mask_key: str | None = None
 
 
 @dataclass
@@ -49,6 +53,7 @@ class Discovery:
     class_names: list[str] | None
     skipped: list[tuple[str, str]] = field(default_factory=list)
     presplit: bool = False
+    task: str = CLASSIFICATION  # what the records hold beyond the image: TASKS
 
     def with_safe_names(self) -> Discovery:
         """This discovery with every item whose split name comes from the data and could not be
@@ -77,6 +82,8 @@ class Discovery:
         digest = hashlib.sha256()
         for item in self.items:
             digest.update(f"{item.key}\0{item.size}\0{item.label}\0{item.split}\n".encode())
+            if item.mask_key is not None:
+                digest.update(f"mask\0{item.mask_key}\n".encode())
         for path, reason in self.skipped:
             digest.update(f"skip\0{path}\0{reason}\n".encode())
         return digest.hexdigest()

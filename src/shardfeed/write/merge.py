@@ -37,8 +37,9 @@ def merge_manifest(
         state["settings"],
         discovery.class_names,
         options.label_offset,
-        schema.feature_types(discovery.class_names is not None, options.keys),
+        schema.feature_types(discovery.class_names is not None, options.keys, discovery.task),
         None if options.keys.is_ours else options.keys.record_keys(),
+        task=discovery.task,
     )
     builder = ManifestBuilder(header)
     for result in results:

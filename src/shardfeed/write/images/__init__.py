@@ -3,6 +3,8 @@ that are stored for it.
 
     prepare.py   format detection, validation, normalisation, write-time resize/crop/encode
                  (`ImageOptions`, `prepare_file_image`, `check_stored_image`)
+    transforms.py the write-time resize and crop (`Geometry`), for images and masks alike
+    masks.py     segmentation masks: checked against their image, moved with its pixels
     jpeg.py      JPEG: EXIF orientation off the header, the decode check, DCT-scaled decoding
     png.py       PNG: every row the header promises is there (as TensorFlow's decoder requires)
 """
@@ -13,7 +15,6 @@ from shardfeed.write.images.prepare import (
     ARRAY_ENCODINGS,
     CHECKS,
     IMAGE_FORMATS,
-    UPSCALED,
     BadImageError,
     ImageOptions,
     PreparedImage,
@@ -22,6 +23,7 @@ from shardfeed.write.images.prepare import (
     prepare_array_image,
     prepare_file_image,
 )
+from shardfeed.write.images.transforms import UPSCALED
 
 __all__ = [
     "ARRAY_ENCODINGS",

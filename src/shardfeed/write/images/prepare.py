@@ -20,6 +20,7 @@ from shardfeed.format import image_limits
 from shardfeed.format.image_format import sniff_format
 from shardfeed.write import perceptual_hash
 from shardfeed.write.images import jpeg, png
+from shardfeed.write.images.transforms import UPSCALED, Geometry
 
 _JPEG_EXTENSIONS = (".jpg", ".jpeg", ".jpe", ".jfif")
 IMAGE_FORMATS = ("keep", "jpeg", "png")
@@ -68,6 +69,11 @@ class ImageOptions:
         _check_choice("array_encoding", self.array_encoding, ARRAY_ENCODINGS)
         if not 1 <= self.quality <= 100:
             raise OptionError(f"quality must be in 1..100, got {self.quality}")
+
+    @property
+    def geometry(self) -> Geometry:
+        """The resize and crop asked for (write/images/transforms.py)."""
+        return Geometry(self.resize, self.max_size, self.center_crop)
 
     @property
     def transforms(self) -> bool:
@@ -224,9 +230,9 @@ def _transcode(data: bytes, fmt: str, claims_jpeg: bool, options: ImageOptions, 
     reasons = _conversion_reasons(im, fmt, claims_jpeg, orientation)
     im = _normalise_mode(_upright(im, orientation))
     source = perceptual_hash.image_source(im) if hashed else None
-    if _upscales(im.size, options):
+    if options.geometry.upscales(im.size):
         reasons.append(UPSCALED)
-    im = _apply_transforms(im, options)
+    im = options.geometry.apply(im)
     if options.image_format != "keep":
         out_format = options.image_format
     else:
@@ -245,12 +251,12 @@ def _decode(data: bytes, fmt: str, orientation: int | None, options: ImageOption
         BadImageError: Pillow cannot decode it.
     """
     if orientation == 1:
-        decoded = jpeg.decode_scaled(data, lambda size: _target_size(size, options))
+        decoded = jpeg.decode_scaled(data, options.geometry.target_size)
         if decoded is not None:
             return decoded
     try:
         im: Image.Image = Image.open(io.BytesIO(data))
-        target = _target_size(im.size, options)
+        target = options.geometry.target_size(im.size)
         if fmt == "jpeg" and target is not None:
             im.draft(im.mode if im.mode in ("L", "RGB") else "RGB", target)  # DCT-scaled decode
         im.load()
@@ -310,54 +316,6 @@ def _normalise_mode(im: Image.Image) -> Image.Image:
     return im.convert("RGB")
 
 
-UPSCALED = "upscaled: smaller than the centre crop"
-
-
-def _upscales(size: tuple[int, int], options: ImageOptions) -> bool:
-    """Whether the centre crop is larger than the (resized) image, so that it gets upscaled."""
-    crop = options.center_crop
-    return bool(crop) and min(size) * _resize_scale(size, options) < (crop or 0)
-
-
-def _resize_scale(size: tuple[int, int], options: ImageOptions) -> float:
-    """The scale --resize / --max-size apply to an image of (width, height) `size` (1.0: none)."""
-    width, height = size
-    if options.resize:
-        return options.resize / min(width, height)
-    if options.max_size and max(width, height) > options.max_size:
-        return options.max_size / max(width, height)
-    return 1.0
-
-
-def _target_size(size: tuple[int, int], options: ImageOptions) -> tuple[int, int] | None:
-    """The (width, height) before cropping, or None when no resize applies."""
-    width, height = size
-    scale = _resize_scale(size, options)
-    if options.center_crop and _upscales(size, options):
-        scale = options.center_crop / min(width, height)
-    if scale == 1.0:
-        return None
-    return max(1, round(width * scale)), max(1, round(height * scale))
-
-
-def _apply_transforms(im: Image.Image, options: ImageOptions) -> Image.Image:
-    """Resize and centre-crop in one resampling pass over only the source pixels that are kept.
-
-    Antialiased bilinear (as `tf.image.resize(antialias=True)`); `reducing_gap` lets Pillow
-    box-reduce by an integer factor first when shrinking a lot, which is faster at equal quality.
-    """
-    target = _target_size(im.size, options) or im.size
-    if not options.center_crop:
-        if target == im.size:
-            return im
-        return im.resize(target, Image.Resampling.BILINEAR, reducing_gap=3.0)
-    size = options.center_crop
-    scale_x, scale_y = im.width / target[0], im.height / target[1]
-    left, top = (target[0] - size) // 2, (target[1] - size) // 2
-    box = (left * scale_x, top * scale_y, (left + size) * scale_x, (top + size) * scale_y)
-    return im.resize((size, size), Image.Resampling.BILINEAR, box=box, reducing_gap=3.0)
-
-
 def _channels(im: Image.Image) -> int:
     return 1 if im.mode == "L" else 3
 
@@ -387,7 +345,7 @@ def prepare_array_image(array: np.ndarray, options: ImageOptions, *, phash: bool
     im = Image.fromarray(np.ascontiguousarray(array), "L" if array.ndim == 2 else "RGB")
     source = perceptual_hash.image_source(im) if phash else None
     if options.transforms:
-        im = _apply_transforms(im, options)
+        im = options.geometry.apply(im)
     channels = _channels(im)
     if options.image_format == "keep" and options.array_encoding == "raw":
         return PreparedImage(np.asarray(im).tobytes(), "RAW", im.height, im.width, channels, hash_source=source)

@@ -10,6 +10,7 @@ dropped silently.
     arrays.py       NumPy .npz/.npy arrays
     tables.py       Hugging Face Parquet/Arrow tables
     webdataset.py   WebDataset tars
+    segmentation.py images/ with a mask of class ids each in masks/, and classes.txt
     staging.py      container images (tables, tars) extracted once into a folder
 
 A new layout is a new module here with a class like these, and one branch in `resolve_source`.
@@ -32,6 +33,7 @@ from shardfeed.write.sources.folders import (
     UnlabeledSource,
     empty_source_hint,
 )
+from shardfeed.write.sources.segmentation import SegmentationSource, looks_like_segmentation
 from shardfeed.write.sources.tables import TableSource, looks_like_table
 from shardfeed.write.sources.webdataset import WebDatasetSource, looks_like_webdataset
 
@@ -42,6 +44,7 @@ __all__ = [
     "CsvSource",
     "FilenameSource",
     "FolderSource",
+    "SegmentationSource",
     "Source",
     "TableSource",
     "UnlabeledSource",
@@ -76,7 +79,8 @@ def resolve_source(
     **csv_or_array_options: Any,
 ) -> Source:
     """A source object from a path: folder, .csv/.tsv list, .npz/.npy arrays, Hugging Face
-    Parquet/Arrow tables (tables.py) or WebDataset tars (webdataset.py).
+    Parquet/Arrow tables (tables.py), WebDataset tars (webdataset.py) or a segmentation folder
+    (segmentation.py: images/, masks/ and classes.txt).
 
     Args:
         source: a path, or an already built source object (returned as is).
@@ -103,6 +107,8 @@ def resolve_source(
         return WebDatasetSource(source, **wds)
     if labels_from == "folders" and looks_like_table(source):
         return TableSource(source, **table)
+    if labels_from == "folders" and looks_like_segmentation(source):
+        return SegmentationSource(source)
     if labels_from == "filenames":
         return FilenameSource(source, label_pattern)
     if labels_from == "none":

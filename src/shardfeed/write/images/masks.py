@@ -1,0 +1,114 @@
+"""A segmentation mask on the write path: read, checked against its image and the classes, and
+moved with the image's pixels.
+
+A mask is a one-channel PNG of class ids (mode L; P, a palette PNG, whose indices are the ids;
+or 1, two classes), the size of its image as the file holds it. It follows what happened to the
+image, with nearest-neighbour resampling so that every stored pixel is an id the mask held:
+
+    the image turned upright by its EXIF orientation (it was re-encoded)  -> the mask turned alike
+    --resize / --max-size / --center-crop (transforms.py's `Geometry`) -> the same region, to
+                                                                            the stored size
+
+Stored as a PNG (mode L) under `image/segmentation/class/encoded`, as Model Garden's
+segmentation decoder reads it. Pixels of 255 are kept: they mean "ignore" (its ignore_label).
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+from PIL import Image
+
+from shardfeed.write.images.prepare import BadImageError, ImageOptions, PreparedImage, encode
+
+IGNORE = 255  # a mask pixel that belongs to no class (Model Garden's default ignore_label)
+_TURNS = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}  # EXIF orientation -> the turn that makes the image upright (as Pillow's exif_transpose)
+_EXIF_ORIENTATION = 0x0112
+
+
+def prepare_mask(
+    mask_data: bytes,
+    name: str,
+    image_data: bytes,
+    stored: PreparedImage,
+    options: ImageOptions,
+    num_classes: int,
+) -> bytes:
+    """The PNG stored for `name`, the mask of the image whose source bytes are `image_data` and
+    whose stored form is `stored`.
+
+    Raises:
+        BadImageError: not a one-channel image, another size than its image, or a pixel that is
+            no class id (0..num_classes-1) and not 255; the image is then not converted either.
+    """
+    mask = _ids(mask_data, name)
+    with Image.open(io.BytesIO(image_data)) as image:
+        source_size = image.size
+        orientation = int(image.getexif().get(_EXIF_ORIENTATION, 1) or 1)
+    if mask.size != source_size:
+        raise BadImageError(
+            f"mask {name} is {mask.width} x {mask.height}, its image {source_size[0]} x {source_size[1]}"
+        )
+    if stored.data is not image_data and orientation in _TURNS:  # re-encoded upright
+        mask = mask.transpose(_TURNS[orientation])
+    if options.transforms:
+        out, box = options.geometry.region(mask.size)
+        mask = mask.resize((stored.width, stored.height) if box is None else out, Image.Resampling.NEAREST, box=box)
+    if mask.size != (stored.width, stored.height):
+        raise BadImageError(
+            f"mask {name} is {mask.width} x {mask.height} after its image's transforms, the image "
+            f"{stored.width} x {stored.height}"
+        )
+    ids = np.unique(np.asarray(mask))
+    stray = [int(i) for i in ids if i >= num_classes and i != IGNORE]
+    if stray:
+        raise BadImageError(
+            f"mask {name} holds class id {stray[0]}, but classes.txt names {num_classes} (0..{num_classes - 1}; "
+            f"{IGNORE}: ignored)"
+        )
+    return encode(mask, "png")
+
+
+def _ids(data: bytes, name: str) -> Image.Image:
+    """The mask's class ids as an 'L' image.
+
+    Raises:
+        BadImageError: not an image, or not one channel of ids.
+    """
+    try:
+        with Image.open(io.BytesIO(data)) as opened:
+            opened.load()
+            mask = opened.copy()
+    except Exception as e:
+        raise BadImageError(f"mask {name} cannot be read: {e}") from e
+    if mask.mode == "1":
+        return Image.fromarray(np.asarray(mask, dtype=bool).astype(np.uint8), mode="L")
+    if mask.mode == "P":
+        return Image.fromarray(np.asarray(mask, dtype=np.uint8), mode="L")
+    if mask.mode != "L":
+        raise BadImageError(f"mask {name} is a {mask.mode} image; masks hold class ids in one channel (L or P)")
+    return mask
+
+
+def check_stored_mask(data: bytes | None, height: int, width: int, num_classes: int) -> str | None:
+    """What is wrong with a record's stored mask (`verify`), or None: missing, not a PNG of
+    one channel, not the image's size, or holding an id that is no class and not 255."""
+    if not data:
+        return "record has no segmentation mask"
+    try:
+        mask = _ids(data, "")
+    except BadImageError as e:
+        return f"segmentation mask: {e}"
+    if mask.size != (width, height):
+        return f"segmentation mask is {mask.width} x {mask.height}, the image {width} x {height}"
+    stray = [int(i) for i in np.unique(np.asarray(mask)) if i >= num_classes and i != IGNORE]
+    return f"segmentation mask holds class id {stray[0]}, outside 0..{num_classes - 1}" if stray else None

@@ -1,0 +1,183 @@
+"""Semantic segmentation folders (images/, masks/, classes.txt) converted to records Model
+Garden's segmentation decoder reads, with each mask moved with its image's pixels.
+
+Objects are solid squares pasted on real photos, and each mask marks the squares' pixels, so
+alignment is checked against the stored image itself: where the stored mask says "red square"
+the stored image is red. Model Garden's decoder is reproduced from its source:
+official/vision/dataloaders/segmentation_input.py (`Decoder`, and the reshape its parser makes),
+tensorflow/models at commit 00b830c7ca641413f37e5147cf059c89f79b0e8e.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import photos, shard_bytes
+from PIL import Image
+
+from shardfeed import ConvertOptions, ImageOptions, IndexedRecords, OptionError, convert, load
+from shardfeed.format import manifest, schema
+from shardfeed.tools import verify
+
+CLASSES = ["background", "red square", "blue square"]
+RED, BLUE = (255, 0, 0), (0, 0, 255)
+
+
+def painted(name: str, boxes: list[tuple[int, tuple[int, int, int, int]]]) -> tuple[np.ndarray, np.ndarray]:
+    """A photo with squares pasted (class, (x0, y0, x1, y1)), and its mask of class ids."""
+    image = photos()[name].copy()
+    mask = np.zeros(image.shape[:2], np.uint8)
+    for label, (x0, y0, x1, y1) in boxes:
+        image[y0:y1, x0:x1] = RED if label == 1 else BLUE
+        mask[y0:y1, x0:x1] = label
+    mask[:2, :] = 255  # a band to ignore, as annotators leave borders
+    return image, mask
+
+
+def save(array: np.ndarray, path: Path, **kw: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(array).save(path, **kw)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("seg") / "data"
+    (root / "images").mkdir(parents=True)
+    (root / "classes.txt").write_text("\n".join(CLASSES) + "\n")
+    scenes = {
+        "chelsea": [(1, (40, 30, 120, 100)), (2, (300, 150, 451, 260))],
+        "coffee": [(2, (10, 200, 90, 300))],
+        "astronaut": [(1, (200, 100, 300, 220))],
+        "rocket": [],
+    }
+    for name, boxes in scenes.items():
+        image, mask = painted(name, boxes)
+        save(image, root / "images" / f"{name}.png")
+        if name == "coffee":  # a palette PNG mask: its indices are the ids
+            palette = Image.fromarray(mask, mode="P")
+            palette.putpalette([0, 0, 0, 255, 0, 0, 0, 0, 255] + [128] * (253 * 3))
+            (root / "masks").mkdir(exist_ok=True)
+            palette.save(root / "masks" / "coffee.png")
+        else:
+            save(mask, root / "masks" / f"{name}.png")
+    photo = photos()["chelsea"]
+    save(photo, root / "images" / "no_mask.png")
+    save(np.zeros((5, 5), np.uint8), root / "masks" / "orphan.png")
+    save(photo, root / "images" / "small_mask.png")
+    save(np.zeros((10, 10), np.uint8), root / "masks" / "small_mask.png")
+    save(photo, root / "images" / "stray_id.png")
+    save(np.full(photo.shape[:2], 7, np.uint8), root / "masks" / "stray_id.png")
+    save(photo, root / "images" / "rgb_mask.png")
+    save(photo, root / "masks" / "rgb_mask.png")
+    return root
+
+
+def model_garden_decode(record: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Model Garden's segmentation Decoder (and its parser's reshape), reproduced (module docstring)."""
+    import tensorflow as tf
+
+    spec = {
+        "image/encoded": tf.io.FixedLenFeature((), tf.string, default_value=""),
+        "image/height": tf.io.FixedLenFeature((), tf.int64, default_value=0),
+        "image/width": tf.io.FixedLenFeature((), tf.int64, default_value=0),
+        "image/segmentation/class/encoded": tf.io.FixedLenFeature((), tf.string, default_value=""),
+    }
+    data = tf.io.parse_single_example(record, spec)
+    height, width = data["image/height"], data["image/width"]
+    label = tf.reshape(tf.io.decode_image(data["image/segmentation/class/encoded"], channels=1), (1, height, width))
+    image = tf.reshape(tf.io.decode_image(data["image/encoded"], channels=3, dtype=tf.uint8), (height, width, 3))
+    return image.numpy(), label.numpy()[0]
+
+
+def records(out: Path) -> dict[str, bytes]:
+    rows = IndexedRecords(str(out), split="train")
+    return {rows.example(i)[schema.FILENAME].decode(): rows.record(i) for i in range(len(rows))}
+
+
+def test_masks_are_stored_where_model_garden_reads_them_and_every_problem_is_reported(
+    folder: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    convert(str(folder), str(out), ConvertOptions(split="train=1"), workers=1, progress=False)
+    m = manifest.read(str(out))
+    assert m.header.task == "segmentation" and m.labels == CLASSES
+    assert set(m.data["features"]) == {*schema.IMAGE_TYPES, *schema.SEGMENTATION_TYPES}
+    found = records(out)
+    assert sorted(found) == ["images/astronaut.png", "images/chelsea.png", "images/coffee.png", "images/rocket.png"]
+    for key, record in found.items():
+        image, mask = model_garden_decode(record)
+        assert mask.shape == image.shape[:2]
+        assert set(np.unique(mask)) <= {0, 1, 2, 255}
+        for label, colour in ((1, RED), (2, BLUE)):
+            painted_pixels = (image == colour).all(axis=-1)
+            assert np.array_equal(mask == label, painted_pixels & (mask != 255)), key
+    report = json.loads((out / "report.json").read_text())
+    reasons = {entry["file"]: entry["reason"] for entry in report["skipped"]}
+    assert "no mask: masks/no_mask.png does not exist" in reasons["images/no_mask.png"]
+    assert reasons["masks/orphan.png"] == "a mask without an image"
+    assert "is 10 x 10, its image 451 x 300" in reasons["images/small_mask.png"]
+    assert "holds class id 7, but classes.txt names 3" in reasons["images/stray_id.png"]
+    assert "is a RGB image; masks hold class ids in one channel" in reasons["images/rgb_mask.png"]
+    assert verify(str(out), progress=False).ok
+
+
+def test_resize_and_crop_move_the_mask_with_the_pixels(folder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    image_options = ImageOptions(resize=120, center_crop=112, image_format="png")
+    convert(str(folder), str(out), ConvertOptions(split="train=1", image=image_options), workers=2, progress=False)
+    for key, record in records(out).items():
+        image, mask = model_garden_decode(record)
+        assert image.shape == (112, 112, 3) and mask.shape == (112, 112)
+        for label, colour in ((1, RED), (2, BLUE)):
+            near = np.abs(image.astype(int) - colour).max(axis=-1) <= 10  # pure object colour
+            if near.sum() > 20:
+                assert (mask[near] == label).mean() > 0.98, key  # painted pixels carry the object's class
+            inside = mask == label
+            if inside.sum() > 50:
+                assert np.abs(image[inside].astype(int) - colour).max(axis=-1).mean() < 40, key
+
+
+def test_an_exif_rotated_photo_turns_its_mask_alike(tmp_path: Path) -> None:
+    """The mask is drawn on the pixels as the file holds them; the photo is stored upright (EXIF 6:
+    turned 90 degrees clockwise), so the mask must turn with it."""
+    root = tmp_path / "data"
+    image, mask = painted("chelsea", [(1, (40, 30, 120, 100))])
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    save(image, root / "images" / "turned.jpg", quality=95, exif=exif.tobytes())
+    save(mask, root / "masks" / "turned.png")
+    (root / "classes.txt").write_text("\n".join(CLASSES))
+    out = tmp_path / "out"
+    convert(str(root), str(out), ConvertOptions(split="train=1"), workers=1, progress=False)
+    stored, stored_mask = model_garden_decode(records(out)["images/turned.jpg"])
+    assert stored.shape[:2] == (451, 300) and stored_mask.shape == (451, 300)  # upright: taller than wide
+    red = np.abs(stored.astype(int) - RED).max(axis=-1) <= 30
+    assert (stored_mask[red] == 1).mean() > 0.98 and (red[stored_mask == 1]).mean() > 0.9  # JPEG blurs edges
+
+
+def test_load_says_what_reads_a_segmentation_folder_and_workers_do_not_change_the_bytes(
+    folder: Path, tmp_path: Path
+) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    convert(str(folder), str(one), ConvertOptions(split="train=1", shards=2), workers=1, progress=False)
+    convert(str(folder), str(two), ConvertOptions(split="train=1", shards=2), workers=2, progress=False)
+    assert shard_bytes(one) == shard_bytes(two)
+    with pytest.raises(OptionError, match=r"holds segmentation records .* read them with IndexedRecords"):
+        load(str(one))
+
+
+def test_a_damaged_stored_mask_is_found_by_verify(folder: Path, tmp_path: Path) -> None:
+    from shardfeed.write.images.masks import check_stored_mask
+
+    good = io.BytesIO()
+    Image.fromarray(np.zeros((4, 6), np.uint8)).save(good, "PNG")
+    assert check_stored_mask(good.getvalue(), 4, 6, 3) is None
+    assert "is 6 x 4, the image 5 x 4" in str(check_stored_mask(good.getvalue(), 4, 5, 3))
+    assert check_stored_mask(None, 4, 6, 3) == "record has no segmentation mask"
+    stray = io.BytesIO()
+    Image.fromarray(np.full((4, 6), 9, np.uint8)).save(stray, "PNG")
+    assert "class id 9, outside 0..2" in str(check_stored_mask(stray.getvalue(), 4, 6, 3))
