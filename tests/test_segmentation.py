@@ -181,3 +181,17 @@ def test_a_damaged_stored_mask_is_found_by_verify(folder: Path, tmp_path: Path) 
     stray = io.BytesIO()
     Image.fromarray(np.full((4, 6), 9, np.uint8)).save(stray, "PNG")
     assert "class id 9, outside 0..2" in str(check_stored_mask(stray.getvalue(), 4, 6, 3))
+
+
+def test_show_draws_the_masks_and_info_says_the_task(folder: Path, tmp_path: Path) -> None:
+    from shardfeed.tools import info, show
+
+    out = tmp_path / "out"
+    convert(str(folder), str(out), ConvertOptions(split="train=1"), workers=1, progress=False)
+    assert info(str(out))["task"] == "segmentation"
+    tiles = {t.key: t for t in show(str(out), None, rows=2, cols=2)}
+    chelsea = tiles["images/chelsea.png"]
+    assert chelsea.caption == "red square, blue square"
+    stored, mask = model_garden_decode(records(out)["images/chelsea.png"])
+    changed = (chelsea.image != stored).any(axis=-1)
+    assert np.array_equal(changed, (mask == 1) | (mask == 2))  # tinted exactly where the objects are

@@ -65,6 +65,7 @@ def _ours(path: str, sample: int, seed: int) -> dict[str, Any]:
     return {
         "path": path,
         "kind": "shardfeed",
+        "task": m.header.task,
         "labels": m.labels,
         "label_offset": m.label_offset,
         "num_classes": len(m.labels) if m.labels is not None else 0,
@@ -225,7 +226,9 @@ def _label_lines(data: dict[str, Any]) -> list[str]:
             f"  adopted from {_setting(source['path'])}: image in {keys.get('image_key')!r}, "
             f"label in {keys.get('label_key')!r}"
         )
-    if data["labels"] is not None:
+    if data.get("task") == schema.SEGMENTATION:
+        lines.append(f"  task: segmentation, masks of class ids 0..{len(data['labels'] or []) - 1} (255: ignored)")
+    elif data["labels"] is not None:
         offset = data["label_offset"]
         stored = data.get("label_range") or [offset, offset + len(data["labels"]) - 1]
         lines.append(

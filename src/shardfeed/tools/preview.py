@@ -47,9 +47,14 @@ def sample_tiles(
     if augmented:
         return _augmented_tiles(m, split, count, seed, image_size, augment)
     tiles = []
+    segmented = m.header.task == schema.SEGMENTATION
     for example in sample_examples(m, split, count, seed):
         key = example.get(schema.FILENAME, b"").decode(errors="replace")
-        tiles.append(Tile(key, _caption(example, key, m), to_rgb(decode_image(example))))
+        image = to_rgb(decode_image(example))
+        if segmented:
+            tiles.append(_overlaid(key, image, example, m.labels or []))
+        else:
+            tiles.append(Tile(key, _caption(example, key, m), image))
     return tiles
 
 
@@ -58,6 +63,26 @@ def _caption(example: dict[str, Any], key: str, m: manifest.Manifest) -> str:
     if m.labels is None:
         return key.rsplit("/", 1)[-1]
     return m.labels[int(example[schema.LABEL]) - m.label_offset]
+
+
+def _overlaid(key: str, image: np.ndarray, example: dict[str, Any], names: list[str]) -> Tile:
+    """A segmentation record's image with its mask over it: each class but 0 (background, by
+    convention) and 255 (ignored) tinted in its own colour, captioned with the classes present."""
+    import io
+
+    from PIL import Image
+
+    mask = np.asarray(Image.open(io.BytesIO(example[schema.SEGMENTATION_MASK])))
+    tinted = image.astype(np.float32)
+    present = [int(c) for c in np.unique(mask) if 0 < c < len(names)]
+    for c in present:
+        colour = np.array(OVERLAY_COLOURS[(c - 1) % len(OVERLAY_COLOURS)], np.float32)
+        tinted[mask == c] = 0.55 * tinted[mask == c] + 0.45 * colour
+    caption = ", ".join(names[c] for c in present) or key.rsplit("/", 1)[-1]
+    return Tile(key, caption, tinted.round().astype(np.uint8))
+
+
+OVERLAY_COLOURS = ((230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180))
 
 
 def _augmented_tiles(

@@ -12,6 +12,11 @@ from shardfeed.format import manifest, schema
 def label_base_lines(m: manifest.Manifest) -> list[str]:
     """The label base written, said once: readers disagree on it (docs/interop.md has the table),
     and a reader with the other base shifts every label without an error."""
+    if m.header.task == schema.SEGMENTATION:
+        return [
+            f"  masks: {schema.SEGMENTATION_MASK} holds class ids 0..{len(m.labels or []) - 1} per pixel (255: "
+            "ignored), as Model Garden's segmentation decoder reads them"
+        ]
     stored = m.stored_label_range()
     if stored is None:
         return []
