@@ -159,15 +159,61 @@ def test_an_exif_rotated_photo_turns_its_mask_alike(tmp_path: Path) -> None:
     assert (stored_mask[red] == 1).mean() > 0.98 and (red[stored_mask == 1]).mean() > 0.9  # JPEG blurs edges
 
 
-def test_load_says_what_reads_a_segmentation_folder_and_workers_do_not_change_the_bytes(
-    folder: Path, tmp_path: Path
-) -> None:
+def test_workers_do_not_change_the_bytes(folder: Path, tmp_path: Path) -> None:
     one, two = tmp_path / "one", tmp_path / "two"
     convert(str(folder), str(one), ConvertOptions(split="train=1", shards=2), workers=1, progress=False)
     convert(str(folder), str(two), ConvertOptions(split="train=1", shards=2), workers=2, progress=False)
     assert shard_bytes(one) == shard_bytes(two)
-    with pytest.raises(OptionError, match=r"holds segmentation records .* read them with IndexedRecords"):
-        load(str(one))
+
+
+def aligned(images: np.ndarray, masks: np.ndarray) -> None:
+    """Where a batch's masks say "red square" (or "blue") the images are that colour, and the
+    other way round: checked on the pixels, away from the squares' bilinear-blurred edges."""
+    assert images.dtype == np.uint8 and masks.dtype == np.uint8 and masks.shape == images.shape[:3]
+    for label, colour in ((1, RED), (2, BLUE)):
+        inside = masks == label
+        core = inside.copy()  # pixels whose 4 neighbours carry the label too
+        core[:, 1:-1, 1:-1] &= inside[:, :-2, 1:-1] & inside[:, 2:, 1:-1] & inside[:, 1:-1, :-2] & inside[:, 1:-1, 2:]
+        core[:, [0, -1], :] = False
+        core[:, :, [0, -1]] = False
+        if core.sum():
+            assert np.abs(images[core].astype(int) - colour).max(axis=-1).mean() < 25
+        pure = np.abs(images.astype(int) - colour).max(axis=-1) <= 12
+        if pure.sum() > 20:
+            assert (masks[pure] == label).mean() > 0.97
+
+
+@pytest.mark.parametrize("image_format", ["keep", "jpeg"])
+def test_load_cuts_and_flips_each_mask_with_its_image(folder: Path, tmp_path: Path, image_format: str) -> None:
+    """Random-resized crops and flips in training, the centre crop in evaluation: masks follow
+    (PNG images decoded whole; JPEG ones through decode_and_crop_jpeg's window)."""
+    out = tmp_path / "out"
+    options = ConvertOptions(
+        split="train=0.5,validation=0.5", image=ImageOptions(image_format=image_format, quality=98)
+    )
+    convert(str(folder), str(out), options, workers=1, progress=False)
+    flipped = 0
+    for seed in range(6):
+        for images, masks in load(str(out), batch_size=2, image_size=96, seed=seed, training=True):
+            aligned(images.numpy(), masks.numpy())
+            flipped += 1
+    assert flipped >= 6
+    for images, masks in load(str(out), split="validation", batch_size=2, image_size=(64, 80)):
+        assert images.shape[1:3] == (64, 80)
+        aligned(images.numpy(), masks.numpy())
+
+
+def test_what_masks_cannot_follow_is_refused(folder: Path, tmp_path: Path) -> None:
+    from shardfeed import Augment, ReadOptions, grain_dataset
+
+    out = tmp_path / "out"
+    convert(str(folder), str(out), ConvertOptions(split="train=1"), workers=1, progress=False)
+    with pytest.raises(OptionError, match="rotate= and translate= would move the images off their segmentation masks"):
+        load(str(out), batch_size=2, augment=Augment(rotate=10))
+    with pytest.raises(OptionError, match="balance='class' samples by each image's class"):
+        load(str(out), batch_size=2, seed=0, read=ReadOptions(balance="class"))
+    with pytest.raises(OptionError, match="grain_dataset yields class ids"):
+        grain_dataset(str(out), batch_size=2)
 
 
 def test_a_damaged_stored_mask_is_found_by_verify(folder: Path, tmp_path: Path) -> None:

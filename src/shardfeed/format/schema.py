@@ -172,6 +172,7 @@ class Schema:
     max_side: int | None = None  # the longest image side, when the manifest knows it
     short_sides: tuple[tuple[int, int], ...] | None = None  # (side bucket, images), ditto
     label_names: tuple[str, ...] | None = None  # label = index of image/class/text in these (a mixture's map)
+    mask_key: str | None = None  # a segmentation mask (PNG of class ids) to read beside the image, not a label
 
     @property
     def is_ours(self) -> bool:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from shardfeed.errors import OptionError
 from shardfeed.lazy import tensorflow
 from shardfeed.read import index_pipeline, options, shard_pipeline
 from shardfeed.read import service as service_lib
@@ -48,7 +49,8 @@ def load(
     input_context: Any = None,
     service: str | ServiceOptions | None = None,
 ) -> Any:
-    """A dataset of (images, labels) batches (images only for unlabeled data).
+    """A dataset of (images, labels) batches (images only for unlabeled data; (images, masks),
+    masks [B, H, W] uint8 class ids cut and flipped with their images, for a segmentation folder).
 
     Args:
         path: a converted folder (with manifest.json, or its `Manifest` already read), or other
@@ -91,16 +93,31 @@ def load(
         service=service,
         decode=decode,
     )
+    augmenting = resolve_augment(augment, plan.training)
+    if plan.schema.mask_key is not None:
+        _check_masks_follow(augmenting, decode)
     if decode.decoder == "dali":
         from shardfeed.read.dali import dali_dataset
 
-        ds = dali_dataset(plan, size, resolve_augment(augment, plan.training), decode)
+        ds = dali_dataset(plan, size, augmenting, decode)
         return raising(ds.map(on_images_and_labels(decode.map_fn)) if decode.map_fn is not None else ds)
-    preprocess = Preprocess(size, resolve_augment(augment, plan.training), decode)
+    preprocess = Preprocess(size, augmenting, decode)
     ds = _finished(_stream(plan, preprocess), plan)
     if plan.service is not None:
         ds = service_lib.distribute(ds, plan.service)
     return raising(ds.prefetch(tensorflow().data.AUTOTUNE))  # its errors: shardfeed's own (read/raising.py)
+
+
+def _check_masks_follow(augment: Augment | None, decode: DecodeOptions) -> None:
+    """Refuses what a segmentation mask could not follow: a mask moves with its image's crop and
+    flip, not with a rotation or shift (off the pixel grid), nor through DALI (images only)."""
+    if augment is not None and (augment.rotate or augment.translate):
+        raise OptionError(
+            "rotate= and translate= would move the images off their segmentation masks; the masks follow the "
+            "crop and the flip: use those (Augment(rotate=0, translate=0))"
+        )
+    if decode.decoder == "dali":
+        raise OptionError("decoder='dali' decodes images only; a segmentation folder's masks come with decoder='tf'")
 
 
 def _stream(plan: ReadPlan, preprocess: Preprocess) -> Any:

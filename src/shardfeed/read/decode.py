@@ -48,6 +48,8 @@ def feature_spec(schema: Schema) -> dict[str, Any]:
         spec[schema.label_key] = tf.io.FixedLenFeature([], tf.int64)
     if schema.filename_key:
         spec[schema.filename_key] = tf.io.FixedLenFeature([], tf.string, default_value="")
+    if schema.mask_key:
+        spec[schema.mask_key] = tf.io.FixedLenFeature([], tf.string)
     return spec
 
 
@@ -83,7 +85,9 @@ def record_decoder(schema: Schema, options: Preprocess) -> Callable[..., Any]:
             parsed[k] if k else zero for k in (schema.height_key, schema.width_key, schema.channels_key)
         )
         out: tuple[Any, ...] = (decode_one(data, height, width, channels, seed, schema=schema, options=options),)
-        if by_name is not None:
+        if schema.mask_key is not None:
+            out += (decode_mask(parsed[schema.mask_key], seed, options),)
+        elif by_name is not None:
             out += (by_name.lookup(parsed[TEXT]),)
         elif schema.label_key is not None:
             out += (parsed[schema.label_key] - schema.label_offset,)
@@ -133,6 +137,21 @@ def decode_one(
     return image
 
 
+def decode_mask(data: Any, seed: Any, options: Preprocess) -> Any:
+    """A record's segmentation mask [H, W] (uint8 class ids), cut and flipped as its image is:
+    the same crop window (drawn from the same seed; a mask has its image's size), resized with
+    nearest-neighbour so that every pixel stays an id, flipped with the image's flip seed."""
+    tf = tensorflow()
+    mask = tf.io.decode_png(data, channels=1)
+    window = _window(tf.shape(mask), seed, options)
+    mask = tf.image.crop_to_bounding_box(mask, window[0], window[1], window[2], window[3])
+    mask = tf.image.resize(mask, options.image_size, method="nearest")
+    if options.augment is not None and options.augment.flip:
+        mask = tf.image.stateless_random_flip_left_right(mask, flip_seed(seed))
+    mask.set_shape([*options.image_size, 1])
+    return mask[..., 0]
+
+
 def flip_seed(seed: Any) -> Any:
     """The seed `photometric` flips with, for a record's seed pair."""
     tf = tensorflow()
@@ -158,7 +177,7 @@ def _may_scale(schema: Schema, options: Preprocess) -> bool:
     images have a shorter side of twice the output or more (the manifest's side histogram), else
     when the longest side allows it (older manifests), or when nothing is known (foreign files).
     """
-    if not options.config.dct_scaling:
+    if not options.config.dct_scaling or schema.mask_key is not None:  # a mask is cut at full resolution
         return False
     need = 2 * min(options.image_size)
     if schema.short_sides is not None:

@@ -146,7 +146,7 @@ def resolve(
         shards, schema = shardset.open_split(
             path, split, image_key=keys.image_key, label_key=keys.label_key, compression=read.compression
         )
-    _check_task(path, shards, counting)
+    schema = _task_schema(shards, schema, read)
     if read.with_filenames:
         schema = dataclasses.replace(schema, filename_key=FILENAME)
     if read.foreign is not None and read.foreign.label_offset is not None:
@@ -213,15 +213,19 @@ def _check_applies(
     _check_bucket(path, decode)
 
 
-def _check_task(path: DataPath, shards: ShardSet, counting: bool) -> None:
-    """`load` reads a class id per image; a segmentation folder's records hold a mask instead."""
+def _task_schema(shards: ShardSet, schema: Schema, read: ReadOptions) -> Schema:
+    """The schema for what the records hold beside the image: a segmentation folder's masks
+    are read instead of a class id.
+
+    Raises:
+        OptionError: balance='class' on a folder without a class per image.
+    """
     task = shards.manifest.header.task if shards.manifest is not None else CLASSIFICATION
-    if task != CLASSIFICATION and not counting:
-        raise OptionError(
-            f"{shards.manifest.path if shards.manifest else path} holds {task} records (an image and a mask of class "
-            f"ids each), and load reads one class id per image; read them with IndexedRecords(path) "
-            f"(each record's {SEGMENTATION_MASK} is its mask, a PNG)"
-        )
+    if task == CLASSIFICATION:
+        return schema
+    if read.balance:
+        raise OptionError(f"balance='class' samples by each image's class; {shards.manifest.path} holds {task} masks")  # type: ignore[union-attr]
+    return dataclasses.replace(schema, label_key=None, mask_key=SEGMENTATION_MASK)
 
 
 def _check_bucket(path: DataPath, decode: DecodeOptions) -> None:
