@@ -105,6 +105,8 @@ def test_masks_are_stored_where_model_garden_reads_them_and_every_problem_is_rep
     convert(str(folder), str(out), ConvertOptions(split="train=1"), workers=1, progress=False)
     m = manifest.read(str(out))
     assert m.header.task == "segmentation" and m.labels == CLASSES
+    # images whose mask shows each class (every mask has background; the 255 band is no class)
+    assert m.split("train").class_counts == {"background": 4, "red square": 2, "blue square": 2}
     assert set(m.data["features"]) == {*schema.IMAGE_TYPES, *schema.SEGMENTATION_TYPES}
     found = records(out)
     assert sorted(found) == ["images/astronaut.png", "images/chelsea.png", "images/coffee.png", "images/rocket.png"]

@@ -69,6 +69,7 @@ class EncodedRecord:
     short_side: int = 0  # and its shorter side
     listed: tuple[int, int] = (0, 0)  # the source file's size and mtime_ns when listed (Item)
     phash: str | None = None  # the source image's perceptual hash (write/perceptual_hash.py)
+    classes: tuple[int, ...] = ()  # the classes a segmentation mask shows (not 255)
 
 
 @dataclass(frozen=True)
@@ -161,11 +162,13 @@ def encode_unhashed(item: Item, spec: EncodingSpec) -> Unhashed | SkippedItem:
         features[spec.keys.label_key or schema.LABEL] = item.label + spec.label_offset
         features[schema.TEXT] = spec.class_names[item.label]
         features[schema.SYNSET] = spec.class_names[item.label]
+    mask: masks.StoredMask | None = None
     if item.mask_key is not None and raw_data is not None:
-        mask = _segmentation(item, item.mask_key, spec, raw_data, prepared)
-        if isinstance(mask, SkippedItem):
-            return mask
-        features |= mask
+        made = _segmentation(item, item.mask_key, spec, raw_data, prepared)
+        if isinstance(made, SkippedItem):
+            return made
+        mask = made
+        features |= {schema.SEGMENTATION_MASK: mask.data, schema.SEGMENTATION_FORMAT: "png"}
     data = serialize_example(features)
     record = EncodedRecord(
         item.key,
@@ -178,15 +181,16 @@ def encode_unhashed(item: Item, spec: EncodingSpec) -> Unhashed | SkippedItem:
         max(prepared.height, prepared.width),
         min(prepared.height, prepared.width),
         (item.size, item.mtime_ns),
+        classes=mask.classes if mask is not None else (),
     )
     return Unhashed(record, prepared.hash_source)
 
 
 def _segmentation(
     item: Item, mask_key: str, spec: EncodingSpec, image_data: bytes, prepared: images.PreparedImage
-) -> dict[str, FeatureValue] | SkippedItem:
-    """The features of an image's segmentation mask (write/images/masks.py), or why the image is
-    not converted: a mask that cannot be used leaves its image without ground truth."""
+) -> masks.StoredMask | SkippedItem:
+    """An image's segmentation mask as stored (write/images/masks.py), or why the image is not
+    converted: a mask that cannot be used leaves its image without ground truth."""
     try:
         data = fileio.read_regular(fileio.join(spec.base, mask_key), image_limits.max_file_bytes(spec.image.max_pixels))
         mask = masks.prepare_mask(data, mask_key, image_data, prepared, spec.image, len(spec.class_names or []))
@@ -196,7 +200,7 @@ def _segmentation(
         return SkippedItem(item.key, f"unreadable mask {mask_key}: {e.strerror or e}")
     except images.BadImageError as e:
         return SkippedItem(item.key, str(e))
-    return {schema.SEGMENTATION_MASK: mask, schema.SEGMENTATION_FORMAT: "png"}
+    return mask
 
 
 def hash_items(items: list[Item], spec: EncodingSpec) -> list[str | None]:

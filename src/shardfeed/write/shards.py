@@ -126,9 +126,9 @@ def write_shard(
             stream.write(tfrecord.frame(item.data))
             sizes.append(len(item.data))
             result.records.append((item.key, item.source_sha256, *item.listed, item.phash))
-            if class_names is not None and item.label >= 0:
-                name = class_names[item.label]
-                result.class_counts[name] = result.class_counts.get(name, 0) + 1
+            if class_names is not None:  # a class per image, or the classes its mask shows
+                for name in [class_names[c] for c in item.classes or ((item.label,) if item.label >= 0 else ())]:
+                    result.class_counts[name] = result.class_counts.get(name, 0) + 1
             result.formats[item.image_format] = result.formats.get(item.image_format, 0) + 1
             result.max_side = max(result.max_side or 0, item.max_side)
             bucket = str(manifest.side_bucket(item.short_side))

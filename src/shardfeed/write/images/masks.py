@@ -16,6 +16,7 @@ segmentation decoder reads it. Pixels of 255 are kept: they mean "ignore" (its i
 from __future__ import annotations
 
 import io
+from typing import NamedTuple
 
 import numpy as np
 from PIL import Image
@@ -35,6 +36,13 @@ _TURNS = {
 _EXIF_ORIENTATION = 0x0112
 
 
+class StoredMask(NamedTuple):
+    """A mask as stored: its PNG, and the classes it shows (255 left out), for the manifest's counts."""
+
+    data: bytes
+    classes: tuple[int, ...]
+
+
 def prepare_mask(
     mask_data: bytes,
     name: str,
@@ -42,8 +50,8 @@ def prepare_mask(
     stored: PreparedImage,
     options: ImageOptions,
     num_classes: int,
-) -> bytes:
-    """The PNG stored for `name`, the mask of the image whose source bytes are `image_data` and
+) -> StoredMask:
+    """The mask stored for `name`, the mask of the image whose source bytes are `image_data` and
     whose stored form is `stored`.
 
     Raises:
@@ -75,7 +83,7 @@ def prepare_mask(
             f"mask {name} holds class id {stray[0]}, but classes.txt names {num_classes} (0..{num_classes - 1}; "
             f"{IGNORE}: ignored)"
         )
-    return encode(mask, "png")
+    return StoredMask(encode(mask, "png"), tuple(int(i) for i in ids if i != IGNORE))
 
 
 def _ids(data: bytes, name: str) -> Image.Image:
