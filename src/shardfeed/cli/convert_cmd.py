@@ -85,6 +85,13 @@ def _input_flags(g: Any) -> None:
     g.add_argument("--label-ext", help="WebDataset: the label member's extension, an integer id as text (default: cls)")
     g.add_argument("--label-field", help="WebDataset: take the label from this field of each sample's .json instead")
     g.add_argument("--split-column", help="CSV: column with split names (default: 'split' if present)")
+    g.add_argument(
+        "--multi-label",
+        action="store_true",
+        help="CSV: the label column holds several class names per image (multi-label records: image/class/label "
+        "a list of ids; load gives k-hot [B, K])",
+    )
+    g.add_argument("--label-separator", help="CSV --multi-label: between the names of one cell (default ';')")
     g.add_argument("--labels-file", help="NumPy: labels .npy for an images .npy")
     g.add_argument("--images-key", help="NumPy .npz: name of the images array")
     g.add_argument("--labels-key", help="NumPy .npz: name of the labels array")
@@ -245,11 +252,16 @@ def _beam_options(args: argparse.Namespace) -> str | None:
 def _source_options(args: argparse.Namespace) -> dict[str, Any]:
     lower = args.source.lower()
     if lower.endswith((".csv", ".tsv")):
-        return {
+        csv_options = {
             "path_column": args.path_column,
             "label_column": args.label_column or "label",
             "split_column": args.split_column,
         }
+        if args.multi_label:
+            csv_options |= {"multi_label": True, "label_separator": args.label_separator or ";"}
+        elif args.label_separator:
+            raise OptionError("--label-separator applies with --multi-label")
+        return csv_options
     if lower.endswith((".npz", ".npy")):
         names = args.class_names.split(",") if args.class_names else None
         return {

@@ -95,8 +95,15 @@ FOREIGN_DIMENSIONS = {HEIGHT: ("height",), WIDTH: ("width",), CHANNELS: ("channe
 
 
 # What a folder's records hold beside the image (the manifest's `task`; absent: classification).
-CLASSIFICATION, SEGMENTATION = "classification", "segmentation"
-TASKS = (CLASSIFICATION, SEGMENTATION)  # one class id per image; a mask of class ids per image
+CLASSIFICATION, SEGMENTATION, MULTI_LABEL = "classification", "segmentation", "multi_label"
+TASKS = (CLASSIFICATION, SEGMENTATION, MULTI_LABEL)  # a class id per image; a mask of ids; several ids
+
+
+def class_text(example: Mapping[str, Any], labels: list[str], offset: int) -> str:
+    """The class name(s) of a parsed record whose single values are unwrapped: one class id, or
+    a multi-label record's list, as 'cat, dog'."""
+    ids = example[LABEL]
+    return ", ".join(labels[int(i) - offset] for i in (ids if isinstance(ids, list) else [ids]))
 
 
 def feature_types(labelled: bool, keys: Schema | None = None, task: str = CLASSIFICATION) -> dict[str, str]:
@@ -104,6 +111,8 @@ def feature_types(labelled: bool, keys: Schema | None = None, task: str = CLASSI
     names when a preset renames them; a segmentation folder's mask instead of a label)."""
     if task == SEGMENTATION:
         return {**IMAGE_TYPES, **SEGMENTATION_TYPES}
+    if task == MULTI_LABEL:  # lists of ids and of names
+        return {**IMAGE_TYPES, LABEL: "int64", TEXT: "bytes"}
     types = {**IMAGE_TYPES, **(LABEL_TYPES if labelled else {})}
     if keys is None or keys.is_ours:
         return types
@@ -173,6 +182,7 @@ class Schema:
     short_sides: tuple[tuple[int, int], ...] | None = None  # (side bucket, images), ditto
     label_names: tuple[str, ...] | None = None  # label = index of image/class/text in these (a mixture's map)
     mask_key: str | None = None  # a segmentation mask (PNG of class ids) to read beside the image, not a label
+    multi_hot: int | None = None  # the label is a list of ids (multi-label), read as k-hot over this many classes
 
     @property
     def is_ours(self) -> bool:

@@ -91,6 +91,24 @@ def _generation_splits(split: str, info: dict[str, Any]) -> list[dict[str, Any]]
     ]
 
 
+def _connector(key: str, kind: str, keys: schema.Schema, encoding: str, data: dict[str, Any]) -> dict[str, Any]:
+    """The TFDS feature connector of one record key (a segmentation mask: a one-channel PNG image)."""
+    if key in (keys.image_key, schema.SEGMENTATION_MASK):
+        mask = key == schema.SEGMENTATION_MASK
+        dims = ["-1", "-1", "1" if mask else "3"]
+        image = {"dtype": "uint8", "encodingFormat": "png" if mask else encoding, "shape": {"dimensions": dims}}
+        return {"image": image, "pythonClassName": _FEATURES + "image_feature.Image"}
+    if key == keys.label_key:
+        return {
+            "classLabel": {"numClasses": str(len(class_names(data)))},
+            "pythonClassName": _FEATURES + "class_label_feature.ClassLabel",
+        }
+    if kind == "bytes":
+        return {"pythonClassName": _FEATURES + "text_feature.Text", "text": {}}
+    tensor: dict[str, Any] = {"dtype": "int64" if kind == "int64" else "float32", "encoding": "none", "shape": {}}
+    return {"pythonClassName": _FEATURES + "scalar.Scalar", "tensor": tensor}
+
+
 def features(data: dict[str, Any]) -> dict[str, Any]:
     """features.json: our record keys as TFDS feature connectors."""
     formats = data.get("image_formats", {})
@@ -98,26 +116,17 @@ def features(data: dict[str, Any]) -> dict[str, Any]:
     connectors: dict[str, Any] = {}
     keys = schema.Schema.of_manifest(data.get("schema"))
     known = {*schema.FEATURE_KEYS, keys.image_key, keys.label_key}
+    lists = {keys.label_key or schema.LABEL, schema.TEXT} if data.get("task") == schema.MULTI_LABEL else set()
     for key, kind in data["features"].items():
         if key not in known:  # other writers' extras (boxes, ...): TFDS parses only those listed
             continue
-        if key == keys.image_key:
-            image = {"dtype": "uint8", "encodingFormat": encoding, "shape": {"dimensions": ["-1", "-1", "3"]}}
-            connectors[key] = {"image": image, "pythonClassName": _FEATURES + "image_feature.Image"}
-        elif key == keys.label_key:
-            connectors[key] = {
-                "classLabel": {"numClasses": str(len(class_names(data)))},
-                "pythonClassName": _FEATURES + "class_label_feature.ClassLabel",
+        connector = _connector(key, kind, keys, encoding, data)
+        if key in lists:  # a multi-label record's ids and names: one or more each
+            connector = {
+                "pythonClassName": _FEATURES + "sequence_feature.Sequence",
+                "sequence": {"feature": connector, "length": "-1"},
             }
-        elif kind == "bytes":
-            connectors[key] = {"pythonClassName": _FEATURES + "text_feature.Text", "text": {}}
-        else:
-            tensor: dict[str, Any] = {
-                "dtype": "int64" if kind == "int64" else "float32",
-                "encoding": "none",
-                "shape": {},
-            }
-            connectors[key] = {"pythonClassName": _FEATURES + "scalar.Scalar", "tensor": tensor}
+        connectors[key] = connector
     return {
         "featuresDict": {"features": connectors},
         "pythonClassName": _FEATURES + "features_dict.FeaturesDict",

@@ -50,7 +50,8 @@ def load(
     service: str | ServiceOptions | None = None,
 ) -> Any:
     """A dataset of (images, labels) batches (images only for unlabeled data; (images, masks),
-    masks [B, H, W] uint8 class ids cut and flipped with their images, for a segmentation folder).
+    masks [B, H, W] uint8 class ids cut and flipped with their images, for a segmentation folder;
+    labels k-hot float32 [B, K] for a multi-label folder).
 
     Args:
         path: a converted folder (with manifest.json, or its `Manifest` already read), or other
@@ -96,6 +97,8 @@ def load(
     augmenting = resolve_augment(augment, plan.training)
     if plan.schema.mask_key is not None:
         _check_masks_follow(augmenting, decode)
+    if plan.schema.multi_hot and decode.decoder == "dali":
+        raise OptionError("decoder='dali' reads one class id per image; a multi-label folder's come with decoder='tf'")
     if decode.decoder == "dali":
         from shardfeed.read.dali import dali_dataset
 

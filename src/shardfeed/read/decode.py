@@ -44,6 +44,8 @@ def feature_spec(schema: Schema) -> dict[str, Any]:
             spec[key] = tf.io.FixedLenFeature([], tf.int64, default_value=0)
     if schema.label_names:
         spec[TEXT] = tf.io.FixedLenFeature([], tf.string, default_value="")
+    elif schema.label_key and schema.multi_hot:
+        spec[schema.label_key] = tf.io.VarLenFeature(tf.int64)
     elif schema.label_key:
         spec[schema.label_key] = tf.io.FixedLenFeature([], tf.int64)
     if schema.filename_key:
@@ -87,6 +89,8 @@ def record_decoder(schema: Schema, options: Preprocess) -> Callable[..., Any]:
         out: tuple[Any, ...] = (decode_one(data, height, width, channels, seed, schema=schema, options=options),)
         if schema.mask_key is not None:
             out += (decode_mask(parsed[schema.mask_key], seed, options),)
+        elif schema.multi_hot and schema.label_key is not None:
+            out += (k_hot(parsed[schema.label_key], schema.multi_hot, schema.label_offset),)
         elif by_name is not None:
             out += (by_name.lookup(parsed[TEXT]),)
         elif schema.label_key is not None:
@@ -135,6 +139,13 @@ def decode_one(
     if augment is not None and augment.flip:
         image = tf.image.stateless_random_flip_left_right(image, flip_seed(seed))
     return image
+
+
+def k_hot(ids: Any, classes: int, offset: int) -> Any:
+    """A multi-label record's stored ids (a sparse list) as a float32 [classes] vector of 0 and 1."""
+    tf = tensorflow()
+    dense = tf.sparse.to_dense(ids) - offset
+    return tf.minimum(tf.reduce_sum(tf.one_hot(dense, classes, dtype=tf.float32), axis=0), 1.0)
 
 
 def decode_mask(data: Any, seed: Any, options: Preprocess) -> Any:

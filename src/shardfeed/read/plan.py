@@ -19,7 +19,7 @@ from typing import Any
 
 from shardfeed.errors import OptionError
 from shardfeed.format import fileio
-from shardfeed.format.schema import CLASSIFICATION, FILENAME, SEGMENTATION_MASK, ForeignKeys, Schema
+from shardfeed.format.schema import CLASSIFICATION, FILENAME, MULTI_LABEL, SEGMENTATION_MASK, ForeignKeys, Schema
 from shardfeed.read import foreign, shardset
 from shardfeed.read.mixture import MixedSplit, Mixture, open_mixture
 from shardfeed.read.options import BATCH_SIZE, DecodeOptions, ReadOptions, ServiceOptions
@@ -215,16 +215,18 @@ def _check_applies(
 
 def _task_schema(shards: ShardSet, schema: Schema, read: ReadOptions) -> Schema:
     """The schema for what the records hold beside the image: a segmentation folder's masks
-    are read instead of a class id.
+    are read instead of a class id, a multi-label folder's ids as k-hot vectors.
 
     Raises:
         OptionError: balance='class' on a folder without a class per image.
     """
-    task = shards.manifest.header.task if shards.manifest is not None else CLASSIFICATION
-    if task == CLASSIFICATION:
+    m = shards.manifest
+    if m is None or m.header.task == CLASSIFICATION:
         return schema
     if read.balance:
-        raise OptionError(f"balance='class' samples by each image's class; {shards.manifest.path} holds {task} masks")  # type: ignore[union-attr]
+        raise OptionError(f"balance='class' samples by each image's one class; {m.path} holds {m.header.task} records")
+    if m.header.task == MULTI_LABEL:
+        return dataclasses.replace(schema, multi_hot=len(m.labels or []))
     return dataclasses.replace(schema, label_key=None, mask_key=SEGMENTATION_MASK)
 
 

@@ -150,7 +150,7 @@ def _samples(m: manifest.Manifest, sample: list[dict[str, Any]]) -> str:
 
 def _class_of(example: dict[str, Any], m: manifest.Manifest) -> str:
     if m.labels and schema.LABEL in example:
-        return m.labels[int(example[schema.LABEL]) - m.label_offset]
+        return schema.class_text(example, m.labels, m.label_offset)
     return "(unlabeled)"
 
 

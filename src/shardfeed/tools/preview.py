@@ -62,7 +62,7 @@ def _caption(example: dict[str, Any], key: str, m: manifest.Manifest) -> str:
     """The class name, or for unlabeled data the file name (empty when the records carry none)."""
     if m.labels is None:
         return key.rsplit("/", 1)[-1]
-    return m.labels[int(example[schema.LABEL]) - m.label_offset]
+    return schema.class_text(example, m.labels, m.label_offset)
 
 
 def _overlaid(key: str, image: np.ndarray, example: dict[str, Any], names: list[str]) -> Tile:

@@ -104,6 +104,7 @@ class _ShardTask:
     decode: bool
     keys: schema.Schema
     mask_classes: int | None = None  # a mask of this many classes per record (segmentation)
+    label_lists: int | None = None  # a list of ids of this many classes per record (multi-label)
 
 
 @dataclass
@@ -164,6 +165,7 @@ def verify(
             decode,
             m.keys,
             len(m.labels or []) if m.header.task == schema.SEGMENTATION else None,
+            len(m.labels or []) if m.header.task == schema.MULTI_LABEL else None,
         )
         for split in m.split_names
         for s in m.split(split).shards
@@ -310,6 +312,10 @@ def _check_record(task: _ShardTask, index: int, record: bytes, out: _ShardOutcom
                     )
                 )
             out.class_counts[name] += 1
+    if task.label_lists is not None:
+        ids = [int(v) - task.label_offset for v in features.get(schema.LABEL, [])]
+        if not ids or not all(0 <= i < task.label_lists for i in ids):
+            out.problems.append(Problem(f"labels {ids} are not ids in 0..{task.label_lists - 1}", task.file, index))
     if task.mask_classes is not None and task.decode:
         height, width = one(schema.HEIGHT) or 0, one(schema.WIDTH) or 0
         if problem := check_stored_mask(one(schema.SEGMENTATION_MASK), height, width, task.mask_classes):

@@ -69,7 +69,16 @@ def write_shards(pending: list[ShardPlan], target: WriteTarget, beam_options: li
     fileio.makedirs(plan_dir)
     for plan in pending:
         rows = [
-            [i.key, i.label, i.split, i.size, list(i.array_key) if i.array_key else None, i.mtime_ns, i.mask_key]
+            [
+                i.key,
+                i.label,
+                i.split,
+                i.size,
+                list(i.array_key) if i.array_key else None,
+                i.mtime_ns,
+                i.mask_key,
+                i.labels,
+            ]
             for i in plan.items
         ]
         fileio.write_text_atomic(fileio.join(plan_dir, plan.file + ".json"), json.dumps(rows))
@@ -182,6 +191,9 @@ class _ShardWriter:
     def __call__(self, task: tuple[str, str]) -> str:
         split, file = task
         rows = json.loads(fileio.read_bytes(fileio.join(self.target.work_dir, layout.PLANS_DIR, file + ".json")))
-        items = [Item(k, label, s, size, tuple(a) if a else None, mtime, m) for k, label, s, size, a, mtime, m in rows]
+        items = [
+            Item(k, label, s, size, tuple(a) if a else None, mtime, m, tuple(ls))
+            for k, label, s, size, a, mtime, m, ls in rows
+        ]
         self.target.write_items(split, file, items)
         return file

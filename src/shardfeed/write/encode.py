@@ -162,6 +162,9 @@ def encode_unhashed(item: Item, spec: EncodingSpec) -> Unhashed | SkippedItem:
         features[spec.keys.label_key or schema.LABEL] = item.label + spec.label_offset
         features[schema.TEXT] = spec.class_names[item.label]
         features[schema.SYNSET] = spec.class_names[item.label]
+    if item.labels and spec.class_names is not None:  # multi-label: every class of the image
+        features[spec.keys.label_key or schema.LABEL] = [c + spec.label_offset for c in item.labels]
+        features[schema.TEXT] = [spec.class_names[c].encode() for c in item.labels]
     mask: masks.StoredMask | None = None
     if item.mask_key is not None and raw_data is not None:
         made = _segmentation(item, item.mask_key, spec, raw_data, prepared)
@@ -181,7 +184,7 @@ def encode_unhashed(item: Item, spec: EncodingSpec) -> Unhashed | SkippedItem:
         max(prepared.height, prepared.width),
         min(prepared.height, prepared.width),
         (item.size, item.mtime_ns),
-        classes=mask.classes if mask is not None else (),
+        classes=mask.classes if mask is not None else item.labels,
     )
     return Unhashed(record, prepared.hash_source)
 

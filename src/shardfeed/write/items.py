@@ -31,6 +31,8 @@ class Item:
             with `size`, how an append tells an unchanged input without reading it.
         mask_key: for a segmentation source, its mask file below the same base (a PNG of class
             ids, the image's size); None otherwise.
+        labels: for a multi-label source, the image's class ids (sorted, at least one; `label`
+            is then -1); empty otherwise.
     """
 
     key: str
@@ -40,6 +42,7 @@ class Item:
     array_key: tuple[str, int] | None = None
     mtime_ns: int = 0
     mask_key: str | None = None
+    labels: tuple[int, ...] = ()
 
 
 @dataclass
@@ -84,6 +87,8 @@ class Discovery:
             digest.update(f"{item.key}\0{item.size}\0{item.label}\0{item.split}\n".encode())
             if item.mask_key is not None:
                 digest.update(f"mask\0{item.mask_key}\n".encode())
+            if item.labels:
+                digest.update(f"labels\0{item.labels}\n".encode())
         for path, reason in self.skipped:
             digest.update(f"skip\0{path}\0{reason}\n".encode())
         return digest.hexdigest()
