@@ -121,3 +121,12 @@ def test_tfds_reads_the_lists_of_ids(converted: Path) -> None:
     for example in builder.as_dataset(split="train"):
         name = example["image/filename"].numpy().decode()
         assert example["image/class/label"].numpy().tolist() == expected_ids(name)
+
+
+def test_indexed_records_say_there_is_no_one_class_id(converted: Path) -> None:
+    from shardfeed import IndexedRecords
+
+    rows = IndexedRecords(str(converted))
+    with pytest.raises(OptionError, match="holds multi_label labels, not one class id: read example"):
+        rows.label(0)
+    assert rows.example(0)[schema.LABEL]  # the ids are there

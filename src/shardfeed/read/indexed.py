@@ -63,6 +63,7 @@ class IndexedRecords:
         cache: ShardCache | None = None,
     ) -> None:
         self.manifest = manifest.opened(path)
+        self._task = self.manifest.header.task  # asked per record: read once
         if self.manifest.compression == "gzip":
             raise OptionError(
                 f"{self.manifest.path} has gzip-compressed shards, which cannot be read at random positions; "
@@ -167,10 +168,24 @@ class IndexedRecords:
     def encoded(self, index: int) -> tuple[bytes, int]:
         """Record `index`'s stored image bytes and class id, from one parse."""
         example = self._ours(self.example(index))
-        return example[schema.ENCODED], int(example[schema.LABEL]) - self.manifest.label_offset
+        return example[schema.ENCODED], self._class_id(example, index)
 
     def label(self, index: int) -> int:
-        return int(self._ours(self.example(index))[schema.LABEL]) - self.manifest.label_offset
+        """Record `index`'s class id (0..K-1).
+
+        Raises:
+            OptionError: the folder holds no one class per image (multi-label, segmentation):
+                `example(index)` has what its records hold.
+        """
+        return self._class_id(self._ours(self.example(index)), index)
+
+    def _class_id(self, example: dict[str, Any], index: int) -> int:
+        task = self.manifest.header.task
+        if task != schema.CLASSIFICATION:
+            raise OptionError(
+                f"record {index} of {self.manifest.path} holds {task} labels, not one class id: read example({index})"
+            )
+        return int(example[schema.LABEL]) - self.manifest.label_offset
 
     def _ours(self, example: dict[str, Any]) -> dict[str, Any]:
         """An example under our keys (records of an adopted folder may use others: `schema.canonical`)."""
