@@ -130,3 +130,14 @@ def test_indexed_records_say_there_is_no_one_class_id(converted: Path) -> None:
     with pytest.raises(OptionError, match="holds multi_label labels, not one class id: read example"):
         rows.label(0)
     assert rows.example(0)[schema.LABEL]  # the ids are there
+
+
+def test_info_counts_the_classes_found_together(converted: Path) -> None:
+    from shardfeed.tools import info
+    from shardfeed.tools.dataset_info import format_info
+
+    data = info(str(converted))
+    # a: cat+outdoor, c: cat+dog+indoor, d: dog+outdoor (b, e, f: one class each)
+    want = {"cat + outdoor": 1, "cat + dog": 1, "cat + indoor": 1, "dog + indoor": 1, "dog + outdoor": 1}
+    assert data["splits"]["train"]["images"]["classes_together"] == want
+    assert "classes on one image (sample): " in format_info(data)

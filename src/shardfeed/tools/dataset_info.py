@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -90,11 +91,15 @@ def _ours(path: str, sample: int, seed: int) -> dict[str, Any]:
 def _image_stats(m: manifest.Manifest, split: str, sample: int, seed: int) -> dict[str, Any]:
     """Height/width/format/channel stats over a random sample of records, read by index offset."""
     heights, widths, formats, channels = [], [], Counter[str](), Counter[int]()
+    together: Counter[str] = Counter()  # multi-label: pairs of classes on one image
     for f in sample_examples(m, split, sample, seed):
         heights.append(int(f.get(schema.HEIGHT, 0)))
         widths.append(int(f.get(schema.WIDTH, 0)))
         formats[f.get(schema.FORMAT, b"?").decode()] += 1
         channels[int(f.get(schema.CHANNELS, 0))] += 1
+        names = f.get(schema.TEXT)
+        if isinstance(names, list):
+            together.update(" + ".join(pair) for pair in itertools.combinations(sorted(n.decode() for n in names), 2))
     if not heights:
         return {"sampled": 0}
 
@@ -107,6 +112,7 @@ def _image_stats(m: manifest.Manifest, split: str, sample: int, seed: int) -> di
         "width": stats(widths),
         "formats": dict(formats),
         "channels": {str(k): v for k, v in sorted(channels.items())},
+        **({"classes_together": dict(together.most_common(10))} if together else {}),
     }
 
 
@@ -271,6 +277,8 @@ def _split_details(name: str, split: dict[str, Any], all_classes: bool = False) 
         )
     if split["class_counts"]:
         lines += ["  " + line for line in _histogram(split["class_counts"], all_classes)]
+    if together := images.get("classes_together"):
+        lines.append("  classes on one image (sample): " + ", ".join(f"{k} {v:,}" for k, v in together.items()))
     return lines
 
 
