@@ -214,3 +214,24 @@ def test_read_objects_undoes_object_features() -> None:
     assert np.allclose(back.boxes, checked.objects.boxes, atol=1e-3)
     assert back.classes.tolist() == [0, 1] and back.areas.tolist() == [5000.0, 151 * 110]
     assert back.attributes["difficult"].tolist() == [1, 0] and back.masks == checked.objects.masks
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_boxes_turn_as_pillow_turns_the_pixels(orientation: int) -> None:
+    """Each EXIF orientation: a box drawn on the pixels as stored lands where Pillow's
+    exif_transpose puts those pixels."""
+    from PIL import ImageOps
+
+    from shardfeed.format.annotations import turned_boxes
+
+    pixels = np.zeros((30, 50), np.uint8)
+    pixels[5:12, 20:41] = 255
+    im = Image.fromarray(pixels)
+    exif = im.getexif()
+    exif[0x0112] = orientation
+    data = io.BytesIO()
+    im.save(data, "PNG", exif=exif.tobytes())
+    upright = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data.getvalue()))))
+    ys, xs = np.nonzero(upright)
+    found = [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]
+    assert turned_boxes(np.array([[20.0, 5, 41, 12]]), (50, 30), orientation)[0].tolist() == found

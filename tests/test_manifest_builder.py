@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import re
 import shutil
 from pathlib import Path
@@ -66,12 +67,23 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             segmented / "masks" / f"{i}.png"
         )
     convert(str(segmented), str(root / "segmentation"), ConvertOptions(split="train=1"), workers=1, progress=False)
+    annotations = {  # COCO detection: one box sticking out (clipped), one outside the image (skipped)
+        "images": [{"id": 1, "file_name": "images/0.png", "width": 128, "height": 96}],
+        "annotations": [
+            {"id": 1, "image_id": 1, "category_id": 4, "bbox": [100, 10, 60, 20], "iscrowd": 0},
+            {"id": 2, "image_id": 1, "category_id": 4, "bbox": [200, 10, 5, 5], "iscrowd": 0},
+        ],
+        "categories": [{"id": 4, "name": "thing"}],
+    }
+    (segmented / "instances.json").write_text(json.dumps(annotations))
+    convert(str(segmented / "instances.json"), str(root / "detection"), ConvertOptions(split="train=1"), progress=False)
     return {
         "converted": out,
         "first": first,
         "grown": grown,
         "adopted": root / "adopted",
         "segmentation": root / "segmentation",
+        "detection": root / "detection",
     }
 
 

@@ -94,6 +94,9 @@ def _input_flags(g: Any) -> None:
     g.add_argument("--label-separator", help="CSV --multi-label: between the names of one cell (default ';')")
     g.add_argument("--labels-file", help="NumPy: labels .npy for an images .npy")
     g.add_argument("--images-key", help="NumPy .npz: name of the images array")
+    g.add_argument(
+        "--images", help="COCO annotations (.json): the folder its file_names are in (default: the .json's folder)"
+    )
     g.add_argument("--labels-key", help="NumPy .npz: name of the labels array")
     g.add_argument(
         "--class-names",
@@ -270,6 +273,10 @@ def _source_options(args: argparse.Namespace) -> dict[str, Any]:
             "labels_key": args.labels_key,
             "class_names": names,
         }
+    if lower.endswith(".json"):
+        return {"container_options": {"images": args.images}}
+    if args.images:
+        raise OptionError("--images applies to COCO annotations (a .json source)")
     names_given = args.class_names
     if names_given and not os.path.exists(names_given):
         names_given = names_given.split(",")

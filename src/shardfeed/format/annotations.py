@@ -61,6 +61,56 @@ class Objects:
 
 
 @dataclass(frozen=True)
+class SourceObjects:
+    """One image's annotations as a source lists them, before checking (picklable: it travels
+    with its item to the worker that encodes the image).
+
+    Attributes:
+        boxes: (xmin, ymin, xmax, ymax) in pixels of the image as its file holds it.
+        classes: class ids 0..K-1 (a source maps its own ids, COCO's category ids among them).
+        is_crowd: COCO's iscrowd flags.
+        areas: the source's areas in pixels (None: the box's).
+        ids: each annotation's id in the source (COCO's annotation id; else its index), for
+            the report of those skipped.
+        source_id: the image's number, written as `image/source_id` (COCO's image id).
+    """
+
+    boxes: tuple[tuple[float, float, float, float], ...]
+    classes: tuple[int, ...]
+    is_crowd: tuple[bool, ...]
+    areas: tuple[float | None, ...]
+    ids: tuple[int, ...]
+    source_id: int
+
+
+def turned_boxes(boxes: np.ndarray, size: tuple[int, int], orientation: int) -> np.ndarray:
+    """(xmin, ymin, xmax, ymax) boxes of an image of (width, height) `size` as they lie once the
+    image is turned upright by its EXIF `orientation` (what Pillow's exif_transpose does to it)."""
+    w, h = size
+    x0, y0, x1, y1 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
+    turned = {
+        2: (w - x1, y0, w - x0, y1),  # mirrored left-right
+        3: (w - x1, h - y1, w - x0, h - y0),  # turned 180 degrees
+        4: (x0, h - y1, x1, h - y0),  # mirrored top-bottom
+        5: (y0, x0, y1, x1),  # transposed
+        6: (h - y1, x0, h - y0, x1),  # turned 90 degrees clockwise
+        7: (h - y1, w - x1, h - y0, w - x0),  # transversed
+        8: (y0, w - x1, y1, w - x0),  # turned 90 degrees counter-clockwise
+    }.get(orientation)
+    return boxes if turned is None else np.stack(turned, axis=-1)
+
+
+def moved_boxes(
+    boxes: np.ndarray, size: tuple[int, int], region: tuple[float, float, float, float] | None, out: tuple[int, int]
+) -> np.ndarray:
+    """Boxes of an upright image of `size` once the `region` of it (None: all) is resized to
+    `out`: write-time resize and crop (write/images/transforms.py)."""
+    left, top, right, bottom = region if region is not None else (0.0, 0.0, float(size[0]), float(size[1]))
+    scale = np.array([out[0] / (right - left), out[1] / (bottom - top)] * 2)
+    return (boxes - np.array([left, top, left, top])) * scale
+
+
+@dataclass(frozen=True)
 class SkippedAnnotation:
     """An annotation that was not written: its index in the source's list for the image, and why."""
 

@@ -185,13 +185,15 @@ class Header:
 @dataclass(frozen=True)
 class Counts:
     """How many inputs did not become records as they were, for the manifest (report.json lists
-    each one). The label-conflict counts are written only when not zero."""
+    each one). The label-conflict and annotation counts are written only when not zero."""
 
     skipped: int = 0
     duplicates: int = 0
     dropped_duplicates: int = 0
     dropped_label_conflicts: int = 0
     label_conflicts: int = 0
+    skipped_annotations: int = 0  # objects not written (report.json says which and why)
+    clipped_boxes: int = 0  # boxes written clipped to their image
 
     @classmethod
     def of_manifest(cls, data: Mapping[str, Any]) -> Counts:
@@ -202,6 +204,8 @@ class Counts:
             data.get("num_dropped_duplicates", 0),
             data.get("num_dropped_label_conflicts", 0),
             data.get("num_label_conflicts", 0),
+            data.get("num_skipped_annotations", 0),
+            data.get("num_clipped_boxes", 0),
         )
 
     def fields(self) -> dict[str, int]:
@@ -215,6 +219,10 @@ class Counts:
             out["num_dropped_label_conflicts"] = self.dropped_label_conflicts
         if self.label_conflicts:
             out["num_label_conflicts"] = self.label_conflicts
+        if self.skipped_annotations:
+            out["num_skipped_annotations"] = self.skipped_annotations
+        if self.clipped_boxes:
+            out["num_clipped_boxes"] = self.clipped_boxes
         return out
 
 

@@ -95,8 +95,8 @@ FOREIGN_DIMENSIONS = {HEIGHT: ("height",), WIDTH: ("width",), CHANNELS: ("channe
 
 
 # What a folder's records hold beside the image (the manifest's `task`; absent: classification).
-CLASSIFICATION, SEGMENTATION, MULTI_LABEL = "classification", "segmentation", "multi_label"
-TASKS = (CLASSIFICATION, SEGMENTATION, MULTI_LABEL)  # a class id per image; a mask of ids; several ids
+CLASSIFICATION, SEGMENTATION, MULTI_LABEL, DETECTION = "classification", "segmentation", "multi_label", "detection"
+TASKS = (CLASSIFICATION, SEGMENTATION, MULTI_LABEL, DETECTION)  # one id; a mask of ids; several ids; boxes
 
 
 def class_text(example: Mapping[str, Any], labels: list[str], offset: int) -> str:
@@ -113,6 +113,8 @@ def feature_types(labelled: bool, keys: Schema | None = None, task: str = CLASSI
         return {**IMAGE_TYPES, **SEGMENTATION_TYPES}
     if task == MULTI_LABEL:  # lists of ids and of names
         return {**IMAGE_TYPES, LABEL: "int64", TEXT: "bytes"}
+    if task == DETECTION:
+        return {**IMAGE_TYPES, **OBJECT_TYPES}
     types = {**IMAGE_TYPES, **(LABEL_TYPES if labelled else {})}
     if keys is None or keys.is_ours:
         return types

@@ -19,7 +19,15 @@ from typing import Any
 
 from shardfeed.errors import OptionError
 from shardfeed.format import fileio
-from shardfeed.format.schema import CLASSIFICATION, FILENAME, MULTI_LABEL, SEGMENTATION_MASK, ForeignKeys, Schema
+from shardfeed.format.schema import (
+    CLASSIFICATION,
+    FILENAME,
+    MULTI_LABEL,
+    SEGMENTATION,
+    SEGMENTATION_MASK,
+    ForeignKeys,
+    Schema,
+)
 from shardfeed.read import foreign, shardset
 from shardfeed.read.mixture import MixedSplit, Mixture, open_mixture
 from shardfeed.read.options import BATCH_SIZE, DecodeOptions, ReadOptions, ServiceOptions
@@ -227,6 +235,11 @@ def _task_schema(shards: ShardSet, schema: Schema, read: ReadOptions) -> Schema:
         raise OptionError(f"balance='class' samples by each image's one class; {m.path} holds {m.header.task} records")
     if m.header.task == MULTI_LABEL:
         return dataclasses.replace(schema, multi_hot=len(m.labels or []))
+    if m.header.task != SEGMENTATION:
+        raise OptionError(
+            f"{m.path} holds {m.header.task} records (boxes per image); load does not batch them yet: read them with "
+            "IndexedRecords and shardfeed.format.annotations.read_objects, or Model Garden's decoders"
+        )
     return dataclasses.replace(schema, label_key=None, mask_key=SEGMENTATION_MASK)
 
 

@@ -11,15 +11,18 @@ output.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import shlex
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from shardfeed.errors import ConvertError, OptionError
 from shardfeed.format import fileio, layout
+from shardfeed.format.annotations import SourceObjects
 from shardfeed.lazy import apache_beam, dask_distributed
 from shardfeed.write.items import Item
 from shardfeed.write.planning import ShardPlan
@@ -78,6 +81,7 @@ def write_shards(pending: list[ShardPlan], target: WriteTarget, beam_options: li
                 i.mtime_ns,
                 i.mask_key,
                 i.labels,
+                dataclasses.asdict(i.objects) if i.objects is not None else None,
             ]
             for i in plan.items
         ]
@@ -182,6 +186,20 @@ def local_runner_flags(flags: list[str]) -> list[str]:
     return flags
 
 
+def _objects(listed: dict[str, Any] | None) -> SourceObjects | None:
+    """An item's annotations from a plan file (JSON lists back to the tuples they were)."""
+    if listed is None:
+        return None
+    return SourceObjects(
+        boxes=tuple((b[0], b[1], b[2], b[3]) for b in listed["boxes"]),
+        classes=tuple(listed["classes"]),
+        is_crowd=tuple(listed["is_crowd"]),
+        areas=tuple(listed["areas"]),
+        ids=tuple(listed["ids"]),
+        source_id=int(listed["source_id"]),
+    )
+
+
 class _ShardWriter:
     """The per-shard work, as a picklable callable for Beam."""
 
@@ -192,8 +210,8 @@ class _ShardWriter:
         split, file = task
         rows = json.loads(fileio.read_bytes(fileio.join(self.target.work_dir, layout.PLANS_DIR, file + ".json")))
         items = [
-            Item(k, label, s, size, tuple(a) if a else None, mtime, m, tuple(ls))
-            for k, label, s, size, a, mtime, m, ls in rows
+            Item(k, label, s, size, tuple(a) if a else None, mtime, m, tuple(ls), _objects(o))
+            for k, label, s, size, a, mtime, m, ls, o in rows
         ]
         self.target.write_items(split, file, items)
         return file

@@ -1,17 +1,12 @@
 """Convert a source into sharded TFRecords: discover, plan, encode in parallel, write, merge.
 
-    source     -> discovered items and skipped files (sources.py)
+    source     -> discovered items and skipped files (sources/)
     plan       -> items to splits and shards, seeded order (planning.py)
     records    -> encoded by a process pool (local_runner.py) or Apache Beam (beam_runner.py)
     shards     -> committed one by one with their partial manifests (shards.py); resumable
     manifest   -> merged last, with the report (merge.py); the folder is complete once it exists
 
-Output folder layout:
-    <split>-00000-of-00008 ...   shards (names from the template)
-    index/<shard>.idx            DALI-style record index of each shard
-    manifest.json                written last; its presence means the conversion is complete
-    labels.txt, report.json      label map; every skipped/converted/duplicate input with a reason
-    .shardfeed/                  work folder of an unfinished conversion (state + partial manifests)
+What the output folder holds, by name: format/layout.py (the folder's one contract).
 """
 
 from __future__ import annotations
@@ -119,6 +114,7 @@ class ConversionResult:
             + notes.near_summary(data)
         )
         lines.append(f"  {extra} (details: {fileio.join(self.output_dir, layout.REPORT)})")
+        lines += notes.annotation_lines(data)
         lines += notes.label_conflict_lines(data, data.get("settings", {}).get("dedupe"))
         upscaled = data["conversions"].get(UPSCALED, 0)
         if upscaled:
@@ -392,5 +388,10 @@ class _Conversion:
         return [r for r in results if r is not None], len(plans) - len(pending)
 
     def _check_chunk(self, chunk: list[Any]) -> None:
+        """--strict: an input skipped, or one of its objects, fails the conversion."""
         if self.run_settings.strict:
             self._fail_if_strict([(r.key, r.reason) for r in chunk if isinstance(r, SkippedItem)])
+            objects = [r for r in chunk if not isinstance(r, SkippedItem) and r.skipped_annotations]
+            self._fail_if_strict(
+                [(r.key, f"annotation {i}: {why}") for r in objects for i, why in r.skipped_annotations]
+            )

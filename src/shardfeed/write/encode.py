@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
+from PIL import Image
+
 from shardfeed.format import fileio, image_limits, schema
+from shardfeed.format.annotations import SourceObjects, check_objects, moved_boxes, object_features, turned_boxes
 from shardfeed.format.example_proto import FeatureValue, serialize_example
 from shardfeed.write import images, perceptual_hash
 from shardfeed.write.images import masks
+from shardfeed.write.images.jpeg import EXIF_ORIENTATION
 from shardfeed.write.items import Discovery, Item, locate
 from shardfeed.write.options import ConvertOptions
 from shardfeed.write.sources.arrays import load_array
@@ -69,7 +75,9 @@ class EncodedRecord:
     short_side: int = 0  # and its shorter side
     listed: tuple[int, int] = (0, 0)  # the source file's size and mtime_ns when listed (Item)
     phash: str | None = None  # the source image's perceptual hash (write/perceptual_hash.py)
-    classes: tuple[int, ...] = ()  # the classes a segmentation mask shows (not 255)
+    classes: tuple[int, ...] = ()  # the classes a mask, a multi-label list or the objects show
+    skipped_annotations: tuple[tuple[int, str], ...] = ()  # (annotation id, reason): not written
+    clipped_boxes: int = 0  # boxes written clipped to the image
 
 
 @dataclass(frozen=True)
@@ -165,6 +173,10 @@ def encode_unhashed(item: Item, spec: EncodingSpec) -> Unhashed | SkippedItem:
     if item.labels and spec.class_names is not None:  # multi-label: every class of the image
         features[spec.keys.label_key or schema.LABEL] = [c + spec.label_offset for c in item.labels]
         features[schema.TEXT] = [spec.class_names[c].encode() for c in item.labels]
+    placed = None
+    if item.objects is not None and raw_data is not None:
+        placed = place_objects(item.objects, spec, raw_data, prepared)
+        features |= placed.features
     mask: masks.StoredMask | None = None
     if item.mask_key is not None and raw_data is not None:
         made = _segmentation(item, item.mask_key, spec, raw_data, prepared)
@@ -184,9 +196,60 @@ def encode_unhashed(item: Item, spec: EncodingSpec) -> Unhashed | SkippedItem:
         max(prepared.height, prepared.width),
         min(prepared.height, prepared.width),
         (item.size, item.mtime_ns),
-        classes=mask.classes if mask is not None else item.labels,
+        classes=mask.classes if mask is not None else placed.classes if placed is not None else item.labels,
+        skipped_annotations=placed.skipped if placed is not None else (),
+        clipped_boxes=placed.clipped if placed is not None else 0,
     )
     return Unhashed(record, prepared.hash_source)
+
+
+class PlacedObjects(NamedTuple):
+    """An image's objects as written: their features, the classes they show, what was skipped."""
+
+    features: dict[str, FeatureValue]
+    classes: tuple[int, ...]
+    skipped: tuple[tuple[int, str], ...]
+    clipped: int
+
+
+def place_objects(
+    objects: SourceObjects, spec: EncodingSpec, image_data: bytes, prepared: images.PreparedImage
+) -> PlacedObjects:
+    """An image's annotations moved as its pixels were (turned upright by EXIF when it was
+    re-encoded, resized and cropped: write/images/transforms.py), then checked against the
+    stored image (format/annotations.py)."""
+    with Image.open(io.BytesIO(image_data)) as image:
+        size, orientation = image.size, int(image.getexif().get(EXIF_ORIENTATION, 1) or 1)
+    boxes = np.array(objects.boxes, np.float64).reshape(-1, 4)
+    if prepared.data is not image_data and orientation in range(2, 9):
+        boxes = turned_boxes(boxes, size, orientation)
+        size = (size[1], size[0]) if orientation >= 5 else size
+    area_scale = 1.0
+    if spec.image.transforms:
+        out, region = spec.image.geometry.region(size)
+        out = out if region is not None else (prepared.width, prepared.height)
+        boxes = moved_boxes(boxes, size, region, out)
+        seen = (region[2] - region[0], region[3] - region[1]) if region is not None else size
+        area_scale = out[0] / seen[0] * out[1] / seen[1]
+    checked = check_objects(
+        boxes.tolist(),
+        objects.classes,
+        width=prepared.width,
+        height=prepared.height,
+        num_classes=len(spec.class_names or []),
+        is_crowd=objects.is_crowd,
+        areas=[a * area_scale if a is not None else None for a in objects.areas],
+    )
+    features = object_features(
+        checked.objects,
+        width=prepared.width,
+        height=prepared.height,
+        class_names=spec.class_names or [],
+        label_offset=spec.label_offset,
+        source_id=objects.source_id,
+    )
+    skipped = tuple((objects.ids[s.index], s.reason) for s in checked.skipped)
+    return PlacedObjects(features, tuple(sorted(set(checked.objects.classes.tolist()))), skipped, checked.clipped)
 
 
 def _segmentation(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from shardfeed.errors import SourceError
 from shardfeed.format import fileio
+from shardfeed.format.annotations import SourceObjects
 from shardfeed.format.confinement import split_refusal, text_refusal
 from shardfeed.format.schema import CLASSIFICATION
 
@@ -33,6 +34,8 @@ class Item:
             ids, the image's size); None otherwise.
         labels: for a multi-label source, the image's class ids (sorted, at least one; `label`
             is then -1); empty otherwise.
+        objects: for a detection source, the image's annotations as listed (checked when the
+            image is encoded); None otherwise.
     """
 
     key: str
@@ -43,6 +46,7 @@ class Item:
     mtime_ns: int = 0
     mask_key: str | None = None
     labels: tuple[int, ...] = ()
+    objects: SourceObjects | None = None
 
 
 @dataclass
@@ -89,6 +93,8 @@ class Discovery:
                 digest.update(f"mask\0{item.mask_key}\n".encode())
             if item.labels:
                 digest.update(f"labels\0{item.labels}\n".encode())
+            if item.objects is not None:
+                digest.update(f"objects\0{item.objects}\n".encode())
         for path, reason in self.skipped:
             digest.update(f"skip\0{path}\0{reason}\n".encode())
         return digest.hexdigest()

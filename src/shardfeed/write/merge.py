@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -50,6 +51,8 @@ def merge_manifest(
         dropped_duplicates=len(dropped),
         dropped_label_conflicts=sum("label_conflict" in e for e in entries),
         label_conflicts=len(conflicts),
+        skipped_annotations=sum(len(r.skipped_annotations) for r in results),
+        clipped_boxes=sum(r.clipped_boxes for r in results),
     )
     return builder.build(counts, **near_counts(near, options.near_radius, moves))
 
@@ -233,7 +236,28 @@ def report_of(
         "label_conflicts": label_conflicts(duplicates, near, discovery),
         "dropped_duplicates": dropped_entries(dropped, discovery),
         **({} if near is None else {"near_duplicates": near}),
+        **_annotation_report(results),
     }
+
+
+def _annotation_report(results: list[shards.ShardResult]) -> dict[str, Any]:
+    """report.json's `skipped_annotations` (each object not written: its image, its id in the
+    source, why) and their count by reason, for a source with objects; nothing for others."""
+    skipped = sorted(s for r in results for s in r.skipped_annotations)
+    if not skipped:
+        return {}
+    by_reason = Counter(_reason_kind(why) for _, _, why in skipped)
+    return {
+        "skipped_annotations": [{"file": key, "annotation": i, "reason": why} for key, i, why in skipped],
+        "skipped_annotations_by_reason": dict(sorted(by_reason.items())),
+    }
+
+
+def _reason_kind(reason: str) -> str:
+    """A skip reason without its numbers ('box [..]: wholly outside the 640 x 480 image' ->
+    'wholly outside the image'), to count skips by kind."""
+    text = reason.split(": ", 1)[-1] if reason.startswith("box ") else reason
+    return " ".join(w for w in text.split() if not any(c.isdigit() for c in w) and w != "x")
 
 
 def dropped_entries(dropped: list[tuple[str, str]], discovery: Discovery) -> list[dict[str, Any]]:

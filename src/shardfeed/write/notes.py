@@ -28,6 +28,14 @@ def label_base_lines(m: manifest.Manifest) -> list[str]:
     return [f"  labels: {m.keys.label_key or schema.LABEL} holds {stored[0]}..{stored[1]} ({advice})"]
 
 
+def annotation_lines(data: dict[str, Any]) -> list[str]:
+    """How many objects were skipped or clipped (report.json lists each skip with its reason)."""
+    skipped, clipped = data.get("num_skipped_annotations", 0), data.get("num_clipped_boxes", 0)
+    if not (skipped or clipped):
+        return []
+    return [f"  objects: {skipped:,} annotations skipped, {clipped:,} boxes clipped to their image (report.json)"]
+
+
 def non_jpeg_note(formats: dict[str, int]) -> str | None:
     """A line for records not stored as JPEG, which JPEG-only readers (Model Garden's parser with
     its default decode_jpeg_only=True) cannot decode; None when all are JPEG."""

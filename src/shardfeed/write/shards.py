@@ -47,6 +47,8 @@ class ShardResult:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     converted: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[tuple[str, str]] = field(default_factory=list)
+    skipped_annotations: list[tuple[str, int, str]] = field(default_factory=list)  # (image, annotation id, why)
+    clipped_boxes: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -65,8 +67,8 @@ class ShardResult:
     @classmethod
     def from_json(cls, text: str) -> ShardResult:
         data: dict[str, Any] = json.loads(text)
-        for key in ("records", "skipped", "converted", "warnings"):
-            data[key] = [tuple(pair) for pair in data[key]]
+        for key in ("records", "skipped", "converted", "warnings", "skipped_annotations"):
+            data[key] = [tuple(pair) for pair in data.get(key, [])]
         return cls(**data)
 
 
@@ -137,6 +139,8 @@ def write_shard(
                 result.converted.append((item.key, item.conversion))
             if item.warning:
                 result.warnings.append((item.key, item.warning))
+            result.skipped_annotations += [(item.key, i, why) for i, why in item.skipped_annotations]
+            result.clipped_boxes += item.clipped_boxes
             if len(unhashed) >= HASHED_AT_ONCE:
                 _add_hashes(result, unhashed)
         _add_hashes(result, unhashed)

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image
 
+from shardfeed.write.images.jpeg import EXIF_ORIENTATION
 from shardfeed.write.images.prepare import BadImageError, ImageOptions, PreparedImage, encode
 
 IGNORE = 255  # a mask pixel that belongs to no class (Model Garden's default ignore_label)
@@ -33,7 +34,6 @@ _TURNS = {
     7: Image.Transpose.TRANSVERSE,
     8: Image.Transpose.ROTATE_90,
 }  # EXIF orientation -> the turn that makes the image upright (as Pillow's exif_transpose)
-_EXIF_ORIENTATION = 0x0112
 
 
 class StoredMask(NamedTuple):
@@ -61,7 +61,7 @@ def prepare_mask(
     mask = _ids(mask_data, name)
     with Image.open(io.BytesIO(image_data)) as image:
         source_size = image.size
-        orientation = int(image.getexif().get(_EXIF_ORIENTATION, 1) or 1)
+        orientation = int(image.getexif().get(EXIF_ORIENTATION, 1) or 1)
     if mask.size != source_size:
         raise BadImageError(
             f"mask {name} is {mask.width} x {mask.height}, its image {source_size[0]} x {source_size[1]}"

@@ -11,6 +11,7 @@ dropped silently.
     tables.py       Hugging Face Parquet/Arrow tables
     webdataset.py   WebDataset tars
     segmentation.py images/ with a mask of class ids each in masks/, and classes.txt
+    coco.py         COCO object detection annotations (a .json) and their images folder
     staging.py      container images (tables, tars) extracted once into a folder
 
 A new layout is a new module here with a class like these, and one branch in `resolve_source`.
@@ -25,6 +26,7 @@ from typing import Any, Protocol
 from shardfeed.errors import SourceError
 from shardfeed.write.items import Discovery
 from shardfeed.write.sources.arrays import ArraySource
+from shardfeed.write.sources.coco import CocoSource, looks_like_coco
 from shardfeed.write.sources.csv_list import CsvSource
 from shardfeed.write.sources.folders import (
     DEFAULT_FILENAME_PATTERN,
@@ -41,6 +43,7 @@ __all__ = [
     "DEFAULT_FILENAME_PATTERN",
     "LABELS_FROM",
     "ArraySource",
+    "CocoSource",
     "CsvSource",
     "FilenameSource",
     "FolderSource",
@@ -80,7 +83,8 @@ def resolve_source(
 ) -> Source:
     """A source object from a path: folder, .csv/.tsv list, .npz/.npy arrays, Hugging Face
     Parquet/Arrow tables (tables.py), WebDataset tars (webdataset.py) or a segmentation folder
-    (segmentation.py: images/, masks/ and classes.txt).
+    (segmentation.py: images/, masks/ and classes.txt) or COCO annotations (coco.py: a .json,
+    its images in `container_options['images']`, default the .json's folder).
 
     Args:
         source: a path, or an already built source object (returned as is).
@@ -98,11 +102,13 @@ def resolve_source(
         return CsvSource(source, **csv_or_array_options)
     if lower.endswith((".npz", ".npy")):
         return ArraySource(source, **csv_or_array_options)
+    if looks_like_coco(source):
+        return CocoSource(source, images=container_options.get("images"))
     if labels_from not in LABELS_FROM:
         raise SourceError(f"labels_from must be one of {list(LABELS_FROM)}, got {labels_from!r}")
     table_keys = ("image_column", "label_column", "outside_images")
     table = {k: v for k, v in container_options.items() if k in table_keys and v is not None}
-    wds = {k: v for k, v in container_options.items() if k not in table_keys and v is not None}
+    wds = {k: v for k, v in container_options.items() if k not in (*table_keys, "images") and v is not None}
     if labels_from == "folders" and looks_like_webdataset(source):  # first: img2dataset puts Parquet beside tars
         return WebDatasetSource(source, **wds)
     if labels_from == "folders" and looks_like_table(source):

@@ -1,0 +1,126 @@
+"""COCO object detection annotations as a source: `instances_*.json` and its images folder.
+
+    annotations.json   {"images": [{id, file_name, width, height}],
+                        "annotations": [{id, image_id, category_id, bbox: [x, y, w, h], iscrowd, area}],
+                        "categories": [{id, name}]}
+    images/            the files the "images" entries name (file_name, relative to it)
+
+Categories become class ids 0..K-1 in the order of their COCO ids (COCO's 1..90 with gaps:
+person is 0), their names labels.txt. Each image keeps all its annotations, checked when the
+image is encoded (format/annotations.py): boxes partly outside clipped and counted, the others
+skipped with the reason. Images without annotations are kept (COCO has about 1% of them).
+What cannot be used is reported, never dropped silently: an image entry without its file, an
+annotation of an image or category that is not listed, or one without a usable bbox.
+Polygon and RLE segmentations are not read yet: boxes, classes, crowd flags and areas are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import posixpath
+from collections import defaultdict
+from typing import Any
+
+from shardfeed.errors import SourceError
+from shardfeed.format import confinement, fileio
+from shardfeed.format.annotations import SourceObjects
+from shardfeed.format.schema import DETECTION
+from shardfeed.write.items import Discovery, Item, file_item
+
+
+def looks_like_coco(path: str) -> bool:
+    """A .json file (COCO's annotations are one)."""
+    return path.lower().endswith(".json")
+
+
+class CocoSource:
+    """A COCO annotations file and the folder of its images (module docstring)."""
+
+    kind = "coco"
+
+    def __init__(self, annotations: str, images: str | None = None) -> None:
+        self.annotations = annotations
+        self.root = images or posixpath.dirname(annotations) or "."
+
+    def discover(self) -> Discovery:
+        data = self._read()
+        names, category_ids = self._categories(data)
+        skipped: list[tuple[str, str]] = []
+        by_image: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        listed = {int(entry["id"]): entry for entry in data["images"]}
+        for index, annotation in enumerate(data["annotations"]):
+            where = f"{posixpath.basename(self.annotations)}: annotation {annotation.get('id', index)}"
+            if annotation.get("image_id") not in listed:
+                skipped.append((where, f"image_id {annotation.get('image_id')!r} is not in images"))
+            elif annotation.get("category_id") not in category_ids:
+                skipped.append((where, f"category_id {annotation.get('category_id')!r} is not in categories"))
+            elif not _box(annotation):
+                skipped.append((where, f"bbox {annotation.get('bbox')!r} is not [x, y, width, height]"))
+            else:
+                by_image[int(annotation["image_id"])].append(annotation)
+        items: list[Item] = []
+        for image_id, entry in sorted(listed.items(), key=lambda pair: str(pair[1].get("file_name"))):
+            key = entry.get("file_name")
+            if refusal := confinement.entry_refusal(key):  # a downloaded file names only its own folder's files
+                skipped.append((f"{posixpath.basename(self.annotations)}: image {image_id}", refusal))
+                continue
+            key = confinement.normalised_entry(str(key))
+            if not fileio.exists(fileio.join(self.root, key)):
+                skipped.append(
+                    (key, f"listed in {posixpath.basename(self.annotations)} (image {image_id}) but not found")
+                )
+                continue
+            objects = _objects(by_image.get(image_id, []), category_ids, image_id)
+            items.append(dataclasses.replace(file_item(self.root, key, -1, None), objects=objects))
+        return Discovery(self.kind, self.root, items, self.root, names, skipped, task=DETECTION)
+
+    def _read(self) -> dict[str, Any]:
+        """The annotations file, its three lists checked.
+
+        Raises:
+            SourceError: not JSON, or without images/annotations/categories lists.
+        """
+        try:
+            data = json.loads(fileio.read_bytes(self.annotations))
+        except (OSError, ValueError) as e:
+            raise SourceError(f"{self.annotations}: not a readable COCO annotations file: {e}") from None
+        missing = [k for k in ("images", "annotations", "categories") if not isinstance(data.get(k), list)]
+        if missing:
+            raise SourceError(f"{self.annotations}: a COCO annotations file has lists {missing}; it has {sorted(data)}")
+        return dict(data)
+
+    def _categories(self, data: dict[str, Any]) -> tuple[list[str], dict[Any, int]]:
+        """Class names in COCO id order, and COCO category id -> class id."""
+        categories = sorted(data["categories"], key=lambda c: int(c["id"]))
+        names = [str(c["name"]) for c in categories]
+        if len(set(names)) != len(names):
+            raise SourceError(
+                f"{self.annotations}: category names repeat: {sorted({n for n in names if names.count(n) > 1})}"
+            )
+        return names, {c["id"]: i for i, c in enumerate(categories)}
+
+
+def _box(annotation: dict[str, Any]) -> tuple[float, float, float, float] | None:
+    """COCO's [x, y, width, height] as (xmin, ymin, xmax, ymax); None when it is not four numbers
+    (NaN and inverted boxes pass here: the check at encoding reports them with the image)."""
+    bbox = annotation.get("bbox")
+    if not isinstance(bbox, list) or len(bbox) != 4 or not all(isinstance(v, (int, float)) for v in bbox):
+        return None
+    x, y, w, h = (float(v) for v in bbox)
+    return (x, y, x + w, y + h)
+
+
+def _objects(annotations: list[dict[str, Any]], category_ids: dict[Any, int], image_id: int) -> SourceObjects:
+    """One image's annotations, in the order of their ids."""
+    ordered = sorted(annotations, key=lambda a: a.get("id", 0))
+    areas = [a.get("area") for a in ordered]
+    return SourceObjects(
+        boxes=tuple(_box(a) or (math.nan,) * 4 for a in ordered),
+        classes=tuple(category_ids[a["category_id"]] for a in ordered),
+        is_crowd=tuple(bool(a.get("iscrowd", 0)) for a in ordered),
+        areas=tuple(float(v) if isinstance(v, (int, float)) else None for v in areas),
+        ids=tuple(int(a.get("id", i)) for i, a in enumerate(ordered)),
+        source_id=image_id,
+    )

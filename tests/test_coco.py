@@ -1,0 +1,185 @@
+"""COCO detection annotations converted to the records Model Garden's detection decoder reads:
+boxes that frame their objects' pixels after the EXIF turn, the resize and the crop; every
+annotation written, clipped, or reported with its reason.
+
+The annotations file is written in COCO's own conventions (bbox [x, y, width, height] in pixels,
+category ids with gaps, iscrowd, area), over real photos with solid squares pasted at known
+places; the decoder is Model Garden's (tests/test_annotations.py cites the source).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import photos, shard_bytes
+from PIL import Image
+from test_annotations import model_garden_decode
+
+from shardfeed import ConvertError, ConvertOptions, ImageOptions, IndexedRecords, OptionError, convert, load
+from shardfeed.format import manifest, schema
+from shardfeed.write.sources import CocoSource
+
+RED, BLUE = (255, 0, 0), (0, 0, 255)
+CATEGORIES = [{"id": 18, "name": "dog"}, {"id": 1, "name": "person"}, {"id": 3, "name": "car"}]  # ids with gaps
+# image -> squares (colour, COCO category id, (x, y, w, h)), pasted on the photo as stored
+SQUARES = {
+    "chelsea.png": [(RED, 1, (40, 30, 80, 70)), (BLUE, 18, (300, 150, 160, 110))],  # the blue one sticks out: clipped
+    "coffee.png": [(BLUE, 3, (10, 200, 80, 90))],
+    "astronaut.png": [],  # no objects: kept
+}
+
+
+@pytest.fixture(scope="module")
+def coco(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("coco")
+    (root / "images").mkdir()
+    images, annotations, next_id = [], [], 100
+    for image_id, (name, squares) in enumerate(SQUARES.items(), start=1):
+        photo = photos()[name.split(".")[0]].copy()
+        for colour, category, (x, y, w, h) in squares:
+            photo[y : y + h, x : x + w] = colour
+            annotations.append(
+                {"id": next_id, "image_id": image_id, "category_id": category, "bbox": [x, y, w, h], "iscrowd": 0}
+            )
+            next_id += 1
+        Image.fromarray(photo).save(root / "images" / name)
+        images.append({"id": image_id, "file_name": name, "height": photo.shape[0], "width": photo.shape[1]})
+    annotations += [
+        {"id": 200, "image_id": 1, "category_id": 1, "bbox": [500, 10, 20, 20], "iscrowd": 0},  # outside 451 x 300
+        {"id": 201, "image_id": 1, "category_id": 1, "bbox": [10, 10, 0, 30], "iscrowd": 0},  # no width
+        {"id": 202, "image_id": 9, "category_id": 1, "bbox": [1, 1, 2, 2], "iscrowd": 0},  # no such image
+        {"id": 203, "image_id": 2, "category_id": 7, "bbox": [1, 1, 2, 2], "iscrowd": 0},  # no such category
+        {"id": 204, "image_id": 2, "category_id": 1, "bbox": [20, 20, 30, 30], "iscrowd": 1, "area": 400.0},
+    ]
+    images.append({"id": 5, "file_name": "missing.png", "height": 10, "width": 10})
+    images.append({"id": 6, "file_name": "../outside.png", "height": 10, "width": 10})
+    document = {"images": images, "annotations": annotations, "categories": CATEGORIES}
+    (root / "instances.json").write_text(json.dumps(document))
+    return root / "instances.json"
+
+
+def decoded(out: Path) -> dict[str, dict[str, np.ndarray]]:
+    rows = IndexedRecords(str(out), split="train")
+    return {rows.example(i)[schema.FILENAME].decode(): model_garden_decode(rows.record(i)) for i in range(len(rows))}
+
+
+def frames(image: np.ndarray, box: np.ndarray, colour: tuple[int, int, int], tolerance: int) -> None:
+    """The decoded box [ymin, xmin, ymax, xmax] holds the object's pixels and no more of them."""
+    height, width = image.shape[:2]
+    ymin, xmin, ymax, xmax = box
+    rows, cols = slice(round(ymin * height), round(ymax * height)), slice(round(xmin * width), round(xmax * width))
+    near = np.abs(image.astype(int) - colour).max(axis=-1) <= tolerance
+    inside = np.zeros_like(near)
+    inside[rows, cols] = True
+    assert near[rows, cols][1:-1, 1:-1].mean() > 0.98  # the box is the object (edges blur when resized)
+    assert (near & ~inside).sum() <= 0.03 * near.sum()  # and the object is in the box
+
+
+def test_coco_boxes_frame_their_objects_and_every_skip_is_reported(coco: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    convert(
+        CocoSource(str(coco), str(coco.parent / "images")), str(out), ConvertOptions(split="train=1"), progress=False
+    )
+    m = manifest.read(str(out))
+    assert m.header.task == "detection" and m.labels == ["person", "car", "dog"]  # COCO id order: 1, 3, 18
+    assert m.split("train").class_counts == {"person": 2, "car": 1, "dog": 1}  # images showing each class
+    found = decoded(out)
+    assert sorted(found) == ["astronaut.png", "chelsea.png", "coffee.png"]
+    chelsea = found["chelsea.png"]
+    assert chelsea["groundtruth_classes"].tolist() == [0, 2] and chelsea["source_id"] == b"1"
+    for box, colour in zip(chelsea["groundtruth_boxes"], (RED, BLUE), strict=True):
+        frames(chelsea["image"], box, colour, tolerance=0)
+    coffee = found["coffee.png"]
+    assert coffee["groundtruth_classes"].tolist() == [1, 0] and coffee["groundtruth_is_crowd"].tolist() == [False, True]
+    assert coffee["groundtruth_area"].tolist() == [80 * 90, 400.0]  # the box's, and COCO's own
+    assert found["astronaut.png"]["groundtruth_boxes"].shape == (0, 4)
+    report = json.loads((out / "report.json").read_text())
+    assert {(s["file"], s["annotation"]): s["reason"] for s in report["skipped_annotations"]} == {
+        ("chelsea.png", 200): "box [500.0, 10.0, 520.0, 30.0]: wholly outside the 451 x 300 image",
+        ("chelsea.png", 201): "box [10.0, 10.0, 10.0, 40.0]: empty (no width or no height)",
+    }
+    skipped = {s["file"]: s["reason"] for s in report["skipped"]}
+    assert skipped["instances.json: annotation 202"] == "image_id 9 is not in images"
+    assert skipped["instances.json: annotation 203"] == "category_id 7 is not in categories"
+    assert "(image 5) but not found" in skipped["missing.png"]
+    assert "leaves the folder" in skipped["instances.json: image 6"]
+    assert m.data["num_skipped_annotations"] == 2
+
+
+def test_resize_crop_and_exif_move_the_boxes_with_the_pixels(coco: Path, tmp_path: Path) -> None:
+    """A photo stored turned (EXIF 6), annotated on its pixels as stored; converted upright,
+    resized and centre-cropped: each box still frames its square."""
+    root = tmp_path / "data"
+    (root / "images").mkdir(parents=True)
+    photo = photos()["chelsea"].copy()
+    photo[30:100, 40:120] = RED
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(photo).save(root / "images" / "turned.jpg", quality=97, exif=exif.tobytes())
+    document = {
+        "images": [{"id": 3, "file_name": "images/turned.jpg", "height": 300, "width": 451}],
+        "annotations": [{"id": 1, "image_id": 3, "category_id": 1, "bbox": [40, 30, 80, 70], "iscrowd": 0}],
+        "categories": [{"id": 1, "name": "square"}],
+    }
+    (root / "instances.json").write_text(json.dumps(document))
+    image = ImageOptions(resize=200, center_crop=180, image_format="png")
+    out = tmp_path / "out"
+    convert(str(root / "instances.json"), str(out), ConvertOptions(split="train=1", image=image), progress=False)
+    record = decoded(out)["images/turned.jpg"]
+    assert record["image"].shape == (180, 180, 3)
+    frames(record["image"], record["groundtruth_boxes"][0], RED, tolerance=40)
+
+
+def test_the_cli_workers_strict_and_load(coco: Path, tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    command = [
+        sys.executable,
+        "-m",
+        "shardfeed",
+        "convert",
+        str(coco),
+        str(one),
+        "--images",
+        str(coco.parent / "images"),
+    ]
+    done = subprocess.run(
+        [*command, "--split", "train=1", "--shards", "2", "--workers", "1"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "objects: 2 annotations skipped, 1 boxes clipped to their image" in done.stdout
+    images = str(coco.parent / "images")
+    convert(
+        CocoSource(str(coco), images), str(two), ConvertOptions(split="train=1", shards=2), workers=2, progress=False
+    )
+    assert {k: v for k, v in shard_bytes(one).items() if k != "report.html"} == shard_bytes(two)  # the CLI adds it
+    with pytest.raises(ConvertError, match=r"annotation 202: image_id 9 is not in images .*--strict"):
+        convert(CocoSource(str(coco), images), str(tmp_path / "s"), ConvertOptions(split="train=1"), strict=True)
+    document = json.loads(coco.read_text())  # the references all good: what fails is an object's box
+    document["annotations"] = [a for a in document["annotations"] if a["id"] not in (202, 203)]
+    document["images"] = [i for i in document["images"] if i["id"] < 5]
+    (tmp_path / "good.json").write_text(json.dumps(document))
+    with pytest.raises(ConvertError, match=r"chelsea.png: annotation 200: box .* wholly outside .*--strict"):
+        convert(CocoSource(str(tmp_path / "good.json"), images), str(tmp_path / "t"), ConvertOptions(), strict=True)
+    with pytest.raises(OptionError, match="holds detection records"):
+        load(str(one))
+
+
+def test_tfds_reads_the_objects(coco: Path, tmp_path: Path) -> None:
+    """TFDS itself, on our metadata: one value per object in each object feature."""
+    import tensorflow_datasets as tfds
+
+    out = tmp_path / "out"
+    convert(
+        CocoSource(str(coco), str(coco.parent / "images")), str(out), ConvertOptions(split="train=1"), progress=False
+    )
+    found = {}
+    for example in tfds.builder_from_directory(str(out)).as_dataset(split="train"):
+        found[example["image/filename"].numpy().decode()] = example
+    assert found["chelsea.png"]["image/object/bbox/xmin"].numpy().tolist() == pytest.approx([40 / 451, 300 / 451])
+    assert found["coffee.png"]["image/object/is_crowd"].numpy().tolist() == [0, 1]
+    assert found["astronaut.png"]["image/object/bbox/ymax"].shape == (0,)
