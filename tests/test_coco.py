@@ -183,3 +183,27 @@ def test_tfds_reads_the_objects(coco: Path, tmp_path: Path) -> None:
     assert found["chelsea.png"]["image/object/bbox/xmin"].numpy().tolist() == pytest.approx([40 / 451, 300 / 451])
     assert found["coffee.png"]["image/object/is_crowd"].numpy().tolist() == [0, 1]
     assert found["astronaut.png"]["image/object/bbox/ymax"].shape == (0,)
+
+
+def test_verify_checks_the_boxes_and_show_draws_them(coco: Path, tmp_path: Path) -> None:
+    from shardfeed.format.annotations import stored_objects_problem
+    from shardfeed.tools import show, verify
+
+    out = tmp_path / "out"
+    convert(
+        CocoSource(str(coco), str(coco.parent / "images")), str(out), ConvertOptions(split="train=1"), progress=False
+    )
+    assert verify(str(out), progress=False).ok
+    tiles = {t.key: t for t in show(str(out), None, rows=2, cols=2)}
+    assert tiles["chelsea.png"].caption == "dog, person" and tiles["astronaut.png"].caption == "(no objects)"
+    drawn = decoded(out)["chelsea.png"]["image"]
+    changed = (tiles["chelsea.png"].image != drawn).any(axis=-1)
+    ys, xs = np.nonzero(changed)
+    assert (xs.min(), ys.min()) == (40, 30)  # the red box's outline starts at its corner
+    good = (
+        {k: [0.1] for k in schema.BOX_KEYS[:2]} | {k: [0.5] for k in schema.BOX_KEYS[2:]} | {schema.OBJECT_LABEL: [0]}
+    )
+    assert stored_objects_problem(good, 1, 0) is None
+    assert "not inside [0, 1]" in str(stored_objects_problem({**good, schema.BOX_XMAX: [1.2]}, 1, 0))
+    assert "class 3 is outside 0..0" in str(stored_objects_problem({**good, schema.OBJECT_LABEL: [3]}, 1, 0))
+    assert "different lengths" in str(stored_objects_problem({**good, schema.OBJECT_LABEL: []}, 1, 0))

@@ -266,3 +266,17 @@ def read_objects(features: Mapping[str, list[Any]], *, width: int, height: int, 
             if key.startswith(prefix) and key not in own and "/" not in key[len(prefix) :]
         },
     )
+
+
+def stored_objects_problem(features: Mapping[str, list[Any]], num_classes: int, label_offset: int) -> str | None:
+    """What is wrong with a record's stored objects (`verify`), or None: lists of different
+    lengths, a coordinate outside [0, 1], an empty or inverted box, a class outside 0..K-1."""
+    columns = [list(features.get(k, [])) for k in (*schema.BOX_KEYS, schema.OBJECT_LABEL)]
+    if len({len(c) for c in columns}) != 1:
+        return f"object lists of different lengths: {[len(c) for c in columns]} (xmin, ymin, xmax, ymax, label)"
+    for index, (x0, y0, x1, y1, label) in enumerate(zip(*columns, strict=True)):
+        if not (0.0 <= x0 < x1 <= 1.0 and 0.0 <= y0 < y1 <= 1.0):
+            return f"object {index}: box {[x0, y0, x1, y1]} is not inside [0, 1] with min < max"
+        if not 0 <= label - label_offset < num_classes:
+            return f"object {index}: class {label - label_offset} is outside 0..{num_classes - 1}"
+    return None

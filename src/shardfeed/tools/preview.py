@@ -47,12 +47,14 @@ def sample_tiles(
     if augmented:
         return _augmented_tiles(m, split, count, seed, image_size, augment)
     tiles = []
-    segmented = m.header.task == schema.SEGMENTATION
+    task = m.header.task
     for example in sample_examples(m, split, count, seed):
         key = example.get(schema.FILENAME, b"").decode(errors="replace")
         image = to_rgb(decode_image(example))
-        if segmented:
+        if task == schema.SEGMENTATION:
             tiles.append(_overlaid(key, image, example, m.labels or []))
+        elif task == schema.DETECTION:
+            tiles.append(_boxed(key, image, example, m))
         else:
             tiles.append(Tile(key, _caption(example, key, m), image))
     return tiles
@@ -80,6 +82,28 @@ def _overlaid(key: str, image: np.ndarray, example: dict[str, Any], names: list[
         tinted[mask == c] = 0.55 * tinted[mask == c] + 0.45 * colour
     caption = ", ".join(names[c] for c in present) or key.rsplit("/", 1)[-1]
     return Tile(key, caption, tinted.round().astype(np.uint8))
+
+
+def _boxed(key: str, image: np.ndarray, example: dict[str, Any], m: manifest.Manifest) -> Tile:
+    """A detection record's image with its boxes drawn, each in its class's colour, captioned
+    with the classes present (and how many of each)."""
+    from collections import Counter
+
+    from PIL import Image, ImageDraw
+
+    from shardfeed.format.annotations import read_objects
+
+    listed = {k: v if isinstance(v, list) else [v] for k, v in example.items()}
+    height, width = image.shape[:2]
+    objects = read_objects(listed, width=width, height=height, label_offset=m.label_offset)
+    canvas = Image.fromarray(image)
+    draw = ImageDraw.Draw(canvas)
+    for box, c in zip(objects.boxes.tolist(), objects.classes.tolist(), strict=True):
+        draw.rectangle(box, outline=OVERLAY_COLOURS[c % len(OVERLAY_COLOURS)], width=max(1, width // 150))
+    names = m.labels or []
+    counts = Counter(names[c] for c in objects.classes.tolist() if 0 <= c < len(names))
+    caption = ", ".join(f"{n} x{k}" if k > 1 else n for n, k in sorted(counts.items())) or "(no objects)"
+    return Tile(key, caption, np.asarray(canvas))
 
 
 OVERLAY_COLOURS = ((230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180))

@@ -22,6 +22,7 @@ from typing import Any, BinaryIO, cast
 
 from shardfeed.deprecation import renamed
 from shardfeed.format import fileio, layout, manifest, schema, tfrecord
+from shardfeed.format.annotations import stored_objects_problem
 from shardfeed.format.example_proto import parse_example
 from shardfeed.format.schema import ForeignKeys
 from shardfeed.parallel import WorkerPool
@@ -105,6 +106,7 @@ class _ShardTask:
     keys: schema.Schema
     mask_classes: int | None = None  # a mask of this many classes per record (segmentation)
     label_lists: int | None = None  # a list of ids of this many classes per record (multi-label)
+    object_classes: int | None = None  # boxes of objects of this many classes per record (detection)
 
 
 @dataclass
@@ -166,6 +168,7 @@ def verify(
             m.keys,
             len(m.labels or []) if m.header.task == schema.SEGMENTATION else None,
             len(m.labels or []) if m.header.task == schema.MULTI_LABEL else None,
+            len(m.labels or []) if m.header.task == schema.DETECTION else None,
         )
         for split in m.split_names
         for s in m.split(split).shards
@@ -274,6 +277,21 @@ def verify_shard(task: _ShardTask) -> _ShardOutcome:
     return out
 
 
+def _beyond_one_label(task: _ShardTask, features: dict[str, list[Any]]) -> str | None:
+    """What is wrong with a record's multi-label ids, objects or mask (decoded when `task.decode`), or None."""
+    if task.label_lists is not None:
+        ids = [int(v) - task.label_offset for v in features.get(schema.LABEL, [])]
+        if not ids or not all(0 <= i < task.label_lists for i in ids):
+            return f"labels {ids} are not ids in 0..{task.label_lists - 1}"
+    if task.object_classes is not None:
+        return stored_objects_problem(features, task.object_classes, task.label_offset)
+    if task.mask_classes is not None and task.decode:
+        height, width = (int((features.get(k) or [0])[0]) for k in (schema.HEIGHT, schema.WIDTH))
+        mask = (features.get(schema.SEGMENTATION_MASK) or [None])[0]
+        return check_stored_mask(mask, height, width, task.mask_classes)
+    return None
+
+
 def _check_record(task: _ShardTask, index: int, record: bytes, out: _ShardOutcome) -> None:
     try:
         features = schema.canonical(parse_example(record), task.keys)
@@ -312,14 +330,8 @@ def _check_record(task: _ShardTask, index: int, record: bytes, out: _ShardOutcom
                     )
                 )
             out.class_counts[name] += 1
-    if task.label_lists is not None:
-        ids = [int(v) - task.label_offset for v in features.get(schema.LABEL, [])]
-        if not ids or not all(0 <= i < task.label_lists for i in ids):
-            out.problems.append(Problem(f"labels {ids} are not ids in 0..{task.label_lists - 1}", task.file, index))
-    if task.mask_classes is not None and task.decode:
-        height, width = one(schema.HEIGHT) or 0, one(schema.WIDTH) or 0
-        if problem := check_stored_mask(one(schema.SEGMENTATION_MASK), height, width, task.mask_classes):
-            out.problems.append(Problem(problem, task.file, index))
+    if problem := _beyond_one_label(task, features):
+        out.problems.append(Problem(problem, task.file, index))
     if task.decode:
         fmt = (one(schema.FORMAT) or b"JPEG").decode()
         problem = check_stored_image(
