@@ -20,7 +20,7 @@ from conftest import photos, shard_bytes
 from PIL import Image
 from test_annotations import model_garden_decode
 
-from shardfeed import ConvertError, ConvertOptions, ImageOptions, IndexedRecords, OptionError, convert, load
+from shardfeed import Augment, ConvertError, ConvertOptions, ImageOptions, IndexedRecords, OptionError, convert, load
 from shardfeed.format import manifest, schema
 from shardfeed.write.sources import CocoSource
 
@@ -47,6 +47,8 @@ def coco(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 {"id": next_id, "image_id": image_id, "category_id": category, "bbox": [x, y, w, h], "iscrowd": 0}
             )
             next_id += 1
+        if name == "coffee.png":
+            photo[20:50, 20:50] = RED  # the crowd annotation (204, below)
         Image.fromarray(photo).save(root / "images" / name)
         images.append({"id": image_id, "file_name": name, "height": photo.shape[0], "width": photo.shape[1]})
     annotations += [
@@ -165,8 +167,41 @@ def test_the_cli_workers_strict_and_load(coco: Path, tmp_path: Path) -> None:
     (tmp_path / "good.json").write_text(json.dumps(document))
     with pytest.raises(ConvertError, match=r"chelsea.png: annotation 200: box .* wholly outside .*--strict"):
         convert(CocoSource(str(tmp_path / "good.json"), images), str(tmp_path / "t"), ConvertOptions(), strict=True)
-    with pytest.raises(OptionError, match="holds detection records"):
-        load(str(one))
+    with pytest.raises(OptionError, match="rotate= and translate= would move the images off"):
+        load(str(one), batch_size=2, augment=Augment(rotate=5))
+
+
+def boxes_frame_objects(images: np.ndarray, targets: dict[str, np.ndarray]) -> int:
+    """Every box of a batch lies on its object's colour (padding -1 aside); returns the boxes seen."""
+    seen = 0
+    colours = {0: RED, 1: BLUE, 2: BLUE}  # person: red; car, dog: blue
+    for image, boxes, labels in zip(images, targets["boxes"], targets["labels"], strict=True):
+        for (x0, y0, x1, y1), label in zip(boxes, labels, strict=True):
+            if label < 0:
+                assert (boxes[labels < 0] == -1).all()
+                continue
+            seen += 1
+            inner = image[int(np.ceil(y0)) + 1 : int(y1) - 1, int(np.ceil(x0)) + 1 : int(x1) - 1]
+            if inner.size:
+                assert np.abs(inner.astype(int) - colours[int(label)]).max(axis=-1).mean() < 30
+    return seen
+
+
+def test_load_moves_boxes_with_crops_and_flips(coco: Path, tmp_path: Path) -> None:
+    """KerasHub's format, padded with -1; each box on its object after random crops and flips
+    (training, many seeds) and on the whole image (evaluation)."""
+    out = tmp_path / "out"
+    convert(
+        CocoSource(str(coco), str(coco.parent / "images")), str(out), ConvertOptions(split="train=1"), progress=False
+    )
+    ((images, targets),) = list(load(str(out), batch_size=3, image_size=(120, 160), training=False))
+    assert targets["boxes"].shape == (3, 2, 4) and targets["labels"].shape == (3, 2)
+    assert boxes_frame_objects(images.numpy(), {k: v.numpy() for k, v in targets.items()}) == 4  # every box kept
+    seen = 0
+    for seed in range(30):  # random-resized crops keep a small square in about one case in five
+        for images, targets in load(str(out), batch_size=3, image_size=96, seed=seed, training=True):
+            seen += boxes_frame_objects(images.numpy(), {k: v.numpy() for k, v in targets.items()})
+    assert seen > 10
 
 
 def test_tfds_reads_the_objects(coco: Path, tmp_path: Path) -> None:

@@ -185,6 +185,7 @@ class Schema:
     label_names: tuple[str, ...] | None = None  # label = index of image/class/text in these (a mixture's map)
     mask_key: str | None = None  # a segmentation mask (PNG of class ids) to read beside the image, not a label
     multi_hot: int | None = None  # the label is a list of ids (multi-label), read as k-hot over this many classes
+    objects: bool = False  # boxes and their classes (detection) instead of a label
 
     @property
     def is_ours(self) -> bool:

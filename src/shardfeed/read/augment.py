@@ -30,6 +30,8 @@ class Augment:
             (digits, icons, CIFAR), where a random-resized crop would cut the object away.
         noise: standard deviation of added Gaussian noise, in 0..255 pixel units (0: none).
         color_jitter: strength of random brightness/contrast/saturation changes, 0..1 (0: none).
+        min_visible: detection: a box keeps at least this share of its area inside the crop, or
+            it is dropped from the batch (the others are clipped to the crop).
     """
 
     crop: bool = True
@@ -40,8 +42,11 @@ class Augment:
     translate: float = 0.0
     noise: float = 0.0
     color_jitter: float = 0.0
+    min_visible: float = 0.25
 
     def __post_init__(self) -> None:
+        if not 0 <= self.min_visible <= 1:
+            raise OptionError(f"min_visible is a share of a box's area, 0..1, got {self.min_visible}")
         low, high = self.area_range
         if not 0 < low <= high <= 1:
             raise OptionError(f"area_range must satisfy 0 < low <= high <= 1, got {self.area_range}")

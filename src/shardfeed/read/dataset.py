@@ -51,7 +51,10 @@ def load(
 ) -> Any:
     """A dataset of (images, labels) batches (images only for unlabeled data; (images, masks),
     masks [B, H, W] uint8 class ids cut and flipped with their images, for a segmentation folder;
-    labels k-hot float32 [B, K] for a multi-label folder).
+    labels k-hot float32 [B, K] for a multi-label folder; for a detection folder, KerasHub's
+    {"boxes": [B, N, 4] (xmin, ymin, xmax, ymax) in output pixels, "labels": [B, N]}, padded with -1
+    to the batch's most objects, moved with the image's crop and flip; evaluation reads the whole
+    image).
 
     Args:
         path: a converted folder (with manifest.json, or its `Manifest` already read), or other
@@ -95,7 +98,7 @@ def load(
         decode=decode,
     )
     augmenting = resolve_augment(augment, plan.training)
-    if plan.schema.mask_key is not None:
+    if plan.schema.mask_key is not None or plan.schema.objects:
         _check_masks_follow(augmenting, decode)
     if plan.schema.multi_hot and decode.decoder == "dali":
         raise OptionError("decoder='dali' reads one class id per image; a multi-label folder's come with decoder='tf'")
@@ -104,7 +107,7 @@ def load(
 
         ds = dali_dataset(plan, size, augmenting, decode)
         return raising(ds.map(on_images_and_labels(decode.map_fn)) if decode.map_fn is not None else ds)
-    preprocess = Preprocess(size, augmenting, decode)
+    preprocess = Preprocess(size, augmenting, decode, whole_image=plan.schema.objects)
     ds = _finished(_stream(plan, preprocess), plan)
     if plan.service is not None:
         ds = service_lib.distribute(ds, plan.service)
@@ -112,15 +115,15 @@ def load(
 
 
 def _check_masks_follow(augment: Augment | None, decode: DecodeOptions) -> None:
-    """Refuses what a segmentation mask could not follow: a mask moves with its image's crop and
-    flip, not with a rotation or shift (off the pixel grid), nor through DALI (images only)."""
+    """Refuses what segmentation masks and boxes could not follow: they move with their image's
+    crop and flip, not with a rotation or shift, nor through DALI (images only)."""
     if augment is not None and (augment.rotate or augment.translate):
         raise OptionError(
-            "rotate= and translate= would move the images off their segmentation masks; the masks follow the "
+            "rotate= and translate= would move the images off their segmentation masks or boxes; those follow the "
             "crop and the flip: use those (Augment(rotate=0, translate=0))"
         )
     if decode.decoder == "dali":
-        raise OptionError("decoder='dali' decodes images only; a segmentation folder's masks come with decoder='tf'")
+        raise OptionError("decoder='dali' decodes images only; masks and boxes come with decoder='tf'")
 
 
 def _stream(plan: ReadPlan, preprocess: Preprocess) -> Any:
@@ -139,7 +142,12 @@ def _stream(plan: ReadPlan, preprocess: Preprocess) -> Any:
             spec = feature_spec(plan.schema)
             ds = ds.filter(lambda record, _: filter_fn(tf.io.parse_single_example(record, spec)))
         ds = ds.map(decoder, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
-        ds = ds.batch(plan.batch_size, drop_remainder=plan.drop_remainder)
+        if plan.schema.objects:  # a different number of objects per image: padded with -1, never ragged
+            ds = ds.padded_batch(
+                plan.batch_size, padding_values=_padding(ds.element_spec), drop_remainder=plan.drop_remainder
+            )
+        else:
+            ds = ds.batch(plan.batch_size, drop_remainder=plan.drop_remainder)
         if map_fn is not None:
             ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
         return ds
@@ -150,6 +158,20 @@ def _stream(plan: ReadPlan, preprocess: Preprocess) -> Any:
         return index_pipeline.epoch_numbers(plan).flat_map(batched)
     ds = batches(shard_pipeline.shard_records(plan))
     return ds.repeat() if plan.repeat else ds
+
+
+def _padding(spec: Any) -> Any:
+    """What pads a detection batch: -1 for the boxes and labels of absent objects (KerasHub's
+    convention), 0 or "" for what is never padded (images, file names)."""
+    tf = tensorflow()
+
+    def value(leaf: Any) -> Any:
+        if leaf.dtype == tf.string:
+            return tf.constant("", tf.string)
+        padded = leaf.shape.rank and leaf.shape[0] is None  # boxes [N, 4], labels [N]
+        return tf.constant(-1 if padded else 0, leaf.dtype)
+
+    return tf.nest.map_structure(value, spec)
 
 
 def _finished(ds: Any, plan: ReadPlan) -> Any:

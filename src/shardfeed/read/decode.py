@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardfeed.format.schema import TEXT, Schema
+from shardfeed.format.schema import BOX_KEYS, OBJECT_LABEL, TEXT, Schema
 from shardfeed.lazy import tensorflow
 from shardfeed.read.augment import Augment, photometric, random_crop_window
 from shardfeed.read.options import DecodeOptions
@@ -30,6 +30,7 @@ class Preprocess:
     image_size: tuple[int, int]
     augment: Augment | None  # None: evaluation preprocessing (the centre crop)
     config: DecodeOptions = field(default_factory=DecodeOptions)
+    whole_image: bool = False  # evaluation reads the whole image, not the centre crop (detection)
 
 
 def feature_spec(schema: Schema) -> dict[str, Any]:
@@ -52,13 +53,16 @@ def feature_spec(schema: Schema) -> dict[str, Any]:
         spec[schema.filename_key] = tf.io.FixedLenFeature([], tf.string, default_value="")
     if schema.mask_key:
         spec[schema.mask_key] = tf.io.FixedLenFeature([], tf.string)
+    if schema.objects:
+        spec |= {key: tf.io.VarLenFeature(tf.float32) for key in BOX_KEYS}
+        spec[OBJECT_LABEL] = tf.io.VarLenFeature(tf.int64)
     return spec
 
 
 def parsed_schema(schema: Schema) -> Schema:
     """The schema records are parsed with: for all-JPEG shards without the dimensions, which only
     serve raw-pixel records (fewer features make each parse cheaper)."""
-    if schema.all_jpeg:
+    if schema.all_jpeg and not schema.objects:  # boxes are placed with the stored image's size
         return dataclasses.replace(schema, height_key=None, width_key=None, channels_key=None)
     return schema
 
@@ -89,6 +93,8 @@ def record_decoder(schema: Schema, options: Preprocess) -> Callable[..., Any]:
         out: tuple[Any, ...] = (decode_one(data, height, width, channels, seed, schema=schema, options=options),)
         if schema.mask_key is not None:
             out += (decode_mask(parsed[schema.mask_key], seed, options),)
+        elif schema.objects:
+            out += (place_boxes(parsed, height, width, seed, options, schema.label_offset),)
         elif schema.multi_hot and schema.label_key is not None:
             out += (k_hot(parsed[schema.label_key], schema.multi_hot, schema.label_offset),)
         elif by_name is not None:
@@ -148,6 +154,33 @@ def k_hot(ids: Any, classes: int, offset: int) -> Any:
     return tf.minimum(tf.reduce_sum(tf.one_hot(dense, classes, dtype=tf.float32), axis=0), 1.0)
 
 
+def place_boxes(parsed: dict[str, Any], height: Any, width: Any, seed: Any, options: Preprocess, offset: int) -> Any:
+    """A detection record's objects as its image is cut, resized and flipped: {"boxes": [N, 4]
+    (xmin, ymin, xmax, ymax) in pixels of the output, "labels": [N]}. The crop window is drawn
+    from the image's seed and size, as the image's own; boxes are clipped to it, and those with
+    less than `Augment.min_visible` of their area left inside are dropped."""
+    tf = tensorflow()
+    columns = [tf.sparse.to_dense(parsed[key]) for key in BOX_KEYS]
+    labels = tf.sparse.to_dense(parsed[OBJECT_LABEL]) - offset
+    shape = tf.cast(tf.stack([height, width, 3]), tf.int32)
+    window = tf.cast(_window(shape, seed, options), tf.float32)
+    h, w = tf.cast(height, tf.float32), tf.cast(width, tf.float32)
+    x0, y0 = (columns[0] * w - window[1]) / window[3], (columns[1] * h - window[0]) / window[2]
+    x1, y1 = (columns[2] * w - window[1]) / window[3], (columns[3] * h - window[0]) / window[2]
+    before = (x1 - x0) * (y1 - y0)
+    x0, y0, x1, y1 = (tf.clip_by_value(v, 0.0, 1.0) for v in (x0, y0, x1, y1))
+    after = (x1 - x0) * (y1 - y0)
+    least = options.augment.min_visible if options.augment is not None else 0.0
+    keep = tf.logical_and(after > 0, after >= least * before)
+    augment = options.augment
+    if augment is not None and augment.flip:  # the decision tf.image.stateless_random_flip_left_right takes
+        flipped = tf.random.stateless_uniform([], seed=flip_seed(seed)) < 0.5
+        x0, x1 = tf.where(flipped, 1.0 - x1, x0), tf.where(flipped, 1.0 - x0, x1)
+    out_h, out_w = (float(v) for v in options.image_size)
+    boxes = tf.stack([x0 * out_w, y0 * out_h, x1 * out_w, y1 * out_h], axis=-1)
+    return {"boxes": tf.boolean_mask(boxes, keep), "labels": tf.boolean_mask(labels, keep)}
+
+
 def decode_mask(data: Any, seed: Any, options: Preprocess) -> Any:
     """A record's segmentation mask [H, W] (uint8 class ids), cut and flipped as its image is:
     the same crop window (drawn from the same seed; a mask has its image's size), resized with
@@ -175,6 +208,8 @@ def _window(shape: Any, seed: Any, options: Preprocess) -> Any:
     if options.augment is not None and options.augment.crop:
         return random_crop_window(shape, seed, options.augment)
     h, w = shape[0], shape[1]
+    if options.whole_image:  # detection's evaluation: every object stays in view
+        return tf.stack([0, 0, h, w])
     side = tf.maximum(1, tf.cast(tf.cast(tf.minimum(h, w), tf.float32) * options.config.crop_fraction, tf.int32))
     return tf.stack([(h - side) // 2, (w - side) // 2, side, side])
 
@@ -188,7 +223,7 @@ def _may_scale(schema: Schema, options: Preprocess) -> bool:
     images have a shorter side of twice the output or more (the manifest's side histogram), else
     when the longest side allows it (older manifests), or when nothing is known (foreign files).
     """
-    if not options.config.dct_scaling or schema.mask_key is not None:  # a mask is cut at full resolution
+    if not options.config.dct_scaling or schema.mask_key is not None or schema.objects:  # cut at full resolution
         return False
     need = 2 * min(options.image_size)
     if schema.short_sides is not None:

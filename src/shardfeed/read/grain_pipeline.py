@@ -186,7 +186,7 @@ def grain_dataset(
         raise OptionError(f"num_workers {num_workers}, num_threads {num_threads}: workers >= 0, threads >= 1")
     read = ReadOptions(shuffle="global", epoch=start_epoch, start_step=start_step)
     plan = resolve(path, split=split, read=read, training=training, seed=seed, batch_size=batch_size)
-    if plan.schema.mask_key is not None or plan.schema.multi_hot:
+    if plan.schema.mask_key is not None or plan.schema.multi_hot or plan.schema.objects:
         raise OptionError(f"grain_dataset yields one class id per image; {path!r} holds more: load(path) reads them")
     steps = plan.batches_per_pass()
     first, last = start_epoch * steps + start_step, (start_epoch + epochs) * steps

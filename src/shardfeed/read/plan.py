@@ -236,10 +236,7 @@ def _task_schema(shards: ShardSet, schema: Schema, read: ReadOptions) -> Schema:
     if m.header.task == MULTI_LABEL:
         return dataclasses.replace(schema, multi_hot=len(m.labels or []))
     if m.header.task != SEGMENTATION:
-        raise OptionError(
-            f"{m.path} holds {m.header.task} records (boxes per image); load does not batch them yet: read them with "
-            "IndexedRecords and shardfeed.format.annotations.read_objects, or Model Garden's decoders"
-        )
+        return dataclasses.replace(schema, label_key=None, objects=True)
     return dataclasses.replace(schema, label_key=None, mask_key=SEGMENTATION_MASK)
 
 
