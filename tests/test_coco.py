@@ -20,7 +20,17 @@ from conftest import photos, shard_bytes
 from PIL import Image
 from test_annotations import model_garden_decode
 
-from shardfeed import Augment, ConvertError, ConvertOptions, ImageOptions, IndexedRecords, OptionError, convert, load
+from shardfeed import (
+    Augment,
+    ConvertError,
+    ConvertOptions,
+    ImageOptions,
+    IndexedRecords,
+    OptionError,
+    ReadOptions,
+    convert,
+    load,
+)
 from shardfeed.format import manifest, schema
 from shardfeed.write.sources import CocoSource
 
@@ -242,3 +252,27 @@ def test_verify_checks_the_boxes_and_show_draws_them(coco: Path, tmp_path: Path)
     assert "not inside [0, 1]" in str(stored_objects_problem({**good, schema.BOX_XMAX: [1.2]}, 1, 0))
     assert "class 3 is outside 0..0" in str(stored_objects_problem({**good, schema.OBJECT_LABEL: [3]}, 1, 0))
     assert "different lengths" in str(stored_objects_problem({**good, schema.OBJECT_LABEL: []}, 1, 0))
+
+
+def test_exact_box_coordinates_without_and_with_a_flip(coco: Path, tmp_path: Path) -> None:
+    """Read at the stored size, without a crop: boxes are COCO's own pixels (the blue one clipped
+    at the right edge), or, where the image was flipped, those mirrored: W - x. Whether an image
+    was flipped is read off its pixels (where the red square is)."""
+    out = tmp_path / "out"
+    convert(
+        CocoSource(str(coco), str(coco.parent / "images")), str(out), ConvertOptions(split="train=1"), progress=False
+    )
+    plain = [[40.0, 30.0, 120.0, 100.0], [300.0, 150.0, 451.0, 260.0]]  # chelsea: red, then blue (clipped)
+    mirrored = [[451 - 120.0, 30.0, 451 - 40.0, 100.0], [0.0, 150.0, 451 - 300.0, 260.0]]
+    flips = set()
+    read = ReadOptions(with_filenames=True)
+    for seed in range(6):
+        augment = Augment(crop=False, flip=True)
+        ds = load(str(out), batch_size=3, image_size=(300, 451), seed=seed, training=True, augment=augment, read=read)
+        for images, targets, names in ds:
+            row = [n.decode() for n in names.numpy()].index("chelsea.png")
+            image, boxes = images.numpy()[row], targets["boxes"].numpy()[row]
+            flipped = bool((image[60, 451 - 80] == RED).all())  # the red square's centre, mirrored
+            assert np.allclose(boxes, mirrored if flipped else plain, atol=1e-3), (seed, flipped, boxes)
+            flips.add(flipped)
+    assert flips == {True, False}
