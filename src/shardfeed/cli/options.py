@@ -11,10 +11,9 @@ import dataclasses
 import os
 from typing import Any, TypeVar
 
+from shardfeed.format.schema import FOREIGN_KEY_NAMES
+
 T = TypeVar("T")
-
-
-FOREIGN_FLAGS = ("image_key", "label_key", "label_offset")  # `add_record_key_flags`: one ForeignKeys
 
 
 def from_args(cls: type[T], args: argparse.Namespace, **fixed: Any) -> T:
@@ -23,7 +22,7 @@ def from_args(cls: type[T], args: argparse.Namespace, **fixed: Any) -> T:
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
     given = {n: getattr(args, n) for n in names if n not in fixed and getattr(args, n, None) is not None}
     if "foreign" in names and "foreign" not in fixed:
-        given = {n: v for n, v in given.items() if n not in FOREIGN_FLAGS}
+        given = {n: v for n, v in given.items() if n not in FOREIGN_KEY_NAMES}  # `add_record_key_flags`
         given["foreign"] = foreign_keys(args)
     return cls(**given, **fixed)
 
@@ -32,7 +31,7 @@ def foreign_keys(args: argparse.Namespace) -> Any:
     """The `ForeignKeys` the record key flags give, or None when none was given."""
     from shardfeed.format.schema import ForeignKeys
 
-    flags = {n: getattr(args, n) for n in FOREIGN_FLAGS if getattr(args, n, None) is not None}
+    flags = {n: getattr(args, n) for n in FOREIGN_KEY_NAMES if getattr(args, n, None) is not None}
     return ForeignKeys(**flags) if flags else None
 
 

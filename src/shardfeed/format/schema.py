@@ -166,6 +166,19 @@ class ForeignKeys:
         )
         return cls(**old)
 
+    @classmethod
+    def fold(cls, options: Any, owner: str) -> None:
+        """In a frozen options object's `__post_init__`: its deprecated flat fields (`image_key`,
+        `label_key`, `label_offset`) moved into its `foreign` field (`merged`), and cleared, so
+        that `foreign` is the one place that holds them."""
+        old = {name: getattr(options, name) for name in FOREIGN_KEY_NAMES}
+        object.__setattr__(options, "foreign", cls.merged(options.foreign, owner, stacklevel=5, **old))
+        for name in FOREIGN_KEY_NAMES:
+            object.__setattr__(options, name, None)
+
+
+FOREIGN_KEY_NAMES = tuple(f.name for f in dataclasses.fields(ForeignKeys))  # also the old flat keywords
+
 
 @dataclass(frozen=True)
 class Schema:

@@ -28,7 +28,6 @@ DTYPES = ("uint8", "float32")
 DCT_METHODS = ("INTEGER_FAST", "INTEGER_ACCURATE", "")
 COMPRESSIONS = (None, "gzip")
 BALANCES = (None, "class")
-FOREIGN_FIELDS = ("image_key", "label_key", "label_offset")  # ReadOptions' old names of `foreign`'s fields
 # Defaults every reader shares (load, steps_per_epoch, grain_dataset, the tools, training): one place.
 BATCH_SIZE = 64
 IMAGE_SIZE = 224  # output side in pixels (square), as Keras' applications take them
@@ -104,10 +103,7 @@ class ReadOptions:
     label_offset: int | None = None  # deprecated: foreign=
 
     def __post_init__(self) -> None:
-        old = {name: getattr(self, name) for name in FOREIGN_FIELDS}
-        object.__setattr__(self, "foreign", ForeignKeys.merged(self.foreign, "ReadOptions", **old))
-        for name in FOREIGN_FIELDS:
-            object.__setattr__(self, name, None)  # one place holds them: `foreign`
+        ForeignKeys.fold(self, "ReadOptions")
         if self.shuffle is not None and self.shuffle not in SHUFFLES:
             raise OptionError(f"shuffle must be one of {list(SHUFFLES)}, got {self.shuffle!r}")
         if self.shuffle_buffer is not None and (not isinstance(self.shuffle_buffer, int) or self.shuffle_buffer < 0):

@@ -11,7 +11,7 @@ from typing import Any
 from shardfeed.errors import OptionError, SourceError
 from shardfeed.format import manifest, schema, tfrecord
 from shardfeed.format.example_proto import parse_example
-from shardfeed.format.schema import ForeignKeys
+from shardfeed.format.schema import FOREIGN_KEY_NAMES, ForeignKeys
 from shardfeed.read import shardset as reader
 from shardfeed.read.sampling import sample_examples
 from shardfeed.write.notes import non_jpeg_note
@@ -41,7 +41,7 @@ def info(
     Raises:
         OptionError: another keyword, or the keys passed both ways.
     """
-    unknown = sorted(set(old_keys) - {"image_key", "label_key", "label_offset"})
+    unknown = sorted(set(old_keys) - set(FOREIGN_KEY_NAMES))
     if unknown:
         raise OptionError(f"info() got unexpected keyword arguments {unknown}")
     keys = ForeignKeys.merged(foreign, "info", stacklevel=3, **old_keys) or ForeignKeys()

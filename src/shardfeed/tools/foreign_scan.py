@@ -48,10 +48,7 @@ class AdoptOptions:
     label_offset: int | None = None  # deprecated: foreign=
 
     def __post_init__(self) -> None:
-        old = {name: getattr(self, name) for name in ("image_key", "label_key", "label_offset")}
-        object.__setattr__(self, "foreign", ForeignKeys.merged(self.foreign, "AdoptOptions", **old))
-        for name in old:
-            object.__setattr__(self, name, None)  # one place holds them: `foreign`
+        ForeignKeys.fold(self, "AdoptOptions")
         if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
             raise OptionError(f"workers must be a positive integer, got {self.workers!r}")
 
