@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
-from PIL import Image
 
 from shardfeed.format import fileio, image_limits, schema
 from shardfeed.format.annotations import SourceObjects, check_objects, moved_boxes, object_features, turned_boxes
 from shardfeed.format.example_proto import FeatureValue, serialize_example
 from shardfeed.write import images, perceptual_hash
 from shardfeed.write.images import masks
-from shardfeed.write.images.jpeg import EXIF_ORIENTATION
 from shardfeed.write.items import Discovery, Item, locate
 from shardfeed.write.options import ConvertOptions
 from shardfeed.write.sources.arrays import load_array
@@ -218,10 +215,9 @@ def place_objects(
     """An image's annotations moved as its pixels were (turned upright by EXIF when it was
     re-encoded, resized and cropped: write/images/transforms.py), then checked against the
     stored image (format/annotations.py)."""
-    with Image.open(io.BytesIO(image_data)) as image:
-        size, orientation = image.size, int(image.getexif().get(EXIF_ORIENTATION, 1) or 1)
+    size, orientation = images.source_frame(image_data, prepared)
     boxes = np.array(objects.boxes, np.float64).reshape(-1, 4)
-    if prepared.data is not image_data and orientation in range(2, 9):
+    if orientation != 1:
         boxes = turned_boxes(boxes, size, orientation)
         size = (size[1], size[0]) if orientation >= 5 else size
     area_scale = 1.0

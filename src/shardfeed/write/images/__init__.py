@@ -22,6 +22,7 @@ from shardfeed.write.images.prepare import (
     encode,
     prepare_array_image,
     prepare_file_image,
+    source_frame,
 )
 from shardfeed.write.images.transforms import UPSCALED
 
@@ -37,4 +38,5 @@ __all__ = [
     "encode",
     "prepare_array_image",
     "prepare_file_image",
+    "source_frame",
 ]

@@ -21,8 +21,7 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image
 
-from shardfeed.write.images.jpeg import EXIF_ORIENTATION
-from shardfeed.write.images.prepare import BadImageError, ImageOptions, PreparedImage, encode
+from shardfeed.write.images.prepare import BadImageError, ImageOptions, PreparedImage, encode, source_frame
 
 IGNORE = 255  # a mask pixel that belongs to no class (Model Garden's default ignore_label)
 _TURNS = {
@@ -59,14 +58,12 @@ def prepare_mask(
             no class id (0..num_classes-1) and not 255; the image is then not converted either.
     """
     mask = _ids(mask_data, name)
-    with Image.open(io.BytesIO(image_data)) as image:
-        source_size = image.size
-        orientation = int(image.getexif().get(EXIF_ORIENTATION, 1) or 1)
+    source_size, orientation = source_frame(image_data, stored)
     if mask.size != source_size:
         raise BadImageError(
             f"mask {name} is {mask.width} x {mask.height}, its image {source_size[0]} x {source_size[1]}"
         )
-    if stored.data is not image_data and orientation in _TURNS:  # re-encoded upright
+    if orientation in _TURNS:  # re-encoded upright
         mask = mask.transpose(_TURNS[orientation])
     if options.transforms:
         out, box = options.geometry.region(mask.size)

@@ -134,6 +134,15 @@ def prepare_file_image(data: bytes, name: str, options: ImageOptions, *, phash: 
     return _transcode(data, fmt, claims_jpeg, options, phash)
 
 
+def source_frame(data: bytes, stored: PreparedImage) -> tuple[tuple[int, int], int]:
+    """The (width, height) of an image as its file holds it, and the EXIF orientation its stored
+    form was turned by (1: none; only a re-encoded image is turned). What a mask or a box drawn
+    on the file's pixels must go through to stay on the stored ones (masks.py, encode.py)."""
+    with Image.open(io.BytesIO(data)) as image:
+        size, orientation = image.size, int(image.getexif().get(jpeg.EXIF_ORIENTATION, 1) or 1)
+    return size, orientation if stored.data is not data and 2 <= orientation <= 8 else 1
+
+
 def _identify_with_pillow(data: bytes) -> str:
     try:
         with Image.open(io.BytesIO(data)) as im:
