@@ -100,13 +100,11 @@ class _ShardTask:
     num_bytes: int
     sha256: str
     compression: str | None
-    labels: list[str] | None  # a class id per record (classification)
+    labels: list[str] | None
     label_offset: int
     decode: bool
     keys: schema.Schema
-    mask_classes: int | None = None  # a mask of this many classes per record (segmentation)
-    label_lists: int | None = None  # a list of ids of this many classes per record (multi-label)
-    object_classes: int | None = None  # boxes of objects of this many classes per record (detection)
+    task: str = schema.CLASSIFICATION  # what each record holds of `labels`: one, a list, a mask, objects
 
 
 @dataclass
@@ -162,13 +160,11 @@ def verify(
             s.num_bytes,
             s.sha256,
             m.compression,
-            m.labels if m.header.task == schema.CLASSIFICATION else None,
+            m.labels,
             m.label_offset,
             decode,
             m.keys,
-            len(m.labels or []) if m.header.task == schema.SEGMENTATION else None,
-            len(m.labels or []) if m.header.task == schema.MULTI_LABEL else None,
-            len(m.labels or []) if m.header.task == schema.DETECTION else None,
+            m.header.task,
         )
         for split in m.split_names
         for s in m.split(split).shards
@@ -279,16 +275,17 @@ def verify_shard(task: _ShardTask) -> _ShardOutcome:
 
 def _beyond_one_label(task: _ShardTask, features: dict[str, list[Any]]) -> str | None:
     """What is wrong with a record's multi-label ids, objects or mask (decoded when `task.decode`), or None."""
-    if task.label_lists is not None:
+    classes = len(task.labels or [])
+    if task.task == schema.MULTI_LABEL:
         ids = [int(v) - task.label_offset for v in features.get(schema.LABEL, [])]
-        if not ids or not all(0 <= i < task.label_lists for i in ids):
-            return f"labels {ids} are not ids in 0..{task.label_lists - 1}"
-    if task.object_classes is not None:
-        return stored_objects_problem(features, task.object_classes, task.label_offset)
-    if task.mask_classes is not None and task.decode:
+        if not ids or not all(0 <= i < classes for i in ids):
+            return f"labels {ids} are not ids in 0..{classes - 1}"
+    if task.task == schema.DETECTION:
+        return stored_objects_problem(features, classes, task.label_offset)
+    if task.task == schema.SEGMENTATION and task.decode:
         height, width = (int((features.get(k) or [0])[0]) for k in (schema.HEIGHT, schema.WIDTH))
         mask = (features.get(schema.SEGMENTATION_MASK) or [None])[0]
-        return check_stored_mask(mask, height, width, task.mask_classes)
+        return check_stored_mask(mask, height, width, classes)
     return None
 
 
@@ -309,7 +306,7 @@ def _check_record(task: _ShardTask, index: int, record: bytes, out: _ShardOutcom
         return
     if one(schema.SHA256) not in (None, hashlib.sha256(image).hexdigest().encode()):
         out.problems.append(Problem(f"image bytes do not match {schema.SHA256}", task.file, index))
-    if task.labels is not None:
+    if task.labels is not None and task.task == schema.CLASSIFICATION:
         label, text = one(schema.LABEL), one(schema.TEXT)
         if label is None or not 0 <= label - task.label_offset < len(task.labels):
             out.problems.append(
