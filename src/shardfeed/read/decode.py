@@ -170,9 +170,9 @@ def place_boxes(parsed: dict[str, Any], height: Any, width: Any, seed: Any, opti
     before = (x1 - x0) * (y1 - y0)
     x0, y0, x1, y1 = (tf.clip_by_value(v, 0.0, 1.0) for v in (x0, y0, x1, y1))
     after = (x1 - x0) * (y1 - y0)
-    least = options.augment.min_visible if options.augment is not None else 0.0
-    keep = tf.logical_and(after > 0, after >= least * before)
     augment = options.augment
+    least = augment.min_visible if augment is not None else 0.0
+    keep = tf.logical_and(after > 0, after >= least * before)
     if augment is not None and augment.flip:  # the decision tf.image.stateless_random_flip_left_right takes
         flipped = tf.random.stateless_uniform([], seed=flip_seed(seed)) < 0.5
         x0, x1 = tf.where(flipped, 1.0 - x1, x0), tf.where(flipped, 1.0 - x0, x1)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import posixpath
 from collections import defaultdict
 from typing import Any
@@ -48,7 +47,7 @@ class CocoSource:
         data = self._read()
         names, category_ids = self._categories(data)
         skipped: list[tuple[str, str]] = []
-        by_image: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        by_image: dict[int, list[tuple[dict[str, Any], Box]]] = defaultdict(list)
         listed = {int(entry["id"]): entry for entry in data["images"]}
         for index, annotation in enumerate(data["annotations"]):
             where = f"{posixpath.basename(self.annotations)}: annotation {annotation.get('id', index)}"
@@ -56,10 +55,10 @@ class CocoSource:
                 skipped.append((where, f"image_id {annotation.get('image_id')!r} is not in images"))
             elif annotation.get("category_id") not in category_ids:
                 skipped.append((where, f"category_id {annotation.get('category_id')!r} is not in categories"))
-            elif not _box(annotation):
+            elif (box := _box(annotation)) is None:
                 skipped.append((where, f"bbox {annotation.get('bbox')!r} is not [x, y, width, height]"))
             else:
-                by_image[int(annotation["image_id"])].append(annotation)
+                by_image[int(annotation["image_id"])].append((annotation, box))
         items: list[Item] = []
         for image_id, entry in sorted(listed.items(), key=lambda pair: str(pair[1].get("file_name"))):
             key = entry.get("file_name")
@@ -102,7 +101,10 @@ class CocoSource:
         return names, {c["id"]: i for i, c in enumerate(categories)}
 
 
-def _box(annotation: dict[str, Any]) -> tuple[float, float, float, float] | None:
+Box = tuple[float, float, float, float]
+
+
+def _box(annotation: dict[str, Any]) -> Box | None:
     """COCO's [x, y, width, height] as (xmin, ymin, xmax, ymax); None when it is not four numbers
     (NaN and inverted boxes pass here: the check at encoding reports them with the image)."""
     bbox = annotation.get("bbox")
@@ -112,12 +114,15 @@ def _box(annotation: dict[str, Any]) -> tuple[float, float, float, float] | None
     return (x, y, x + w, y + h)
 
 
-def _objects(annotations: list[dict[str, Any]], category_ids: dict[Any, int], image_id: int) -> SourceObjects:
-    """One image's annotations, in the order of their ids."""
-    ordered = sorted(annotations, key=lambda a: a.get("id", 0))
+def _objects(
+    annotations: list[tuple[dict[str, Any], Box]], category_ids: dict[Any, int], image_id: int
+) -> SourceObjects:
+    """One image's annotations (each with its box as (xmin, ymin, xmax, ymax)), in the order of their ids."""
+    pairs = sorted(annotations, key=lambda pair: pair[0].get("id", 0))
+    ordered = [a for a, _ in pairs]
     areas = [a.get("area") for a in ordered]
     return SourceObjects(
-        boxes=tuple(_box(a) or (math.nan,) * 4 for a in ordered),
+        boxes=tuple(box for _, box in pairs),
         classes=tuple(category_ids[a["category_id"]] for a in ordered),
         is_crowd=tuple(bool(a.get("iscrowd", 0)) for a in ordered),
         areas=tuple(float(v) if isinstance(v, (int, float)) else None for v in areas),

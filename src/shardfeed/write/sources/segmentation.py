@@ -54,7 +54,8 @@ class SegmentationSource:
         skipped = [(posixpath.join(IMAGES_DIR, k), why) for k, why in refused]
         skipped += [(posixpath.join(MASKS_DIR, k), why) for k, why in refused_masks]
         by_stem = {posixpath.splitext(m)[0]: m for m in masks if m.lower().endswith(MASK_SUFFIX)}
-        skipped += [(posixpath.join(MASKS_DIR, m), "not a .png mask") for m in masks if m not in by_stem.values()]
+        paired = set(by_stem.values())  # a set: looked up once per mask file
+        skipped += [(posixpath.join(MASKS_DIR, m), "not a .png mask") for m in masks if m not in paired]
         top = {rel.split("/")[0] for rel in images if "/" in rel}
         presplit = bool(top) and top <= SPLIT_FOLDER_NAMES
         items: list[Item] = []
