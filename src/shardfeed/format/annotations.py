@@ -70,9 +70,13 @@ class SourceObjects:
         classes: class ids 0..K-1 (a source maps its own ids, COCO's category ids among them).
         is_crowd: COCO's iscrowd flags.
         areas: the source's areas in pixels (None: the box's).
-        ids: each annotation's id in the source (COCO's annotation id; else its index), for
-            the report of those skipped.
+        ids: each annotation's id in the source (COCO's annotation id, VOC's object number,
+            YOLO's line number), for the report of those skipped.
         source_id: the image's number, written as `image/source_id` (COCO's image id).
+        attributes: (name, one 0/1 flag per annotation) pairs a source has (VOC's difficult,
+            truncated), written as `image/object/<name>`.
+        normalised: the boxes are fractions of the upright image's width and height (YOLO's
+            convention, where the reader applies the EXIF turn first), not pixels as stored.
     """
 
     boxes: tuple[tuple[float, float, float, float], ...]
@@ -81,6 +85,8 @@ class SourceObjects:
     areas: tuple[float | None, ...]
     ids: tuple[int, ...]
     source_id: int
+    attributes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    normalised: bool = False
 
 
 def turned_boxes(boxes: np.ndarray, size: tuple[int, int], orientation: int) -> np.ndarray:

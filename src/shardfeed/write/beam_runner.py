@@ -197,6 +197,8 @@ def _objects(listed: dict[str, Any] | None) -> SourceObjects | None:
         areas=tuple(listed["areas"]),
         ids=tuple(listed["ids"]),
         source_id=int(listed["source_id"]),
+        attributes=tuple((name, tuple(flags)) for name, flags in listed.get("attributes", ())),
+        normalised=bool(listed.get("normalised", False)),
     )
 
 

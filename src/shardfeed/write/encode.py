@@ -217,9 +217,12 @@ def place_objects(
     stored image (format/annotations.py)."""
     size, orientation = images.source_frame(image_data, prepared)
     boxes = np.array(objects.boxes, np.float64).reshape(-1, 4)
-    if orientation != 1:
+    upright = (size[1], size[0]) if orientation >= 5 else size
+    if objects.normalised:  # fractions of the upright image
+        boxes = boxes * [upright[0], upright[1], upright[0], upright[1]]
+    elif orientation != 1:
         boxes = turned_boxes(boxes, size, orientation)
-        size = (size[1], size[0]) if orientation >= 5 else size
+    size = upright
     area_scale = 1.0
     if spec.image.transforms:
         out, region = spec.image.geometry.region(size)
@@ -235,6 +238,7 @@ def place_objects(
         num_classes=len(spec.class_names or []),
         is_crowd=objects.is_crowd,
         areas=[a * area_scale if a is not None else None for a in objects.areas],
+        attributes=dict(objects.attributes),
     )
     features = object_features(
         checked.objects,

@@ -112,6 +112,25 @@ def sorted_labels(names: set[str]) -> list[str]:
     return sorted(names)
 
 
+def read_class_names(path: str) -> list[str]:
+    """The class names of a text file of one name a line (line i names class id i; blank lines
+    and a BOM ignored): classes.txt of segmentation, VOC and YOLO folders.
+
+    Raises:
+        SourceError: empty, a name twice, or a name with a control character.
+    """
+    names = [line.strip() for line in fileio.read_bytes(path).decode("utf-8-sig").splitlines() if line.strip()]
+    if not names:
+        raise SourceError(f"{path} names no class (one name a line: line i is class id i)")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise SourceError(f"{path} names {twice} twice; each class once, in id order")
+    for name in names:
+        if refusal := text_refusal(name):
+            raise SourceError(f"{path}: {refusal}")
+    return names
+
+
 def file_item(base: str, key: str, label: int, split: str | None) -> Item:
     """The item of the file `key` below `base`, with its size and modification time as listed
     (0 and 0 when it cannot be stat'ed: reading it then says why)."""

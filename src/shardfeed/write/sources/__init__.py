@@ -12,6 +12,8 @@ dropped silently.
     webdataset.py   WebDataset tars
     segmentation.py images/ with a mask of class ids each in masks/, and classes.txt
     coco.py         COCO object detection annotations (a .json) and their images folder
+    voc.py          Pascal VOC: Annotations/*.xml and JPEGImages/
+    yolo.py         YOLO: images/ and labels/*.txt, with data.yaml or classes.txt
     staging.py      container images (tables, tars) extracted once into a folder
 
 A new layout is a new module here with a class like these, and one branch in `resolve_source`.
@@ -37,7 +39,9 @@ from shardfeed.write.sources.folders import (
 )
 from shardfeed.write.sources.segmentation import SegmentationSource, looks_like_segmentation
 from shardfeed.write.sources.tables import TableSource, looks_like_table
+from shardfeed.write.sources.voc import VocSource, looks_like_voc
 from shardfeed.write.sources.webdataset import WebDatasetSource, looks_like_webdataset
+from shardfeed.write.sources.yolo import YoloSource, looks_like_yolo
 
 __all__ = [
     "DEFAULT_FILENAME_PATTERN",
@@ -51,7 +55,9 @@ __all__ = [
     "Source",
     "TableSource",
     "UnlabeledSource",
+    "VocSource",
     "WebDatasetSource",
+    "YoloSource",
     "empty_source_hint",
     "resolve_source",
 ]
@@ -83,8 +89,10 @@ def resolve_source(
 ) -> Source:
     """A source object from a path: folder, .csv/.tsv list, .npz/.npy arrays, Hugging Face
     Parquet/Arrow tables (tables.py), WebDataset tars (webdataset.py) or a segmentation folder
-    (segmentation.py: images/, masks/ and classes.txt) or COCO annotations (coco.py: a .json,
-    its images in `container_options['images']`, default the .json's folder).
+    (segmentation.py: images/, masks/ and classes.txt), COCO annotations (coco.py: a .json,
+    its images in `container_options['images']`, default the .json's folder), a Pascal VOC
+    folder (voc.py: Annotations/ and JPEGImages/) or a YOLO folder (yolo.py: images/, labels/
+    and data.yaml or classes.txt).
 
     Args:
         source: a path, or an already built source object (returned as is).
@@ -115,6 +123,10 @@ def resolve_source(
         return TableSource(source, **table)
     if labels_from == "folders" and looks_like_segmentation(source):
         return SegmentationSource(source)
+    if labels_from == "folders" and looks_like_voc(source):
+        return VocSource(source)
+    if labels_from == "folders" and looks_like_yolo(source):
+        return YoloSource(source)
     if labels_from == "filenames":
         return FilenameSource(source, label_pattern)
     if labels_from == "none":

@@ -18,9 +18,9 @@ import dataclasses
 import posixpath
 
 from shardfeed.errors import SourceError
-from shardfeed.format import confinement, fileio
+from shardfeed.format import fileio
 from shardfeed.format.schema import SEGMENTATION
-from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, Item, file_item
+from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, Item, file_item, read_class_names
 
 CLASSES_FILE = "classes.txt"
 IMAGES_DIR, MASKS_DIR = "images", "masks"
@@ -71,22 +71,13 @@ class SegmentationSource:
         return Discovery(self.kind, self.root, items, self.root, class_names, skipped, presplit, task=SEGMENTATION)
 
     def _class_names(self) -> list[str]:
-        """classes.txt's names, in id order.
+        """classes.txt's names, in id order (`read_class_names`).
 
         Raises:
-            SourceError: empty, a name twice, a name with a control character, or over 255 classes
-                (mask pixels are 8-bit, 255 meaning ignored).
+            SourceError: over 255 classes (mask pixels are 8-bit, 255 meaning ignored).
         """
         path = fileio.join(self.root, CLASSES_FILE)
-        names = [line.strip() for line in fileio.read_bytes(path).decode("utf-8-sig").splitlines() if line.strip()]
-        if not names:
-            raise SourceError(f"{path} names no class (one name a line: line i is class id i)")
-        twice = sorted({n for n in names if names.count(n) > 1})
-        if twice:
-            raise SourceError(f"{path} names {twice} twice; each class once, in id order")
+        names = read_class_names(path)
         if len(names) > 255:
             raise SourceError(f"{path} names {len(names)} classes; masks of 8-bit ids hold at most 255 (255: ignored)")
-        for name in names:
-            if refusal := confinement.text_refusal(name):
-                raise SourceError(f"{path}: {refusal}")
         return names

@@ -1,0 +1,187 @@
+"""Pascal VOC object detection as a source: one XML file of objects per image.
+
+    root/Annotations/<name>.xml     <annotation><filename>, <object>s each with <name>,
+                                    <bndbox> (xmin, ymin, xmax, ymax: 1-based pixel indices,
+                                    both ends inside the box), <difficult>, <truncated>
+    root/JPEGImages/<filename>      the images (<filename>, else <name>.jpg)
+    root/ImageSets/Main/<split>.txt optional: the names in each split (train, val, test); with
+                                    them, an image in none of the lists is reported, not converted
+    root/classes.txt                optional: the class names, line i naming class id i; without
+                                    it, the names the objects use, sorted (VOC's 20 classes then
+                                    get TFDS' voc ids)
+
+A box's pixel indices become the edges of the pixels it covers: xmin - 1 and ymin - 1 to xmax
+and ymax (a box of VOC pixels 1..10 is 10 pixels wide: 0 to 10). `difficult` and `truncated`
+are kept per object (`image/object/difficult`, `image/object/truncated`, 0/1), as the OD API's
+VOC converter keeps `difficult`. `image/source_id` is the image's number in the sorted list of
+annotation files, 1 for the first (VOC's names, 2007_000027, are not numbers). An XML that cannot be read, an
+object without a usable name or box, or a name classes.txt lacks is reported with the reason.
+An XML with a DOCTYPE is refused: entity declarations are not expanded from downloaded data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import xml.etree.ElementTree as ElementTree
+
+from shardfeed.errors import SourceError
+from shardfeed.format import confinement, fileio
+from shardfeed.format.annotations import SourceObjects
+from shardfeed.format.schema import DETECTION
+from shardfeed.write.items import Discovery, Item, file_item, read_class_names
+from shardfeed.write.sources.segmentation import CLASSES_FILE
+
+ANNOTATIONS_DIR, IMAGES_DIR, SPLITS_DIR = "Annotations", "JPEGImages", "ImageSets/Main"
+SPLIT_NAMES = ("train", "val", "test")  # ImageSets/Main/<name>.txt, and the split it makes
+ATTRIBUTES = ("difficult", "truncated")
+MAX_XML_BYTES = 16 << 20
+
+
+def looks_like_voc(path: str) -> bool:
+    """A folder with Annotations/ and JPEGImages/."""
+    return fileio.isdir(fileio.join(path, ANNOTATIONS_DIR)) and fileio.isdir(fileio.join(path, IMAGES_DIR))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Parsed:
+    """One XML file's image and objects (boxes as pixel edges), and the objects it could not use."""
+
+    image: str
+    names: list[str]
+    boxes: list[tuple[float, float, float, float]]
+    flags: dict[str, list[int]]
+    numbers: list[int]
+    refused: list[tuple[int, str]]
+
+
+class VocSource:
+    """A Pascal VOC folder (module docstring)."""
+
+    kind = "voc"
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def discover(self) -> Discovery:
+        if not looks_like_voc(self.root):
+            raise SourceError(f"{self.root!r} is not a Pascal VOC folder: it needs Annotations/ and JPEGImages/")
+        files, refused = fileio.walk_files(fileio.join(self.root, ANNOTATIONS_DIR))
+        skipped = [(posixpath.join(ANNOTATIONS_DIR, k), why) for k, why in refused]
+        parsed: dict[str, tuple[int, _Parsed]] = {}
+        for number, rel in enumerate(sorted(files), start=1):
+            where = posixpath.join(ANNOTATIONS_DIR, rel)
+            if not rel.lower().endswith(".xml"):
+                skipped.append((where, "not an .xml annotation file"))
+            elif isinstance(result := self._parse(where), str):
+                skipped.append((where, result))
+            else:
+                parsed[rel] = (number, result)
+        given = fileio.exists(fileio.join(self.root, CLASSES_FILE))
+        names = (
+            read_class_names(fileio.join(self.root, CLASSES_FILE))
+            if given
+            else sorted({n for _, p in parsed.values() for n in p.names})
+        )
+        splits = self._splits()
+        items: list[Item] = []
+        for rel, (number, found) in parsed.items():
+            where = posixpath.join(ANNOTATIONS_DIR, rel)
+            skipped += [(f"{where}: object {i}", why) for i, why in found.refused]
+            stem = posixpath.splitext(rel)[0]
+            split = splits.get(posixpath.basename(stem)) if splits is not None else None
+            if splits is not None and split is None:
+                skipped.append((where, f"in none of {SPLITS_DIR}'s lists ({', '.join(SPLIT_NAMES)}): not converted"))
+                continue
+            key = posixpath.join(IMAGES_DIR, found.image)
+            if not fileio.exists(fileio.join(self.root, key)):
+                skipped.append((where, f"its image {key} does not exist"))
+                continue
+            items.append(
+                dataclasses.replace(file_item(self.root, key, -1, split), objects=_objects(found, names, number))
+            )
+            skipped += [
+                (f"{where}: object {i}", f"class {n!r} is not in {CLASSES_FILE}")
+                for i, n in zip(found.numbers, found.names, strict=True)
+                if n not in names
+            ]
+        return Discovery(self.kind, self.root, items, self.root, names, skipped, splits is not None, task=DETECTION)
+
+    def _parse(self, where: str) -> _Parsed | str:
+        """One annotation file's image name and objects, or why it cannot be used."""
+        try:
+            data = fileio.read_regular(fileio.join(self.root, where), MAX_XML_BYTES)
+        except fileio.UnusableFileError as e:
+            return str(e)
+        if b"<!DOCTYPE" in data.upper():
+            return "has a DOCTYPE: entity declarations are not expanded from downloaded data"
+        try:
+            root = ElementTree.fromstring(data)
+        except ElementTree.ParseError as e:
+            return f"not readable XML: {e}"
+        stem = posixpath.splitext(posixpath.basename(where))[0]
+        image = (root.findtext("filename") or "").strip() or f"{stem}.jpg"
+        if refusal := confinement.entry_refusal(image):  # a downloaded file names only its own folder's files
+            return f"<filename> {image!r}: {refusal}"
+        found = _Parsed(confinement.normalised_entry(image), [], [], {a: [] for a in ATTRIBUTES}, [], [])
+        for number, element in enumerate(root.iter("object")):
+            name = (element.findtext("name") or "").strip()
+            box = _box(element)
+            if not name or confinement.text_refusal(name):
+                found.refused.append((number, f"<name> {name!r} is not a class name"))
+            elif box is None:
+                found.refused.append((number, "<bndbox> does not hold four numbers xmin, ymin, xmax, ymax"))
+            else:
+                found.names.append(name)
+                found.boxes.append(box)
+                found.numbers.append(number)
+                for attribute in ATTRIBUTES:
+                    found.flags[attribute].append(int((element.findtext(attribute) or "0").strip() in ("1", "true")))
+        return found
+
+    def _splits(self) -> dict[str, str] | None:
+        """Image name -> split from ImageSets/Main/{train,val,test}.txt, or None without them.
+
+        Raises:
+            SourceError: a name listed in two splits.
+        """
+        folder = fileio.join(self.root, SPLITS_DIR)
+        lists = {s: fileio.join(folder, f"{s}.txt") for s in SPLIT_NAMES}
+        present = {s: path for s, path in lists.items() if fileio.exists(path)}
+        if not present:
+            return None
+        splits: dict[str, str] = {}
+        for listed, path in present.items():
+            for line in fileio.read_bytes(path).decode("utf-8-sig").splitlines():
+                if not (name := line.split()[0] if line.split() else ""):
+                    continue
+                if splits.setdefault(name, listed) != listed:
+                    raise SourceError(f"{path}: {name} is listed in {splits[name]} too; an image is in one split")
+        return splits
+
+
+def _box(element: ElementTree.Element) -> tuple[float, float, float, float] | None:
+    """An object's <bndbox> as pixel edges (xmin - 1, ymin - 1, xmax, ymax), or None."""
+    bndbox = element.find("bndbox")
+    if bndbox is None:
+        return None
+    try:
+        xmin, ymin, xmax, ymax = (float(bndbox.findtext(k) or "") for k in ("xmin", "ymin", "xmax", "ymax"))
+    except ValueError:
+        return None
+    return (xmin - 1, ymin - 1, xmax, ymax)
+
+
+def _objects(found: _Parsed, names: list[str], number: int) -> SourceObjects:
+    """An image's objects whose names are classes (the others are reported by the caller)."""
+    ids = {name: i for i, name in enumerate(names)}
+    kept = [i for i, name in enumerate(found.names) if name in ids]
+    return SourceObjects(
+        boxes=tuple(found.boxes[i] for i in kept),
+        classes=tuple(ids[found.names[i]] for i in kept),
+        is_crowd=tuple(False for _ in kept),
+        areas=tuple(None for _ in kept),
+        ids=tuple(found.numbers[i] for i in kept),
+        source_id=number,
+        attributes=tuple((a, tuple(found.flags[a][i] for i in kept)) for a in ATTRIBUTES),
+    )

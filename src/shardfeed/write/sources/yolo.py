@@ -1,0 +1,156 @@
+"""YOLO object detection (Darknet's and Ultralytics' layout) as a source: a text file of boxes per image.
+
+    root/images/<path>.<ext>    the images; a first level named train/val/test/... is the split
+                                (Ultralytics' images/train, images/val)
+    root/labels/<path>.txt      each image's objects, one a line: `class cx cy w h`, the box's
+                                centre and size as fractions of the image's width and height
+                                (a longer line is a polygon `class x1 y1 x2 y2 ...`: its box is
+                                the polygon's extent, as Ultralytics takes it)
+    root/data.yaml              the class names (Ultralytics: `names:` a list, or {id: name}),
+    or root/classes.txt         or one name a line, line i naming class id i
+
+An image without a label file has no objects (kept and counted, as Ultralytics keeps
+backgrounds); a label file without an image, and a line that is not numbers, are reported with
+the reason. Boxes are fractions of the upright image (Ultralytics reads images with the EXIF
+turn applied), so they are placed after the turn (`SourceObjects.normalised`). `image/source_id`
+is the image's number in the sorted list of images; the report names a skipped box by its line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+from typing import Any
+
+from shardfeed.errors import SourceError
+from shardfeed.format import fileio
+from shardfeed.format.annotations import SourceObjects
+from shardfeed.format.confinement import text_refusal
+from shardfeed.format.schema import DETECTION
+from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, Item, file_item, read_class_names
+from shardfeed.write.sources.segmentation import CLASSES_FILE, IMAGES_DIR
+
+LABELS_DIR, DATA_YAML = "labels", "data.yaml"
+MAX_LABEL_BYTES = 16 << 20
+
+
+def looks_like_yolo(path: str) -> bool:
+    """A folder with images/ and labels/, and data.yaml or classes.txt."""
+    return (
+        fileio.isdir(fileio.join(path, IMAGES_DIR))
+        and fileio.isdir(fileio.join(path, LABELS_DIR))
+        and any(fileio.exists(fileio.join(path, name)) for name in (DATA_YAML, CLASSES_FILE))
+    )
+
+
+class YoloSource:
+    """A YOLO folder (module docstring)."""
+
+    kind = "yolo"
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def discover(self) -> Discovery:
+        if not looks_like_yolo(self.root):
+            raise SourceError(
+                f"{self.root!r} is not a YOLO folder: it needs images/, labels/ and data.yaml or classes.txt"
+            )
+        names = self._class_names()
+        images, refused = fileio.walk_files(fileio.join(self.root, IMAGES_DIR))
+        labels, refused_labels = fileio.walk_files(fileio.join(self.root, LABELS_DIR))
+        skipped = [(posixpath.join(IMAGES_DIR, k), why) for k, why in refused]
+        skipped += [(posixpath.join(LABELS_DIR, k), why) for k, why in refused_labels]
+        by_stem = {posixpath.splitext(rel)[0]: rel for rel in labels if rel.endswith(".txt")}
+        top = {rel.split("/")[0] for rel in images if "/" in rel}
+        presplit = bool(top) and top <= SPLIT_FOLDER_NAMES
+        items: list[Item] = []
+        for number, rel in enumerate(images, start=1):
+            label = by_stem.pop(posixpath.splitext(rel)[0], None)
+            lines: list[tuple[int, str]] = []
+            if label is not None:
+                where = posixpath.join(LABELS_DIR, label)
+                try:
+                    lines = _lines(fileio.read_regular(fileio.join(self.root, where), MAX_LABEL_BYTES))
+                except (fileio.UnusableFileError, UnicodeDecodeError) as e:
+                    skipped.append((posixpath.join(IMAGES_DIR, rel), f"its labels {where}: {e}"))
+                    continue
+            objects, refusals = _objects(lines, number)
+            skipped += [(f"{LABELS_DIR}/{label}: line {line}", why) for line, why in refusals]
+            split = rel.split("/")[0] if presplit else None
+            items.append(
+                dataclasses.replace(file_item(self.root, posixpath.join(IMAGES_DIR, rel), -1, split), objects=objects)
+            )
+        skipped += [
+            (posixpath.join(LABELS_DIR, rel), "a label file without an image") for rel in sorted(by_stem.values())
+        ]
+        skipped += [
+            (posixpath.join(LABELS_DIR, rel), "not a .txt label file") for rel in labels if not rel.endswith(".txt")
+        ]
+        return Discovery(self.kind, self.root, items, self.root, names, skipped, presplit, task=DETECTION)
+
+    def _class_names(self) -> list[str]:
+        """The names from data.yaml's `names` (a list, or a mapping of ids 0..K-1), else classes.txt.
+
+        Raises:
+            SourceError: data.yaml unreadable or without usable names.
+        """
+        path = fileio.join(self.root, DATA_YAML)
+        if not fileio.exists(path):
+            return read_class_names(fileio.join(self.root, CLASSES_FILE))
+        import yaml  # PyYAML, a dependency: only YOLO folders need it
+
+        try:
+            data: Any = yaml.safe_load(fileio.read_bytes(path))
+        except yaml.YAMLError as e:
+            raise SourceError(f"{path}: not readable YAML: {e}") from None
+        names = data.get("names") if isinstance(data, dict) else None
+        if isinstance(names, dict) and sorted(names) == list(range(len(names))):
+            names = [names[i] for i in range(len(names))]
+        if not isinstance(names, list) or not names or len({str(n) for n in names}) != len(names):
+            raise SourceError(f"{path}: `names` must list each class once (or map ids 0..K-1 to names), got {names!r}")
+        for name in names:
+            if refusal := text_refusal(str(name)):
+                raise SourceError(f"{path}: {refusal}")
+        return [str(n) for n in names]
+
+
+def _lines(data: bytes) -> list[tuple[int, str]]:
+    """A label file's non-blank lines with their 1-based numbers."""
+    return [(n, line) for n, line in enumerate(data.decode("utf-8-sig").splitlines(), start=1) if line.strip()]
+
+
+def _objects(lines: list[tuple[int, str]], number: int) -> tuple[SourceObjects, list[tuple[int, str]]]:
+    """An image's boxes as (xmin, ymin, xmax, ymax) fractions, and the lines that are not boxes."""
+    boxes: list[tuple[float, float, float, float]] = []
+    classes: list[int] = []
+    ids: list[int] = []
+    refusals: list[tuple[int, str]] = []
+    for line_number, line in lines:
+        fields = line.split()
+        try:
+            label, values = int(fields[0]), [float(v) for v in fields[1:]]
+        except ValueError:
+            refusals.append((line_number, f"{line.strip()[:80]!r} is not `class cx cy w h` (numbers)"))
+            continue
+        if len(values) == 4:
+            cx, cy, w, h = values
+            boxes.append((cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2))
+        elif len(values) >= 6 and len(values) % 2 == 0:  # a polygon's points: its extent
+            xs, ys = values[0::2], values[1::2]
+            boxes.append((min(xs), min(ys), max(xs), max(ys)))
+        else:
+            refusals.append((line_number, f"{len(values)} numbers after the class: a box has 4, a polygon 6 or more"))
+            continue
+        classes.append(label)
+        ids.append(line_number)
+    objects = SourceObjects(
+        boxes=tuple(boxes),
+        classes=tuple(classes),
+        is_crowd=tuple(False for _ in classes),
+        areas=tuple(None for _ in classes),
+        ids=tuple(ids),
+        source_id=number,
+        normalised=True,
+    )
+    return objects, refusals

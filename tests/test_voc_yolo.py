@@ -1,0 +1,213 @@
+"""Pascal VOC and YOLO folders converted to the records Model Garden's detection decoder reads.
+
+Each folder is written in its format's own conventions over real photos with solid squares
+pasted at known places: VOC's XML with 1-based inclusive pixel indices, `difficult` and
+`truncated`, ImageSets/Main split lists; YOLO's normalised `class cx cy w h` lines (and a
+polygon line), Ultralytics' data.yaml and images/train + images/val. The expected coordinates
+are computed here from where the squares were pasted, not by the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import photos
+from PIL import Image
+from test_coco import BLUE, RED, decoded, frames
+
+from shardfeed import ConvertOptions, convert, load
+from shardfeed.format import manifest, schema
+from shardfeed.read.indexed import IndexedRecords
+from shardfeed.write.sources import VocSource, YoloSource, resolve_source
+
+# photo -> squares (colour, class name, (x, y, w, h)) pasted on it
+SQUARES = {
+    "chelsea": [(RED, "person", (40, 30, 80, 70)), (BLUE, "car", (300, 150, 151, 110))],  # blue: to the right edge
+    "coffee": [(BLUE, "car", (10, 200, 80, 90))],
+    "rocket": [],
+}
+
+
+def pasted(name: str) -> np.ndarray:
+    photo = photos()[name].copy()
+    for colour, _, (x, y, w, h) in SQUARES[name]:
+        photo[y : y + h, x : x + w] = colour
+    return photo
+
+
+def voc_object(name: str, box: tuple[int, int, int, int], difficult: int = 0, truncated: int = 0) -> str:
+    x, y, w, h = box
+    return (
+        f"<object><name>{name}</name><pose>Unspecified</pose><truncated>{truncated}</truncated>"
+        f"<difficult>{difficult}</difficult><bndbox><xmin>{x + 1}</xmin><ymin>{y + 1}</ymin>"
+        f"<xmax>{x + w}</xmax><ymax>{y + h}</ymax></bndbox></object>"
+    )
+
+
+@pytest.fixture(scope="module")
+def voc(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """VOC2012's layout: the chelsea XML has a difficult and a truncated object, a box-less
+    object, and one of an unlisted class; broken XMLs and one naming a file outside beside them."""
+    root = tmp_path_factory.mktemp("voc")
+    for folder in ("Annotations", "JPEGImages", "ImageSets/Main"):
+        (root / folder).mkdir(parents=True)
+    for name in SQUARES:
+        filename = f"{name}.png" if name == "chelsea" else f"{name}.jpg"  # VOC's are JPEGs; PNG keeps edges exact
+        Image.fromarray(pasted(name)).save(root / "JPEGImages" / filename, quality=97)
+        objects = [voc_object(c, box, difficult=int(c == "person")) for _, c, box in SQUARES[name]]
+        if name == "chelsea":
+            objects[1] = voc_object("car", SQUARES[name][1][2], truncated=1)
+            objects += ["<object><name>dog</name></object>", voc_object("horse", (1, 1, 5, 5))]
+        h, w = photos()[name].shape[:2]
+        (root / "Annotations" / f"{name}.xml").write_text(
+            f"<annotation><folder>VOC2012</folder><filename>{filename}</filename>"
+            f"<size><width>{w}</width><height>{h}</height><depth>3</depth></size>{''.join(objects)}</annotation>"
+        )
+    (root / "Annotations" / "broken.xml").write_text("<annotation><filename>x.jpg</filename>")
+    (root / "Annotations" / "entities.xml").write_text('<!DOCTYPE a [<!ENTITY e "x">]><annotation>&e;</annotation>')
+    (root / "Annotations" / "outside.xml").write_text("<annotation><filename>../../etc/passwd</filename></annotation>")
+    (root / "Annotations" / "gone.xml").write_text("<annotation><filename>gone.jpg</filename></annotation>")
+    return root
+
+
+def test_voc_boxes_are_its_pixels_and_every_skip_is_reported(voc: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert isinstance(resolve_source(str(voc)), VocSource)
+    convert(str(voc), str(out), ConvertOptions(split="train=1"), progress=False)
+    m = manifest.read(str(out))
+    assert m.header.task == "detection" and m.labels == ["car", "horse", "person"]  # the names used, sorted
+    assert m.split("train").num_records == 3
+    found = decoded(out)
+    chelsea = found["JPEGImages/chelsea.png"]
+    assert chelsea["groundtruth_classes"].tolist() == [2, 0, 1]  # person, car, horse: the XML's order
+    expected = [[30 / 300, 40 / 451, 100 / 300, 120 / 451], [150 / 300, 300 / 451, 260 / 300, 1.0]]  # y, x, y, x
+    assert np.allclose(chelsea["groundtruth_boxes"][:2], expected, atol=1e-6)
+    for box, colour in zip(chelsea["groundtruth_boxes"][:2], (RED, BLUE), strict=True):
+        frames(chelsea["image"], box, colour, tolerance=0)
+    frames(found["JPEGImages/coffee.jpg"]["image"], found["JPEGImages/coffee.jpg"]["groundtruth_boxes"][0], BLUE, 40)
+    assert found["JPEGImages/rocket.jpg"]["groundtruth_boxes"].shape == (0, 4)
+    rows = IndexedRecords(str(out), split="train")
+    example = next(rows.example(i) for i in range(3) if rows.example(i)[schema.FILENAME] == b"JPEGImages/chelsea.png")
+    assert list(example["image/object/difficult"]) == [1, 0, 0] and list(example["image/object/truncated"]) == [0, 1, 0]
+    assert chelsea["source_id"] == b"2"  # the second annotation file of the sorted list (broken.xml is the first)
+    skipped = {s["file"]: s["reason"] for s in json.loads((out / "report.json").read_text())["skipped"]}
+    assert skipped["Annotations/chelsea.xml: object 2"] == "<bndbox> does not hold four numbers xmin, ymin, xmax, ymax"
+    assert skipped["Annotations/broken.xml"].startswith("not readable XML")
+    assert skipped["Annotations/entities.xml"].startswith("has a DOCTYPE")
+    assert "leaves the folder" in skipped["Annotations/outside.xml"] or "../" in skipped["Annotations/outside.xml"]
+    assert skipped["Annotations/gone.xml"] == "its image JPEGImages/gone.jpg does not exist"
+    assert len(skipped) == 5
+
+
+def test_voc_split_lists_and_classes_txt(voc: Path, tmp_path: Path) -> None:
+    """ImageSets/Main's lists make the splits (an image in none is reported); classes.txt fixes
+    the ids, and an object of a class it lacks is reported."""
+    root = tmp_path / "voc"
+    subprocess.run(["cp", "-r", str(voc), str(root)], check=True)
+    for name in ("broken", "entities", "outside", "gone"):
+        (root / "Annotations" / f"{name}.xml").unlink()
+    (root / "ImageSets" / "Main" / "train.txt").write_text("chelsea\ncoffee\n")
+    (root / "ImageSets" / "Main" / "val.txt").write_text("coffee_never_listed_elsewhere\n")
+    (root / "classes.txt").write_text("person\ncar\n")
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "convert", str(root), str(out)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    m = manifest.read(str(out))
+    assert m.labels == ["person", "car"] and m.split_names == ["train"]
+    assert m.split("train").num_records == 2
+    chelsea = decoded(out)["JPEGImages/chelsea.png"]
+    assert chelsea["groundtruth_classes"].tolist() == [0, 1]
+    skipped = {s["file"]: s["reason"] for s in json.loads((out / "report.json").read_text())["skipped"]}
+    assert skipped["Annotations/chelsea.xml: object 3"] == "class 'horse' is not in classes.txt"
+    assert skipped["Annotations/rocket.xml"] == "in none of ImageSets/Main's lists (train, val, test): not converted"
+
+
+def yolo_line(label: int, box: tuple[int, int, int, int], width: int, height: int) -> str:
+    x, y, w, h = box
+    return f"{label} {(x + w / 2) / width:.6f} {(y + h / 2) / height:.6f} {w / width:.6f} {h / height:.6f}"
+
+
+@pytest.fixture(scope="module")
+def yolo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Ultralytics' layout: images/{train,val}, labels/{train,val}, data.yaml with names as a
+    mapping. The coffee photo is stored turned (EXIF 6), its labels on the upright image."""
+    root = tmp_path_factory.mktemp("yolo")
+    names = {"person": 0, "car": 1}
+    for split in ("train", "val"):
+        (root / "images" / split).mkdir(parents=True)
+        (root / "labels" / split).mkdir(parents=True)
+    Image.fromarray(pasted("chelsea")).save(root / "images" / "train" / "chelsea.png")
+    lines = [yolo_line(names[c], box, 451, 300) for _, c, box in SQUARES["chelsea"]]
+    lines += ["0 0.1 0.1 0.2 0.1 0.2 0.3 0.15 0.2", "1 one two", "7 0.5 0.5 0.1 0.1", "0 0.5 0.5"]
+    (root / "labels" / "train" / "chelsea.txt").write_text("\n".join(lines) + "\n")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # view turned 90 degrees clockwise: store it turned the other way
+    Image.fromarray(np.rot90(pasted("coffee"))).save(root / "images" / "val" / "coffee.jpg", quality=97, exif=exif)
+    (root / "labels" / "val" / "coffee.txt").write_text(yolo_line(1, SQUARES["coffee"][0][2], 600, 400) + "\n")
+    Image.fromarray(pasted("rocket")).save(root / "images" / "train" / "rocket.jpg", quality=97)  # no label file
+    (root / "labels" / "train" / "orphan.txt").write_text("0 0.5 0.5 0.1 0.1\n")
+    (root / "data.yaml").write_text("path: .\ntrain: images/train\nval: images/val\nnames:\n  0: person\n  1: car\n")
+    return root
+
+
+def test_yolo_boxes_after_the_exif_turn_and_every_skip_is_reported(yolo: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert isinstance(resolve_source(str(yolo)), YoloSource)
+    convert(str(yolo), str(out), progress=False)
+    m = manifest.read(str(out))
+    assert m.header.task == "detection" and m.labels == ["person", "car"]
+    assert sorted(m.split_names) == ["train", "val"]
+    found = decoded(out) | {k: v for k, v in _decoded(out, "val").items()}
+    chelsea = found["images/train/chelsea.png"]
+    assert chelsea["groundtruth_classes"].tolist() == [0, 1, 0]
+    expected = [[30 / 300, 40 / 451, 100 / 300, 120 / 451], [150 / 300, 300 / 451, 260 / 300, 1.0]]
+    assert np.allclose(chelsea["groundtruth_boxes"][:2], expected, atol=2e-6)
+    assert np.allclose(chelsea["groundtruth_boxes"][2], [0.1, 0.1, 0.3, 0.2], atol=1e-6)  # the polygon's extent
+    for box, colour in zip(chelsea["groundtruth_boxes"][:2], (RED, BLUE), strict=True):
+        frames(chelsea["image"], box, colour, tolerance=0)
+    coffee = found["images/val/coffee.jpg"]
+    assert coffee["image"].shape == (400, 600, 3)  # turned upright
+    frames(coffee["image"], coffee["groundtruth_boxes"][0], BLUE, tolerance=40)
+    assert found["images/train/rocket.jpg"]["groundtruth_boxes"].shape == (0, 4)
+    report = json.loads((out / "report.json").read_text())
+    skipped = {s["file"]: s["reason"] for s in report["skipped"]}
+    assert skipped["labels/train/chelsea.txt: line 4"].endswith("is not `class cx cy w h` (numbers)")
+    assert skipped["labels/train/chelsea.txt: line 6"] == "2 numbers after the class: a box has 4, a polygon 6 or more"
+    assert skipped["labels/train/orphan.txt"] == "a label file without an image"
+    annotations = {(s["file"], s["annotation"]): s["reason"] for s in report["skipped_annotations"]}
+    assert annotations == {("images/train/chelsea.png", 5): "class 7 is outside 0..1"}
+
+
+def _decoded(out: Path, split: str) -> dict[str, dict[str, np.ndarray]]:
+    from test_annotations import model_garden_decode
+
+    rows = IndexedRecords(str(out), split=split)
+    return {rows.example(i)[schema.FILENAME].decode(): model_garden_decode(rows.record(i)) for i in range(len(rows))}
+
+
+def test_yolo_classes_txt_and_load(yolo: Path, tmp_path: Path) -> None:
+    """classes.txt instead of data.yaml; `load` gives each box on its square."""
+    root = tmp_path / "yolo"
+    subprocess.run(["cp", "-r", str(yolo), str(root)], check=True)
+    (root / "data.yaml").unlink()
+    (root / "classes.txt").write_text("person\ncar\n")
+    out = tmp_path / "out"
+    convert(str(root), str(out), progress=False)
+    ((images, targets),) = list(load(str(out), split="train", batch_size=2, image_size=(150, 200), training=False))
+    colours = {0: RED, 1: BLUE}
+    seen = 0
+    for image, boxes, labels in zip(images.numpy(), targets["boxes"].numpy(), targets["labels"].numpy(), strict=True):
+        for (x0, y0, x1, y1), label in zip(boxes[:2], labels[:2], strict=True):  # the third: a polygon, not pasted
+            if label < 0:
+                continue
+            inner = image[int(np.ceil(y0)) + 1 : int(y1) - 1, int(np.ceil(x0)) + 1 : int(x1) - 1]
+            assert np.abs(inner.astype(int) - colours[int(label)]).max(axis=-1).mean() < 30
+            seen += 1
+    assert seen == 2
