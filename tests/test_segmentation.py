@@ -19,7 +19,7 @@ import pytest
 from conftest import photos, shard_bytes
 from PIL import Image
 
-from shardfeed import ConvertOptions, ImageOptions, IndexedRecords, OptionError, convert, load
+from shardfeed import ConvertOptions, DecodeOptions, ImageOptions, IndexedRecords, OptionError, convert, load
 from shardfeed.format import manifest, schema
 from shardfeed.tools import verify
 
@@ -203,6 +203,15 @@ def test_load_cuts_and_flips_each_mask_with_its_image(folder: Path, tmp_path: Pa
     for images, masks in load(str(out), split="validation", batch_size=2, image_size=(64, 80)):
         assert images.shape[1:3] == (64, 80)
         aligned(images.numpy(), masks.numpy())
+    letterbox, bars = DecodeOptions(letterbox=True), 0
+    for images, masks in load(str(out), split="validation", batch_size=2, image_size=(96, 96), decode=letterbox):
+        images, masks = images.numpy(), masks.numpy()
+        aligned(images, masks)
+        padding = masks == 255  # the bars: black in the image, ignored in the mask, whole rows or columns
+        assert (images[padding] == 0).all()
+        assert (padding == (padding.all(axis=2, keepdims=True) | padding.all(axis=1, keepdims=True))).all()
+        bars += int(padding.sum())
+    assert bars > 0
 
 
 def test_what_masks_cannot_follow_is_refused(folder: Path, tmp_path: Path) -> None:

@@ -52,9 +52,11 @@ def load(
     """A dataset of (images, labels) batches (images only for unlabeled data; (images, masks),
     masks [B, H, W] uint8 class ids cut and flipped with their images, for a segmentation folder;
     labels k-hot float32 [B, K] for a multi-label folder; for a detection folder, KerasHub's
-    {"boxes": [B, N, 4] (xmin, ymin, xmax, ymax) in output pixels, "labels": [B, N]}, padded with -1
-    to the batch's most objects, moved with the image's crop and flip; evaluation reads the whole
-    image).
+    {"boxes": [B, N, 4] (xmin, ymin, xmax, ymax) in output pixels, or the
+    `DecodeOptions.bounding_box_format` asked for, "labels": [B, N]}, padded with -1 to the
+    batch's most objects (or `DecodeOptions.max_objects`), moved with the image's crop and flip;
+    evaluation reads the whole image, stretched or, with `DecodeOptions(letterbox=True)`,
+    letterboxed).
 
     Args:
         path: a converted folder (with manifest.json, or its `Manifest` already read), or other
@@ -144,7 +146,10 @@ def _stream(plan: ReadPlan, preprocess: Preprocess) -> Any:
         ds = ds.map(decoder, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
         if plan.schema.objects:  # a different number of objects per image: padded with -1, never ragged
             ds = ds.padded_batch(
-                plan.batch_size, padding_values=_padding(ds.element_spec), drop_remainder=plan.drop_remainder
+                plan.batch_size,
+                padded_shapes=_padded_shapes(ds.element_spec, preprocess.config.max_objects),
+                padding_values=_padding(ds.element_spec),
+                drop_remainder=plan.drop_remainder,
             )
         else:
             ds = ds.batch(plan.batch_size, drop_remainder=plan.drop_remainder)
@@ -158,6 +163,18 @@ def _stream(plan: ReadPlan, preprocess: Preprocess) -> Any:
         return index_pipeline.epoch_numbers(plan).flat_map(batched)
     ds = batches(shard_pipeline.shard_records(plan))
     return ds.repeat() if plan.repeat else ds
+
+
+def _padded_shapes(spec: Any, max_objects: int | None) -> Any:
+    """A detection batch's shapes: boxes and labels to the batch's most objects, or to
+    `max_objects` (a fixed shape: XLA and JAX compile once)."""
+    tf = tensorflow()
+
+    def shape(leaf: Any) -> Any:
+        padded = leaf.shape.rank and leaf.shape[0] is None
+        return tf.TensorShape([max_objects, *leaf.shape[1:]]) if padded else leaf.shape
+
+    return tf.nest.map_structure(shape, spec)
 
 
 def _padding(spec: Any) -> Any:

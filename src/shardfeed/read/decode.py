@@ -132,7 +132,12 @@ def decode_one(
             lambda: _jpeg(data, seed, options, _may_scale(schema, options)),
             lambda: _other(data, height, width, channels, seed, options),
         )
-    image = tf.image.resize(image, options.image_size, method="bilinear", antialias=options.config.antialias)
+    if letterboxed(options):
+        frame = letterbox_frame(tf.shape(image)[0], tf.shape(image)[1], options.image_size)
+        image = tf.image.resize(image, frame[:2], method="bilinear", antialias=options.config.antialias)
+        image = tf.image.pad_to_bounding_box(image, frame[2], frame[3], *options.image_size)
+    else:
+        image = tf.image.resize(image, options.image_size, method="bilinear", antialias=options.config.antialias)
     image.set_shape([*options.image_size, options.config.channels])
     augment, uint8 = options.augment, options.config.dtype == "uint8"
     if augment is not None and (augment.rotate or augment.translate or augment.color_jitter or augment.noise):
@@ -155,10 +160,11 @@ def k_hot(ids: Any, classes: int, offset: int) -> Any:
 
 
 def place_boxes(parsed: dict[str, Any], height: Any, width: Any, seed: Any, options: Preprocess, offset: int) -> Any:
-    """A detection record's objects as its image is cut, resized and flipped: {"boxes": [N, 4]
-    (xmin, ymin, xmax, ymax) in pixels of the output, "labels": [N]}. The crop window is drawn
-    from the image's seed and size, as the image's own; boxes are clipped to it, and those with
-    less than `Augment.min_visible` of their area left inside are dropped."""
+    """A detection record's objects as its image is cut, resized (or letterboxed) and flipped:
+    {"boxes": [N, 4] in `DecodeOptions.bounding_box_format` (default xyxy in pixels of the
+    output), "labels": [N]}. The crop window is drawn from the image's seed and size, as the
+    image's own; boxes are clipped to it, and those with less than `Augment.min_visible` of their
+    area left inside are dropped."""
     tf = tensorflow()
     columns = [tf.sparse.to_dense(parsed[key]) for key in BOX_KEYS]
     labels = tf.sparse.to_dense(parsed[OBJECT_LABEL]) - offset
@@ -173,12 +179,59 @@ def place_boxes(parsed: dict[str, Any], height: Any, width: Any, seed: Any, opti
     augment = options.augment
     least = augment.min_visible if augment is not None else 0.0
     keep = tf.logical_and(after > 0, after >= least * before)
+    out_h, out_w = (float(v) for v in options.image_size)
+    if letterboxed(options):  # fractions of the window -> pixels of the picture inside the padding
+        frame = tf.cast(
+            letterbox_frame(tf.cast(height, tf.int32), tf.cast(width, tf.int32), options.image_size), tf.float32
+        )
+        x0, x1 = x0 * frame[1] + frame[3], x1 * frame[1] + frame[3]
+        y0, y1 = y0 * frame[0] + frame[2], y1 * frame[0] + frame[2]
+    else:
+        x0, y0, x1, y1 = x0 * out_w, y0 * out_h, x1 * out_w, y1 * out_h
     if augment is not None and augment.flip:  # the decision tf.image.stateless_random_flip_left_right takes
         flipped = tf.random.stateless_uniform([], seed=flip_seed(seed)) < 0.5
-        x0, x1 = tf.where(flipped, 1.0 - x1, x0), tf.where(flipped, 1.0 - x0, x1)
-    out_h, out_w = (float(v) for v in options.image_size)
-    boxes = tf.stack([x0 * out_w, y0 * out_h, x1 * out_w, y1 * out_h], axis=-1)
-    return {"boxes": tf.boolean_mask(boxes, keep), "labels": tf.boolean_mask(labels, keep)}
+        x0, x1 = tf.where(flipped, out_w - x1, x0), tf.where(flipped, out_w - x0, x1)
+    boxes = box_format(x0, y0, x1, y1, options.config.bounding_box_format, (out_h, out_w))
+    boxes, labels = tf.boolean_mask(boxes, keep), tf.boolean_mask(labels, keep)
+    if options.config.max_objects is not None:
+        boxes, labels = boxes[: options.config.max_objects], labels[: options.config.max_objects]
+    return {"boxes": boxes, "labels": labels}
+
+
+def box_format(x0: Any, y0: Any, x1: Any, y1: Any, name: str, size: tuple[float, float]) -> Any:
+    """Boxes given by their pixel edges, as [N, 4] in one of KerasHub's formats (options.BOX_FORMATS)."""
+    tf = tensorflow()
+    relative = name.startswith("rel_")
+    if relative:
+        x0, x1, y0, y1 = x0 / size[1], x1 / size[1], y0 / size[0], y1 / size[0]
+    columns = {
+        "xyxy": (x0, y0, x1, y1),
+        "yxyx": (y0, x0, y1, x1),
+        "xywh": (x0, y0, x1 - x0, y1 - y0),
+        "center_xywh": ((x0 + x1) / 2, (y0 + y1) / 2, x1 - x0, y1 - y0),
+        "center_yxhw": ((y0 + y1) / 2, (x0 + x1) / 2, y1 - y0, x1 - x0),
+    }[name.removeprefix("rel_")]
+    return tf.stack(columns, axis=-1)
+
+
+def letterboxed(options: Preprocess) -> bool:
+    """Whether the image is letterboxed: asked for, and not randomly cropped."""
+    augment = options.augment
+    return options.config.letterbox and (augment is None or not augment.crop)
+
+
+def letterbox_frame(height: Any, width: Any, size: tuple[int, int]) -> Any:
+    """Where a `height` x `width` image lies in a letterboxed output of `size` (H, W): int32
+    [resized height, resized width, top padding, left padding], by `tf.image.resize_with_pad`'s
+    arithmetic (the image, its boxes and its mask all use these numbers)."""
+    tf = tensorflow()
+    h, w = tf.cast(height, tf.float32), tf.cast(width, tf.float32)
+    out_h, out_w = float(size[0]), float(size[1])
+    ratio = tf.maximum(w / out_w, h / out_h)
+    resized_h, resized_w = tf.floor(h / ratio), tf.floor(w / ratio)
+    top = tf.maximum(0.0, tf.floor((out_h - h / ratio) / 2))
+    left = tf.maximum(0.0, tf.floor((out_w - w / ratio) / 2))
+    return tf.cast(tf.stack([tf.maximum(resized_h, 1.0), tf.maximum(resized_w, 1.0), top, left]), tf.int32)
 
 
 def decode_mask(data: Any, seed: Any, options: Preprocess) -> Any:
@@ -189,7 +242,13 @@ def decode_mask(data: Any, seed: Any, options: Preprocess) -> Any:
     mask = tf.io.decode_png(data, channels=1)
     window = _window(tf.shape(mask), seed, options)
     mask = tf.image.crop_to_bounding_box(mask, window[0], window[1], window[2], window[3])
-    mask = tf.image.resize(mask, options.image_size, method="nearest")
+    if letterboxed(options):  # the padding is 255: ignored, as Model Garden's ignore_label
+        frame = letterbox_frame(tf.shape(mask)[0], tf.shape(mask)[1], options.image_size)
+        mask = tf.image.resize(mask, frame[:2], method="nearest")
+        bottom, right = options.image_size[0] - frame[0] - frame[2], options.image_size[1] - frame[1] - frame[3]
+        mask = tf.pad(mask, [[frame[2], bottom], [frame[3], right], [0, 0]], constant_values=255)
+    else:
+        mask = tf.image.resize(mask, options.image_size, method="nearest")
     if options.augment is not None and options.augment.flip:
         mask = tf.image.stateless_random_flip_left_right(mask, flip_seed(seed))
     mask.set_shape([*options.image_size, 1])
@@ -208,7 +267,7 @@ def _window(shape: Any, seed: Any, options: Preprocess) -> Any:
     if options.augment is not None and options.augment.crop:
         return random_crop_window(shape, seed, options.augment)
     h, w = shape[0], shape[1]
-    if options.whole_image:  # detection's evaluation: every object stays in view
+    if options.whole_image or options.config.letterbox:  # detection's evaluation: every object stays in view
         return tf.stack([0, 0, h, w])
     side = tf.maximum(1, tf.cast(tf.cast(tf.minimum(h, w), tf.float32) * options.config.crop_fraction, tf.int32))
     return tf.stack([(h - side) // 2, (w - side) // 2, side, side])

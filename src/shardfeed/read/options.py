@@ -212,6 +212,19 @@ def _bytes(name: str, value: int | str) -> int:
 DECODERS = ("tf", "dali")
 
 
+BOX_FORMATS = (  # KerasHub's and Keras' names (keras.utils.bounding_boxes.convert_format)
+    "xyxy",
+    "yxyx",
+    "xywh",
+    "center_xywh",
+    "center_yxhw",
+    "rel_xyxy",
+    "rel_yxyx",
+    "rel_xywh",
+    "rel_center_xywh",
+)
+
+
 @dataclass(frozen=True)
 class DecodeOptions:
     """How `load` turns records into pixels (beyond the output size and augmentation).
@@ -235,6 +248,17 @@ class DecodeOptions:
             `make dali` installs it).
         device: with decoder='dali': 'gpu' (default) or 'cpu' (DALI's CPU decoder: tests, hosts
             without a GPU; slower than decoder='tf').
+        letterbox: where the image is not randomly cropped (evaluation), the whole image
+            resized to fit the output keeping its aspect ratio and centred on black (masks on
+            255, ignored), as `tf.image.resize_with_pad` and KerasHub's `pad_to_aspect_ratio`
+            do, instead of the centre crop (or, for detection, the whole image stretched).
+        bounding_box_format: a detection folder's boxes in one of KerasHub's (Keras')
+            formats: 'xyxy' (default, output pixels), 'yxyx', 'xywh', 'center_xywh',
+            'center_yxhw', or 'rel_xyxy', 'rel_yxyx', 'rel_xywh', 'rel_center_xywh' (fractions
+            of the output's width and height). Padding stays -1.
+        max_objects: a detection batch's boxes padded to this many per image (a fixed shape,
+            which XLA and JAX compile once) instead of the batch's most; an image's objects
+            past it (after augmentation dropped those cut away) are left out, in stored order.
     """
 
     channels: int = 3
@@ -246,8 +270,17 @@ class DecodeOptions:
     map_fn: Callable[..., Any] | None = None
     decoder: str = "tf"
     device: str = "gpu"
+    letterbox: bool = False
+    bounding_box_format: str = "xyxy"
+    max_objects: int | None = None
 
     def __post_init__(self) -> None:
+        if self.bounding_box_format not in BOX_FORMATS:
+            raise OptionError(
+                f"bounding_box_format must be one of {list(BOX_FORMATS)}, got {self.bounding_box_format!r}"
+            )
+        if self.max_objects is not None and (not isinstance(self.max_objects, int) or self.max_objects < 1):
+            raise OptionError(f"max_objects must be a positive int or None, got {self.max_objects!r}")
         if self.decoder not in DECODERS:
             raise OptionError(f"decoder must be one of {list(DECODERS)}, got {self.decoder!r}")
         if self.device not in ("gpu", "cpu"):
