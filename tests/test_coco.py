@@ -100,6 +100,10 @@ def test_coco_boxes_frame_their_objects_and_every_skip_is_reported(coco: Path, t
     m = manifest.read(str(out))
     assert m.header.task == "detection" and m.labels == ["person", "car", "dog"]  # COCO id order: 1, 3, 18
     assert m.split("train").class_counts == {"person": 2, "car": 1, "dog": 1}  # images showing each class
+    objects = m.split("train").objects
+    assert objects is not None and dict(objects.instances) == {"person": 2, "car": 1, "dog": 1}
+    # red 80 x 70 (medium), blue clipped to 151 x 110 (large), coffee's 80 x 90 (medium), the crowd's area 400 (small)
+    assert dict(objects.sizes) == {"small": 1, "medium": 2, "large": 1} and objects.without_objects == 1
     found = decoded(out)
     assert sorted(found) == ["astronaut.png", "chelsea.png", "coffee.png"]
     chelsea = found["chelsea.png"]
@@ -239,6 +243,13 @@ def test_verify_checks_the_boxes_and_show_draws_them(coco: Path, tmp_path: Path)
         CocoSource(str(coco), str(coco.parent / "images")), str(out), ConvertOptions(split="train=1"), progress=False
     )
     assert verify(str(out), progress=False).ok
+    data = json.loads((out / "manifest.json").read_text())
+    data["splits"]["train"]["instance_counts"]["dog"] = 2
+    (out / "manifest.json").write_text(json.dumps(data))
+    problems = [p.message for p in verify(str(out), progress=False, decode=False).problems]
+    assert any("objects per class {" in p and "differ from the manifest's" in p for p in problems), problems
+    data["splits"]["train"]["instance_counts"]["dog"] = 1
+    (out / "manifest.json").write_text(json.dumps(data))
     tiles = {t.key: t for t in show(str(out), None, rows=2, cols=2)}
     assert tiles["chelsea.png"].caption == "dog, person" and tiles["astronaut.png"].caption == "(no objects)"
     drawn = decoded(out)["chelsea.png"]["image"]

@@ -183,6 +183,16 @@ def test_yolo_boxes_after_the_exif_turn_and_every_skip_is_reported(yolo: Path, t
     assert skipped["labels/train/orphan.txt"] == "a label file without an image"
     annotations = {(s["file"], s["annotation"]): s["reason"] for s in report["skipped_annotations"]}
     assert annotations == {("images/train/chelsea.png", 5): "class 7 is outside 0..1"}
+    from shardfeed.tools.dataset_info import format_info, info
+
+    facts = info(str(out))
+    # chelsea: red 80 x 70 and the polygon's 90 x 30 (medium), blue 151 x 110 (large); coffee: 80 x 90 (medium)
+    assert facts["splits"]["train"]["objects"] == {
+        "instance_counts": {"car": 1, "person": 2},
+        "box_sizes": {"small": 0, "medium": 2, "large": 1},
+        "images_without_objects": 1,
+    }
+    assert "train objects: 3 (1.50 per image; small 0, medium 2, large 1), 1 image without any" in format_info(facts)
 
 
 def _decoded(out: Path, split: str) -> dict[str, dict[str, np.ndarray]]:

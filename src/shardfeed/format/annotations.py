@@ -89,6 +89,14 @@ class SourceObjects:
     normalised: bool = False
 
 
+COCO_SIZES = (("small", 32.0**2), ("medium", 96.0**2), ("large", math.inf))  # area below each bound
+
+
+def size_name(area: float) -> str:
+    """COCO's size of an object of `area` pixels: 'small' (< 32²), 'medium' (< 96²) or 'large'."""
+    return next(name for name, bound in COCO_SIZES if area < bound)
+
+
 def turned_boxes(boxes: np.ndarray, size: tuple[int, int], orientation: int) -> np.ndarray:
     """(xmin, ymin, xmax, ymax) boxes of an image of (width, height) `size` as they lie once the
     image is turned upright by its EXIF `orientation` (what Pillow's exif_transpose does to it)."""

@@ -23,6 +23,7 @@ from shardfeed.format.manifest_builder import (
     Counts,
     Header,
     ImageStats,
+    ObjectStats,
     ShardInfo,
     SplitInfo,
 )
@@ -136,7 +137,9 @@ class Manifest:
             raise ManifestError(f"split {name!r} not in {self.path}; it has {self.split_names}")
         raw = self.data["splits"][name]
         shards = [ShardInfo(**shard) for shard in raw["shards"]]
-        return SplitInfo(name, raw["num_records"], raw["num_bytes"], dict(raw["class_counts"]), shards)
+        return SplitInfo(
+            name, raw["num_records"], raw["num_bytes"], dict(raw["class_counts"]), shards, ObjectStats.of_split(raw)
+        )
 
     def main_split(self) -> str:
         """The split to show by default: train, else the held-out one, else the first."""

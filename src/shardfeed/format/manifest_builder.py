@@ -5,7 +5,8 @@ fixed facts (`Header`), then every shard with what it holds (`ShardFacts`), then
 
     Header      source, settings, labels, label offset, features, schema, label range
     ShardFacts  one shard: its split, its manifest entry (`manifest.ShardInfo`), the class counts
-                and image statistics (`ImageStats`) of its records
+                and image statistics (`ImageStats`) of its records, and a detection shard's
+                objects (`ObjectStats`: per class, per COCO size, images without any)
     Counts      skipped inputs, duplicate groups, dropped copies, label conflicts
 
 An append continues the folder's manifest (`ManifestBuilder.continuing`): its shards, statistics
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardfeed.format import layout
+from shardfeed.format.annotations import COCO_SIZES
 from shardfeed.format.schema import CLASSIFICATION
 from shardfeed.version import __version__
 
@@ -45,6 +47,38 @@ class ShardInfo:
 
 
 @dataclass(frozen=True)
+class ObjectStats:
+    """A detection split's (or shard's) objects: per class, per COCO size, and the images with none."""
+
+    instances: Mapping[str, int] = field(default_factory=dict)  # class name -> objects
+    sizes: Mapping[str, int] = field(default_factory=dict)  # 'small' / 'medium' / 'large' -> objects
+    without_objects: int = 0  # images with no object
+
+    def plus(self, other: ObjectStats) -> ObjectStats:
+        """Both together."""
+        return ObjectStats(
+            dict(Counter(self.instances) + Counter(other.instances)),
+            dict(Counter(self.sizes) + Counter(other.sizes)),
+            self.without_objects + other.without_objects,
+        )
+
+    def fields(self) -> dict[str, Any]:
+        """A split's fields for these facts."""
+        return {
+            "instance_counts": dict(sorted(self.instances.items())),
+            "box_sizes": {name: self.sizes.get(name, 0) for name, _ in COCO_SIZES},
+            "images_without_objects": self.without_objects,
+        }
+
+    @classmethod
+    def of_split(cls, split: Mapping[str, Any]) -> ObjectStats | None:
+        """The statistics a written split holds (None: not a detection split)."""
+        if "instance_counts" not in split:
+            return None
+        return cls(split["instance_counts"], split.get("box_sizes", {}), split.get("images_without_objects", 0))
+
+
+@dataclass(frozen=True)
 class SplitInfo:
     """A split as the manifest holds it (`Manifest.split`): totals, class counts, its shards."""
 
@@ -53,6 +87,7 @@ class SplitInfo:
     num_bytes: int
     class_counts: dict[str, int]
     shards: list[ShardInfo]
+    objects: ObjectStats | None = None  # a detection split's objects
 
 
 HEADER = frozenset(("source", "settings", "labels", "label_offset", "features", "schema", "label_range", "task"))
@@ -119,6 +154,7 @@ class ShardFacts:
     class_counts: Mapping[str, int]
     images: ImageStats
     conversions: tuple[str, ...] = ()  # why each re-encoded image was ("cmyk, progressive": two reasons)
+    objects: ObjectStats | None = None  # a detection shard's objects
 
 
 @dataclass(frozen=True)
@@ -234,12 +270,14 @@ class _SplitTotals:
     num_bytes: int = 0
     class_counts: Counter[str] = field(default_factory=Counter)
     shards: list[ShardInfo] = field(default_factory=list)
+    objects: ObjectStats | None = None
 
     def json(self) -> dict[str, Any]:
         return {
             "num_records": self.num_records,
             "num_bytes": self.num_bytes,
             "class_counts": dict(sorted(self.class_counts.items())),
+            **(self.objects.fields() if self.objects is not None else {}),
             "shards": [dataclasses.asdict(s) for s in self.shards],
         }
 
@@ -266,6 +304,7 @@ class ManifestBuilder:
             totals.num_records, totals.num_bytes = split["num_records"], split["num_bytes"]
             totals.class_counts.update(split["class_counts"])
             totals.shards = [ShardInfo(**shard) for shard in split["shards"]]
+            totals.objects = ObjectStats.of_split(split)
         builder.images = ImageStats.of_manifest(data)
         builder.conversions.update(data.get("conversions", {}))
         builder.carried = {k: v for k, v in data.items() if k not in MADE}
@@ -279,6 +318,8 @@ class ManifestBuilder:
         totals.num_bytes += shard.info.num_bytes
         totals.class_counts.update(shard.class_counts)
         totals.shards.append(shard.info)
+        if shard.objects is not None:
+            totals.objects = shard.objects if totals.objects is None else totals.objects.plus(shard.objects)
         self.images = self.images.plus(shard.images)
         for reason in shard.conversions:  # ", "-joined reasons count once each
             self.conversions.update(reason.split(", "))

@@ -62,6 +62,8 @@ def _ours(path: str, sample: int, seed: int) -> dict[str, Any]:
             "class_counts": split.class_counts,
             "images": _image_stats(m, name, sample, seed),
         }
+        if split.objects is not None:  # detection: objects per class and per COCO size
+            splits[name]["objects"] = split.objects.fields()
     data, counts = m.data, m.counts
     return {
         "path": path,
@@ -277,6 +279,15 @@ def _split_details(name: str, split: dict[str, Any], all_classes: bool = False) 
         )
     if split["class_counts"]:
         lines += ["  " + line for line in _histogram(split["class_counts"], all_classes)]
+    if objects := split.get("objects"):
+        total = sum(objects["instance_counts"].values())
+        sizes = ", ".join(f"{k} {v:,}" for k, v in objects["box_sizes"].items())
+        per_image = total / split["records"] if split["records"] else 0.0
+        lines.append(
+            f"  {name} objects: {total:,} ({per_image:.2f} per image; {sizes}), "
+            f"{_plural(objects['images_without_objects'], 'image')} without any; per class:"
+        )
+        lines += ["  " + line for line in _histogram(objects["instance_counts"], all_classes)]
     if together := images.get("classes_together"):
         lines.append("  classes on one image (sample): " + ", ".join(f"{k} {v:,}" for k, v in together.items()))
     return lines

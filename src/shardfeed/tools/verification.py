@@ -113,6 +113,7 @@ class _ShardOutcome:
     records: int = 0
     decoded: int = 0
     class_counts: Counter[str] = field(default_factory=Counter)
+    instance_counts: Counter[str] = field(default_factory=Counter)  # detection: objects per class
 
 
 @renamed(foreign_keys="foreign")
@@ -170,6 +171,7 @@ def verify(
         for s in m.split(split).shards
     ]
     counts: dict[str, Counter[str]] = {split: Counter() for split in m.split_names}
+    instances: dict[str, Counter[str]] = {split: Counter() for split in m.split_names}
     from tqdm import tqdm
 
     workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
@@ -181,7 +183,16 @@ def verify(
             outcomes = pool.map(verify_shard, tasks) if pool is not None else map(verify_shard, tasks)
             for task, outcome in zip(tasks, outcomes, strict=True):
                 _collect(report, counts, task, outcome, bar)
+                instances[task.split].update(outcome.instance_counts)
     for split in m.split_names:
+        objects = m.split(split).objects
+        if objects is not None and instances[split] != Counter({k: v for k, v in objects.instances.items() if v}):
+            report.problems.append(
+                Problem(
+                    f"split {split!r}: objects per class {dict(instances[split])} differ from the manifest's "
+                    f"{dict(objects.instances)}"
+                )
+            )
         expected = Counter(m.split(split).class_counts)
         if m.labels is not None and m.header.task == schema.CLASSIFICATION and counts[split] != expected:
             report.problems.append(
@@ -329,6 +340,8 @@ def _check_record(task: _ShardTask, index: int, record: bytes, out: _ShardOutcom
             out.class_counts[name] += 1
     if problem := _beyond_one_label(task, features):
         out.problems.append(Problem(problem, task.file, index))
+    elif task.task == schema.DETECTION and task.labels is not None:
+        out.instance_counts.update(task.labels[v - task.label_offset] for v in features.get(schema.OBJECT_LABEL, []))
     if task.decode:
         fmt = (one(schema.FORMAT) or b"JPEG").decode()
         problem = check_stored_image(

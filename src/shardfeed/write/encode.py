@@ -15,7 +15,14 @@ from typing import NamedTuple
 import numpy as np
 
 from shardfeed.format import fileio, image_limits, schema
-from shardfeed.format.annotations import SourceObjects, check_objects, moved_boxes, object_features, turned_boxes
+from shardfeed.format.annotations import (
+    SourceObjects,
+    check_objects,
+    moved_boxes,
+    object_features,
+    size_name,
+    turned_boxes,
+)
 from shardfeed.format.example_proto import FeatureValue, serialize_example
 from shardfeed.write import images, perceptual_hash
 from shardfeed.write.images import masks
@@ -75,6 +82,7 @@ class EncodedRecord:
     classes: tuple[int, ...] = ()  # the classes a mask, a multi-label list or the objects show
     skipped_annotations: tuple[tuple[int, str], ...] = ()  # (annotation id, reason): not written
     clipped_boxes: int = 0  # boxes written clipped to the image
+    objects: tuple[tuple[int, str], ...] | None = None  # detection: (class, COCO size) of each object written
 
 
 @dataclass(frozen=True)
@@ -196,6 +204,7 @@ def encode_unhashed(item: Item, spec: EncodingSpec) -> Unhashed | SkippedItem:
         classes=mask.classes if mask is not None else placed.classes if placed is not None else item.labels,
         skipped_annotations=placed.skipped if placed is not None else (),
         clipped_boxes=placed.clipped if placed is not None else 0,
+        objects=placed.written if placed is not None else None,
     )
     return Unhashed(record, prepared.hash_source)
 
@@ -207,6 +216,7 @@ class PlacedObjects(NamedTuple):
     classes: tuple[int, ...]
     skipped: tuple[tuple[int, str], ...]
     clipped: int
+    written: tuple[tuple[int, str], ...]  # (class, COCO size) of each object written
 
 
 def place_objects(
@@ -249,7 +259,9 @@ def place_objects(
         source_id=objects.source_id,
     )
     skipped = tuple((objects.ids[s.index], s.reason) for s in checked.skipped)
-    return PlacedObjects(features, tuple(sorted(set(checked.objects.classes.tolist()))), skipped, checked.clipped)
+    kept = checked.objects
+    written = tuple((int(c), size_name(float(a))) for c, a in zip(kept.classes, kept.areas, strict=True))
+    return PlacedObjects(features, tuple(sorted(set(kept.classes.tolist()))), skipped, checked.clipped, written)
 
 
 def _segmentation(

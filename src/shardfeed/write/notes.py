@@ -17,6 +17,12 @@ def label_base_lines(m: manifest.Manifest) -> list[str]:
             f"  masks: {schema.SEGMENTATION_MASK} holds class ids 0..{len(m.labels or []) - 1} per pixel (255: "
             "ignored), as Model Garden's segmentation decoder reads them"
         ]
+    if m.header.task == schema.DETECTION:
+        first, boxes = m.label_offset, schema.BOX_XMIN.rsplit("/", 1)[0]
+        return [
+            f"  objects: {schema.OBJECT_LABEL} holds class ids {first}..{first + len(m.labels or []) - 1}, boxes "
+            f"{boxes}/* normalised, as Model Garden's and the OD API's decoders read them"
+        ]
     stored = m.stored_label_range()
     if stored is None:
         return []

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shardfeed.format import fileio, layout, manifest, tfrecord
-from shardfeed.format.manifest_builder import ImageStats, ShardFacts, ShardInfo
+from shardfeed.format.manifest_builder import ImageStats, ObjectStats, ShardFacts, ShardInfo
 from shardfeed.write import perceptual_hash
 from shardfeed.write.encode import EncodedRecord, EncodingSpec, SkippedItem, Unhashed, encode_unhashed
 from shardfeed.write.items import Item
@@ -49,6 +49,9 @@ class ShardResult:
     warnings: list[tuple[str, str]] = field(default_factory=list)
     skipped_annotations: list[tuple[str, int, str]] = field(default_factory=list)  # (image, annotation id, why)
     clipped_boxes: int = 0
+    instance_counts: dict[str, int] | None = None  # detection: class name -> objects written
+    box_sizes: dict[str, int] | None = None  # and COCO size -> objects
+    images_without_objects: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -57,7 +60,10 @@ class ShardResult:
         """What the manifest records of this shard (`ManifestBuilder.add`)."""
         info = ShardInfo(self.file, self.index_file, self.num_records, self.num_bytes, self.sha256)
         images = ImageStats(self.formats, self.max_side, self.short_sides)
-        return ShardFacts(self.split, info, self.class_counts, images, tuple(why for _, why in self.converted))
+        objects = None
+        if self.instance_counts is not None:
+            objects = ObjectStats(self.instance_counts, self.box_sizes or {}, self.images_without_objects)
+        return ShardFacts(self.split, info, self.class_counts, images, tuple(why for _, why in self.converted), objects)
 
     def without_records(self) -> ShardResult:
         """This result without its per-record list, which stays on disk in the partial manifest
@@ -141,6 +147,8 @@ def write_shard(
                 result.warnings.append((item.key, item.warning))
             result.skipped_annotations += [(item.key, i, why) for i, why in item.skipped_annotations]
             result.clipped_boxes += item.clipped_boxes
+            if item.objects is not None and class_names is not None:
+                _count_objects(result, item.objects, class_names)
             if len(unhashed) >= HASHED_AT_ONCE:
                 _add_hashes(result, unhashed)
         _add_hashes(result, unhashed)
@@ -159,6 +167,16 @@ def write_shard(
     fileio.write_text_atomic(fileio.join(output_dir, layout.index_file(file_name)), tfrecord.format_index(sizes))
     fileio.write_text_atomic(part_path(work_dir, file_name), result.to_json())
     return result
+
+
+def _count_objects(result: ShardResult, objects: tuple[tuple[int, str], ...], class_names: Sequence[str]) -> None:
+    """A detection record's objects added to its shard's counts (per class, per COCO size)."""
+    instances = result.instance_counts = result.instance_counts if result.instance_counts is not None else {}
+    sizes = result.box_sizes = result.box_sizes if result.box_sizes is not None else {}
+    for label, size in objects:
+        instances[class_names[label]] = instances.get(class_names[label], 0) + 1
+        sizes[size] = sizes.get(size, 0) + 1
+    result.images_without_objects += not objects
 
 
 def _add_hashes(result: ShardResult, unhashed: list[tuple[int, perceptual_hash.Source]]) -> None:
