@@ -287,3 +287,97 @@ def test_exact_box_coordinates_without_and_with_a_flip(coco: Path, tmp_path: Pat
             assert np.allclose(boxes, mirrored if flipped else plain, atol=1e-3), (seed, flipped, boxes)
             flips.add(flipped)
     assert flips == {True, False}
+
+
+def test_polygons_and_rle_become_instance_masks_on_the_objects_pixels(tmp_path: Path) -> None:
+    """COCO's three forms of a segmentation, written as COCO writes them (a polygon, a compressed
+    RLE made by pycocotools, a crowd's uncompressed RLE), over shapes pasted on a photo: each
+    stored mask is its object's pixels, before and after a resize and crop; a segmentation that
+    cannot be a mask is a skipped annotation with its reason."""
+    from PIL import ImageDraw
+    from pycocotools import mask as mask_api
+
+    root = tmp_path / "data"
+    (root / "images").mkdir(parents=True)
+    photo = Image.fromarray(photos()["coffee"].copy())  # 600 x 400
+    triangle = [(100.0, 50.0), (220.0, 50.0), (160.0, 170.0)]
+    ImageDraw.Draw(photo).polygon(triangle, fill=RED)
+    pixels = np.asarray(photo).copy()
+    pixels[200:300, 300:420] = BLUE  # the RLE square
+    pixels[20:60, 500:580] = (0, 255, 0)  # the crowd
+    Image.fromarray(pixels).save(root / "images" / "scene.png")
+    square = np.zeros((400, 600), np.uint8)
+    square[200:300, 300:420] = 1
+    compressed = mask_api.encode(np.asfortranarray(square))
+    crowd = np.zeros((400, 600), np.uint8)
+    crowd[20:60, 500:580] = 1
+    flat = crowd.flatten(order="F")  # uncompressed RLE: run lengths, column-major, a run of 0s first
+    counts = np.diff([0, *(np.flatnonzero(np.diff(flat)) + 1), flat.size]).tolist()
+    assert flat[0] == 0 and sum(counts) == flat.size
+    polygon = [v for point in triangle for v in point]
+    annotations = [
+        {"id": 1, "image_id": 1, "category_id": 1, "bbox": [100, 50, 120, 120], "segmentation": [polygon]},
+        {
+            "id": 2,
+            "image_id": 1,
+            "category_id": 2,
+            "bbox": [300, 200, 120, 100],
+            "segmentation": {"size": [400, 600], "counts": compressed["counts"].decode()},
+        },
+        {
+            "id": 3,
+            "image_id": 1,
+            "category_id": 3,
+            "bbox": [500, 20, 80, 40],
+            "iscrowd": 1,
+            "segmentation": {"size": [400, 600], "counts": counts},
+        },
+        {"id": 4, "image_id": 1, "category_id": 1, "bbox": [250, 150, 20, 20]},  # no segmentation
+        {
+            "id": 5,
+            "image_id": 1,
+            "category_id": 1,
+            "bbox": [250, 150, 20, 20],
+            "segmentation": {"size": [9, 9], "counts": ""},
+        },
+    ]
+    document = {
+        "images": [{"id": 1, "file_name": "scene.png", "width": 600, "height": 400}],
+        "annotations": annotations,
+        "categories": [{"id": 1, "name": "triangle"}, {"id": 2, "name": "square"}, {"id": 3, "name": "crowd"}],
+    }
+    (root / "instances.json").write_text(json.dumps(document))
+    colours = (RED, BLUE, (0, 255, 0))
+    for image in (ImageOptions(), ImageOptions(resize=300, center_crop=280, image_format="png")):
+        out = tmp_path / f"out{image.resize}"
+        if image.resize is None:  # through the CLI
+            command = ["convert", str(root / "instances.json"), str(out), "--images", str(root / "images"), "--masks"]
+            done = subprocess.run(
+                [sys.executable, "-m", "shardfeed", *command, "--split", "train=1"], capture_output=True
+            )
+            assert done.returncode == 0, done.stderr
+        else:
+            source = CocoSource(str(root / "instances.json"), str(root / "images"), masks=True)
+            convert(source, str(out), ConvertOptions(split="train=1", image=image), progress=False)
+        (record,) = decoded(out).values()
+        masks = record["groundtruth_instance_masks"]
+        kept = 3 if image.resize is None else 2  # the centre crop cuts the crowd (top right) away
+        assert masks.shape == (kept, *record["image"].shape[:2]) and set(np.unique(masks)) == {0.0, 1.0}
+        for mask, colour in zip(masks.astype(bool), colours[:kept], strict=True):
+            near = np.abs(record["image"].astype(int) - colour).max(axis=-1) <= 30
+            iou = (mask & near).sum() / (mask | near).sum()
+            assert iou > 0.95, (colour, iou)  # the polygon's edge pixels are rasterised by two programs
+        if image.resize is None:
+            assert (masks[1] == square).all() and (masks[2] == crowd).all()  # RLE: exact
+        report = json.loads((out / "report.json").read_text())
+        reasons = {s["annotation"]: s["reason"] for s in report["skipped_annotations"]}
+        assert reasons.pop(3, "wholly outside").endswith("wholly outside the 280 x 280 image") == (kept == 2)
+        assert reasons == {
+            4: "mask: no segmentation (polygons or RLE) to make its mask from",
+            5: "mask: RLE of size [9, 9] for a 600 x 400 image (size [400, 600])",
+        }
+    m = manifest.read(str(out))
+    assert m.data["features"][schema.OBJECT_MASK] == "bytes"
+    from shardfeed.tools import verify
+
+    assert verify(str(out), progress=False).ok

@@ -18,8 +18,7 @@ from PIL import Image
 
 from shardfeed import ConvertOptions, convert
 from shardfeed.format import manifest, tfrecord
-from shardfeed.format.manifest import ShardInfo
-from shardfeed.format.manifest_builder import Counts, Header, ImageStats, ManifestBuilder, ShardFacts
+from shardfeed.format.manifest_builder import Counts, Header, ImageStats, ManifestBuilder, ShardFacts, ShardInfo
 from shardfeed.tools.adopt import AdoptOptions, adopt
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "reference" / "manifest.md"

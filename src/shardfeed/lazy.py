@@ -23,6 +23,11 @@ def _import(module: str, hint: str) -> Any:
         raise MissingDependencyError(f"{module} is required for this feature: {hint}") from e
 
 
+def coco_mask() -> Any:
+    """pycocotools' mask API: COCO's polygons and RLE as instance masks (`convert --masks`)."""
+    return _import("pycocotools.mask", "pip install 'shardfeed[coco]' (pycocotools)")
+
+
 QUIET_ENV = "SHARDFEED_QUIET_TF"  # set (by the CLI) to import TensorFlow without its start-up lines
 
 

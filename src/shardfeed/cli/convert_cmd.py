@@ -97,6 +97,12 @@ def _input_flags(g: Any) -> None:
     g.add_argument(
         "--images", help="COCO annotations (.json): the folder its file_names are in (default: the .json's folder)"
     )
+    g.add_argument(
+        "--masks",
+        action="store_true",
+        help="COCO annotations: also store each object's polygons or RLE as its instance mask (image/object/mask; "
+        "needs pycocotools: pip install 'shardfeed[coco]')",
+    )
     g.add_argument("--labels-key", help="NumPy .npz: name of the labels array")
     g.add_argument(
         "--class-names",
@@ -274,9 +280,9 @@ def _source_options(args: argparse.Namespace) -> dict[str, Any]:
             "class_names": names,
         }
     if lower.endswith(".json"):
-        return {"container_options": {"images": args.images}}
-    if args.images:
-        raise OptionError("--images applies to COCO annotations (a .json source)")
+        return {"container_options": {"images": args.images, "masks": args.masks}}
+    if args.images or args.masks:
+        raise OptionError("--images and --masks apply to COCO annotations (a .json source)")
     names_given = args.class_names
     if names_given and not os.path.exists(names_given):
         names_given = names_given.split(",")

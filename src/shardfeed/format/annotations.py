@@ -77,6 +77,9 @@ class SourceObjects:
             truncated), written as `image/object/<name>`.
         normalised: the boxes are fractions of the upright image's width and height (YOLO's
             convention, where the reader applies the EXIF turn first), not pixels as stored.
+        segmentations: each annotation's COCO `segmentation` (polygons or RLE) as JSON text
+            ('' where it has none), made into instance masks when the image is encoded; None:
+            no masks are written.
     """
 
     boxes: tuple[tuple[float, float, float, float], ...]
@@ -87,6 +90,7 @@ class SourceObjects:
     source_id: int
     attributes: tuple[tuple[str, tuple[int, ...]], ...] = ()
     normalised: bool = False
+    segmentations: tuple[str, ...] | None = None
 
 
 COCO_SIZES = (("small", 32.0**2), ("medium", 96.0**2), ("large", math.inf))  # area below each bound
@@ -150,7 +154,7 @@ def check_objects(
     num_classes: int,
     is_crowd: Sequence[bool] | None = None,
     areas: Sequence[float | None] | None = None,
-    masks: Sequence[np.ndarray | None] | None = None,
+    masks: Sequence[np.ndarray | str | None] | None = None,
     attributes: Mapping[str, Sequence[int]] | None = None,
 ) -> CheckedObjects:
     """The annotations of one W x H image that can be written, clipped to it where they stick out.
@@ -159,7 +163,8 @@ def check_objects(
         boxes: (xmin, ymin, xmax, ymax) in pixels, one per annotation.
         classes: class ids 0..num_classes-1, one per annotation.
         is_crowd, areas, masks, attributes: per annotation, when the source has them (an area
-            of None: the clipped box's; a mask: a 2-D array, nonzero inside the object).
+            of None: the clipped box's; a mask: a 2-D array, nonzero inside the object, or the
+            reason it could not be made).
     """
     kept: list[int] = []
     out_boxes: list[list[float]] = []
@@ -181,7 +186,13 @@ def check_objects(
 
 
 def _refusal(
-    box: Sequence[float], label: int, width: int, height: int, num_classes: int, mask: np.ndarray | None, masked: bool
+    box: Sequence[float],
+    label: int,
+    width: int,
+    height: int,
+    num_classes: int,
+    mask: np.ndarray | str | None,
+    masked: bool,
 ) -> str | None:
     """Why one annotation cannot be written, or None (`masked`: the image's objects have masks)."""
     if len(box) != 4:
@@ -197,6 +208,8 @@ def _refusal(
         return f"box {list(box)}: empty (no width or no height)"
     if not 0 <= label < num_classes:
         return f"class {label} is outside 0..{num_classes - 1}"
+    if isinstance(mask, str):
+        return f"mask: {mask}"
     if masked and mask is None:
         return "no mask, where the image's other objects have one"
     if mask is not None and tuple(np.shape(mask)) != (height, width):
@@ -210,7 +223,7 @@ def _kept(
     classes: Sequence[int],
     is_crowd: Sequence[bool] | None,
     areas: Sequence[float | None] | None,
-    masks: Sequence[np.ndarray | None] | None,
+    masks: Sequence[np.ndarray | str | None] | None,
     attributes: Mapping[str, Sequence[int]] | None,
 ) -> Objects:
     """The kept annotations as `Objects` (areas: the source's, else the clipped box's)."""
@@ -229,7 +242,7 @@ def _kept(
     )
 
 
-def _mask_png(mask: np.ndarray | None) -> bytes:
+def _mask_png(mask: np.ndarray | str | None) -> bytes:
     """One object's mask as a PNG of 0 and 1 (what Model Garden and the OD API decode)."""
     out = io.BytesIO()
     Image.fromarray((np.asarray(mask) != 0).astype(np.uint8), mode="L").save(out, format="PNG")
@@ -284,10 +297,14 @@ def read_objects(features: Mapping[str, list[Any]], *, width: int, height: int, 
 
 def stored_objects_problem(features: Mapping[str, list[Any]], num_classes: int, label_offset: int) -> str | None:
     """What is wrong with a record's stored objects (`verify`), or None: lists of different
-    lengths, a coordinate outside [0, 1], an empty or inverted box, a class outside 0..K-1."""
+    lengths (instance masks included), a coordinate outside [0, 1], an empty or inverted box, a
+    class outside 0..K-1."""
     columns = [list(features.get(k, [])) for k in (*schema.BOX_KEYS, schema.OBJECT_LABEL)]
     if len({len(c) for c in columns}) != 1:
         return f"object lists of different lengths: {[len(c) for c in columns]} (xmin, ymin, xmax, ymax, label)"
+    masks = features.get(schema.OBJECT_MASK)
+    if masks and len(masks) != len(columns[0]):
+        return f"{len(masks)} instance masks for {len(columns[0])} objects"
     for index, (x0, y0, x1, y1, label) in enumerate(zip(*columns, strict=True)):
         if not (0.0 <= x0 < x1 <= 1.0 and 0.0 <= y0 < y1 <= 1.0):
             return f"object {index}: box {[x0, y0, x1, y1]} is not inside [0, 1] with min < max"

@@ -23,8 +23,6 @@ from shardfeed.format.manifest_builder import (
     Counts,
     Header,
     ImageStats,
-    ObjectStats,
-    ShardInfo,
     SplitInfo,
 )
 from shardfeed.format.schema import Schema
@@ -135,11 +133,7 @@ class Manifest:
         """
         if name not in self.data["splits"]:
             raise ManifestError(f"split {name!r} not in {self.path}; it has {self.split_names}")
-        raw = self.data["splits"][name]
-        shards = [ShardInfo(**shard) for shard in raw["shards"]]
-        return SplitInfo(
-            name, raw["num_records"], raw["num_bytes"], dict(raw["class_counts"]), shards, ObjectStats.of_split(raw)
-        )
+        return SplitInfo.of_manifest(name, self.data["splits"][name])
 
     def main_split(self) -> str:
         """The split to show by default: train, else the held-out one, else the first."""

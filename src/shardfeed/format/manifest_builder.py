@@ -4,7 +4,7 @@ fixed facts (`Header`), then every shard with what it holds (`ShardFacts`), then
 `Manifest` answers with these same types).
 
     Header      source, settings, labels, label offset, features, schema, label range
-    ShardFacts  one shard: its split, its manifest entry (`manifest.ShardInfo`), the class counts
+    ShardFacts  one shard: its split, its manifest entry (`ShardInfo`), the class counts
                 and image statistics (`ImageStats`) of its records, and a detection shard's
                 objects (`ObjectStats`: per class, per COCO size, images without any)
     Counts      skipped inputs, duplicate groups, dropped copies, label conflicts
@@ -88,6 +88,13 @@ class SplitInfo:
     class_counts: dict[str, int]
     shards: list[ShardInfo]
     objects: ObjectStats | None = None  # a detection split's objects
+
+    @classmethod
+    def of_manifest(cls, name: str, raw: Mapping[str, Any]) -> SplitInfo:
+        """The split `name` as a written manifest holds it (`raw`: its entry)."""
+        shards = [ShardInfo(**shard) for shard in raw["shards"]]
+        counts = dict(raw["class_counts"])
+        return cls(name, raw["num_records"], raw["num_bytes"], counts, shards, ObjectStats.of_split(raw))
 
 
 HEADER = frozenset(("source", "settings", "labels", "label_offset", "features", "schema", "label_range", "task"))

@@ -87,6 +87,13 @@ OBJECT_TYPES = {
     OBJECT_IS_CROWD: "int64",
 }
 MASK_TYPES = {OBJECT_MASK: "bytes"}
+
+
+def object_attribute(name: str) -> tuple[str, str]:
+    """A per-object 0/1 flag's record key and type (VOC's difficult: image/object/difficult)."""
+    return OBJECT_ATTRIBUTE.format(name=name), "int64"
+
+
 SEGMENTATION_TYPES = {SEGMENTATION_MASK: "bytes", SEGMENTATION_FORMAT: "bytes"}
 FEATURE_KEYS = (*IMAGE_TYPES, *LABEL_TYPES, *OBJECT_TYPES, *MASK_TYPES, *SEGMENTATION_TYPES)
 

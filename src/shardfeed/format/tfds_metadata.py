@@ -118,7 +118,7 @@ def features(data: dict[str, Any]) -> dict[str, Any]:
     known = {*schema.FEATURE_KEYS, keys.image_key, keys.label_key}
     lists = {keys.label_key or schema.LABEL, schema.TEXT} if data.get("task") == schema.MULTI_LABEL else set()
     if data.get("task") == schema.DETECTION:  # one value per object
-        lists = set(schema.OBJECT_TYPES) - {schema.SOURCE_ID}
+        lists = {*schema.OBJECT_TYPES, *schema.MASK_TYPES} - {schema.SOURCE_ID}
     for key, kind in data["features"].items():
         if key not in known:  # other writers' extras (boxes, ...): TFDS parses only those listed
             continue

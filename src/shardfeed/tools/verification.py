@@ -184,10 +184,21 @@ def verify(
             for task, outcome in zip(tasks, outcomes, strict=True):
                 _collect(report, counts, task, outcome, bar)
                 instances[task.split].update(outcome.instance_counts)
+    report.problems += _count_problems(m, counts, instances)
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def _count_problems(
+    m: manifest.Manifest, counts: dict[str, Counter[str]], instances: dict[str, Counter[str]]
+) -> list[Problem]:
+    """Where the records' counts differ from the manifest's: images per class (one class per
+    image), objects per class (detection)."""
+    problems = []
     for split in m.split_names:
         objects = m.split(split).objects
         if objects is not None and instances[split] != Counter({k: v for k, v in objects.instances.items() if v}):
-            report.problems.append(
+            problems.append(
                 Problem(
                     f"split {split!r}: objects per class {dict(instances[split])} differ from the manifest's "
                     f"{dict(objects.instances)}"
@@ -195,13 +206,12 @@ def verify(
             )
         expected = Counter(m.split(split).class_counts)
         if m.labels is not None and m.header.task == schema.CLASSIFICATION and counts[split] != expected:
-            report.problems.append(
+            problems.append(
                 Problem(
                     f"split {split!r}: class counts {dict(counts[split])} differ from the manifest's {dict(expected)}"
                 )
             )
-    report.seconds = time.monotonic() - start
-    return report
+    return problems
 
 
 def _verify_foreign(path: str | Sequence[str], keys: AdoptOptions, workers: int | None, progress: bool) -> VerifyReport:

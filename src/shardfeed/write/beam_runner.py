@@ -199,6 +199,7 @@ def _objects(listed: dict[str, Any] | None) -> SourceObjects | None:
         source_id=int(listed["source_id"]),
         attributes=tuple((name, tuple(flags)) for name, flags in listed.get("attributes", ())),
         normalised=bool(listed.get("normalised", False)),
+        segmentations=tuple(listed["segmentations"]) if listed.get("segmentations") is not None else None,
     )
 
 

@@ -61,6 +61,7 @@ class Discovery:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     presplit: bool = False
     task: str = CLASSIFICATION  # what the records hold beyond the image: TASKS
+    object_features: tuple[tuple[str, str], ...] = ()  # per-object keys a detection source adds: (key, type)
 
     def with_safe_names(self) -> Discovery:
         """This discovery with every item whose split name comes from the data and could not be

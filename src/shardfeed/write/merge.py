@@ -38,7 +38,8 @@ def merge_manifest(
         state["settings"],
         discovery.class_names,
         options.label_offset,
-        schema.feature_types(discovery.class_names is not None, options.keys, discovery.task),
+        schema.feature_types(discovery.class_names is not None, options.keys, discovery.task)
+        | dict(discovery.object_features),
         None if options.keys.is_ours else options.keys.record_keys(),
         task=discovery.task,
     )

@@ -11,16 +11,22 @@ image, with nearest-neighbour resampling so that every stored pixel is an id the
 
 Stored as a PNG (mode L) under `image/segmentation/class/encoded`, as Model Garden's
 segmentation decoder reads it. Pixels of 255 are kept: they mean "ignore" (its ignore_label).
+
+A detection object's instance mask (COCO's polygons or RLE, `instance_masks`) is drawn with
+pycocotools on the file's pixels and moved the same way; format/annotations.py stores it.
 """
 
 from __future__ import annotations
 
 import io
-from typing import NamedTuple
+import json
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 from PIL import Image
 
+from shardfeed import lazy
 from shardfeed.write.images.prepare import BadImageError, ImageOptions, PreparedImage, encode, source_frame
 
 IGNORE = 255  # a mask pixel that belongs to no class (Model Garden's default ignore_label)
@@ -63,11 +69,7 @@ def prepare_mask(
         raise BadImageError(
             f"mask {name} is {mask.width} x {mask.height}, its image {source_size[0]} x {source_size[1]}"
         )
-    if orientation in _TURNS:  # re-encoded upright
-        mask = mask.transpose(_TURNS[orientation])
-    if options.transforms:
-        out, box = options.geometry.region(mask.size)
-        mask = mask.resize((stored.width, stored.height) if box is None else out, Image.Resampling.NEAREST, box=box)
+    mask = _moved(mask, orientation, stored, options)
     if mask.size != (stored.width, stored.height):
         raise BadImageError(
             f"mask {name} is {mask.width} x {mask.height} after its image's transforms, the image "
@@ -81,6 +83,57 @@ def prepare_mask(
             f"{IGNORE}: ignored)"
         )
     return StoredMask(encode(mask, "png"), tuple(int(i) for i in ids if i != IGNORE))
+
+
+def _moved(mask: Image.Image, orientation: int, stored: PreparedImage, options: ImageOptions) -> Image.Image:
+    """A mask drawn on the file's pixels, moved as its image was: turned upright, then the same
+    region resized to the stored size, nearest-neighbour."""
+    if orientation in _TURNS:  # re-encoded upright
+        mask = mask.transpose(_TURNS[orientation])
+    if options.transforms:
+        out, box = options.geometry.region(mask.size)
+        mask = mask.resize((stored.width, stored.height) if box is None else out, Image.Resampling.NEAREST, box=box)
+    return mask
+
+
+def instance_masks(
+    segmentations: Sequence[str], image_data: bytes, stored: PreparedImage, options: ImageOptions
+) -> list[np.ndarray | str]:
+    """Each object's COCO `segmentation` (JSON text: polygons, or RLE) as a 0/1 mask of the
+    stored image, moved as the image was; or, for one that cannot be made, the reason."""
+    mask_api = lazy.coco_mask()
+    (width, height), orientation = source_frame(image_data, stored)
+    out: list[np.ndarray | str] = []
+    for text in segmentations:
+        drawn = _coco_mask(mask_api, json.loads(text) if text else None, height, width)
+        if isinstance(drawn, str):
+            out.append(drawn)
+            continue
+        out.append(np.asarray(_moved(Image.fromarray(drawn, mode="L"), orientation, stored, options)))
+    return out
+
+
+def _coco_mask(mask_api: Any, segmentation: Any, height: int, width: int) -> np.ndarray | str:
+    """One COCO segmentation drawn on a `width` x `height` image: 0/1 uint8 [H, W], or why not."""
+    if isinstance(segmentation, list):  # polygons [[x1, y1, x2, y2, ...], ...]
+        polygons = [[float(v) for v in p] for p in segmentation if isinstance(p, list) and len(p) >= 6]
+        if not polygons or len(polygons) != len(segmentation) or any(len(p) % 2 for p in polygons):
+            return "a polygon is not 3 or more (x, y) points"
+        rle = mask_api.merge(mask_api.frPyObjects(polygons, height, width))
+    elif isinstance(segmentation, dict) and {"counts", "size"} <= segmentation.keys():  # RLE
+        if list(segmentation["size"]) != [height, width]:
+            return f"RLE of size {segmentation['size']} for a {width} x {height} image (size [{height}, {width}])"
+        counts = segmentation["counts"]
+        if isinstance(counts, list):  # uncompressed (COCO's crowd regions)
+            rle = mask_api.frPyObjects(segmentation, height, width)
+        else:
+            rle = {"size": [height, width], "counts": str(counts).encode()}
+    else:
+        return "no segmentation (polygons or RLE) to make its mask from"
+    try:
+        return np.ascontiguousarray(mask_api.decode(rle), dtype=np.uint8)
+    except Exception as e:  # pycocotools raises bare Exceptions on bad RLE
+        return f"its RLE cannot be decoded ({e})"
 
 
 def _ids(data: bytes, name: str) -> Image.Image:

@@ -111,12 +111,12 @@ def resolve_source(
     if lower.endswith((".npz", ".npy")):
         return ArraySource(source, **csv_or_array_options)
     if looks_like_coco(source):
-        return CocoSource(source, images=container_options.get("images"))
+        return CocoSource(source, images=container_options.get("images"), masks=bool(container_options.get("masks")))
     if labels_from not in LABELS_FROM:
         raise SourceError(f"labels_from must be one of {list(LABELS_FROM)}, got {labels_from!r}")
     table_keys = ("image_column", "label_column", "outside_images")
     table = {k: v for k, v in container_options.items() if k in table_keys and v is not None}
-    wds = {k: v for k, v in container_options.items() if k not in (*table_keys, "images") and v is not None}
+    wds = {k: v for k, v in container_options.items() if k not in (*table_keys, "images", "masks") and v is not None}
     if labels_from == "folders" and looks_like_webdataset(source):  # first: img2dataset puts Parquet beside tars
         return WebDatasetSource(source, **wds)
     if labels_from == "folders" and looks_like_table(source):

@@ -11,7 +11,9 @@ image is encoded (format/annotations.py): boxes partly outside clipped and count
 skipped with the reason. Images without annotations are kept (COCO has about 1% of them).
 What cannot be used is reported, never dropped silently: an image entry without its file, an
 annotation of an image or category that is not listed, or one without a usable bbox.
-Polygon and RLE segmentations are not read yet: boxes, classes, crowd flags and areas are.
+With `masks` (`convert --masks`, pycocotools installed: the `coco` extra) each object's polygons
+or RLE (`segmentation`) become its instance mask, `image/object/mask`, drawn on the file's pixels
+and moved with them; an object whose mask cannot be made is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ import posixpath
 from collections import defaultdict
 from typing import Any
 
+from shardfeed import lazy
 from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio
 from shardfeed.format.annotations import SourceObjects
-from shardfeed.format.schema import DETECTION
+from shardfeed.format.schema import DETECTION, MASK_TYPES
 from shardfeed.write.items import Discovery, Item, file_item
 
 
@@ -39,11 +42,14 @@ class CocoSource:
 
     kind = "coco"
 
-    def __init__(self, annotations: str, images: str | None = None) -> None:
+    def __init__(self, annotations: str, images: str | None = None, masks: bool = False) -> None:
         self.annotations = annotations
         self.root = images or posixpath.dirname(annotations) or "."
+        self.masks = masks
 
     def discover(self) -> Discovery:
+        if self.masks:
+            lazy.coco_mask()  # said once, here, not once per image by the workers
         data = self._read()
         names, category_ids = self._categories(data)
         skipped: list[tuple[str, str]] = []
@@ -71,9 +77,10 @@ class CocoSource:
                     (key, f"listed in {posixpath.basename(self.annotations)} (image {image_id}) but not found")
                 )
                 continue
-            objects = _objects(by_image.get(image_id, []), category_ids, image_id)
+            objects = _objects(by_image.get(image_id, []), category_ids, image_id, self.masks)
             items.append(dataclasses.replace(file_item(self.root, key, -1, None), objects=objects))
-        return Discovery(self.kind, self.root, items, self.root, names, skipped, task=DETECTION)
+        masks = tuple(MASK_TYPES.items()) if self.masks else ()
+        return Discovery(self.kind, self.root, items, self.root, names, skipped, task=DETECTION, object_features=masks)
 
     def _read(self) -> dict[str, Any]:
         """The annotations file, its three lists checked.
@@ -115,9 +122,10 @@ def _box(annotation: dict[str, Any]) -> Box | None:
 
 
 def _objects(
-    annotations: list[tuple[dict[str, Any], Box]], category_ids: dict[Any, int], image_id: int
+    annotations: list[tuple[dict[str, Any], Box]], category_ids: dict[Any, int], image_id: int, masks: bool
 ) -> SourceObjects:
-    """One image's annotations (each with its box as (xmin, ymin, xmax, ymax)), in the order of their ids."""
+    """One image's annotations (each with its box as (xmin, ymin, xmax, ymax)), in the order of
+    their ids; with `masks`, each one's segmentation as compact JSON for its instance mask."""
     pairs = sorted(annotations, key=lambda pair: pair[0].get("id", 0))
     ordered = [a for a, _ in pairs]
     areas = [a.get("area") for a in ordered]
@@ -128,4 +136,11 @@ def _objects(
         areas=tuple(float(v) if isinstance(v, (int, float)) else None for v in areas),
         ids=tuple(int(a.get("id", i)) for i, a in enumerate(ordered)),
         source_id=image_id,
+        segmentations=tuple(_segmentation(a) for a in ordered) if masks else None,
     )
+
+
+def _segmentation(annotation: dict[str, Any]) -> str:
+    """An annotation's `segmentation` as compact JSON ('' where it has none: reported then)."""
+    value = annotation.get("segmentation")
+    return json.dumps(value, separators=(",", ":")) if value else ""

@@ -28,7 +28,7 @@ import xml.etree.ElementTree as ElementTree
 from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio
 from shardfeed.format.annotations import SourceObjects
-from shardfeed.format.schema import DETECTION
+from shardfeed.format.schema import DETECTION, object_attribute
 from shardfeed.write.items import Discovery, Item, file_item, read_class_names
 from shardfeed.write.sources.segmentation import CLASSES_FILE
 
@@ -105,7 +105,9 @@ class VocSource:
                 for i, n in zip(found.numbers, found.names, strict=True)
                 if n not in names
             ]
-        return Discovery(self.kind, self.root, items, self.root, names, skipped, splits is not None, task=DETECTION)
+        flags = tuple(object_attribute(a) for a in ATTRIBUTES)
+        presplit = splits is not None
+        return Discovery(self.kind, self.root, items, self.root, names, skipped, presplit, DETECTION, flags)
 
     def _parse(self, where: str) -> _Parsed | str:
         """One annotation file's image name and objects, or why it cannot be used."""
