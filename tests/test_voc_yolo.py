@@ -221,3 +221,76 @@ def test_yolo_classes_txt_and_load(yolo: Path, tmp_path: Path) -> None:
             assert np.abs(inner.astype(int) - colours[int(label)]).max(axis=-1).mean() < 30
             seen += 1
     assert seen == 2
+
+
+def test_a_hub_detection_table_cppe5_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The layout of the Hub's detection datasets (cppe-5, the Hugging Face object detection
+    guide's): an `objects` column of COCO boxes and ClassLabel categories, written by `datasets`
+    itself to Hub-layout Parquet. Each box frames its square, and
+    a box outside its image is a skipped annotation."""
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    names = ["person", "car"]
+    features = datasets.Features(
+        {
+            "image_id": datasets.Value("int64"),
+            "image": datasets.Image(),
+            "objects": datasets.Sequence(
+                {
+                    "id": datasets.Value("int64"),
+                    "area": datasets.Value("int64"),
+                    "bbox": datasets.Sequence(datasets.Value("float32"), length=4),
+                    "category": datasets.ClassLabel(names=names),
+                }
+            ),
+        }
+    )
+    rows: dict[str, list] = {"image_id": [], "image": [], "objects": []}
+    for number, name in enumerate(SQUARES, start=1):
+        png = tmp_path / f"{name}.png"
+        Image.fromarray(pasted(name)).save(png)
+        squares = SQUARES[name]
+        rows["image_id"].append(number)
+        rows["image"].append({"bytes": png.read_bytes(), "path": None})
+        rows["objects"].append(
+            {
+                "id": [10 * number + i for i in range(len(squares))],
+                "area": [w * h for _, _, (_, _, w, h) in squares],
+                "bbox": [list(box) for _, _, box in squares],
+                "category": [names.index(c) for _, c, _ in squares],
+            }
+        )
+    rows["objects"][2] = {"id": [31], "area": [400], "bbox": [[700.0, 10.0, 20.0, 20.0]], "category": [0]}  # outside
+    table = datasets.Dataset.from_dict(rows, features=features)
+    hub = tmp_path / "hub" / "data"
+    hub.mkdir(parents=True)
+    table.to_parquet(str(hub / "train-00000-of-00001.parquet"))
+    out = tmp_path / "out"
+    convert(str(hub.parent), str(out), progress=False)
+    m = manifest.read(str(out))
+    assert m.header.task == "detection" and m.labels == names and m.split_names == ["train"]
+    found = decoded(out)
+    chelsea = found["data/train-00000-of-00001.parquet/0000000.png"]
+    assert chelsea["groundtruth_classes"].tolist() == [0, 1] and chelsea["source_id"] == b"1"
+    for box, colour in zip(chelsea["groundtruth_boxes"], (RED, BLUE), strict=True):
+        frames(chelsea["image"], box, colour, tolerance=0)
+    assert chelsea["groundtruth_area"].tolist() == [80 * 70, 151 * 110]
+    report = json.loads((out / "report.json").read_text())
+    annotations = {(s["file"], s["annotation"]): s["reason"] for s in report["skipped_annotations"]}
+    where = ("data/train-00000-of-00001.parquet/0000002.png", 31)
+    assert annotations == {where: "box [700.0, 10.0, 720.0, 30.0]: wholly outside the 640 x 427 image"}
+
+
+def test_objects_cells_other_writers_make() -> None:
+    """A list of dicts (one per object) reads as the dict of lists `datasets` writes; a cell
+    whose lists do not add up, or whose boxes are not four numbers, is the row's reason."""
+    from shardfeed.write.sources.table_objects import row_objects
+
+    listed = row_objects([{"bbox": [10, 20, 30, 40], "category": 1}, {"bbox": [0, 0, 5, 5], "category": 0}], 7)
+    assert not isinstance(listed, str)
+    assert listed.boxes == ((10.0, 20.0, 40.0, 60.0), (0.0, 0.0, 5.0, 5.0)) and listed.classes == (1, 0)
+    assert listed.source_id == 7 and listed.ids == (0, 1) and listed.is_crowd == (False, False)
+    empty = row_objects(None, 1)
+    assert not isinstance(empty, str) and empty.boxes == ()
+    assert row_objects({"bbox": [[1, 2, 3, 4]], "category": []}, 1) == "its objects cell has 1 boxes and 0 categories"
+    assert row_objects({"bbox": [[1, 2, 3]], "category": [0]}, 1).startswith("a bbox of its objects is not four")

@@ -92,6 +92,22 @@ class SourceObjects:
     normalised: bool = False
     segmentations: tuple[str, ...] | None = None
 
+    @classmethod
+    def of_json(cls, fields: Mapping[str, Any]) -> SourceObjects:
+        """The annotations `dataclasses.asdict` made JSON of (a plan file, a staging listing)."""
+        segmentations = fields.get("segmentations")
+        return cls(
+            boxes=tuple((b[0], b[1], b[2], b[3]) for b in fields["boxes"]),
+            classes=tuple(fields["classes"]),
+            is_crowd=tuple(fields["is_crowd"]),
+            areas=tuple(fields["areas"]),
+            ids=tuple(fields["ids"]),
+            source_id=int(fields["source_id"]),
+            attributes=tuple((name, tuple(flags)) for name, flags in fields.get("attributes", ())),
+            normalised=bool(fields.get("normalised", False)),
+            segmentations=tuple(segmentations) if segmentations is not None else None,
+        )
+
 
 COCO_SIZES = (("small", 32.0**2), ("medium", 96.0**2), ("large", math.inf))  # area below each bound
 

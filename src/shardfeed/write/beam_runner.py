@@ -188,19 +188,7 @@ def local_runner_flags(flags: list[str]) -> list[str]:
 
 def _objects(listed: dict[str, Any] | None) -> SourceObjects | None:
     """An item's annotations from a plan file (JSON lists back to the tuples they were)."""
-    if listed is None:
-        return None
-    return SourceObjects(
-        boxes=tuple((b[0], b[1], b[2], b[3]) for b in listed["boxes"]),
-        classes=tuple(listed["classes"]),
-        is_crowd=tuple(listed["is_crowd"]),
-        areas=tuple(listed["areas"]),
-        ids=tuple(listed["ids"]),
-        source_id=int(listed["source_id"]),
-        attributes=tuple((name, tuple(flags)) for name, flags in listed.get("attributes", ())),
-        normalised=bool(listed.get("normalised", False)),
-        segmentations=tuple(listed["segmentations"]) if listed.get("segmentations") is not None else None,
-    )
+    return SourceObjects.of_json(listed) if listed is not None else None
 
 
 class _ShardWriter:

@@ -8,7 +8,7 @@ dropped silently.
     folders.py      a class per folder, labels in file names, or no labels
     csv_list.py     a CSV/TSV list of files with labels
     arrays.py       NumPy .npz/.npy arrays
-    tables.py       Hugging Face Parquet/Arrow tables
+    tables.py       Hugging Face Parquet/Arrow tables (table_objects.py: their detection `objects`)
     webdataset.py   WebDataset tars
     segmentation.py images/ with a mask of class ids each in masks/, and classes.txt
     coco.py         COCO object detection annotations (a .json) and their images folder

@@ -17,16 +17,20 @@ reuses a complete one. The conversion removes it when it has finished (`Staged.r
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio
+from shardfeed.format.annotations import SourceObjects
 from shardfeed.format.folder_lock import process_alive
+from shardfeed.format.schema import CLASSIFICATION, DETECTION
 from shardfeed.write.items import Discovery, file_item
 
 LISTING = "listing.json"
@@ -41,6 +45,8 @@ class Extracted:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     class_names: list[str] | None = None
     presplit: bool = False
+    task: str = CLASSIFICATION
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)  # detection: key -> its SourceObjects' fields
 
 
 class Staged:
@@ -67,6 +73,8 @@ class Staged:
                 [tuple(s) for s in data["skipped"]],
                 data["class_names"],
                 data["presplit"],
+                data.get("task", CLASSIFICATION),
+                data.get("objects", {}),
             )
         self._remove_dead_partials()
         partial = f"{self.folder}.partial-{os.getpid()}"
@@ -85,7 +93,9 @@ class Staged:
     def discovery(self, kind: str, root: str, found: Extracted) -> Discovery:
         """What a source found, as the conversion takes it: staged files below this folder."""
         items = [file_item(self.folder, key, label, split) for key, label, split in found.images]
-        return Discovery(kind, root, items, self.folder, found.class_names, found.skipped, found.presplit)
+        if found.task == DETECTION:
+            items = [dataclasses.replace(i, objects=SourceObjects.of_json(found.objects[i.key])) for i in items]
+        return Discovery(kind, root, items, self.folder, found.class_names, found.skipped, found.presplit, found.task)
 
     def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -11,7 +11,9 @@
 
 The image column and the label column come from `datasets`' feature metadata when it is there
 (the `Image` feature; a `ClassLabel`, whose names become labels.txt in the same id order), else
-from their names and types; `image_column` / `label_column` override. An image is stored as its
+from their names and types; `image_column` / `label_column` override. A table with an `objects`
+column of boxes and categories (the Hub's detection layout) is a detection source instead
+(write/sources/table_objects.py). An image is stored as its
 bytes (`{bytes, path}`); one given by path only is read from that path, relative to the dataset.
 Tables are read with pyarrow (`pip install 'shardfeed[hub]'`), a record batch at a time, and the
 images extracted once into a staging folder (write/sources/staging.py). Each image's key (report.json,
@@ -21,6 +23,7 @@ image/filename) is its table and row: `data/train-00000-of-00002.parquet/0000123
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import re
 import warnings
@@ -29,8 +32,11 @@ from typing import Any
 
 from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio, image_limits, storage
+from shardfeed.format.annotations import SourceObjects
 from shardfeed.format.image_format import sniff_format
+from shardfeed.format.schema import DETECTION
 from shardfeed.write.items import Discovery
+from shardfeed.write.sources import table_objects
 from shardfeed.write.sources.staging import Extracted, Staged, Writer
 
 IMAGE_NAMES = ("image", "img", "picture", "photo", "jpg", "png", "image_bytes")
@@ -157,6 +163,9 @@ class TableSource:
         for table, split in tables:
             schema = self._schema(table)
             image, label, class_names = self._columns(table, schema)
+            if (objects := table_objects.objects_column(_features(schema), list(schema.names))) is not None:
+                label, class_names = objects  # a detection table: its objects instead of a label
+                found.task = DETECTION
             if columns is not None and columns != (image, label):
                 raise SourceError(
                     f"{storage.redact(table)}: columns {(image, label)} differ from the others' {columns}"
@@ -168,7 +177,13 @@ class TableSource:
             for row, (value, label_value) in enumerate(self._rows(table, image, label)):
                 where = f"{rel} row {row}"
                 key_base = f"{rel}/{row:07d}"  # the table and row: how report.json and image/filename name it
+                if found.task == DETECTION:
+                    label_value = table_objects.row_objects(label_value, len(found.images) + len(found.skipped) + 1)
                 self._stage_row(found, writer, names, where, key_base, split, value, label_value, label)
+        if found.task == DETECTION:
+            top = max((c for o in found.objects.values() for c in o["classes"]), default=0)
+            found.class_names = found.class_names or _id_names(top, f"{columns[1] if columns else ''}.category")
+            return found
         if found.class_names is None and names:
             found.class_names = sorted(names, key=names.__getitem__)
         elif found.class_names is None and columns is not None and columns[1] is not None and found.images:
@@ -199,10 +214,16 @@ class TableSource:
         if not data:
             found.skipped.append((where, "no image in the row (empty or null)"))
             return
+        if isinstance(label_value, str) and found.task == DETECTION:
+            found.skipped.append((where, f"{label_value} (column {label_column!r})"))
+            return
         if label_column is not None and label_value is None:
             found.skipped.append((where, f"no label (null in column {label_column!r})"))
             return
-        if label_column is None:
+        if isinstance(label_value, SourceObjects):
+            label = -1
+            found.objects[key_base] = dataclasses.asdict(label_value)
+        elif label_column is None:
             label = -1
         elif isinstance(label_value, str):
             label = names.setdefault(label_value, len(names))
@@ -218,6 +239,8 @@ class TableSource:
         key = key_base + "." + (sniff_format(data) or "bin").replace("jpeg", "jpg")
         writer.put(key, data)
         found.images.append((key, label, split))
+        if key_base in found.objects:  # filed under the staged file's key
+            found.objects[key] = found.objects.pop(key_base)
 
     def _named_image(self, path: str) -> tuple[bytes | None, str | None]:
         """The bytes of the image file a row names, or why it is not read. Only regular files
