@@ -84,3 +84,24 @@ def test_train_says_which_remedy_it_used(imbalanced: Path, tmp_path: Path, flag:
     assert f"imbalance: {word}" in said
     assert "per-class recall (classes 10.0x imbalanced; lowest first): " in said  # 60 vs 6 images
     assert "precision: float32 (no GPU for Keras' tensorflow backend)" in said  # 'auto' on this machine
+
+
+def test_repeat_factors_are_lvis_and_an_epoch_gives_each_image_its_share() -> None:
+    """LVIS' factors worked out by hand; systematic sampling gives each image the floor or the
+    ceiling of n * r_i / sum(r) places, in a new seeded order each epoch."""
+    from shardfeed.read.order import repeat_factor_order, repeat_factors
+
+    # 1,000 images: class 0 on all, class 1 on 1 image (f = 0.001), class 2 on 10 (f = 0.01)
+    classes = [np.array([0])] * 989 + [np.array([0, 1])] + [np.array([0, 2])] * 10
+    factors = repeat_factors(classes, threshold=0.01)
+    assert factors[0] == 1.0 and factors[989] == pytest.approx(np.sqrt(0.01 / 0.001))  # sqrt(10)
+    assert factors[990] == pytest.approx(1.0)  # f = t: sqrt(1)
+    assert (repeat_factors([np.array([], np.int64), np.array([3])], threshold=1.0) == [1.0, np.sqrt(2)]).all()
+    weights = np.array([1.0] * 6 + [3.5, 0.5])
+    for epoch in range(5):
+        order = repeat_factor_order(weights, seed=1, epoch=epoch)
+        counts = np.bincount(order, minlength=8)
+        share = len(weights) * weights / weights.sum()
+        assert len(order) == 8 and (np.floor(share) <= counts).all() and (counts <= np.ceil(share)).all()
+        assert (order == repeat_factor_order(weights, seed=1, epoch=epoch)).all()
+    assert not (repeat_factor_order(weights, 1, 0) == repeat_factor_order(weights, 1, 1)).all()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -381,3 +382,25 @@ def test_polygons_and_rle_become_instance_masks_on_the_objects_pixels(tmp_path: 
     from shardfeed.tools import verify
 
     assert verify(str(out), progress=False).ok
+
+
+def test_balance_class_repeats_images_of_rare_classes(coco: Path, tmp_path: Path) -> None:
+    """Repeat-factor sampling on a detection folder: with t = 1, person (on 2 of 3 images) gives
+    sqrt(3/2), car and dog (1 of 3) sqrt(3); so chelsea (person, dog) and coffee (car, person)
+    weigh sqrt(3) and astronaut (no objects) 1: of each epoch's 3 places they take 1.16 each and
+    astronaut 0.67, as the floor or the ceiling."""
+    out = tmp_path / "out"
+    convert(
+        CocoSource(str(coco), str(coco.parent / "images")), str(out), ConvertOptions(split="train=1"), progress=False
+    )
+    read = ReadOptions(balance="class", repeat_threshold=1.0, with_filenames=True)
+    ds = load(str(out), batch_size=3, image_size=64, seed=3, training=True, read=read)
+    astronauts = 0
+    for _ in range(12):  # each iteration: the next epoch
+        ((_, _, names),) = list(ds)
+        seen = Counter(n.decode() for n in names.numpy())
+        assert seen["chelsea.png"] in (1, 2) and seen["coffee.png"] in (1, 2) and seen["astronaut.png"] <= 1
+        astronauts += seen["astronaut.png"]
+    assert 4 <= astronauts <= 11  # 0.67 of 12 epochs, not every one
+    with pytest.raises(OptionError, match="repeat_threshold must be in"):
+        ReadOptions(repeat_threshold=0)

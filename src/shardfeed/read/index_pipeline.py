@@ -20,12 +20,20 @@ from typing import Any
 
 import numpy as np
 
+from shardfeed.format.schema import DETECTION
 from shardfeed.lazy import tensorflow
 from shardfeed.read.indexed import IndexedRecords
 from shardfeed.read.mixture import MixedRecords, MixedSplit
-from shardfeed.read.order import balanced_order, global_order, mixture_order, window_order
+from shardfeed.read.order import (
+    balanced_order,
+    global_order,
+    mixture_order,
+    repeat_factor_order,
+    repeat_factors,
+    window_order,
+)
 from shardfeed.read.plan import ReadPlan
-from shardfeed.read.record_labels import record_labels
+from shardfeed.read.record_labels import record_classes, record_labels
 
 log = logging.getLogger("shardfeed")
 
@@ -72,9 +80,13 @@ class IndexedEpochs:
         self.n, self.first, self.skip = plan.epoch_records, read.epoch, read.start_step * plan.batch_size
         self.positions = plan.share.positions(self.n)
         self.resumed = plan.share.positions(self.n, read.start_record)  # the first epoch's: after what all read
-        labels = record_labels(plan.shards.manifest, plan.split) if read.balance and plan.training else None
         shuffled = read.order == "global" and plan.training
-        self.orders = _EpochOrders(self.n, plan.base_seed, shuffled=shuffled, labels=labels, mixture=plan.mixture)
+        self.orders = _EpochOrders(self.n, plan.base_seed, shuffled=shuffled, mixture=plan.mixture)
+        m = plan.shards.manifest
+        if read.balance and plan.training and m is not None and m.header.task == DETECTION:  # LVIS' repeat factors
+            self.orders.factors = repeat_factors(record_classes(m, plan.split), read.repeat_threshold)
+        elif read.balance and plan.training and m is not None:
+            self.orders.labels = record_labels(m, plan.split)
         buffered = plan.training and read.order == "buffer" and plan.mixture is None  # even splits, asked for a buffer
         window = read.buffer_size(len(self.positions)) if buffered else 0
         # this worker's positions in file order, shuffled within windows of the buffer's size
@@ -147,6 +159,7 @@ class _EpochOrders:
     ) -> None:
         self.n, self.seed, self.shuffled, self.labels, self.mixture = n, seed, shuffled, labels, mixture
         self.window = window  # file order shuffled within windows of this many records (0: none)
+        self.factors: np.ndarray | None = None  # detection's repeat factors (balance='class')
         self._cache: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
 
@@ -161,6 +174,8 @@ class _EpochOrders:
                     self._cache[epoch] = mixture_order(mix.sizes, mix.counts, self.seed, epoch)
                 elif self.labels is not None:
                     self._cache[epoch] = balanced_order(self.labels, self.seed, epoch)
+                elif self.factors is not None:
+                    self._cache[epoch] = repeat_factor_order(self.factors, self.seed, epoch)
                 elif self.shuffled:
                     self._cache[epoch] = global_order(n, self.seed, epoch)
                 else:

@@ -55,7 +55,11 @@ class ReadOptions:
             rest, whatever their number was before (elastic resume; instead of start_step).
         balance: 'class' reads each training epoch with the same number of records per class
             (`order.balanced_order`: small classes repeated, large ones sampled anew each epoch,
-            no rejection); read by index, in a seeded global order. None: records as they are.
+            no rejection); read by index, in a seeded global order. On a detection folder: LVIS'
+            repeat-factor sampling (`order.repeat_factors`: images of rare classes more often),
+            the epoch keeping the split's length. None: records as they are.
+        repeat_threshold: LVIS' t for detection's balance='class' (0.001, as Detectron2): a
+            class on a share f < t of the images repeats them sqrt(t / f) times.
         num_workers, worker_index: this input pipeline's share (without a distribution strategy;
             `load(input_context=...)` sets both). Whole shards per worker unless `even`.
         even: split records, not shards, across workers so each reads the same count: 'drop' the
@@ -88,6 +92,7 @@ class ReadOptions:
     start_step: int = 0
     start_record: int = 0
     balance: str | None = None
+    repeat_threshold: float = 0.001
     num_workers: int = 1
     worker_index: int = 0
     even: str | None = None
@@ -120,6 +125,8 @@ class ReadOptions:
             )
         if self.balance not in BALANCES:
             raise OptionError(f"balance must be one of {list(BALANCES)}, got {self.balance!r}")
+        if not 0 < self.repeat_threshold <= 1:
+            raise OptionError(f"repeat_threshold must be in (0, 1], got {self.repeat_threshold!r}")
         if self.balance and self.shuffle == "buffer":
             raise OptionError(
                 "balance='class' chooses every record of an epoch by index in a seeded order; a shuffle buffer "

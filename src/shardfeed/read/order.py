@@ -9,6 +9,7 @@ pipeline's tf.data shuffle buffer, `window_order` its counterpart for even split
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -99,6 +100,40 @@ def balanced_order(labels: np.ndarray, seed: int, epoch: int) -> np.ndarray:
     picked = np.concatenate(chosen).astype(np.int64)
     shuffle_keys = _splitmix64(np.arange(len(picked), dtype=np.uint64) ^ (salt ^ np.uint64(0x5EED)))
     return picked[np.argsort(shuffle_keys, kind="stable")]
+
+
+REPEAT_THRESHOLD = 0.001  # LVIS' t: classes on fewer than this share of images are repeated
+
+
+def repeat_factors(classes: list[np.ndarray], threshold: float = REPEAT_THRESHOLD) -> np.ndarray:
+    """LVIS' repeat factor of each image (Gupta et al. 2019, as Detectron2 computes it): a class
+    c on a share f_c of the images has r_c = max(1, sqrt(t / f_c)); an image's factor is the
+    largest r_c of its classes (1 for an image without objects)."""
+    n = max(1, len(classes))
+    counts: dict[int, int] = {}
+    for present in classes:
+        for c in present.tolist():
+            counts[c] = counts.get(c, 0) + 1
+    per_class = {c: max(1.0, math.sqrt(threshold / (k / n))) for c, k in counts.items()}
+    return np.array([max((per_class[c] for c in p.tolist()), default=1.0) for p in classes], np.float64)
+
+
+def repeat_factor_order(factors: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+    """Record numbers for one repeat-factor epoch: a pure function of (factors, seed, epoch).
+
+    The epoch keeps the split's length n (so steps per epoch stay known), and image i fills
+    n * r_i / sum(r) of its places in expectation: systematic sampling (one seeded offset, then
+    evenly spaced points on the cumulative factors) gives each image the floor or the ceiling
+    of its share, never more spread, then the places are shuffled (seeded)."""
+    n = len(factors)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    salt = _epoch_salt(seed, epoch, 0x4F4A)
+    offset = float(_splitmix64(np.array([salt], np.uint64))[0] >> np.uint64(11)) / float(1 << 53)
+    cumulative = np.cumsum(factors / factors.sum()) * n
+    picked = np.searchsorted(cumulative, offset + np.arange(n), side="right").astype(np.int64)
+    shuffle_keys = _splitmix64(np.arange(n, dtype=np.uint64) ^ salt)
+    return np.minimum(picked, n - 1)[np.argsort(shuffle_keys, kind="stable")]
 
 
 def mixture_order(sizes: list[int], counts: list[int], seed: int, epoch: int) -> np.ndarray:

@@ -21,6 +21,7 @@ from shardfeed.errors import OptionError
 from shardfeed.format import fileio
 from shardfeed.format.schema import (
     CLASSIFICATION,
+    DETECTION,
     FILENAME,
     MULTI_LABEL,
     SEGMENTATION,
@@ -226,13 +227,17 @@ def _task_schema(shards: ShardSet, schema: Schema, read: ReadOptions) -> Schema:
     are read instead of a class id, a multi-label folder's ids as k-hot vectors.
 
     Raises:
-        OptionError: balance='class' on a folder without a class per image.
+        OptionError: balance='class' on a folder without a class per image (detection: its
+            objects' classes, for repeat-factor sampling).
     """
     m = shards.manifest
     if m is None or m.header.task == CLASSIFICATION:
         return schema
-    if read.balance:
-        raise OptionError(f"balance='class' samples by each image's one class; {m.path} holds {m.header.task} records")
+    if read.balance and m.header.task != DETECTION:
+        raise OptionError(
+            f"balance='class' samples by each image's one class (or a detection image's objects); {m.path} holds "
+            f"{m.header.task} records"
+        )
     if m.header.task == MULTI_LABEL:
         return dataclasses.replace(schema, multi_hot=len(m.labels or []))
     if m.header.task != SEGMENTATION:

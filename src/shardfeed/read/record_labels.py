@@ -16,7 +16,7 @@ import numpy as np
 
 from shardfeed.errors import CorruptRecordError
 from shardfeed.format import fileio, layout, manifest, schema, tfrecord
-from shardfeed.format.example_proto import single_int64
+from shardfeed.format.example_proto import parse_example, single_int64
 
 _CACHE: dict[tuple[str, str, str], np.ndarray] = {}
 
@@ -67,3 +67,21 @@ def _read(m: manifest.Manifest, split: str) -> np.ndarray:
                 raise CorruptRecordError(f"shard {file} record {number} has no {label_key} label")
             out.append(label)
     return np.array(out, np.int64)
+
+
+def record_classes(m: manifest.Manifest, split: str) -> list[np.ndarray]:
+    """The classes of every object of each record of a detection `split` (record-number order;
+    an image without objects has none), kept for the process (one pass over the shards)."""
+    info = m.split(split)
+    stamp = hashlib.sha256("".join(s.sha256 for s in info.shards).encode()).hexdigest()
+    key = (m.path, f"{split}\0objects", stamp)
+    if key not in _OBJECT_CACHE:
+        _OBJECT_CACHE[key] = [
+            np.unique(np.asarray(parse_example(data).get(schema.OBJECT_LABEL, []), np.int64))
+            for file in m.shard_paths(split)
+            for data in tfrecord.read_records(file, compression=m.compression)
+        ]
+    return _OBJECT_CACHE[key]
+
+
+_OBJECT_CACHE: dict[tuple[str, str, str], list[np.ndarray]] = {}
