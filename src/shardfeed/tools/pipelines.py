@@ -22,6 +22,8 @@ The kinds:
   parse           `load`'s reading and parsing (records/s, no decode)
   raw_parse       TFRecordDataset reading the same shards, no check, then the same parsing
   raw_read        TFRecordDataset reading the same shards, no check, no parsing: the reader's limit
+  keras_hub_voc, keras_layers_voc   detection on a Pascal VOC folder: KerasHub's RetinaNet guide's
+                  pipeline, and the same with Keras' box-aware crop and flip (detection_pipelines.py)
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ KINDS = (
     "raw_read",
     "memory_decode",
     "memory_records",
+    "keras_hub_voc",
+    "keras_layers_voc",
 )
 PARSE_BATCH = 256
 IN_MEMORY = 2048  # records a split's in-memory stages hold (the first ones, in file order)
@@ -109,6 +113,8 @@ def build(spec: PipelineSpec) -> Any:
         "raw_read": _raw_read,
         "memory_decode": _memory_decode,
         "memory_records": _memory_records,
+        "keras_hub_voc": _keras_voc,
+        "keras_layers_voc": lambda spec: _keras_voc(spec, augment=True),
     }
     return builders[spec.kind](spec).repeat(spec.epochs).prefetch(tensorflow().data.AUTOTUNE)
 
@@ -168,6 +174,12 @@ def plain_tfdata(spec: PipelineSpec) -> Any:
     ds = tf.data.Dataset.zip((ds, tf.data.Dataset.random(seed=0).batch(2)))
     ds = ds.map(one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=not spec.training)
     return ds.batch(spec.batch_size, drop_remainder=spec.training)
+
+
+def _keras_voc(spec: PipelineSpec, augment: bool = False) -> Any:
+    from shardfeed.tools.detection_pipelines import keras_hub_voc
+
+    return keras_hub_voc(spec, augment)
 
 
 def _keras_folder(spec: PipelineSpec) -> Any:
