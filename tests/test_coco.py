@@ -115,6 +115,12 @@ def test_coco_boxes_frame_their_objects_and_every_skip_is_reported(coco: Path, t
     assert coffee["groundtruth_classes"].tolist() == [1, 0] and coffee["groundtruth_is_crowd"].tolist() == [False, True]
     assert coffee["groundtruth_area"].tolist() == [80 * 90, 400.0]  # the box's, and COCO's own
     assert found["astronaut.png"]["groundtruth_boxes"].shape == (0, 4)
+    rows = IndexedRecords(str(out), split="train")  # without TensorFlow: (image, {"boxes", "labels"}) in pixels
+    by_name = {rows.example(i)[schema.FILENAME].decode(): rows[i] for i in range(len(rows))}
+    image, target = by_name["chelsea.png"]
+    assert image.shape == (300, 451, 3) and target["labels"].tolist() == [0, 2]
+    assert np.allclose(target["boxes"], [[40, 30, 120, 100], [300, 150, 451, 260]], atol=1e-3)
+    assert by_name["astronaut.png"][1]["boxes"].shape == (0, 4)
     report = json.loads((out / "report.json").read_text())
     assert {(s["file"], s["annotation"]): s["reason"] for s in report["skipped_annotations"]} == {
         ("chelsea.png", 200): "box [500.0, 10.0, 520.0, 30.0]: wholly outside the 451 x 300 image",
@@ -257,6 +263,10 @@ def test_verify_checks_the_boxes_and_show_draws_them(coco: Path, tmp_path: Path)
     changed = (tiles["chelsea.png"].image != drawn).any(axis=-1)
     ys, xs = np.nonzero(changed)
     assert (xs.min(), ys.min()) == (40, 30)  # the red box's outline starts at its corner
+    augmented = show(str(out), None, rows=1, cols=3, augmented=True, augment=False, image_size=(300, 451))
+    by_caption = {t.caption: t.image for t in augmented}  # no crop, no flip: the boxes where they were stored
+    assert set(by_caption) == {"dog, person", "car, person", "(no objects)"}
+    assert ((by_caption["dog, person"] != drawn).any(axis=-1) == changed).all()
     good = (
         {k: [0.1] for k in schema.BOX_KEYS[:2]} | {k: [0.5] for k in schema.BOX_KEYS[2:]} | {schema.OBJECT_LABEL: [0]}
     )

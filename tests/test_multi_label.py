@@ -88,6 +88,8 @@ def test_the_cli_converts_a_multi_label_list_and_show_names_every_class(listed: 
     assert manifest.read(str(out)).header.task == "multi_label"
     captions = {t.key: t.caption for t in show(str(out), None, rows=2, cols=3)}
     assert captions["c.jpg"] == "cat, dog, indoor"
+    augmented = show(str(out), None, rows=2, cols=3, augmented=True, image_size=48)  # k-hot back to names
+    assert sorted(t.caption for t in augmented) == sorted(captions.values())
     separator = [
         sys.executable,
         "-m",
@@ -130,6 +132,10 @@ def test_indexed_records_say_there_is_no_one_class_id(converted: Path) -> None:
     with pytest.raises(OptionError, match="holds multi_label labels, not one class id: read example"):
         rows.label(0)
     assert rows.example(0)[schema.LABEL]  # the ids are there
+    for i in range(len(rows)):  # and rows[i] gives them k-hot, as load does
+        ids = rows.example(i)[schema.LABEL]
+        image, k_hot = rows[i]
+        assert image.ndim == 3 and np.flatnonzero(k_hot).tolist() == sorted(ids if isinstance(ids, list) else [ids])
 
 
 def test_info_counts_the_classes_found_together(converted: Path) -> None:

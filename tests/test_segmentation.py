@@ -117,6 +117,11 @@ def test_masks_are_stored_where_model_garden_reads_them_and_every_problem_is_rep
         for label, colour in ((1, RED), (2, BLUE)):
             painted_pixels = (image == colour).all(axis=-1)
             assert np.array_equal(mask == label, painted_pixels & (mask != 255)), key
+    rows = IndexedRecords(str(out), split="train")  # without TensorFlow: (image, mask), as Model Garden reads them
+    for i in range(len(rows)):
+        image, mask = rows[i]
+        want_image, want_mask = model_garden_decode(rows.record(i))
+        assert np.array_equal(image, want_image) and np.array_equal(mask, want_mask)
     report = json.loads((out / "report.json").read_text())
     reasons = {entry["file"]: entry["reason"] for entry in report["skipped"]}
     assert "no mask: masks/no_mask.png does not exist" in reasons["images/no_mask.png"]
@@ -252,6 +257,9 @@ def test_show_draws_the_masks_and_info_says_the_task(folder: Path, tmp_path: Pat
     stored, mask = model_garden_decode(records(out)["images/chelsea.png"])
     changed = (chelsea.image != stored).any(axis=-1)
     assert np.array_equal(changed, (mask == 1) | (mask == 2))  # tinted exactly where the objects are
+    augmented = show(str(out), None, rows=2, cols=2, augmented=True, image_size=64)  # the masks as load cut them
+    assert len(augmented) == 4 and all(t.image.shape == (64, 64, 3) for t in augmented)
+    assert {c for t in augmented for c in t.caption.split(", ")} <= {"red square", "blue square", ""}
 
 
 def test_tfds_reads_the_masks(folder: Path, tmp_path: Path) -> None:

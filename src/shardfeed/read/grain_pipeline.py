@@ -187,7 +187,10 @@ def grain_dataset(
     read = ReadOptions(shuffle="global", epoch=start_epoch, start_step=start_step)
     plan = resolve(path, split=split, read=read, training=training, seed=seed, batch_size=batch_size)
     if plan.schema.mask_key is not None or plan.schema.multi_hot or plan.schema.objects:
-        raise OptionError(f"grain_dataset yields one class id per image; {path!r} holds more: load(path) reads them")
+        raise OptionError(
+            f"grain_dataset yields one class id per image; {path!r} holds more: load(path) reads them augmented, "
+            "and IndexedRecords(path)[i] gives (image, boxes/mask/k-hot) to a Grain or PyTorch loader of your own"
+        )
     steps = plan.batches_per_pass()
     first, last = start_epoch * steps + start_step, (start_epoch + epochs) * steps
     if not 0 <= start_step < steps or first >= last:

@@ -9,6 +9,9 @@ tf.data users see the same records in the same order.
     len(records), records.example(7)["image/class/label"], records.image(7).shape
     torch.utils.data.DataLoader(records.as_torch(), ...)   # __len__/__getitem__ -> (image, label)
 
+Beyond one label, `records[i]` is (image, what the task holds): a detection folder's boxes and
+labels, a segmentation folder's mask, a multi-label folder's k-hot vector (`target`).
+
 Memory: 20 bytes per record for the index arrays (~26 MB for ImageNet-1k), never image data.
 """
 
@@ -26,6 +29,7 @@ import numpy as np
 
 from shardfeed.errors import CorruptRecordError, OptionError
 from shardfeed.format import fileio, manifest, schema, tfrecord
+from shardfeed.format.annotations import read_objects
 from shardfeed.format.example_proto import parse_example
 from shardfeed.read import shardset
 from shardfeed.read.options import ReadOptions
@@ -43,7 +47,7 @@ class IndexedRecords:
         split: which split.
         check_crc: verify each record's CRC32C (default; cheap with hardware CRC).
         transform: applied by `__getitem__` to each parsed example (default: (uint8 image HWC,
-            0-based label, -1 when unlabeled)).
+            0-based label, -1 when unlabeled; or the task's `target`)).
         max_open_files: for shards on TensorFlow's own filesystems (ram://), handles kept open at
             once (least recently used closed first). Local shards are read with a private pread
             per record, in parallel across threads, keeping no file open.
@@ -208,10 +212,37 @@ class IndexedRecords:
         worker_index = rank)."""
         return GlobalOrderSampler(len(self), seed, num_workers, worker_index, even, epoch)
 
-    def _image_and_label(self, example: dict[str, Any]) -> tuple[np.ndarray, int]:
+    def _image_and_label(self, example: dict[str, Any]) -> tuple[np.ndarray, Any]:
+        """(uint8 image HWC, target): the class id (-1 unlabeled), or what the task holds
+        (`target`)."""
         example = self._ours(example)
+        if self._task != schema.CLASSIFICATION:
+            return decode_image(example), self.target(example)
         label = example.get(schema.LABEL)
         return decode_image(example), -1 if label is None else int(label) - self.manifest.label_offset
+
+    def target(self, example: dict[str, Any]) -> Any:
+        """What a parsed record holds beside its image, as `load` gives it (before any crop):
+        detection {"boxes": float32 [N, 4] (xmin, ymin, xmax, ymax) in pixels of the stored
+        image, "labels": int64 [N]}; segmentation the mask, uint8 [H, W] class ids (255:
+        ignored); multi-label k-hot float32 [K]; else the class id."""
+        offset = self.manifest.label_offset
+        if self._task == schema.DETECTION:
+            wrapped = {k: v if isinstance(v, list) else [v] for k, v in example.items()}
+            width, height = int(example[schema.WIDTH]), int(example[schema.HEIGHT])
+            objects = read_objects(wrapped, width=width, height=height, label_offset=offset)
+            return {"boxes": objects.boxes, "labels": objects.classes}
+        if self._task == schema.SEGMENTATION:
+            from PIL import Image
+
+            with Image.open(io.BytesIO(example[schema.SEGMENTATION_MASK])) as mask:
+                return np.asarray(mask, np.uint8)
+        if self._task == schema.MULTI_LABEL:
+            ids = example.get(schema.LABEL, [])
+            k_hot = np.zeros(len(self.manifest.labels or []), np.float32)
+            k_hot[np.asarray(ids if isinstance(ids, list) else [ids], np.int64) - offset] = 1.0
+            return k_hot
+        return int(example[schema.LABEL]) - offset
 
     def as_torch(self) -> IndexedRecords:
         """This object: it already has the `__len__`/`__getitem__` a torch Dataset (or a Grain

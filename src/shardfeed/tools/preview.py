@@ -68,13 +68,17 @@ def _caption(example: dict[str, Any], key: str, m: manifest.Manifest) -> str:
 
 
 def _overlaid(key: str, image: np.ndarray, example: dict[str, Any], names: list[str]) -> Tile:
-    """A segmentation record's image with its mask over it: each class but 0 (background, by
-    convention) and 255 (ignored) tinted in its own colour, captioned with the classes present."""
+    """A segmentation record's image with its mask over it (`_tinted`)."""
     import io
 
     from PIL import Image
 
-    mask = np.asarray(Image.open(io.BytesIO(example[schema.SEGMENTATION_MASK])))
+    return _tinted(key, image, np.asarray(Image.open(io.BytesIO(example[schema.SEGMENTATION_MASK]))), names)
+
+
+def _tinted(key: str, image: np.ndarray, mask: np.ndarray, names: list[str]) -> Tile:
+    """An image with its mask of class ids over it: each class but 0 (background, by
+    convention) and 255 (ignored) tinted in its own colour, captioned with the classes present."""
     tinted = image.astype(np.float32)
     present = [int(c) for c in np.unique(mask) if 0 < c < len(names)]
     for c in present:
@@ -85,23 +89,28 @@ def _overlaid(key: str, image: np.ndarray, example: dict[str, Any], names: list[
 
 
 def _boxed(key: str, image: np.ndarray, example: dict[str, Any], m: manifest.Manifest) -> Tile:
-    """A detection record's image with its boxes drawn, each in its class's colour, captioned
-    with the classes present (and how many of each)."""
-    from collections import Counter
-
-    from PIL import Image, ImageDraw
-
+    """A detection record's image with its boxes drawn (`_drawn`)."""
     from shardfeed.format.annotations import read_objects
 
     listed = {k: v if isinstance(v, list) else [v] for k, v in example.items()}
     height, width = image.shape[:2]
     objects = read_objects(listed, width=width, height=height, label_offset=m.label_offset)
+    return _drawn(key, image, objects.boxes.tolist(), objects.classes.tolist(), m.labels or [])
+
+
+def _drawn(key: str, image: np.ndarray, boxes: list[list[float]], classes: list[int], names: list[str]) -> Tile:
+    """An image with (xmin, ymin, xmax, ymax) pixel boxes drawn, each in its class's colour,
+    captioned with the classes present (and how many of each); classes below 0 are padding."""
+    from collections import Counter
+
+    from PIL import Image, ImageDraw
+
     canvas = Image.fromarray(image)
     draw = ImageDraw.Draw(canvas)
-    for box, c in zip(objects.boxes.tolist(), objects.classes.tolist(), strict=True):
-        draw.rectangle(box, outline=OVERLAY_COLOURS[c % len(OVERLAY_COLOURS)], width=max(1, width // 150))
-    names = m.labels or []
-    counts = Counter(names[c] for c in objects.classes.tolist() if 0 <= c < len(names))
+    kept = [(box, c) for box, c in zip(boxes, classes, strict=True) if c >= 0]
+    for box, c in kept:
+        draw.rectangle(box, outline=OVERLAY_COLOURS[c % len(OVERLAY_COLOURS)], width=max(1, image.shape[1] // 150))
+    counts = Counter(names[c] for _, c in kept if c < len(names))
     caption = ", ".join(f"{n} x{k}" if k > 1 else n for n, k in sorted(counts.items())) or "(no objects)"
     return Tile(key, caption, np.asarray(canvas))
 
@@ -127,11 +136,19 @@ def _augmented_tiles(
     )
     batch = next(iter(ds))
     images, labels = batch if isinstance(batch, tuple) else (batch, None)
+    names, task = m.labels or [], m.header.task
     out = []
     for i in range(int(images.shape[0])):
-        caption = m.labels[int(labels[i])] if labels is not None and m.labels is not None else ""
-        image = images[i].numpy()
-        out.append(Tile("", caption, to_rgb(image)))
+        image = to_rgb(images[i].numpy())
+        if task == schema.DETECTION:  # the boxes as augmentation moved them
+            boxes, classes = labels["boxes"][i].numpy().tolist(), labels["labels"][i].numpy().tolist()
+            out.append(_drawn("", image, boxes, classes, names))
+        elif task == schema.SEGMENTATION:
+            out.append(_tinted("", image, labels[i].numpy(), names))
+        elif task == schema.MULTI_LABEL:
+            out.append(Tile("", ", ".join(names[c] for c in np.flatnonzero(labels[i].numpy())), image))
+        else:
+            out.append(Tile("", names[int(labels[i])] if labels is not None and names else "", image))
     return out
 
 

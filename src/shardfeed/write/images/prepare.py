@@ -138,9 +138,11 @@ def source_frame(data: bytes, stored: PreparedImage) -> tuple[tuple[int, int], i
     """The (width, height) of an image as its file holds it, and the EXIF orientation its stored
     form was turned by (1: none; only a re-encoded image is turned). What a mask or a box drawn
     on the file's pixels must go through to stay on the stored ones (masks.py, encode.py)."""
+    if stored.data is data:  # kept as it came: the stored size is the file's, and it was not turned
+        return (stored.width, stored.height), 1
     with Image.open(io.BytesIO(data)) as image:
         size, orientation = image.size, int(image.getexif().get(jpeg.EXIF_ORIENTATION, 1) or 1)
-    return size, orientation if stored.data is not data and 2 <= orientation <= 8 else 1
+    return size, orientation if 2 <= orientation <= 8 else 1
 
 
 def _identify_with_pillow(data: bytes) -> str:

@@ -72,13 +72,14 @@ class CocoSource:
                 skipped.append((f"{posixpath.basename(self.annotations)}: image {image_id}", refusal))
                 continue
             key = confinement.normalised_entry(str(key))
-            if not fileio.exists(fileio.join(self.root, key)):
+            item = file_item(self.root, key, -1, None)  # one stat: (0, 0) when it cannot be had
+            if item.mtime_ns == 0 and item.size == 0 and not fileio.exists(fileio.join(self.root, key)):
                 skipped.append(
                     (key, f"listed in {posixpath.basename(self.annotations)} (image {image_id}) but not found")
                 )
                 continue
             objects = _objects(by_image.get(image_id, []), category_ids, image_id, self.masks)
-            items.append(dataclasses.replace(file_item(self.root, key, -1, None), objects=objects))
+            items.append(dataclasses.replace(item, objects=objects))
         masks = tuple(MASK_TYPES.items()) if self.masks else ()
         return Discovery(self.kind, self.root, items, self.root, names, skipped, task=DETECTION, object_features=masks)
 
