@@ -414,3 +414,28 @@ def test_balance_class_repeats_images_of_rare_classes(coco: Path, tmp_path: Path
     assert 4 <= astronauts <= 11  # 0.67 of 12 epochs, not every one
     with pytest.raises(OptionError, match="repeat_threshold must be in"):
         ReadOptions(repeat_threshold=0)
+
+
+def test_global_order_exact_resume_even_splits_and_mixtures_read_objects(coco: Path, tmp_path: Path) -> None:
+    """The index-based reading paths carry the objects as they carry class ids: a resumed epoch
+    is the rest of the uninterrupted one, box for box; two workers' even shares cover the split
+    once; a Mixture of two detection folders yields KerasHub's batches."""
+    from shardfeed import Mixture
+
+    out = tmp_path / "out"
+    convert(CocoSource(str(coco), str(coco.parent / "images")), str(out), ConvertOptions(split="train=1", shards=2))
+
+    def batches(**read: object) -> list[tuple[list[bytes], list[list[float]]]]:
+        options = ReadOptions(shuffle="global", with_filenames=True, **read)  # type: ignore[arg-type]
+        ds = load(str(out), batch_size=1, image_size=64, seed=5, training=True, read=options)
+        return [(n.numpy().tolist(), t["boxes"].numpy().round(4).tolist()) for _, t, n in ds]
+
+    whole = batches()
+    assert len(whole) == 3 and batches(start_step=1) == whole[1:]
+    shares = [batches(num_workers=2, worker_index=w, even="pad") for w in (0, 1)]
+    names = sorted(n for share in shares for names, _ in share for n in names)
+    assert len(shares[0]) == len(shares[1]) == 2 and set(names) == {b"astronaut.png", b"chelsea.png", b"coffee.png"}
+    mixed = load(Mixture((str(out), str(out)), (0.5, 0.5)), batch_size=2, image_size=64, seed=1, training=True)
+    for images, targets in mixed:
+        assert images.shape[1:] == (64, 64, 3) and targets["boxes"].shape[-1] == 4
+        assert targets["boxes"].shape[:2] == targets["labels"].shape
