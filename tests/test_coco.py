@@ -439,3 +439,60 @@ def test_global_order_exact_resume_even_splits_and_mixtures_read_objects(coco: P
     for images, targets in mixed:
         assert images.shape[1:] == (64, 64, 3) and targets["boxes"].shape[-1] == 4
         assert targets["boxes"].shape[:2] == targets["labels"].shape
+
+
+def test_object_detection_api_records_are_adopted_and_read(coco: Path, tmp_path: Path) -> None:
+    """TFRecords as the OD API's create_coco_tf_record.py writes them (tf.train.Example by
+    TensorFlow itself; label map ids from 1): adopted with --label-offset 1, counted, verified and
+    read by `load` with each box on its square."""
+    import tensorflow as tf
+
+    from shardfeed import adopt
+    from shardfeed.tools import verify
+
+    def feature(key: str, values: list[object]) -> tf.train.Feature:
+        if key.endswith("/text") or (values and isinstance(values[0], bytes)):
+            return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+        if "/bbox/" in key:  # float lists, empty ones too (dataset_util.float_list_feature)
+            return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+
+    folder = tmp_path / "od_api"
+    folder.mkdir()
+    names = {1: b"person", 3: b"car", 18: b"dog"}  # COCO's label map ids, as the OD API keeps them
+    with tf.io.TFRecordWriter(str(folder / "coco_train.record-00000-of-00001")) as writer:
+        for image_id, (name, squares) in enumerate(SQUARES.items(), start=1):
+            data = (coco.parent / "images" / name).read_bytes()
+            height, width = Image.open(coco.parent / "images" / name).size[::-1]
+            boxes = [(x, y, min(x + w, width), y + h) for _, _, (x, y, w, h) in squares]
+            example = {
+                "image/encoded": [data],
+                "image/format": [b"png"],
+                "image/height": [height],
+                "image/width": [width],
+                "image/filename": [name.encode()],
+                "image/source_id": [str(image_id).encode()],
+                "image/object/bbox/xmin": [b[0] / width for b in boxes],
+                "image/object/bbox/ymin": [b[1] / height for b in boxes],
+                "image/object/bbox/xmax": [b[2] / width for b in boxes],
+                "image/object/bbox/ymax": [b[3] / height for b in boxes],
+                "image/object/class/label": [c for _, c, _ in squares],
+                "image/object/class/text": [names[c] for _, c, _ in squares],
+                "image/object/is_crowd": [0 for _ in squares],
+            }
+            features = tf.train.Features(feature={k: feature(k, v) for k, v in example.items()})
+            writer.write(tf.train.Example(features=features).SerializeToString())
+    from shardfeed.tools.foreign_scan import AdoptOptions
+
+    result = adopt(str(folder), options=AdoptOptions(foreign=schema.ForeignKeys(label_offset=1)), progress=False)
+    assert result.splits == {"train": 3}
+    m = manifest.read(str(folder))
+    assert m.header.task == "detection" and m.labels[0] == "person" and m.labels[17] == "dog"
+    objects = m.split("train").objects
+    assert objects is not None and dict(objects.instances) == {"person": 1, "car": 1, "dog": 1}
+    assert objects.without_objects == 1 and m.split("train").class_counts == {"person": 1, "car": 1, "dog": 1}
+    assert verify(str(folder), progress=False).ok
+    ((images, targets),) = list(load(str(folder), batch_size=3, image_size=(120, 160), training=False))
+    ours = {-1: -1, 0: 0, 2: 1, 17: 2}  # label map id - 1 -> the COCO conversion's class (boxes_frame_objects' colours)
+    labels = np.vectorize(ours.get)(targets["labels"].numpy())
+    assert boxes_frame_objects(images.numpy(), {"boxes": targets["boxes"].numpy(), "labels": labels}) == 3

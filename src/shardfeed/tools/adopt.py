@@ -26,7 +26,15 @@ from typing import Any, cast
 from shardfeed.deprecation import renamed
 from shardfeed.errors import ManifestError, SourceError
 from shardfeed.format import fileio, folder_lock, layout, manifest, schema, storage, tfds_metadata, tfrecord
-from shardfeed.format.manifest_builder import Counts, Header, ImageStats, ManifestBuilder, ShardFacts, ShardInfo
+from shardfeed.format.manifest_builder import (
+    Counts,
+    Header,
+    ImageStats,
+    ManifestBuilder,
+    ObjectStats,
+    ShardFacts,
+    ShardInfo,
+)
 from shardfeed.format.schema import Schema
 from shardfeed.read import foreign
 from shardfeed.tools.foreign_scan import (
@@ -34,7 +42,9 @@ from shardfeed.tools.foreign_scan import (
     ShardScan,
     ShardTask,
     class_names,
+    first_record,
     read_schema,
+    records_task,
     refuse_damage,
     scan_all,
 )
@@ -108,12 +118,13 @@ def adopt(
         else:
             changes = []
         keys = read_schema(files, compression, options)
-        text_key = None if keys.label_key is None else schema.TEXT
-        tasks = [ShardTask(f, compression, keys, text_key) for f in files]
+        task = records_task(first_record(files, compression)) if keys.label_key is None else schema.CLASSIFICATION
+        text_key = schema.OBJECT_TEXT if task == schema.DETECTION else None if keys.label_key is None else schema.TEXT
+        tasks = [ShardTask(f, compression, keys, text_key, task) for f in files]
         scans = scan_all(tasks, options.workers, progress)
         refuse_damage(scans)
         labels, warnings = class_names(scans, files, keys, options)
-        data = _manifest(source, files, splits, scans, keys, labels, compression, options)
+        data = _manifest(source, files, splits, scans, keys, labels, compression, options, task)
         if output_dir is not None:
             _link_files(files, output_dir)
         for scan in scans:
@@ -185,10 +196,11 @@ def _manifest(
     labels: list[str] | None,
     compression: str | None,
     options: AdoptOptions,
+    task: str = schema.CLASSIFICATION,
 ) -> dict[str, Any]:
     """The manifest of the adopted folder (the fields `convert` writes, `source.kind` 'adopted')."""
     ordered = sorted(zip(files, scans, strict=True), key=lambda pair: os.path.basename(pair[0]))
-    facts = [_facts(file, scan, splits[file] or UNSPLIT, labels, options.offset) for file, scan in ordered]
+    facts = [_facts(file, scan, splits[file] or UNSPLIT, labels, options.offset, task) for file, scan in ordered]
     all_labels = sorted({label for s in scans for label in s.labels})
     features: dict[str, str] = {}
     for s in scans:
@@ -215,6 +227,7 @@ def _manifest(
         features=features,
         schema=keys.record_keys(),
         label_range=(all_labels[0], all_labels[-1]) if all_labels else None,
+        task=task,
     )
     builder = ManifestBuilder(header)
     for fact in facts:
@@ -222,16 +235,25 @@ def _manifest(
     return builder.build(Counts())
 
 
-def _facts(file: str, scan: ShardScan, split: str, labels: list[str] | None, label_offset: int) -> ShardFacts:
-    """What the manifest records of one adopted shard."""
+def _facts(
+    file: str, scan: ShardScan, split: str, labels: list[str] | None, label_offset: int, task: str
+) -> ShardFacts:
+    """What the manifest records of one adopted shard (a detection shard: images showing each
+    class, and its objects)."""
     name = os.path.basename(file)
     info = ShardInfo(name, layout.index_file(name), len(scan.sizes), scan.num_bytes, scan.sha256)
+    detection = task == schema.DETECTION
     class_counts: Counter[str] = Counter()
     if labels is not None:
-        for label, n in scan.labels.items():
+        for label, n in (scan.image_classes if detection else scan.labels).items():
             class_counts[labels[label - label_offset]] += n
     short = {str(k): v for k, v in sorted(scan.short_sides.items())}
-    return ShardFacts(split, info, class_counts, ImageStats(dict(scan.formats), scan.max_side, short))
+    images = ImageStats(dict(scan.formats), scan.max_side, short)
+    objects = None
+    if detection and labels is not None:
+        instances = {labels[label - label_offset]: n for label, n in scan.labels.items()}
+        objects = ObjectStats(instances, dict(scan.object_sizes), scan.without_objects)
+    return ShardFacts(split, info, class_counts, images, objects=objects)
 
 
 def _link_files(files: list[str], out: str) -> None:

@@ -20,7 +20,6 @@ import xml.etree.ElementTree as ElementTree
 from typing import Any
 
 from shardfeed.lazy import tensorflow
-from shardfeed.tools.pipelines import PipelineSpec
 
 MAX_BOXES = 100
 BOX_FORMAT = "yxyx"  # the guide's
@@ -49,19 +48,22 @@ def voc_metadata(root: str) -> tuple[list[str], list[list[list[int]]], list[list
     return paths, boxes, labels
 
 
-def keras_hub_voc(spec: PipelineSpec, augment: bool = False) -> Any:
-    """The guide's pipeline (module docstring); with `augment`, Keras' box-aware crop and flip."""
+def keras_hub_voc(
+    path: str, batch_size: int, image_size: tuple[int, int], training: bool, augment: bool = False
+) -> Any:
+    """The guide's pipeline on the VOC folder `path` (module docstring); with `augment`, Keras'
+    box-aware crop and flip."""
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     tf = tensorflow()
     import keras
 
-    paths, boxes, labels = voc_metadata(spec.path)
+    paths, boxes, labels = voc_metadata(path)
     metadata = {
         "path": tf.constant(paths),
         "boxes": tf.ragged.constant(boxes, ragged_rank=1, dtype=tf.float32),
         "labels": tf.ragged.constant(labels, dtype=tf.int64),
     }
-    height, width = spec.image_size
+    height, width = image_size
     margin = 1.125 if augment else 1.0
     layers = [
         keras.layers.Resizing(
@@ -85,9 +87,9 @@ def keras_hub_voc(spec: PipelineSpec, augment: bool = False) -> Any:
         return data
 
     ds = tf.data.Dataset.from_tensor_slices(metadata)
-    if spec.training:
+    if training:
         ds = ds.shuffle(len(paths), seed=0)
     ds = ds.map(load_image, num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
-    ds = ds.batch(spec.batch_size, drop_remainder=True)
+    ds = ds.batch(batch_size, drop_remainder=True)
     return ds.map(lambda d: (d["images"], d["bounding_boxes"]), num_parallel_calls=tf.data.AUTOTUNE)

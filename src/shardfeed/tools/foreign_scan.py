@@ -13,6 +13,7 @@ from typing import Any, BinaryIO, cast
 
 from shardfeed.errors import OptionError, SourceError
 from shardfeed.format import fileio, image_limits, layout, manifest, schema, tfrecord
+from shardfeed.format.annotations import size_name, stored_objects_problem
 from shardfeed.format.example_proto import parse_example
 from shardfeed.format.image_format import sniff_format
 from shardfeed.format.schema import ForeignKeys, Schema
@@ -80,6 +81,7 @@ class ShardTask:
     compression: str | None
     keys: Schema
     text_key: str | None
+    task: str = schema.CLASSIFICATION  # DETECTION: records of objects (the OD API's, Model Garden's)
 
 
 @dataclass
@@ -98,14 +100,38 @@ class ShardScan:
     short_sides: Counter[int] = field(default_factory=Counter)
     features: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    image_classes: Counter[int] = field(default_factory=Counter)  # detection: images showing each label
+    object_sizes: Counter[str] = field(default_factory=Counter)  # detection: objects by COCO size
+    without_objects: int = 0  # detection: images with none
 
 
 def read_schema(files: list[str], compression: str | None, options: AdoptOptions) -> Schema:
-    """The schema read off the first record (types checked: `schema.foreign_schema`)."""
+    """The schema read off the first record (types checked: `schema.foreign_schema`); a record
+    of objects without an image label (`records_task`) has no label key."""
+    path, record = _first_record(files, compression)
+    label_key = options.keys.label_key
+    if label_key is None and records_task(record) == schema.DETECTION:
+        label_key = ""  # its classes are per object
+    return schema.foreign_schema(record, path, options.keys.image_key, label_key)
+
+
+def records_task(record: dict[str, list[Any]]) -> str:
+    """What a parsed record holds: detection when it has the object keys the OD API and Model
+    Garden write (boxes and their labels) and no image label, else classification."""
+    objects = all(key in record for key in (*schema.BOX_KEYS, schema.OBJECT_LABEL))
+    return schema.DETECTION if objects and schema.LABEL not in record else schema.CLASSIFICATION
+
+
+def first_record(files: list[str], compression: str | None) -> dict[str, list[Any]]:
+    """The first record of the files, parsed."""
+    return _first_record(files, compression)[1]
+
+
+def _first_record(files: list[str], compression: str | None) -> tuple[str, dict[str, list[Any]]]:
     for f in files:
         first = next(iter(tfrecord.read_records(f, compression=compression)), None)
         if first is not None:
-            return schema.foreign_schema(parse_example(first), f, options.keys.image_key, options.keys.label_key)
+            return f, parse_example(first)
     raise SourceError(f"the TFRecord files {files[:3]} hold no records")
 
 
@@ -154,7 +180,11 @@ def _scan_record(task: ShardTask, scan: ShardScan, data: bytes, offset: int) -> 
         kind = "float pixels" if keys.pixels_as_floats else "encoded image bytes"
         _problem(scan, f"{where}: feature {keys.image_key!r} is {schema.describe(image or [])}, not {kind}")
         return
-    if keys.label_key is not None:
+    if task.task == schema.DETECTION:
+        if problem := _objects(scan, features, image[0]):
+            _problem(scan, f"{where}: {problem}")
+            return
+    elif keys.label_key is not None:
         label = features.get(keys.label_key)
         if not label or len(label) != 1 or not isinstance(label[0], int):
             _problem(scan, f"{where}: feature {keys.label_key!r} is {schema.describe(label or [])}, not one int64")
@@ -173,6 +203,27 @@ def _scan_record(task: ShardTask, scan: ShardScan, data: bytes, offset: int) -> 
     if size is not None:
         scan.max_side = max(scan.max_side, *size)
         scan.short_sides[manifest.side_bucket(min(size))] += 1
+
+
+def _objects(scan: ShardScan, features: dict[str, list[Any]], image: bytes) -> str | None:
+    """A detection record's objects counted (per label, per image, per COCO size), or what is
+    wrong with them (`annotations.stored_objects_problem`; labels below 0)."""
+    if problem := stored_objects_problem(features, 1 << 62, 0):
+        return problem
+    labels = features.get(schema.OBJECT_LABEL, [])
+    texts = features.get(schema.OBJECT_TEXT, [])
+    for index, label in enumerate(labels):
+        scan.labels[label] += 1
+        if len(texts) == len(labels):
+            scan.texts.setdefault(label, set()).add(texts[index].decode(errors="replace"))
+    scan.image_classes.update(set(labels))
+    scan.without_objects += not labels
+    size = image_limits.header_size(image)
+    if size is not None:
+        columns = [features.get(k, []) for k in schema.BOX_KEYS]
+        for x0, y0, x1, y1 in zip(*columns, strict=True):
+            scan.object_sizes[size_name((x1 - x0) * size[0] * (y1 - y0) * size[1])] += 1
+    return None
 
 
 def _problem(scan: ShardScan, message: str) -> None:
@@ -204,7 +255,7 @@ def class_names(
     Raises:
         SourceError: labels below the offset; a label with two class texts; a name used twice.
     """
-    if keys.label_key is None:
+    if keys.label_key is None and not any(s.image_classes or s.without_objects for s in scans):
         return None, []
     counts: Counter[int] = sum((s.labels for s in scans), Counter())
     offset = options.offset

@@ -179,7 +179,7 @@ def plain_tfdata(spec: PipelineSpec) -> Any:
 def _keras_voc(spec: PipelineSpec, augment: bool = False) -> Any:
     from shardfeed.tools.detection_pipelines import keras_hub_voc
 
-    return keras_hub_voc(spec, augment)
+    return keras_hub_voc(spec.path, spec.batch_size, spec.image_size, spec.training, augment)
 
 
 def _keras_folder(spec: PipelineSpec) -> Any:
