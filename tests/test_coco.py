@@ -496,3 +496,17 @@ def test_object_detection_api_records_are_adopted_and_read(coco: Path, tmp_path:
     ours = {-1: -1, 0: 0, 2: 1, 17: 2}  # label map id - 1 -> the COCO conversion's class (boxes_frame_objects' colours)
     labels = np.vectorize(ours.get)(targets["labels"].numpy())
     assert boxes_frame_objects(images.numpy(), {"boxes": targets["boxes"].numpy(), "labels": labels}) == 3
+
+
+def test_report_html_counts_objects_and_lists_every_skipped_annotation(coco: Path, tmp_path: Path) -> None:
+    from shardfeed.tools.dataset_report import dataset_report
+
+    out = tmp_path / "out"
+    convert(
+        CocoSource(str(coco), str(coco.parent / "images")), str(out), ConvertOptions(split="train=1"), progress=False
+    )
+    page = Path(dataset_report(str(out))).read_text()
+    assert "Objects per class" in page and "train: 4 objects (small 1, medium 2, large 1); 1 images without any" in page
+    assert "Annotations skipped (their images are stored without them): 2" in page
+    assert "annotation 200: box [500.0, 10.0, 520.0, 30.0]: wholly outside the 451 x 300 image" in page
+    assert "<h3>person</h3>" in page and "<h3>(no objects)</h3>" in page  # samples by their first object's class

@@ -17,9 +17,9 @@ from collections import defaultdict
 from typing import Any
 
 from shardfeed.format import confinement, fileio, image_limits, layout, manifest, schema
-from shardfeed.read.pixels import decode_image, to_rgb
 from shardfeed.read.sampling import sample_examples
 from shardfeed.tools import html_page as h
+from shardfeed.tools.preview import annotated
 
 DEFAULT_LIMIT = image_limits.DEFAULT_MAX_PIXELS  # for folders converted before the limit existed
 
@@ -39,6 +39,7 @@ def dataset_report(path: str, output: str | None = None, *, seed: int = 0, extra
     sections = [
         _overview(m),
         _class_counts(m),
+        _objects(m),
         _samples(m, sample),
         _sizes(sample),
         _problems(report, m.source["path"], m.settings.get("image", {}).get("max_pixels", DEFAULT_LIMIT)),
@@ -124,6 +125,23 @@ def _class_counts(m: manifest.Manifest) -> str:
     return h.section("Images per class", *parts)
 
 
+def _objects(m: manifest.Manifest) -> str:
+    """A detection folder's objects per class, by COCO size, and its images without any."""
+    parts = []
+    for name in m.split_names:
+        objects = m.split(name).objects
+        if objects is None:
+            continue
+        sizes = ", ".join(f"{k} {v:,}" for k, v in objects.fields()["box_sizes"].items())
+        total = sum(objects.instances.values())
+        facts = f"{name}: {total:,} objects ({sizes}); {objects.without_objects:,} images without any"
+        ordered = sorted(objects.instances.items(), key=lambda kv: -kv[1])[:200]
+        parts.append(
+            f"<p>{h.esc(facts)}</p>" + h.bar_chart([k for k, _ in ordered], [v for _, v in ordered], unit=" objects")
+        )
+    return h.section("Objects per class", *parts) if parts else ""
+
+
 def _samples(m: manifest.Manifest, sample: list[dict[str, Any]]) -> str:
     by_class: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for example in sample:
@@ -135,8 +153,8 @@ def _samples(m: manifest.Manifest, sample: list[dict[str, Any]]) -> str:
     parts = []
     for name in shown:
         tiles = [
-            h.figure(
-                h.thumbnail(to_rgb(decode_image(e))),
+            h.figure(  # with its boxes drawn or its mask tinted, as `show` draws it
+                h.thumbnail(annotated(e, m).image),
                 f"{e.get(schema.FILENAME, b'?').decode(errors='replace')} ({e['split']})",
             )
             for e in by_class[name]
@@ -149,6 +167,10 @@ def _samples(m: manifest.Manifest, sample: list[dict[str, Any]]) -> str:
 
 
 def _class_of(example: dict[str, Any], m: manifest.Manifest) -> str:
+    if m.labels and m.header.task == schema.DETECTION:  # its first object's class
+        labels = example.get(schema.OBJECT_LABEL, [])
+        ids: list[int] = labels if isinstance(labels, list) else [labels]
+        return m.labels[int(ids[0]) - m.label_offset] if ids else "(no objects)"
     if m.labels and schema.LABEL in example:
         return schema.class_text(example, m.labels, m.label_offset)
     return "(unlabeled)"
@@ -190,6 +212,13 @@ def _problems(report: dict[str, Any], source: str, max_pixels: int | None) -> st
     tables = [_conflict_table(report.get("label_conflicts", []), thumb)]
     for title, rows in (
         ("Skipped (not in any shard)", [(r["file"], r["reason"]) for r in report.get("skipped", [])]),
+        (
+            "Annotations skipped (their images are stored without them)",
+            [
+                (r["file"], f"annotation {r['annotation']}: {r['reason']}")
+                for r in report.get("skipped_annotations", [])
+            ],
+        ),
         ("Re-encoded on write", [(r["file"], r["reason"]) for r in report.get("converted", [])]),
         ("Kept with a warning", [(r["file"], r["warning"]) for r in report.get("warnings", [])]),
         (

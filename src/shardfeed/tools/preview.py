@@ -46,18 +46,19 @@ def sample_tiles(
     split = split or m.main_split()
     if augmented:
         return _augmented_tiles(m, split, count, seed, image_size, augment)
-    tiles = []
-    task = m.header.task
-    for example in sample_examples(m, split, count, seed):
-        key = example.get(schema.FILENAME, b"").decode(errors="replace")
-        image = to_rgb(decode_image(example))
-        if task == schema.SEGMENTATION:
-            tiles.append(_overlaid(key, image, example, m.labels or []))
-        elif task == schema.DETECTION:
-            tiles.append(_boxed(key, image, example, m))
-        else:
-            tiles.append(Tile(key, _caption(example, key, m), image))
-    return tiles
+    return [annotated(example, m) for example in sample_examples(m, split, count, seed)]
+
+
+def annotated(example: dict[str, Any], m: manifest.Manifest) -> Tile:
+    """A parsed record as `show` draws it: its image with its boxes drawn or its mask tinted
+    over it, captioned with its classes (its file name for unlabeled data)."""
+    key = example.get(schema.FILENAME, b"").decode(errors="replace")
+    image = to_rgb(decode_image(example))
+    if m.header.task == schema.SEGMENTATION:
+        return _overlaid(key, image, example, m.labels or [])
+    if m.header.task == schema.DETECTION:
+        return _boxed(key, image, example, m)
+    return Tile(key, _caption(example, key, m), image)
 
 
 def _caption(example: dict[str, Any], key: str, m: manifest.Manifest) -> str:
