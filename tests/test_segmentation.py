@@ -250,7 +250,13 @@ def test_show_draws_the_masks_and_info_says_the_task(folder: Path, tmp_path: Pat
 
     out = tmp_path / "out"
     convert(str(folder), str(out), ConvertOptions(split="train=1"), workers=1, progress=False)
-    assert info(str(out))["task"] == "segmentation"
+    facts = info(str(out))
+    assert facts["task"] == "segmentation"
+    coverage = facts["splits"]["train"]["images"]["mask_coverage"]  # the sampled masks' pixels per class
+    assert set(coverage) == {"background", "red square", "blue square", "ignored"}
+    assert abs(sum(coverage.values()) - 1) < 1e-3
+    pixels = 451 * 300 + 600 * 400 + 512 * 512 + 640 * 427  # chelsea, coffee, astronaut, rocket
+    assert coverage["red square"] == pytest.approx((80 * 70 + 100 * 120) / pixels, abs=1e-4)  # chelsea's, astronaut's
     tiles = {t.key: t for t in show(str(out), None, rows=2, cols=2)}
     chelsea = tiles["images/chelsea.png"]
     assert chelsea.caption == "red square, blue square"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import statistics
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from shardfeed.errors import OptionError, SourceError
 from shardfeed.format import manifest, schema, tfrecord
@@ -94,7 +97,10 @@ def _image_stats(m: manifest.Manifest, split: str, sample: int, seed: int) -> di
     """Height/width/format/channel stats over a random sample of records, read by index offset."""
     heights, widths, formats, channels = [], [], Counter[str](), Counter[int]()
     together: Counter[str] = Counter()  # multi-label: pairs of classes on one image
+    coverage: Counter[int] = Counter()  # segmentation: mask pixels per class id (255: ignored)
     for f in sample_examples(m, split, sample, seed):
+        if m.header.task == schema.SEGMENTATION:
+            coverage.update(_mask_pixels(f[schema.SEGMENTATION_MASK]))
         heights.append(int(f.get(schema.HEIGHT, 0)))
         widths.append(int(f.get(schema.WIDTH, 0)))
         formats[f.get(schema.FORMAT, b"?").decode()] += 1
@@ -115,7 +121,24 @@ def _image_stats(m: manifest.Manifest, split: str, sample: int, seed: int) -> di
         "formats": dict(formats),
         "channels": {str(k): v for k, v in sorted(channels.items())},
         **({"classes_together": dict(together.most_common(10))} if together else {}),
+        **({"mask_coverage": _coverage(coverage, m.labels or [])} if coverage else {}),
     }
+
+
+def _mask_pixels(png: bytes) -> dict[int, int]:
+    """Pixels of each class id in a stored mask."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as mask:
+        ids, counts = np.unique(np.asarray(mask), return_counts=True)
+    return {int(i): int(n) for i, n in zip(ids, counts, strict=True)}
+
+
+def _coverage(pixels: Counter[int], names: list[str]) -> dict[str, float]:
+    """Each class's share of the sampled masks' pixels (and 'ignored' for 255), largest first."""
+    total = sum(pixels.values())
+    named = {(names[i] if i < len(names) else "ignored" if i == 255 else str(i)): n for i, n in pixels.items()}
+    return {k: round(n / total, 4) for k, n in sorted(named.items(), key=lambda kv: -kv[1])}
 
 
 def _foreign(
@@ -288,6 +311,8 @@ def _split_details(name: str, split: dict[str, Any], all_classes: bool = False) 
             f"{_plural(objects['images_without_objects'], 'image')} without any; per class:"
         )
         lines += ["  " + line for line in _histogram(objects["instance_counts"], all_classes)]
+    if coverage := images.get("mask_coverage"):
+        lines.append("  mask pixels per class (sample): " + ", ".join(f"{k} {v:.1%}" for k, v in coverage.items()))
     if together := images.get("classes_together"):
         lines.append("  classes on one image (sample): " + ", ".join(f"{k} {v:,}" for k, v in together.items()))
     return lines
