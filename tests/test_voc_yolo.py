@@ -22,6 +22,7 @@ from test_coco import BLUE, RED, decoded, frames
 
 from shardfeed import ConvertOptions, convert, load
 from shardfeed.format import manifest, schema
+from shardfeed.format.annotations import key_number
 from shardfeed.read.indexed import IndexedRecords
 from shardfeed.write.sources import VocSource, YoloSource, resolve_source
 
@@ -94,7 +95,7 @@ def test_voc_boxes_are_its_pixels_and_every_skip_is_reported(voc: Path, tmp_path
     rows = IndexedRecords(str(out), split="train")
     example = next(rows.example(i) for i in range(3) if rows.example(i)[schema.FILENAME] == b"JPEGImages/chelsea.png")
     assert list(example["image/object/difficult"]) == [1, 0, 0] and list(example["image/object/truncated"]) == [0, 1, 0]
-    assert chelsea["source_id"] == b"2"  # the second annotation file of the sorted list (broken.xml is the first)
+    assert chelsea["source_id"] == str(key_number("JPEGImages/chelsea.png")).encode()  # from the key: stable
     skipped = {s["file"]: s["reason"] for s in json.loads((out / "report.json").read_text())["skipped"]}
     assert skipped["Annotations/chelsea.xml: object 2"] == "<bndbox> does not hold four numbers xmin, ymin, xmax, ymax"
     assert skipped["Annotations/broken.xml"].startswith("not readable XML")
@@ -271,7 +272,8 @@ def test_a_hub_detection_table_cppe5_layout(tmp_path: Path, monkeypatch: pytest.
     assert m.header.task == "detection" and m.labels == names and m.split_names == ["train"]
     found = decoded(out)
     chelsea = found["data/train-00000-of-00001.parquet/0000000.png"]
-    assert chelsea["groundtruth_classes"].tolist() == [0, 1] and chelsea["source_id"] == b"1"
+    assert chelsea["groundtruth_classes"].tolist() == [0, 1]
+    assert chelsea["source_id"] == str(key_number("data/train-00000-of-00001.parquet/0000000")).encode()
     for box, colour in zip(chelsea["groundtruth_boxes"], (RED, BLUE), strict=True):
         frames(chelsea["image"], box, colour, tolerance=0)
     assert chelsea["groundtruth_area"].tolist() == [80 * 70, 151 * 110]
@@ -294,3 +296,26 @@ def test_objects_cells_other_writers_make() -> None:
     assert not isinstance(empty, str) and empty.boxes == ()
     assert row_objects({"bbox": [[1, 2, 3, 4]], "category": []}, 1) == "its objects cell has 1 boxes and 0 categories"
     assert row_objects({"bbox": [[1, 2, 3]], "category": [0]}, 1).startswith("a bbox of its objects is not four")
+
+
+def test_append_reports_changed_annotations_and_keeps_source_ids(yolo: Path, tmp_path: Path) -> None:
+    """An image whose label file changed while its bytes did not is reported by `--append`
+    (its record keeps what was converted), and the source ids written before stay what they were
+    when images are added (they come from the keys)."""
+    root = tmp_path / "yolo"
+    subprocess.run(["cp", "-r", str(yolo), str(root)], check=True)
+    out = tmp_path / "out"
+    options = ConvertOptions(split_rule="hash", append=True)
+    convert(str(root), str(out), options, progress=False)
+    before = {k: v["source_id"] for k, v in decoded(out).items()}
+    (root / "labels" / "train" / "chelsea.txt").write_text("0 0.5 0.5 0.2 0.2\n")  # redrawn
+    Image.fromarray(pasted("coffee")).save(root / "images" / "train" / "another.png")  # and a new image
+    done = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "convert", str(root), str(out), "--append"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "1 converted images have changed annotations (objects, labels or mask)" in done.stdout
+    changed = json.loads((out / "report.json").read_text())["changed"]
+    assert [c["file"] for c in changed] == ["images/train/chelsea.png"] and "now_annotations" in changed[0]
+    after = {k: v["source_id"] for k, v in decoded(out).items()}
+    assert {k: after[k] for k in before} == before and after["images/train/another.png"] not in before.values()

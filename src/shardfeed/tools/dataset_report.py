@@ -210,15 +210,11 @@ def _problems(report: dict[str, Any], source: str, max_pixels: int | None) -> st
             return '<span class="note">does not decode</span>'
 
     tables = [_conflict_table(report.get("label_conflicts", []), thumb)]
+    if "skipped_annotations" in report:  # objects were skipped (a folder of objects)
+        rows = [(r["file"], f"annotation {r['annotation']}: {r['reason']}") for r in report["skipped_annotations"]]
+        tables.append(_problem_table("Annotations skipped (their images are stored without them)", rows, thumb))
     for title, rows in (
         ("Skipped (not in any shard)", [(r["file"], r["reason"]) for r in report.get("skipped", [])]),
-        (
-            "Annotations skipped (their images are stored without them)",
-            [
-                (r["file"], f"annotation {r['annotation']}: {r['reason']}")
-                for r in report.get("skipped_annotations", [])
-            ],
-        ),
         ("Re-encoded on write", [(r["file"], r["reason"]) for r in report.get("converted", [])]),
         ("Kept with a warning", [(r["file"], r["warning"]) for r in report.get("warnings", [])]),
         (

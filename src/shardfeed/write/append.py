@@ -32,14 +32,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from shardfeed.errors import ConvertError
-from shardfeed.format import fileio, layout, manifest, tfds_metadata
+from shardfeed.format import fileio, image_limits, layout, manifest, tfds_metadata
 from shardfeed.format.manifest_builder import Header, ManifestBuilder
 from shardfeed.write import folder_state, merge, perceptual_hash, shards
 from shardfeed.write.dedupe import source_hashes
 from shardfeed.write.encode import EncodingSpec
 from shardfeed.write.folder_state import as_flags
 from shardfeed.write.inputs_list import Known, read_known, write_inputs
-from shardfeed.write.items import Discovery, Item
+from shardfeed.write.items import Discovery, Item, annotation_digest
 from shardfeed.write.options import ConvertOptions
 from shardfeed.write.planning import ShardPlan, plan_shards
 
@@ -105,10 +105,16 @@ class AppendOutcome:
                 f"  checked: {self.known - self.reread:,} converted images unchanged by size and modification time, "
                 f"{self.reread:,} read again for their bytes" + ("" if self.reread else " (--checksum reads them all)")
             )
-        if self.changed:
+        annotations = sum(1 for c in self.changed if "now_annotations" in c)
+        if len(self.changed) > annotations:
             lines.append(
-                f"  warning: {len(self.changed)} converted images have changed bytes in the source; their records "
-                "keep the old ones (report.json 'changed'); convert anew to take the new ones"
+                f"  warning: {len(self.changed) - annotations} converted images have changed bytes in the source; "
+                "their records keep the old ones (report.json 'changed'); convert anew to take the new ones"
+            )
+        if annotations:
+            lines.append(
+                f"  warning: {annotations} converted images have changed annotations (objects, labels or mask) in "
+                "the source; their records keep the old ones (report.json 'changed'); convert anew to take the new ones"
             )
         return "\n".join(lines)
 
@@ -156,7 +162,7 @@ class Append:
             if i.key in known and (self.options.checksum or not unchanged_by_listing(i, known[i.key][2]))
         ]
         outcome.reread = len(unsure)
-        outcome.changed = self._changed(unsure, known, spec)
+        outcome.changed = self._changed(unsure, known, spec) + self._annotations_changed(known, spec)
         self._clean_unfinished()
         if not new:
             self._record_changes(outcome)
@@ -220,6 +226,27 @@ class Append:
             if digest != known[item.key][0]
         ]
 
+    def _annotations_changed(self, known: Known, spec: EncodingSpec) -> list[dict[str, str]]:
+        """Known keys whose objects, labels or mask file are no longer what was converted (an
+        image's annotations change without its bytes: a COCO file edited, a mask redrawn)."""
+        out = []
+        for item in self.discovery.items:
+            before = known[item.key][4] if item.key in known else None
+            if before is None:  # one class id, or converted before digests were kept
+                continue
+            mask = None
+            if item.mask_key is not None:
+                try:
+                    mask = fileio.read_regular(
+                        fileio.join(spec.base, item.mask_key), image_limits.max_file_bytes(spec.image.max_pixels)
+                    )
+                except (OSError, fileio.UnusableFileError):
+                    mask = b""
+            now = annotation_digest(item, mask)
+            if now != before:
+                out.append({"file": item.key, "converted_annotations": before, "now_annotations": now or "none"})
+        return out
+
     def _clean_unfinished(self) -> None:
         """Removes what an interrupted append of another source or generation left: shards it
         committed that no manifest names (a matching one is resumed by `write_all` instead)."""
@@ -243,7 +270,7 @@ class Append:
             lambda: ((k, d, s) for rows in (known, new_rows) for k, (d, s, *_) in rows.items())
         )
         near = merge.near_groups_in(
-            lambda: ((k, h, s) for rows in (known, new_rows) for k, (_, s, _, h) in rows.items()),
+            lambda: ((k, h, s) for rows in (known, new_rows) for k, (_, s, _, h, _) in rows.items()),
             self.options.near_radius,
         )
         new_keys = set(new_rows)

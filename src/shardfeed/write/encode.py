@@ -26,7 +26,7 @@ from shardfeed.format.annotations import (
 from shardfeed.format.example_proto import FeatureValue, serialize_example
 from shardfeed.write import images, perceptual_hash
 from shardfeed.write.images import masks
-from shardfeed.write.items import Discovery, Item, locate
+from shardfeed.write.items import Discovery, Item, annotation_digest, locate
 from shardfeed.write.options import ConvertOptions
 from shardfeed.write.sources.arrays import load_array
 
@@ -83,6 +83,7 @@ class EncodedRecord:
     skipped_annotations: tuple[tuple[int, str], ...] = ()  # (annotation id, reason): not written
     clipped_boxes: int = 0  # boxes written clipped to the image
     objects: tuple[tuple[int, str], ...] | None = None  # detection: (class, COCO size) of each object written
+    annotations: str | None = None  # items.annotation_digest of what the record holds beyond the image
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,7 @@ def encode_unhashed(item: Item, spec: EncodingSpec) -> Unhashed | SkippedItem:
         skipped_annotations=placed.skipped if placed is not None else (),
         clipped_boxes=placed.clipped if placed is not None else 0,
         objects=placed.written if placed is not None else None,
+        annotations=mask.digest if mask is not None else annotation_digest(item),
     )
     return Unhashed(record, prepared.hash_source)
 
@@ -275,6 +277,7 @@ def _segmentation(
     try:
         data = fileio.read_regular(fileio.join(spec.base, mask_key), image_limits.max_file_bytes(spec.image.max_pixels))
         mask = masks.prepare_mask(data, mask_key, image_data, prepared, spec.image, len(spec.class_names or []))
+        mask = mask._replace(digest=annotation_digest(item, data))
     except fileio.UnusableFileError as e:
         return SkippedItem(item.key, f"mask {mask_key}: {e}")
     except OSError as e:

@@ -101,6 +101,21 @@ class Discovery:
         return digest.hexdigest()
 
 
+def annotation_digest(item: Item, mask: bytes | None = None) -> str | None:
+    """A short hash of what an item's record holds beyond its image (its objects, its labels,
+    or its mask file's bytes `mask`); None for one class id. `convert --append` compares it to
+    tell annotations that changed under an unchanged image."""
+    if item.objects is not None:
+        text = repr(item.objects).encode()  # source_id included: from the key (or COCO's id), stable
+    elif item.labels:
+        text = repr(item.labels).encode()
+    elif mask is not None:
+        text = mask
+    else:
+        return None
+    return hashlib.sha256(text).hexdigest()[:32]
+
+
 def locate(base: str, item: Item) -> str:
     """Where an item's bytes are: its file below `base`, or for array items the array file."""
     return base if item.array_key is not None else fileio.join(base, item.key)

@@ -41,8 +41,8 @@ class ShardResult:
     formats: dict[str, int] = field(default_factory=dict)  # stored image format -> records
     max_side: int | None = None  # longest stored image side (None: written before it was counted)
     short_sides: dict[str, int] | None = None  # manifest.side_bucket of shorter sides -> records (ditto)
-    # (key, source sha256, size and mtime_ns as listed, perceptual hash or None); parts written
-    # before 0.10 hold the first two, before 0.12 the first four
+    # (key, source sha256, size and mtime_ns as listed, perceptual hash or None, annotations digest
+    # or None); parts written before 0.10 hold the first two, before 0.12 the first four
     records: list[tuple[Any, ...]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     converted: list[tuple[str, str]] = field(default_factory=list)
@@ -133,7 +133,7 @@ def write_shard(
                 item = item.record
             stream.write(tfrecord.frame(item.data))
             sizes.append(len(item.data))
-            result.records.append((item.key, item.source_sha256, *item.listed, item.phash))
+            result.records.append((item.key, item.source_sha256, *item.listed, item.phash, item.annotations))
             if class_names is not None:  # a class per image, or the classes its mask shows
                 for name in [class_names[c] for c in item.classes or ((item.label,) if item.label >= 0 else ())]:
                     result.class_counts[name] = result.class_counts.get(name, 0) + 1
@@ -182,7 +182,7 @@ def _count_objects(result: ShardResult, objects: tuple[tuple[int, str], ...], cl
 def _add_hashes(result: ShardResult, unhashed: list[tuple[int, perceptual_hash.Source]]) -> None:
     """Makes the `unhashed` records' perceptual hashes, into their partial-manifest entries."""
     for (at, _), phash in zip(unhashed, perceptual_hash.of_sources([s for _, s in unhashed]), strict=True):
-        result.records[at] = (*result.records[at][:-1], phash)
+        result.records[at] = (*result.records[at][:4], phash, *result.records[at][5:])
     unhashed.clear()
 
 

@@ -46,6 +46,7 @@ class StoredMask(NamedTuple):
 
     data: bytes
     classes: tuple[int, ...]
+    digest: str | None = None  # of the mask file's bytes (items.annotation_digest), for --append
 
 
 def prepare_mask(

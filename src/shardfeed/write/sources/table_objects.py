@@ -34,7 +34,7 @@ def objects_column(features: Mapping[str, Any], names: list[str]) -> tuple[str, 
 
 def row_objects(value: Any, number: int) -> SourceObjects | str:
     """One row's objects (boxes as (xmin, ymin, xmax, ymax) pixels), or why the cell is not
-    annotations. `number` is the row's image number (`image/source_id`)."""
+    annotations. `number` is the row's `image/source_id` (`annotations.key_number` of its key)."""
     if value is None:
         value = {"bbox": [], "category": []}
     if isinstance(value, list):  # a list of dicts: one per object

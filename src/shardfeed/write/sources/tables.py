@@ -32,7 +32,7 @@ from typing import Any
 
 from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio, image_limits, storage
-from shardfeed.format.annotations import SourceObjects
+from shardfeed.format.annotations import SourceObjects, key_number
 from shardfeed.format.image_format import sniff_format
 from shardfeed.format.schema import DETECTION
 from shardfeed.write.items import Discovery
@@ -177,8 +177,8 @@ class TableSource:
             for row, (value, label_value) in enumerate(self._rows(table, image, label)):
                 where = f"{rel} row {row}"
                 key_base = f"{rel}/{row:07d}"  # the table and row: how report.json and image/filename name it
-                if found.task == DETECTION:
-                    label_value = table_objects.row_objects(label_value, len(found.images) + len(found.skipped) + 1)
+                if found.task == DETECTION:  # source_id: a number from the row's key
+                    label_value = table_objects.row_objects(label_value, key_number(key_base))
                 self._stage_row(found, writer, names, where, key_base, split, value, label_value, label)
         if found.task == DETECTION:
             top = max((c for o in found.objects.values() for c in o["classes"]), default=0)

@@ -13,8 +13,8 @@
 A box's pixel indices become the edges of the pixels it covers: xmin - 1 and ymin - 1 to xmax
 and ymax (a box of VOC pixels 1..10 is 10 pixels wide: 0 to 10). `difficult` and `truncated`
 are kept per object (`image/object/difficult`, `image/object/truncated`, 0/1), as the OD API's
-VOC converter keeps `difficult`. `image/source_id` is the image's number in the sorted list of
-annotation files, 1 for the first (VOC's names, 2007_000027, are not numbers). An XML that cannot be read, an
+VOC converter keeps `difficult`. `image/source_id` is a number made from the image's key
+(`annotations.key_number`: VOC's names, 2007_000027, are not numbers). An XML that cannot be read, an
 object without a usable name or box, or a name classes.txt lacks is reported with the reason.
 An XML with a DOCTYPE is refused: entity declarations are not expanded from downloaded data.
 """
@@ -27,7 +27,7 @@ import xml.etree.ElementTree as ElementTree
 
 from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio
-from shardfeed.format.annotations import SourceObjects
+from shardfeed.format.annotations import SourceObjects, key_number
 from shardfeed.format.schema import DETECTION, object_attribute
 from shardfeed.write.items import Discovery, Item, file_item, read_class_names
 from shardfeed.write.sources.segmentation import CLASSES_FILE
@@ -68,24 +68,24 @@ class VocSource:
             raise SourceError(f"{self.root!r} is not a Pascal VOC folder: it needs Annotations/ and JPEGImages/")
         files, refused = fileio.walk_files(fileio.join(self.root, ANNOTATIONS_DIR))
         skipped = [(posixpath.join(ANNOTATIONS_DIR, k), why) for k, why in refused]
-        parsed: dict[str, tuple[int, _Parsed]] = {}
-        for number, rel in enumerate(sorted(files), start=1):
+        parsed: dict[str, _Parsed] = {}
+        for rel in sorted(files):
             where = posixpath.join(ANNOTATIONS_DIR, rel)
             if not rel.lower().endswith(".xml"):
                 skipped.append((where, "not an .xml annotation file"))
             elif isinstance(result := self._parse(where), str):
                 skipped.append((where, result))
             else:
-                parsed[rel] = (number, result)
+                parsed[rel] = result
         given = fileio.exists(fileio.join(self.root, CLASSES_FILE))
         names = (
             read_class_names(fileio.join(self.root, CLASSES_FILE))
             if given
-            else sorted({n for _, p in parsed.values() for n in p.names})
+            else sorted({n for p in parsed.values() for n in p.names})
         )
         splits = self._splits()
         items: list[Item] = []
-        for rel, (number, found) in parsed.items():
+        for rel, found in parsed.items():
             where = posixpath.join(ANNOTATIONS_DIR, rel)
             skipped += [(f"{where}: object {i}", why) for i, why in found.refused]
             stem = posixpath.splitext(rel)[0]
@@ -97,9 +97,7 @@ class VocSource:
             if not fileio.exists(fileio.join(self.root, key)):
                 skipped.append((where, f"its image {key} does not exist"))
                 continue
-            items.append(
-                dataclasses.replace(file_item(self.root, key, -1, split), objects=_objects(found, names, number))
-            )
+            items.append(dataclasses.replace(file_item(self.root, key, -1, split), objects=_objects(found, names, key)))
             skipped += [
                 (f"{where}: object {i}", f"class {n!r} is not in {CLASSES_FILE}")
                 for i, n in zip(found.numbers, found.names, strict=True)
@@ -174,7 +172,7 @@ def _box(element: ElementTree.Element) -> tuple[float, float, float, float] | No
     return (xmin - 1, ymin - 1, xmax, ymax)
 
 
-def _objects(found: _Parsed, names: list[str], number: int) -> SourceObjects:
+def _objects(found: _Parsed, names: list[str], key: str) -> SourceObjects:
     """An image's objects whose names are classes (the others are reported by the caller)."""
     ids = {name: i for i, name in enumerate(names)}
     kept = [i for i, name in enumerate(found.names) if name in ids]
@@ -184,6 +182,6 @@ def _objects(found: _Parsed, names: list[str], number: int) -> SourceObjects:
         is_crowd=tuple(False for _ in kept),
         areas=tuple(None for _ in kept),
         ids=tuple(found.numbers[i] for i in kept),
-        source_id=number,
+        source_id=key_number(key),
         attributes=tuple((a, tuple(found.flags[a][i] for i in kept)) for a in ATTRIBUTES),
     )

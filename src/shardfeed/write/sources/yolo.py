@@ -13,7 +13,8 @@ An image without a label file has no objects (kept and counted, as Ultralytics k
 backgrounds); a label file without an image, and a line that is not numbers, are reported with
 the reason. Boxes are fractions of the upright image (Ultralytics reads images with the EXIF
 turn applied), so they are placed after the turn (`SourceObjects.normalised`). `image/source_id`
-is the image's number in the sorted list of images; the report names a skipped box by its line.
+is a number made from the image's key (`annotations.key_number`); the report names a skipped box
+by its line.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 from shardfeed.errors import SourceError
 from shardfeed.format import fileio
-from shardfeed.format.annotations import SourceObjects
+from shardfeed.format.annotations import SourceObjects, key_number
 from shardfeed.format.confinement import text_refusal
 from shardfeed.format.schema import DETECTION
 from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, Item, file_item, read_class_names
@@ -65,7 +66,7 @@ class YoloSource:
         top = {rel.split("/")[0] for rel in images if "/" in rel}
         presplit = bool(top) and top <= SPLIT_FOLDER_NAMES
         items: list[Item] = []
-        for number, rel in enumerate(images, start=1):
+        for rel in images:
             label = by_stem.pop(posixpath.splitext(rel)[0], None)
             lines: list[tuple[int, str]] = []
             if label is not None:
@@ -75,7 +76,7 @@ class YoloSource:
                 except (fileio.UnusableFileError, UnicodeDecodeError) as e:
                     skipped.append((posixpath.join(IMAGES_DIR, rel), f"its labels {where}: {e}"))
                     continue
-            objects, refusals = _objects(lines, number)
+            objects, refusals = _objects(lines, key_number(posixpath.join(IMAGES_DIR, rel)))
             skipped += [(f"{LABELS_DIR}/{label}: line {line}", why) for line, why in refusals]
             split = rel.split("/")[0] if presplit else None
             items.append(
