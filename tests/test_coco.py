@@ -193,18 +193,31 @@ def test_the_cli_workers_strict_and_load(coco: Path, tmp_path: Path) -> None:
 
 
 def boxes_frame_objects(images: np.ndarray, targets: dict[str, np.ndarray]) -> int:
-    """Every box of a batch lies on its object's colour (padding -1 aside); returns the boxes seen."""
+    """Every box of a batch lies on its object's colour, and the colour does not run past its
+    edges: a ring two pixels outside the box (where inside the image, away from the other
+    squares) holds none of it (padding -1 aside); returns the boxes seen."""
     seen = 0
     colours = {0: RED, 1: BLUE, 2: BLUE}  # person: red; car, dog: blue
     for image, boxes, labels in zip(images, targets["boxes"], targets["labels"], strict=True):
+        height, width = image.shape[:2]
         for (x0, y0, x1, y1), label in zip(boxes, labels, strict=True):
             if label < 0:
                 assert (boxes[labels < 0] == -1).all()
                 continue
             seen += 1
+            colour = colours[int(label)]
             inner = image[int(np.ceil(y0)) + 1 : int(y1) - 1, int(np.ceil(x0)) + 1 : int(x1) - 1]
             if inner.size:
-                assert np.abs(inner.astype(int) - colours[int(label)]).max(axis=-1).mean() < 30
+                assert np.abs(inner.astype(int) - colour).max(axis=-1).mean() < 30
+            near = np.abs(image.astype(int) - colour).max(axis=-1) < 30  # pixels of the object's colour
+            ring = np.zeros((height, width), bool)
+            ring[max(0, int(y0) - 3) : int(np.ceil(y1)) + 3, max(0, int(x0) - 3) : int(np.ceil(x1)) + 3] = True
+            ring[max(0, int(y0) - 1) : int(np.ceil(y1)) + 1, max(0, int(x0) - 1) : int(np.ceil(x1)) + 1] = False
+            others = [b for b, lab in zip(boxes, labels, strict=True) if lab >= 0 and b is not None]
+            for ox0, oy0, ox1, oy1 in others:  # another square of the same colour may touch this ring
+                ring[max(0, int(oy0) - 1) : int(np.ceil(oy1)) + 1, max(0, int(ox0) - 1) : int(np.ceil(ox1)) + 1] = False
+            if ring.sum() > 20:
+                assert (near & ring).sum() <= 0.05 * ring.sum(), (x0, y0, x1, y1)
     return seen
 
 
