@@ -147,11 +147,11 @@ def read_class_names(path: str) -> list[str]:
     return names
 
 
-def file_item(base: str, key: str, label: int, split: str | None) -> Item:
+def file_item(base: str, key: str, label: int, split: str | None, objects: SourceObjects | None = None) -> Item:
     """The item of the file `key` below `base`, with its size and modification time as listed
-    (0 and 0 when it cannot be stat'ed: reading it then says why)."""
+    (0 and 0 when it cannot be stat'ed: reading it then says why), and its objects if any."""
     try:
         size, mtime_ns = fileio.size_and_mtime(fileio.join(base, key))
     except OSError:
         size, mtime_ns = 0, 0
-    return Item(key, label, split, size, mtime_ns=mtime_ns)
+    return Item(key, label, split, size, mtime_ns=mtime_ns, objects=objects)

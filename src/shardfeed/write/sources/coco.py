@@ -18,7 +18,6 @@ and moved with them; an object whose mask cannot be made is skipped with the rea
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import posixpath
 from collections import defaultdict
@@ -72,14 +71,14 @@ class CocoSource:
                 skipped.append((f"{posixpath.basename(self.annotations)}: image {image_id}", refusal))
                 continue
             key = confinement.normalised_entry(str(key))
-            item = file_item(self.root, key, -1, None)  # one stat: (0, 0) when it cannot be had
+            objects = _objects(by_image.get(image_id, []), category_ids, image_id, self.masks)
+            item = file_item(self.root, key, -1, None, objects)  # one stat: (0, 0) when it cannot be had
             if item.mtime_ns == 0 and item.size == 0 and not fileio.exists(fileio.join(self.root, key)):
                 skipped.append(
                     (key, f"listed in {posixpath.basename(self.annotations)} (image {image_id}) but not found")
                 )
                 continue
-            objects = _objects(by_image.get(image_id, []), category_ids, image_id, self.masks)
-            items.append(dataclasses.replace(item, objects=objects))
+            items.append(item)
         masks = tuple(MASK_TYPES.items()) if self.masks else ()
         return Discovery(self.kind, self.root, items, self.root, names, skipped, task=DETECTION, object_features=masks)
 
