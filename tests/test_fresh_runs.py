@@ -65,13 +65,34 @@ def _saved_to_disk(photo_tree: Path, out: Path) -> Path:
     return out
 
 
+def _voc(photo_tree: Path, out: Path) -> Path:
+    """The photo tree's first 8 JPEGs as a Pascal VOC folder, a square pasted on each (the
+    detection baselines' input)."""
+    from PIL import Image
+
+    (out / "Annotations").mkdir(parents=True)
+    (out / "JPEGImages").mkdir()
+    for i, path in enumerate(sorted(photo_tree.rglob("*.jpg"))[:8]):
+        image = Image.open(path).convert("RGB")
+        image.paste((255, 0, 0), (4, 4, 20, 20))
+        image.save(out / "JPEGImages" / f"{i}.jpg")
+        (out / "Annotations" / f"{i}.xml").write_text(
+            f"<annotation><filename>{i}.jpg</filename><object><name>red</name>"
+            "<bndbox><xmin>5</xmin><ymin>5</ymin><xmax>20</xmax><ymax>20</ymax></bndbox></object></annotation>"
+        )
+    return out
+
+
 def test_every_kind_reads_its_data_in_a_fresh_process(shards: Path, photo_tree: Path, tmp_path: Path) -> None:
-    images = 44  # photo_tree: 4 classes x (10 JPEG + 1 PNG)
     saved = _saved_to_disk(photo_tree, tmp_path / "saved")
+    voc = _voc(photo_tree, tmp_path / "voc")
     for kind in KINDS:
+        images = 44  # photo_tree: 4 classes x (10 JPEG + 1 PNG)
         folder = (
             photo_tree if kind in ("keras_folder", "decode_ceiling") else saved if kind == "hf_tf_dataset" else shards
         )
+        if kind in ("keras_hub_voc", "keras_layers_voc"):
+            folder, images = voc, 8
         spec = PipelineSpec(kind, str(folder), batch_size=4, image_size=(32, 32), training=False, warmup_batches=0)
         result = run_fresh(spec, timeout=300)
         assert result["images"] == images, (kind, result)
