@@ -42,11 +42,9 @@ from shardfeed.tools.foreign_scan import (
     ShardScan,
     ShardTask,
     class_names,
-    first_record,
-    read_schema,
-    records_task,
     refuse_damage,
     scan_all,
+    schema_and_task,
 )
 
 __all__ = ["AdoptOptions", "AdoptResult", "adopt"]
@@ -117,8 +115,7 @@ def adopt(
                 return AdoptResult(folder, False, counts)
         else:
             changes = []
-        keys = read_schema(files, compression, options)
-        task = records_task(first_record(files, compression)) if keys.label_key is None else schema.CLASSIFICATION
+        keys, task = schema_and_task(files, compression, options)
         text_key = schema.OBJECT_TEXT if task == schema.DETECTION else None if keys.label_key is None else schema.TEXT
         tasks = [ShardTask(f, compression, keys, text_key, task) for f in files]
         scans = scan_all(tasks, options.workers, progress)

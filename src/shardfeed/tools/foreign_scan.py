@@ -106,13 +106,20 @@ class ShardScan:
 
 
 def read_schema(files: list[str], compression: str | None, options: AdoptOptions) -> Schema:
-    """The schema read off the first record (types checked: `schema.foreign_schema`); a record
-    of objects without an image label (`records_task`) has no label key."""
+    """The schema read off the first record (types checked: `schema.foreign_schema`)."""
+    return schema_and_task(files, compression, options)[0]
+
+
+def schema_and_task(files: list[str], compression: str | None, options: AdoptOptions) -> tuple[Schema, str]:
+    """The schema and what the records hold (`records_task`), both read off the first record: a
+    record of objects without an image label has no label key; a label key given means one class
+    per image."""
     path, record = _first_record(files, compression)
     label_key = options.keys.label_key
-    if label_key is None and records_task(record) == schema.DETECTION:
+    task = schema.CLASSIFICATION if label_key else records_task(record)
+    if label_key is None and task == schema.DETECTION:
         label_key = ""  # its classes are per object
-    return schema.foreign_schema(record, path, options.keys.image_key, label_key)
+    return schema.foreign_schema(record, path, options.keys.image_key, label_key), task
 
 
 def records_task(record: dict[str, list[Any]]) -> str:
@@ -120,11 +127,6 @@ def records_task(record: dict[str, list[Any]]) -> str:
     Garden write (boxes and their labels) and no image label, else classification."""
     objects = all(key in record for key in (*schema.BOX_KEYS, schema.OBJECT_LABEL))
     return schema.DETECTION if objects and schema.LABEL not in record else schema.CLASSIFICATION
-
-
-def first_record(files: list[str], compression: str | None) -> dict[str, list[Any]]:
-    """The first record of the files, parsed."""
-    return _first_record(files, compression)[1]
 
 
 def _first_record(files: list[str], compression: str | None) -> tuple[str, dict[str, list[Any]]]:
@@ -181,7 +183,7 @@ def _scan_record(task: ShardTask, scan: ShardScan, data: bytes, offset: int) -> 
         _problem(scan, f"{where}: feature {keys.image_key!r} is {schema.describe(image or [])}, not {kind}")
         return
     if task.task == schema.DETECTION:
-        if problem := _objects(scan, features, image[0]):
+        if problem := _objects(scan, features):
             _problem(scan, f"{where}: {problem}")
             return
     elif keys.label_key is not None:
@@ -203,11 +205,16 @@ def _scan_record(task: ShardTask, scan: ShardScan, data: bytes, offset: int) -> 
     if size is not None:
         scan.max_side = max(scan.max_side, *size)
         scan.short_sides[manifest.side_bucket(min(size))] += 1
+        if task.task == schema.DETECTION:  # each object's COCO size, in pixels of this image
+            columns = [features.get(k, []) for k in schema.BOX_KEYS]
+            for x0, y0, x1, y1 in zip(*columns, strict=True):
+                scan.object_sizes[size_name((x1 - x0) * size[0] * (y1 - y0) * size[1])] += 1
 
 
-def _objects(scan: ShardScan, features: dict[str, list[Any]], image: bytes) -> str | None:
-    """A detection record's objects counted (per label, per image, per COCO size), or what is
-    wrong with them (`annotations.stored_objects_problem`; labels below 0)."""
+def _objects(scan: ShardScan, features: dict[str, list[Any]]) -> str | None:
+    """A detection record's objects counted (per label, per image; their sizes once the image's
+    is known, `_scan_record`), or what is wrong with them (`annotations.stored_objects_problem`;
+    labels below 0)."""
     if problem := stored_objects_problem(features, 1 << 62, 0):
         return problem
     labels = features.get(schema.OBJECT_LABEL, [])
@@ -218,11 +225,6 @@ def _objects(scan: ShardScan, features: dict[str, list[Any]], image: bytes) -> s
             scan.texts.setdefault(label, set()).add(texts[index].decode(errors="replace"))
     scan.image_classes.update(set(labels))
     scan.without_objects += not labels
-    size = image_limits.header_size(image)
-    if size is not None:
-        columns = [features.get(k, []) for k in schema.BOX_KEYS]
-        for x0, y0, x1, y1 in zip(*columns, strict=True):
-            scan.object_sizes[size_name((x1 - x0) * size[0] * (y1 - y0) * size[1])] += 1
     return None
 
 
