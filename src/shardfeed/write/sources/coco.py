@@ -60,7 +60,7 @@ class CocoSource:
                 skipped.append((where, f"image_id {annotation.get('image_id')!r} is not in images"))
             elif annotation.get("category_id") not in category_ids:
                 skipped.append((where, f"category_id {annotation.get('category_id')!r} is not in categories"))
-            elif (box := _box(annotation)) is None:
+            elif (box := coco_box(annotation.get("bbox"))) is None:
                 skipped.append((where, f"bbox {annotation.get('bbox')!r} is not [x, y, width, height]"))
             else:
                 by_image[int(annotation["image_id"])].append((annotation, box))
@@ -111,10 +111,10 @@ class CocoSource:
 Box = tuple[float, float, float, float]
 
 
-def _box(annotation: dict[str, Any]) -> Box | None:
+def coco_box(bbox: Any) -> Box | None:
     """COCO's [x, y, width, height] as (xmin, ymin, xmax, ymax); None when it is not four numbers
-    (NaN and inverted boxes pass here: the check at encoding reports them with the image)."""
-    bbox = annotation.get("bbox")
+    (NaN and inverted boxes pass here: the check at encoding reports them with the image). Hub
+    tables' `objects` boxes are COCO's too (table_objects.py)."""
     if not isinstance(bbox, list) or len(bbox) != 4 or not all(isinstance(v, (int, float)) for v in bbox):
         return None
     x, y, w, h = (float(v) for v in bbox)

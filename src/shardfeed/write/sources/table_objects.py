@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shardfeed.format.annotations import SourceObjects
+from shardfeed.write.sources.coco import coco_box
 
 OBJECTS_COLUMN = "objects"
 
@@ -47,14 +48,15 @@ def row_objects(value: Any, number: int) -> SourceObjects | str:
     boxes, categories = value["bbox"], value.get("category") or []
     if len(categories) != len(boxes):
         return f"its objects cell has {len(boxes)} boxes and {len(categories)} categories"
-    if not all(isinstance(b, list) and len(b) == 4 and all(isinstance(v, (int, float)) for v in b) for b in boxes):
+    corners = [coco_box(b) for b in boxes]
+    if any(c is None for c in corners):
         return "a bbox of its objects is not four numbers [x, y, width, height]"
     if not all(isinstance(c, int) for c in categories):
         return "a category of its objects is not a class id"
     count = len(boxes)
     areas, crowd, ids = (_column(value, key, count) for key in ("area", "iscrowd", "id"))
     return SourceObjects(
-        boxes=tuple((float(x), float(y), float(x) + float(w), float(y) + float(h)) for x, y, w, h in boxes),
+        boxes=tuple(c for c in corners if c is not None),
         classes=tuple(int(c) for c in categories),
         is_crowd=tuple(bool(c) for c in crowd) if crowd is not None else (False,) * count,
         areas=tuple(float(a) if isinstance(a, (int, float)) else None for a in areas) if areas else (None,) * count,
