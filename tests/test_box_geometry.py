@@ -23,8 +23,12 @@ BOXES = [(20.0, 30.0, 120.0, 90.0), (150.5, 10.0, 250.0, 150.0), (0.0, 100.0, 40
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One coordinate-map image with three boxes, as a COCO detection folder."""
-    root = tmp_path_factory.mktemp("geometry") / "source"
+    return coordinate_map_folder(tmp_path_factory.mktemp("geometry"))
+
+
+def coordinate_map_folder(parent: Path) -> Path:
+    """One coordinate-map image with three boxes, as a COCO detection folder, converted."""
+    root = parent / "source"
     root.mkdir()
     x, y = np.meshgrid(np.arange(WIDTH), np.arange(HEIGHT))
     pixels = np.stack([x, y, np.full_like(x, 200)], axis=-1).astype(np.uint8)

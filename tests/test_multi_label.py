@@ -105,12 +105,8 @@ def test_the_cli_converts_a_multi_label_list_and_show_names_every_class(listed: 
 
 
 def test_what_needs_one_class_per_image_is_refused(converted: Path) -> None:
-    from shardfeed import grain_dataset
-
     with pytest.raises(OptionError, match="balance='class' samples by each image's one class"):
         load(str(converted), batch_size=2, seed=0, read=ReadOptions(balance="class"))
-    with pytest.raises(OptionError, match="grain_dataset yields one class id per image"):
-        grain_dataset(str(converted), batch_size=2)
 
 
 def test_tfds_reads_the_lists_of_ids(converted: Path) -> None:

@@ -45,7 +45,12 @@ def save(array: np.ndarray, path: Path, **kw: object) -> None:
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("seg") / "data"
+    return segmentation_folder(tmp_path_factory.mktemp("seg"))
+
+
+def segmentation_folder(parent: Path) -> Path:
+    """Photos with red and blue squares and their masks, and a case of each problem."""
+    root = parent / "data"
     (root / "images").mkdir(parents=True)
     (root / "classes.txt").write_text("\n".join(CLASSES) + "\n")
     scenes = {
@@ -228,8 +233,8 @@ def test_what_masks_cannot_follow_is_refused(folder: Path, tmp_path: Path) -> No
         load(str(out), batch_size=2, augment=Augment(rotate=10))
     with pytest.raises(OptionError, match="balance='class' samples by each image's one class"):
         load(str(out), batch_size=2, seed=0, read=ReadOptions(balance="class"))
-    with pytest.raises(OptionError, match="grain_dataset yields one class id per image"):
-        grain_dataset(str(out), batch_size=2)
+    with pytest.raises(OptionError, match="grain_dataset augments with the random-resized crop and the flip; rotate="):
+        grain_dataset(str(out), batch_size=2, augment=Augment(rotate=10))
 
 
 def test_a_damaged_stored_mask_is_found_by_verify(folder: Path, tmp_path: Path) -> None:

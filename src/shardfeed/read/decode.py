@@ -17,6 +17,7 @@ from typing import Any
 from shardfeed.format.schema import BOX_KEYS, OBJECT_LABEL, TEXT, Schema
 from shardfeed.lazy import tensorflow
 from shardfeed.read.augment import Augment, photometric, random_crop_window
+from shardfeed.read.boxes import box_columns
 from shardfeed.read.options import DecodeOptions
 
 DCT_SCALES = (1, 2, 4, 8)  # the reduced sizes libjpeg decodes to directly
@@ -200,18 +201,7 @@ def place_boxes(parsed: dict[str, Any], height: Any, width: Any, seed: Any, opti
 
 def box_format(x0: Any, y0: Any, x1: Any, y1: Any, name: str, size: tuple[float, float]) -> Any:
     """Boxes given by their pixel edges, as [N, 4] in one of KerasHub's formats (options.BOX_FORMATS)."""
-    tf = tensorflow()
-    relative = name.startswith("rel_")
-    if relative:
-        x0, x1, y0, y1 = x0 / size[1], x1 / size[1], y0 / size[0], y1 / size[0]
-    columns = {
-        "xyxy": (x0, y0, x1, y1),
-        "yxyx": (y0, x0, y1, x1),
-        "xywh": (x0, y0, x1 - x0, y1 - y0),
-        "center_xywh": ((x0 + x1) / 2, (y0 + y1) / 2, x1 - x0, y1 - y0),
-        "center_yxhw": ((y0 + y1) / 2, (x0 + x1) / 2, y1 - y0, x1 - x0),
-    }[name.removeprefix("rel_")]
-    return tf.stack(columns, axis=-1)
+    return tensorflow().stack(box_columns(x0, y0, x1, y1, name, size), axis=-1)
 
 
 def letterboxed(options: Preprocess) -> bool:

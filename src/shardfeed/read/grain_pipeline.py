@@ -3,8 +3,10 @@
     ds = shardfeed.grain_dataset("data/flowers", batch_size=64, image_size=224, seed=0, epochs=10)
     model.fit(ds, epochs=10, steps_per_epoch=ds.steps_per_epoch)
 
-Each element is one batch, (uint8 images [B, H, W, 3], int32 labels [B]), made by a Grain
-`MapDataset` over global batch numbers: batch g is step g % steps of epoch g // steps, so
+Each element is one batch, (uint8 images [B, H, W, 3], int32 labels [B]) — or, beyond one
+label, what `load` yields beside the images (boxes and labels padded with -1, masks, k-hot
+vectors: read/grain_targets.py), moved with the pixels — made by a Grain `MapDataset` over
+global batch numbers: batch g is step g % steps of epoch g // steps, so
 
     order          each epoch reads `order.global_order(N, seed, epoch)`, the permutation `load`'s
                    global shuffle reads (evaluation: file order), from the split's index files;
@@ -14,7 +16,8 @@ Each element is one batch, (uint8 images [B, H, W, 3], int32 labels [B]), made b
                    formats with Pillow; resized bilinearly (antialiased) to the output size
     augmentation   training: the random-resized crop (`Augment`'s area and aspect ranges, 10
                    tries, else the centre crop) and the horizontal flip; evaluation: the centre
-                   crop of `crop_fraction` of the shorter side (0.875, as `load`)
+                   crop of `crop_fraction` of the shorter side (0.875, as `load`); detection
+                   reads the whole image, and `letterbox` fits it on black, as `load`
     randomness     per record, numbers hashed from (seed, epoch, position): a pure function,
                    so a run started at (start_epoch, start_step) makes exactly the batches an
                    uninterrupted run makes from there (exact resume without a checkpoint of state)
@@ -53,8 +56,9 @@ from PIL import Image
 from shardfeed.errors import OptionError
 from shardfeed.format.image_format import sniff_format
 from shardfeed.read.augment import Augment, resolve_augment
+from shardfeed.read.grain_targets import Targets, View
 from shardfeed.read.indexed import IndexedRecords
-from shardfeed.read.options import BATCH_SIZE, IMAGE_SIZE, ReadOptions
+from shardfeed.read.options import BATCH_SIZE, IMAGE_SIZE, DecodeOptions, ReadOptions
 from shardfeed.read.order import global_order, record_uniforms
 from shardfeed.read.plan import resolve
 
@@ -65,7 +69,7 @@ RANDOMS = 2 * CROP_TRIES + 3  # numbers drawn per record at most: the tries, the
 
 @dataclass(frozen=True)
 class _Batches:
-    """The batch maker: global batch number -> (images, labels). Picklable for Grain's workers."""
+    """The batch maker: global batch number -> (images, targets). Picklable for Grain's workers."""
 
     records: IndexedRecords
     batch_size: int
@@ -74,34 +78,44 @@ class _Batches:
     training: bool
     augment: Augment | None
     steps: int
+    targets: Targets
 
-    def __call__(self, number: int) -> tuple[np.ndarray, np.ndarray]:
+    def __call__(self, number: int) -> tuple[np.ndarray, Any]:
         epoch, step = divmod(int(number), self.steps)
         n = len(self.records)
         order = _epoch_order(n, self.seed, epoch) if self.training else np.arange(n)
         positions = np.arange(step * self.batch_size, min((step + 1) * self.batch_size, n))
         randoms = record_uniforms(self.seed, epoch, positions, RANDOMS)
         images = np.empty((len(positions), *self.size, 3), np.uint8)
-        labels = np.empty(len(positions), np.int32)
+        targets = []
         for row, position in enumerate(positions):
-            data, labels[row] = self.records.encoded(int(order[position]))
-            images[row] = self._image(data, iter(randoms[row]))
-        return images, labels
+            data, target = self.records.encoded(int(order[position]))
+            images[row], view = self._image(data, iter(randoms[row]))
+            targets.append(self.targets.placed(target, view))
+        return images, self.targets.batched(targets)
 
-    def _image(self, data: bytes, draws: Iterator[float]) -> np.ndarray:
-        """One record's image: cropped (randomly when augmenting), resized, maybe flipped;
-        `draws`: its numbers in [0, 1)."""
+    def _image(self, data: bytes, draws: Iterator[float]) -> tuple[np.ndarray, View]:
+        """One record's image: cropped (randomly when augmenting), resized (or letterboxed),
+        maybe flipped, and the `View` that made it; `draws`: its numbers in [0, 1)."""
         height, width = _image_size(data)
         if self.augment is not None and self.augment.crop:
-            top, left, h, w = _random_window(height, width, draws, self.augment)
+            window = _random_window(height, width, draws, self.augment)
+        elif self.targets.whole_image:
+            window = (0, 0, height, width)
         else:
             side = max(1, int(min(height, width) * (CROP_FRACTION if not self.training else 1.0)))
-            top, left, h, w = (height - side) // 2, (width - side) // 2, side, side
-        im = _decoded_window(data, (height, width), (top, left, h, w), self.size)
-        pixels = np.asarray(im.resize((self.size[1], self.size[0]), Image.Resampling.BILINEAR), np.uint8)
-        if self.augment is not None and self.augment.flip and next(draws) < 0.5:
-            pixels = pixels[:, ::-1]
-        return pixels
+            window = ((height - side) // 2, (width - side) // 2, side, side)
+        cut = _decoded_window(data, (height, width), window, self.size, exact=self.targets.exact)
+        frame = self.targets.frame(window, self.size, self.augment)
+        im = cut.resize((frame[1], frame[0]), Image.Resampling.BILINEAR)
+        if frame[:2] == self.size:
+            pixels = np.asarray(im, np.uint8)
+        else:  # letterboxed: the picture on black
+            pixels = np.zeros((*self.size, 3), np.uint8)
+            pixels[frame[2] : frame[2] + frame[0], frame[3] : frame[3] + frame[1]] = np.asarray(im, np.uint8)
+        flipped = self.augment is not None and self.augment.flip and next(draws) < 0.5
+        view = View((height, width), window, frame, self.size, flipped)
+        return (pixels[:, ::-1] if flipped else pixels), view
 
 
 @functools.lru_cache(maxsize=4)
@@ -134,14 +148,16 @@ def _random_window(height: int, width: int, draws: Iterator[float], augment: Aug
 
 
 def _decoded_window(
-    data: bytes, shape: tuple[int, int], window: tuple[int, int, int, int], size: tuple[int, int]
+    data: bytes, shape: tuple[int, int], window: tuple[int, int, int, int], size: tuple[int, int], *, exact: bool
 ) -> Image.Image:
     """The window of the image (of `shape`, from its header) as RGB: a JPEG decoded at the
-    smallest DCT scale that keeps the window at least `size` (1/2, 1/4, 1/8), anything else
-    decoded by Pillow."""
+    smallest DCT scale that keeps the window at least `size` (1/2, 1/4, 1/8; not when `exact`:
+    boxes and masks are placed on the full-resolution window, as `load` cuts them), anything
+    else decoded by Pillow."""
     top, left, h, w = window
     if sniff_format(data) == "jpeg":
-        scale = next((s for s in (8, 4, 2) if h // s >= size[0] and w // s >= size[1]), 1)
+        scales = () if exact else (8, 4, 2)
+        scale = next((s for s in scales if h // s >= size[0] and w // s >= size[1]), 1)
         height, width = shape
         pixels = simplejpeg.decode_jpeg(data, "RGB", min_height=-(-height // scale), min_width=-(-width // scale))
         fy, fx = pixels.shape[0] / height, pixels.shape[1] / width
@@ -166,11 +182,15 @@ def grain_dataset(
     start_step: int = 0,
     num_threads: int = 4,
     num_workers: int = 0,
+    letterbox: bool = False,
+    bounding_box_format: str = "xyxy",
+    max_objects: int | None = None,
 ) -> Any:
     """A Grain dataset of `epochs` epochs of batches of `split` (see the module docstring),
     starting at (start_epoch, start_step); `.steps_per_epoch` tells Keras the epoch's length.
     `num_workers` > 0 makes the batches in that many worker processes (`num_threads` threads
-    each); a many-core host wants about one per core.
+    each); a many-core host wants about one per core. `letterbox`, `bounding_box_format` and
+    `max_objects` are `DecodeOptions`' (read/grain_targets.py: what each task's batches hold).
 
     The read is resolved by the same plan as `load` and `steps_per_epoch` (read/plan.py): the
     same split, training default (`split == "train"`), batches per epoch, and seed rule: without
@@ -178,7 +198,8 @@ def grain_dataset(
 
     Raises:
         OptionError: a split smaller than one batch when training, a start past the end or
-            without a seed, a negative `num_workers` or fewer than one thread.
+            without a seed, a negative `num_workers` or fewer than one thread, a box format
+            KerasHub does not name, an `Augment` asking for more than the crop and the flip.
     """
     import grain
 
@@ -186,19 +207,24 @@ def grain_dataset(
         raise OptionError(f"num_workers {num_workers}, num_threads {num_threads}: workers >= 0, threads >= 1")
     read = ReadOptions(shuffle="global", epoch=start_epoch, start_step=start_step)
     plan = resolve(path, split=split, read=read, training=training, seed=seed, batch_size=batch_size)
-    if plan.schema.mask_key is not None or plan.schema.multi_hot or plan.schema.objects:
-        raise OptionError(
-            f"grain_dataset yields one class id per image; {path!r} holds more: load(path) reads them augmented, "
-            "and IndexedRecords(path)[i] gives (image, boxes/mask/k-hot) to a Grain or PyTorch loader of your own"
-        )
     steps = plan.batches_per_pass()
     first, last = start_epoch * steps + start_step, (start_epoch + epochs) * steps
     if not 0 <= start_step < steps or first >= last:
         raise OptionError(f"start_epoch {start_epoch}, start_step {start_step}: past the {epochs} epochs of {steps}")
     size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     augmenting = resolve_augment(augment, plan.training)
+    if augmenting is not None and (
+        augmenting.rotate or augmenting.translate or augmenting.noise or augmenting.color_jitter
+    ):
+        raise OptionError(
+            "grain_dataset augments with the random-resized crop and the flip; rotate=, translate=, noise= and "
+            "color_jitter= are load's"
+        )
     records = IndexedRecords(path, split=split)
-    make = _Batches(records, batch_size, size, plan.base_seed, plan.training, augmenting, steps)  # type: ignore[arg-type]
+    decode = DecodeOptions(letterbox=letterbox, bounding_box_format=bounding_box_format, max_objects=max_objects)
+    least = augmenting.min_visible if augmenting is not None and augmenting.crop else 0.0
+    targets = Targets(records.manifest.header.task, decode, least)
+    make = _Batches(records, batch_size, size, plan.base_seed, plan.training, augmenting, steps, targets)  # type: ignore[arg-type]
     ds = grain.MapDataset.range(first, last).map(make)
     ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=2 * num_threads))
     if num_workers:

@@ -169,9 +169,12 @@ class IndexedRecords:
         """Record `index`'s image decoded to a uint8 [H, W, C] array."""
         return decode_image(self._ours(self.example(index)))
 
-    def encoded(self, index: int) -> tuple[bytes, int]:
-        """Record `index`'s stored image bytes and class id, from one parse."""
+    def encoded(self, index: int) -> tuple[bytes, Any]:
+        """Record `index`'s stored image bytes and class id (beyond one label: its `target`),
+        from one parse."""
         example = self._ours(self.example(index))
+        if self._task != schema.CLASSIFICATION:
+            return example[schema.ENCODED], self.target(example)
         return example[schema.ENCODED], self._class_id(example, index)
 
     def label(self, index: int) -> int:
