@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_coco import coco  # noqa: F401  (a fixture)
 
 from shardfeed import ConvertOptions, OptionError, ReadOptions, ServiceOptions, convert, load, read_manifest
 from shardfeed.errors import ServiceError
@@ -358,3 +359,26 @@ def test_a_mirror_over_the_cache_limit_is_refused_at_start(data: Path, bucket: s
     )
     assert done.returncode != 0 and "over the cache limit of 1,000" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_detection_batches_come_through_the_service(
+    coco: Path,  # noqa: F811
+    tmp_path: Path,
+    cluster: tuple[str, list[subprocess.Popen[str]]],
+) -> None:
+    """Boxes and labels padded per batch, made by the workers: each image's are those read here."""
+    from shardfeed.write.sources import CocoSource
+
+    address, _ = cluster
+    out = tmp_path / "squares"
+    convert(CocoSource(str(coco), str(coco.parent / "images")), str(out), ConvertOptions(split="train=1", shards=3))
+
+    def per_image(ds: object) -> list[tuple[bytes, bytes]]:
+        return sorted(
+            (y["boxes"].numpy()[0].tobytes(), y["labels"].numpy()[0].tobytes())
+            for _, y in ds  # type: ignore[attr-defined]
+        )
+
+    local = per_image(load(str(out), batch_size=1, image_size=48, training=False))
+    served = per_image(load(str(out), batch_size=1, image_size=48, training=False, service=address))
+    assert served == local and len(local) == 3

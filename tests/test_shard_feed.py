@@ -13,6 +13,7 @@ from pathlib import Path
 import fsspec
 import pytest
 from conftest import in_private_mounts
+from test_coco import coco  # noqa: F401  (a fixture)
 
 from bench.store_servers import peak_usage
 from shardfeed import ConvertOptions, ImageOptions, IndexedRecords, ReadOptions, convert, load, steps_per_epoch
@@ -346,3 +347,30 @@ def test_a_cache_limit_too_small_for_any_split_a_run_reads_is_refused_before_tra
     finally:
         del os.environ[read_options.CACHE_LIMIT_VARIABLE]
     assert not (tmp_path / "run" / "model.keras").exists()
+
+
+def test_a_detection_folder_in_a_bucket_reads_as_on_disk(bucket: str, coco: Path, tmp_path: Path) -> None:  # noqa: F811
+    """Boxes through the shard cache: `load`'s training batches in the global order (crops, flips,
+    padded boxes) and `IndexedRecords`' targets from the bucket are those read from disk."""
+    from test_coco import boxes_frame_objects
+
+    from shardfeed.write.sources import CocoSource
+
+    local = tmp_path / "local"
+    source = CocoSource(str(coco), str(coco.parent / "images"))
+    convert(source, str(local), ConvertOptions(split="train=1", shards=2), progress=False)
+    url = _upload(local, f"{bucket}/squares")
+    read = ReadOptions(shuffle="global", cache_dir=str(tmp_path / "cache"))
+    for seed in range(3):
+        remote = list(load(url, batch_size=3, image_size=64, seed=seed, read=read))
+        on_disk = list(load(str(local), batch_size=3, image_size=64, seed=seed, read=ReadOptions(shuffle="global")))
+        assert len(remote) == len(on_disk) == 1
+        for (x, y), (x2, y2) in zip(remote, on_disk, strict=True):
+            assert (x.numpy() == x2.numpy()).all()
+            assert all((y[k].numpy() == y2[k].numpy()).all() for k in ("boxes", "labels"))
+            boxes_frame_objects(x.numpy(), {k: v.numpy() for k, v in y.items()})
+    remote_rows = IndexedRecords(url, cache=ShardCache(str(tmp_path / "cache")))
+    rows = IndexedRecords(str(local))
+    for i in range(len(rows)):
+        theirs, ours = remote_rows[i][1], rows[i][1]
+        assert (theirs["boxes"] == ours["boxes"]).all() and (theirs["labels"] == ours["labels"]).all()
