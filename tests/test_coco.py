@@ -402,9 +402,19 @@ def test_polygons_and_rle_become_instance_masks_on_the_objects_pixels(tmp_path: 
         }
     m = manifest.read(str(out))
     assert m.data["features"][schema.OBJECT_MASK] == "bytes"
-    from shardfeed.tools import verify
+    from shardfeed.tools import show, verify
+    from shardfeed.tools.preview import OVERLAY_COLOURS
 
     assert verify(str(out), progress=False).ok
+    (tile,) = show(str(tmp_path / "outNone"), None, rows=1, cols=1)  # each instance tinted in its class's colour
+    drawn, source = tile.image.astype(float), pixels.astype(float)
+    for (top, left, bottom, right), colour, c in (
+        ((210, 310, 290, 410), BLUE, 1),
+        ((26, 506, 54, 574), (0, 255, 0), 2),
+    ):
+        want = 0.55 * np.array(colour) + 0.45 * np.array(OVERLAY_COLOURS[c])
+        assert np.abs(drawn[top:bottom, left:right] - want).max() <= 1, c
+    assert (drawn[330:390, 20:90] == source[330:390, 20:90]).all()  # no object there: untouched
 
 
 def test_balance_class_repeats_images_of_rare_classes(coco: Path, tmp_path: Path) -> None:

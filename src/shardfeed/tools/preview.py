@@ -90,13 +90,33 @@ def _tinted(key: str, image: np.ndarray, mask: np.ndarray, names: list[str]) -> 
 
 
 def _boxed(key: str, image: np.ndarray, example: dict[str, Any], m: manifest.Manifest) -> Tile:
-    """A detection record's image with its boxes drawn (`_drawn`)."""
+    """A detection record's image with its instance masks tinted and its boxes drawn (`_drawn`)."""
     from shardfeed.format.annotations import read_objects
 
     listed = {k: v if isinstance(v, list) else [v] for k, v in example.items()}
     height, width = image.shape[:2]
     objects = read_objects(listed, width=width, height=height, label_offset=m.label_offset)
+    if objects.masks:
+        image = _instances_tinted(image, objects.masks, objects.classes.tolist())
     return _drawn(key, image, objects.boxes.tolist(), objects.classes.tolist(), m.labels or [])
+
+
+def _instances_tinted(image: np.ndarray, masks: tuple[bytes, ...], classes: list[int]) -> np.ndarray:
+    """An image with each object's instance mask (a PNG the image's size, nonzero on the
+    object) tinted in its class's colour, the colour its box is drawn in; a mask of another
+    size (which `verify` reports) is left out."""
+    import io
+
+    from PIL import Image
+
+    tinted = image.astype(np.float32)
+    for data, c in zip(masks, classes, strict=True):
+        with Image.open(io.BytesIO(data)) as png:
+            on = np.asarray(png) > 0
+        if on.shape == image.shape[:2]:
+            colour = np.array(OVERLAY_COLOURS[c % len(OVERLAY_COLOURS)], np.float32)
+            tinted[on] = 0.55 * tinted[on] + 0.45 * colour
+    return tinted.round().astype(np.uint8)
 
 
 def _drawn(key: str, image: np.ndarray, boxes: list[list[float]], classes: list[int], names: list[str]) -> Tile:
