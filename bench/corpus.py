@@ -246,3 +246,50 @@ def build_near_duplicate_corpus(root: str, *, copies: int = 2, overlap: float = 
             image.save(os.path.join(root, name), **({"quality": quality} if fmt == "jpeg" else {}))
             truth[name] = i
     return truth
+
+
+TAGS = ("red square", "blue disc", "green bar", "yellow triangle")  # the shapes of a tagged corpus
+TAG_COLOURS = ((230, 30, 30), (30, 60, 230), (30, 200, 60), (240, 220, 30))
+
+
+def build_tagged_corpus(root: str, count: int, *, size: int = 96, share: float = 0.4, seed: int = 0) -> str:
+    """A multi-label corpus: `count` random crops of the shipped photos (`size` px a side, PNG)
+    with each of the four `TAGS` shapes pasted on about `share` of them (a random size and
+    place, shapes may overlap; an image left without one gets one, as `convert --multi-label`
+    reports an image of no class), and root/tags.csv listing each image's shapes (`path,label`,
+    `;` between names: `convert tags.csv --multi-label`). Returns the CSV's path; re-used when
+    it is there."""
+    from PIL import ImageDraw
+
+    listing = os.path.join(root, "tags.csv")
+    if os.path.exists(listing):
+        with open(listing) as f:
+            if sum(1 for _ in f) == count + 1:
+                return listing
+    photos = _photos_for(os.path.join(root, "images"), -1) or []
+    os.makedirs(os.path.join(root, "images"), exist_ok=True)
+    rng = np.random.default_rng(seed)
+    rows = ["path,label"]
+    for i in range(count):
+        photo = photos[i % len(photos)]
+        side = int(rng.integers(size, min(photo.shape[:2]) + 1))
+        top, left = (int(rng.integers(0, photo.shape[k] - side + 1)) for k in (0, 1))
+        image = Image.fromarray(photo[top : top + side, left : left + side]).resize((size, size))
+        draw = ImageDraw.Draw(image)
+        present = [k for k in range(len(TAGS)) if rng.random() < share] or [int(rng.integers(len(TAGS)))]
+        for k in present:
+            s = int(rng.integers(size // 6, size // 3 + 1))
+            x, y = int(rng.integers(0, size - s)), int(rng.integers(0, size - s))
+            shape = [(x, y + s // 3), (x + s, y + 2 * s // 3)] if k == 2 else [(x, y), (x + s, y + s)]
+            if k == 1:
+                draw.ellipse(shape, fill=TAG_COLOURS[k])
+            elif k == 3:
+                draw.polygon([(x, y + s), (x + s, y + s), (x + s // 2, y)], fill=TAG_COLOURS[k])
+            else:
+                draw.rectangle(shape, fill=TAG_COLOURS[k])
+        name = f"images/{i:05d}.png"
+        image.save(os.path.join(root, name))
+        rows.append(f'{name},"{";".join(TAGS[k] for k in present)}"')
+    with open(listing, "w") as f:
+        f.write("\n".join(rows) + "\n")
+    return listing

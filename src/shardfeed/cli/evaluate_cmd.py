@@ -1,4 +1,5 @@
-"""`shardfeed evaluate RUN_DIR [PATH]`: loss, accuracy, top-k, per-class accuracy, confusion matrix."""
+"""`shardfeed evaluate RUN_DIR [PATH]`: loss, accuracy, top-k, per-class accuracy, confusion matrix
+(multi-label: mAP, F1 at the run's thresholds, per-class AP)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(r, indent=2))
         return 0
+    if "mAP" in r:
+        print(multi_label_lines(r))
+        return 0
     tops = [f", {k[:-9]} {v:.4f}" for k, v in r.items() if k.startswith("top") and k.endswith("_accuracy")]
     print(f"{r['examples']:,} images: loss {r['loss']:.4f}, accuracy {r['accuracy']:.4f}{''.join(tops)}")
     counts = [sum(row) for row in r["confusion_matrix"]]
@@ -35,3 +39,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {name:<{width}}  {count:>7,}  {'-' if acc is None else f'{acc:.3f}':>8}")
     print(f"confusion matrix: {r['output_dir']}/confusion_matrix.png")
     return 0
+
+
+def multi_label_lines(r: dict[str, Any]) -> str:
+    """A multi-label evaluation: mAP and F1, then per class its images, AP, threshold, F1."""
+    scored = "-" if r["mAP"] is None else f"{r['mAP']:.4f}"
+    chosen = r["thresholds_chosen_on"]
+    where = f"chosen on {chosen}" if chosen else "0.5, no validation to choose them on"
+    lines = [
+        f"{r['examples']:,} images: mAP {scored} ({r['classes_scored']} classes with images), loss {r['loss']:.4f}",
+        f"  at the thresholds ({where}): micro F1 {r['micro_f1']:.4f}, macro F1 "
+        f"{'-' if r['macro_f1'] is None else format(r['macro_f1'], '.4f')}, exact match {r['exact_match']:.4f}",
+    ]
+    width = max(len("class"), *(len(n) for n in r["class_names"]))
+    lines.append(f"  {'class':<{width}}  {'images':>7}  {'AP':>6}  {'threshold':>9}  {'F1':>6}")
+    for name in r["class_names"]:
+        c = r["per_class"][name]
+        ap, f1 = ("-" if c[k] is None else f"{c[k]:.3f}" for k in ("ap", "f1"))
+        lines.append(f"  {name:<{width}}  {c['images']:>7,}  {ap:>6}  {c['threshold']:>9.3f}  {f1:>6}")
+    lines.append(f"average precision per class: {r['output_dir']}/average_precision.png")
+    return "\n".join(lines)

@@ -173,6 +173,11 @@ def summary(metrics: dict[str, Any]) -> str:
         lines.append(
             f"  validation: accuracy {metrics['val_accuracy']:.4f}, loss {metrics['val_loss']:.4f} (inference mode)"
         )
+    elif metrics.get("val_mAP") is not None:
+        lines.append(
+            f"  validation: mAP {metrics['val_mAP']:.4f}, micro F1 {metrics['val_micro_f1']:.4f} at the thresholds "
+            f"chosen on it, loss {metrics['val_loss']:.4f} (inference mode)"
+        )
     else:
         lines.append("  validation: none (no validation split)")
     if metrics.get("per_class_recall"):
@@ -190,7 +195,7 @@ def summary(metrics: dict[str, Any]) -> str:
         lines.append(f"  imbalance: {metrics['imbalance_remedy']}")
     if metrics.get("input_verdict"):
         lines.append(f"  input: {metrics['input_verdict']}")
-    if "accuracy" in metrics:
+    if "accuracy" in metrics and "train_accuracy_inference" in metrics:
         lines.append(
             f"  training images: accuracy {metrics['train_accuracy_inference']:.4f} in inference mode, "
             f"{metrics['accuracy']:.4f} while fitting ("

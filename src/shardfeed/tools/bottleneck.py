@@ -33,13 +33,15 @@ PROBE_BATCHES = 10  # batches timed by train's probe
 def model_rate(model: Any, batch: tuple[Any, Any], *, steps: int = 20, warmup: int = 3) -> float:
     """Images per second of training steps of a copy of `model` on one in-memory batch.
 
-    A clone is trained, so `model`'s weights and optimizer state are untouched.
+    A clone is trained (with the model's own loss when it is compiled, else a classifier's), so
+    `model`'s weights and optimizer state are untouched.
     """
     tf = tensorflow()
     import keras
 
     clone = keras.models.clone_model(model)
-    clone.compile(optimizer=keras.optimizers.Adam(), loss=keras.losses.SparseCategoricalCrossentropy())
+    loss = getattr(model, "loss", None) or keras.losses.SparseCategoricalCrossentropy()  # its own (multi-label: BCE)
+    clone.compile(optimizer=keras.optimizers.Adam(), loss=loss)
     images, labels = batch[0], batch[1]
     data = tf.data.Dataset.from_tensors((images, labels)).cache().repeat()
     times: list[float] = []

@@ -1,4 +1,5 @@
-"""evaluate: loss, accuracy, top-k, per-class accuracy and a confusion matrix for a trained run."""
+"""evaluate: loss, accuracy, top-k, per-class accuracy and a confusion matrix for a trained run;
+for a multi-label run mAP, per-class AP and F1 at the run's thresholds (training/multi_label.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from tqdm import tqdm
 from shardfeed.deprecation import renamed
 from shardfeed.errors import SourceError
 from shardfeed.format import manifest
+from shardfeed.format.schema import MULTI_LABEL
 from shardfeed.training.models import load_model, model_class_names, predicted
-from shardfeed.training.run_folder import CONFUSION, MODEL, RunFolder
+from shardfeed.training.multi_label import multi_label_metrics
+from shardfeed.training.run_folder import AVERAGE_PRECISION, CONFUSION, MODEL, RunFolder
 
 
 @renamed(data="path")
@@ -28,7 +31,8 @@ def evaluate(
 ) -> dict[str, Any]:
     """Evaluates a run's model on a split, with the run's evaluation preprocessing.
 
-    Writes metrics.json and confusion_matrix.png to `output_dir` (default RUN_DIR/eval-<split>).
+    Writes metrics.json and confusion_matrix.png (multi-label: average_precision.png) to
+    `output_dir` (default RUN_DIR/eval-<split>).
     `path` is the converted folder (default: the one the run trained on; old name `data=`).
     `split` defaults to the data's held-out split (validation, else val/valid/test/eval/dev); top-k
     accuracy is reported only for k below the number of classes (above, it is always 1.0).
@@ -53,9 +57,16 @@ def evaluate(
             labels.append(y.numpy())
             bar.update(len(labels[-1]))
     p, y = np.concatenate(probs), np.concatenate(labels)
-    result = metrics_from_probabilities(p, y, names, top_k)
     out = output_dir or folder.eval_dir(split)
     os.makedirs(out, exist_ok=True)
+    if record.task == MULTI_LABEL:
+        thresholds = folder.read_thresholds(names)
+        result = multi_label_metrics(p, y, names, np.asarray(thresholds.values))
+        result["thresholds_chosen_on"] = thresholds.chosen_on
+        folder.write_metrics(result, out)
+        plot_average_precision(result, os.path.join(out, AVERAGE_PRECISION), split)
+        return {**result, "output_dir": out}
+    result = metrics_from_probabilities(p, y, names, top_k)
     folder.write_metrics(result, out)
     plot_confusion(
         np.array(result["confusion_matrix"]),
@@ -144,6 +155,27 @@ def plot_confusion(confusion: np.ndarray, names: list[str], path: str, title: st
                     color="white" if v > confusion.max() / 2 else "black",
                 )
     ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_average_precision(result: dict[str, Any], path: str, split: str) -> None:
+    """A multi-label evaluation's average precision per class, as bars (classes without a
+    positive image in the split have none, and no bar)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    per_class = result["per_class"]
+    names = [n for n in result["class_names"] if per_class[n]["ap"] is not None][:MAX_PLOTTED_CLASSES]
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.35 * len(names) + 2), 3.5))
+    ax.bar(range(len(names)), [per_class[n]["ap"] for n in names], color="tab:blue")
+    ax.set_xticks(range(len(names)), names, rotation=90, fontsize=8)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("average precision")
+    ax.set_title(f"{split}: mAP {result['mAP']:.3f}" if result["mAP"] is not None else split)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

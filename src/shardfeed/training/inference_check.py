@@ -19,33 +19,38 @@ INFERENCE_SAMPLE = 1024  # training images re-scored in inference mode at the en
 DISAGREEMENT = 0.15  # training-mode vs inference-mode accuracy gap worth a warning
 
 
-def inference_check(net: Any, inputs: RunInputs, split: str, batch_size: int) -> dict[str, Any]:
+def inference_check(
+    net: Any, inputs: RunInputs, split: str, batch_size: int, metric: str = "accuracy"
+) -> dict[str, Any]:
     """Re-scores up to INFERENCE_SAMPLE images of `split` in inference mode, and warns when that,
-    the training-mode accuracy Keras printed, and the validation accuracy disagree.
+    the training-mode figure Keras printed, and the validation figure disagree (`metric`: the
+    objective's, training/objectives.py; accuracy for classes).
 
     With BatchNorm the training-mode figure can be far above the model's (0.89 while fitting,
     0.20 in inference mode, seen on a short run); validation figures are always inference-mode.
     """
     sample = inputs.evaluation(split).take(math.ceil(INFERENCE_SAMPLE / batch_size))
-    inference = float(net.evaluate(sample, verbose=0, return_dict=True)["accuracy"])
+    inference = float(net.evaluate(sample, verbose=0, return_dict=True)[metric])
     final = final_metrics(net)
-    for message in disagreements(final.get("accuracy"), inference, final.get("val_accuracy")):
+    for message in disagreements(final.get(metric), inference, final.get(f"val_{metric}"), metric):
         log.warning("warning: %s (docs/training.md, 'Honest numbers')", message)
-    return {"train_accuracy_inference": inference}
+    return {f"train_{metric}_inference": inference}
 
 
-def disagreements(fitted: float | None, inference: float, validation: float | None) -> list[str]:
-    """What the three accuracies say when they are more than DISAGREEMENT apart."""
+def disagreements(
+    fitted: float | None, inference: float, validation: float | None, metric: str = "accuracy"
+) -> list[str]:
+    """What the three figures of `metric` say when they are more than DISAGREEMENT apart."""
     messages = []
     if fitted is not None and fitted - inference > DISAGREEMENT:
         messages.append(
-            f"training accuracy was {fitted:.3f} while fitting but the model scores {inference:.3f} on training "
+            f"training {metric} was {fitted:.3f} while fitting but the model scores {inference:.3f} on training "
             "images in inference mode: BatchNorm's moving statistics have not caught up with the weights (too few "
             "steps, or a learning rate too high); trust the validation figures, train longer"
         )
     elif fitted is not None and inference - fitted > DISAGREEMENT:
         messages.append(
-            f"training accuracy was {fitted:.3f} while fitting (augmented images, dropout) and {inference:.3f} in "
+            f"training {metric} was {fitted:.3f} while fitting (augmented images, dropout) and {inference:.3f} in "
             "inference mode: the augmentation is much harder than the task; if validation is low too, try a "
             "milder --augment"
         )
@@ -65,7 +70,7 @@ def final_metrics(net: Any) -> dict[str, float]:
     return {k: float(v[-1]) for k, v in history.history.items()}
 
 
-def saved_model_validation(net: Any, val_ds: Any, recomputed: int) -> dict[str, float]:
+def saved_model_validation(net: Any, val_ds: Any, recomputed: int, metric: str = "accuracy") -> dict[str, float]:
     """The validation figures of the model as saved, when BatchNorm's statistics were recomputed
     at the end of training (after the last validation inside fit, which saw a cheaper estimate):
     then the summary, metrics.json and `evaluate` give the same score. Empty when nothing
@@ -73,4 +78,4 @@ def saved_model_validation(net: Any, val_ds: Any, recomputed: int) -> dict[str, 
     if val_ds is None or not recomputed:
         return {}
     scores = net.evaluate(val_ds, verbose=0, return_dict=True)
-    return {"val_accuracy": float(scores["accuracy"]), "val_loss": float(scores["loss"])}
+    return {f"val_{metric}": float(scores[metric]), "val_loss": float(scores["loss"])}

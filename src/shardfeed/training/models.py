@@ -120,9 +120,17 @@ def caffe_layer() -> Any:
 
 
 def build_model(
-    name: str, class_names: list[str], image_size: tuple[int, int], *, channels: int = 3, weights: str | None = None
+    name: str,
+    class_names: list[str],
+    image_size: tuple[int, int],
+    *,
+    channels: int = 3,
+    weights: str | None = None,
+    activation: str = "softmax",
 ) -> Any:
-    """A classifier: uint8 [H, W, C] in, class probabilities out (float32, also under mixed precision).
+    """A classifier: uint8 [H, W, C] in, class probabilities out (float32, also under mixed precision):
+    one distribution over the classes (softmax), or with activation='sigmoid' one probability
+    per class (multi-label).
 
     Args:
         name: 'small_cnn' (the cats-vs-dogs recipe's CNN) or a keras.applications backbone
@@ -147,7 +155,7 @@ def build_model(
     else:
         x, whole_model_file = _with_backbone(keras, inputs, name, image_size, channels, weights)
     x = keras.layers.Dense(len(class_names), name="logits")(x)
-    x = keras.layers.Activation("softmax", dtype="float32", name="probabilities")(x)
+    x = keras.layers.Activation(activation, dtype="float32", name="probabilities")(x)
     outputs = class_names_layer()(class_names, name="class_names", dtype="float32")(x)
     model = keras.Model(inputs, outputs, name=name)
     if whole_model_file:
@@ -264,6 +272,15 @@ def predicted(net: Any, images: Any) -> np.ndarray:
     """`net.predict_on_batch` on a batch that tf.data made: handed over as a NumPy array, which
     every Keras backend takes (JAX's refuses TensorFlow tensors), and returned as one."""
     return np.asarray(net.predict_on_batch(np.asarray(images)))
+
+
+def scored(net: Any, ds: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The model's outputs over a dataset of (images, labels) batches, and the labels: [N, K], [N, ...]."""
+    outputs, labels = [], []
+    for images, y in ds:
+        outputs.append(predicted(net, images))
+        labels.append(np.asarray(y))
+    return np.concatenate(outputs), np.concatenate(labels)
 
 
 def load_model(path: str) -> Any:

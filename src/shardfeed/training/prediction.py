@@ -1,4 +1,5 @@
-"""predict: class names and top-k probabilities for a folder of images (or unlabeled shards).
+"""predict: class names and top-k probabilities for a folder of images (or unlabeled shards);
+a multi-label run's label sets at its thresholds and every class's score.
 
 A folder of images is first converted (to a temporary folder, unlabeled) with the same checks as
 `convert`, so odd images (CMYK, EXIF-rotated, PNG named .jpg...) are handled the same way and
@@ -20,6 +21,7 @@ from tqdm import tqdm
 from shardfeed.deprecation import renamed
 from shardfeed.format import layout, manifest
 from shardfeed.format.image_limits import DEFAULT_MAX_PIXELS
+from shardfeed.format.schema import MULTI_LABEL
 from shardfeed.read.options import ReadOptions
 from shardfeed.read.shardset import is_converted_folder
 from shardfeed.training.models import load_model, model_class_names, predicted
@@ -49,7 +51,9 @@ def predict(
 
     Columns: file, class, probability, then class_2/probability_2 ... up to top_k (at most the
     number of classes), and error
-    (why a file could not be read; its other columns are empty).
+    (why a file could not be read; its other columns are empty). A multi-label run's rows
+    are: file, labels (the classes scored at or above the run's thresholds, `;` between
+    them), one `score:<class>` column per class, and error.
 
     Args:
         run_dir: a training run folder.
@@ -62,6 +66,7 @@ def predict(
     record = folder.read_record()
     net = load_model(folder.model_file(model_file))
     names = model_class_names(net)
+    thresholds = folder.read_thresholds(names).values if record.task == MULTI_LABEL else None
     with tempfile.TemporaryDirectory(prefix="shardfeed-predict-") as tmp:
         data = source
         if not is_converted_folder(source):
@@ -79,13 +84,14 @@ def predict(
             probs = predicted(net, images)
             bar.update(len(probs))
             for i, p in enumerate(probs):
-                rows.append(_row(files[i].numpy().decode(), p, names, top_k))
+                file = files[i].numpy().decode()
+                rows.append(_row(file, p, names, top_k) if thresholds is None else _tags(file, p, names, thresholds))
                 if grid:
                     _keep_first(shown, rows[-1], images[i], grid_size)
         bar.close()
         rows += [{"file": s["file"], "error": s["reason"]} for s in _skipped(data)]
     rows.sort(key=lambda r: r["file"])
-    _write_csv(output, rows, min(top_k, len(names)))
+    _write_csv(output, rows, _columns(names, min(top_k, len(names)), tagged=thresholds is not None))
     if grid:
         from shardfeed.read.pixels import to_rgb
         from shardfeed.tools.preview import Tile, draw_grid
@@ -99,7 +105,8 @@ def predict(
 def _keep_first(shown: list[tuple[str, np.ndarray, str]], row: dict[str, Any], image: Any, size: int) -> None:
     """Keeps the `size` images whose file names sort first (the CSV's first rows; the records
     arrive in shard order), each captioned with its file name and prediction."""
-    caption = f"{_short(row['file'])}\n{row['class']} ({row['probability']:.2f})"
+    said = (row["labels"] or "(none)") if "labels" in row else f"{row['class']} ({row['probability']:.2f})"
+    caption = f"{_short(row['file'])}\n{said}"
     if len(shown) < size:
         shown.append((row["file"], image.numpy(), caption))
         return
@@ -122,6 +129,12 @@ def _row(file: str, p: np.ndarray, names: list[str], top_k: int) -> dict[str, An
     return row
 
 
+def _tags(file: str, p: np.ndarray, names: list[str], thresholds: list[float]) -> dict[str, Any]:
+    """A multi-label row: the classes at or above their thresholds, and every class's score."""
+    chosen = [name for name, score, t in zip(names, p, thresholds, strict=True) if score >= t]
+    return {"file": file, "labels": ";".join(chosen), **{f"score:{n}": float(v) for n, v in zip(names, p, strict=True)}}
+
+
 def _skipped(data: str) -> list[dict[str, str]]:
     path = os.path.join(data, layout.REPORT)
     if not os.path.exists(path):
@@ -130,11 +143,17 @@ def _skipped(data: str) -> list[dict[str, str]]:
         return list(json.load(f)["skipped"])
 
 
-def _write_csv(path: str, rows: list[dict[str, Any]], top_k: int) -> None:
+def _columns(names: list[str], top_k: int, *, tagged: bool) -> list[str]:
+    """The CSV's columns: the top-k classes, or (multi-label) the label set and each class's score."""
+    if tagged:
+        return ["file", "labels", *(f"score:{n}" for n in names), "error"]
     columns = ["file", "class", "probability"]
     for rank in range(2, top_k + 1):
         columns += [f"class_{rank}", f"probability_{rank}"]
-    columns.append("error")
+    return [*columns, "error"]
+
+
+def _write_csv(path: str, rows: list[dict[str, Any]], columns: list[str]) -> None:
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, columns, extrasaction="ignore")
         writer.writeheader()

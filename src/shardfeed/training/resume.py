@@ -43,6 +43,7 @@ from shardfeed.read.options import IMAGE_SIZE, DecodeOptions, ReadOptions
 from shardfeed.read.plan import resolve
 from shardfeed.read.shardset import DataPath
 from shardfeed.training.inputs import RunInputs
+from shardfeed.training.run_folder import RunFolder
 
 STATE_NAME = "resume.json"
 
@@ -242,3 +243,28 @@ def _snapshot_callback(
                     os.remove(os.path.join(run_dir, name))
 
     return Snapshot()
+
+
+def starting_point(folder: RunFolder, *, resume: bool, save_every: int | None) -> tuple[int, int]:
+    """The (epoch, step) a run in `folder` starts at: (0, 0) fresh; with `resume`, the last
+    snapshot's point (save_every runs) or the epoch after the last one logged.
+
+    Raises:
+        RunFolderError: `resume` without anything saved to resume from.
+    """
+    snapshots = folder.checkpoints
+    if resume and save_every:
+        point = read_resume_point(snapshots)
+        if point is None:
+            raise RunFolderError(
+                f"nothing to resume in {folder.path!r}: no checkpoints/resume.json (written when "
+                "training with save_every)"
+            )
+        return point.epoch, point.step
+    if resume:
+        if not os.path.exists(folder.last_checkpoint):
+            raise RunFolderError(f"nothing to resume in {folder.path!r}: no checkpoints/last.keras")
+        return folder.completed_epochs(), 0
+    if save_every:
+        forget_resume_point(snapshots)  # a fresh run: fit_resumable must not pick up an old one
+    return 0, 0

@@ -8,9 +8,10 @@ log.csv                       one row per epoch (Keras CSVLogger)
 tensorboard/                  TensorBoard logs
 model.keras                   the final model, class names inside
 metrics.json                  final metrics, epochs, time, throughput
+thresholds.json               multi-label: each class's threshold, chosen on validation (evaluate, predict)
 curves.png                    loss and accuracy per epoch (train and validation)
 status.json                   running / finished / failed / interrupted (with the error)
-eval-<split>/                 evaluate's metrics.json and confusion_matrix.png
+eval-<split>/                 evaluate's metrics.json and confusion_matrix.png (multi-label: average_precision.png)
 report.html                   `shardfeed report RUN_DIR`
 """
 
@@ -23,10 +24,12 @@ from typing import Any
 
 from shardfeed.errors import RunFolderError
 from shardfeed.format import fileio, storage
+from shardfeed.format.schema import CLASSIFICATION
 from shardfeed.read.options import DecodeOptions
 from shardfeed.read.shardset import DataPath
 from shardfeed.redaction import without_userinfo
 from shardfeed.training.inputs import RunInputs
+from shardfeed.training.multi_label import Thresholds
 from shardfeed.training.options import TrainOptions
 
 RUN_RECORD = "run.json"
@@ -39,6 +42,8 @@ CHECKPOINTS = "checkpoints"
 TENSORBOARD = "tensorboard"
 REPORT = "report.html"
 CONFUSION = "confusion_matrix.png"
+AVERAGE_PRECISION = "average_precision.png"
+THRESHOLDS = "thresholds.json"
 
 
 @dataclass(frozen=True)
@@ -74,9 +79,17 @@ class RunRecord:
     precise_bn: bool = False  # BatchNorm statistics recomputed at the end (absent in older run.json files)
     devices: int | str = 1  # as asked (--devices); device_names: those it trained on
     device_names: list[str] | None = None
+    task: str = CLASSIFICATION  # what it learned (training/objectives.py); absent in older run.json files
 
     @classmethod
-    def of(cls, data: str, options: TrainOptions, class_names: list[str], validation_split: str | None) -> RunRecord:
+    def of(
+        cls,
+        data: str,
+        options: TrainOptions,
+        class_names: list[str],
+        validation_split: str | None,
+        task: str = CLASSIFICATION,
+    ) -> RunRecord:
         """The record of a run on `data` with `options` (validation split as resolved)."""
         fields = asdict(options)
         del fields["save_every"]  # how the run was checkpointed, not what it trained
@@ -86,6 +99,7 @@ class RunRecord:
             image_size=(options.image_size, options.image_size),
             validation_split=validation_split,
             class_names=class_names,
+            task=task,
         )
         return cls(**fields)
 
@@ -181,6 +195,19 @@ class RunFolder:
         """metrics.json in the run folder (or in `folder`, e.g. an eval-<split> folder)."""
         with open(os.path.join(folder or self.path, METRICS), "w") as f:
             f.write(storage.redact(json.dumps(metrics, indent=2)))
+
+    def write_thresholds(self, thresholds: Thresholds) -> None:
+        with open(self.file(THRESHOLDS), "w") as f:
+            f.write(json.dumps(asdict(thresholds), indent=2))
+
+    def read_thresholds(self, names: list[str]) -> Thresholds:
+        """The run's thresholds for the model's classes `names` (the default where the run
+        wrote none, or for other classes)."""
+        if not os.path.exists(self.file(THRESHOLDS)):
+            return Thresholds.default(names)
+        with open(self.file(THRESHOLDS)) as f:
+            chosen = Thresholds(**json.load(f))
+        return chosen if chosen.class_names == names else Thresholds.default(names)
 
     def read_metrics(self) -> dict[str, Any]:
         """The final metrics (empty before the run finished)."""

@@ -3,6 +3,8 @@
 Loss and accuracy per epoch (train and validation, from log.csv), the confusion matrix and
 per-class precision/recall on the held-out split (evaluated now, with the run's preprocessing),
 the worst-classified held-out images with their predicted and true classes, and the settings.
+A multi-label run's: per class its AP, threshold, precision, recall and F1, and the images whose
+label sets are wrong, worst class first.
 `curves.png` (written by `train`) is the same curves as a picture.
 """
 
@@ -17,11 +19,12 @@ import numpy as np
 
 from shardfeed.deprecation import renamed
 from shardfeed.format import manifest
+from shardfeed.format.schema import MULTI_LABEL
 from shardfeed.read.options import ReadOptions
 from shardfeed.tools import html_page as h
 from shardfeed.training.evaluation import evaluate
 from shardfeed.training.models import load_model, predicted
-from shardfeed.training.run_folder import CONFUSION, LOG, REPORT, RunFolder
+from shardfeed.training.run_folder import AVERAGE_PRECISION, CONFUSION, LOG, REPORT, RunFolder
 
 WORST = 16
 
@@ -78,7 +81,7 @@ def plot_curves(run_dir: str, output: str) -> None:
 
     log = read_log(run_dir)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-    for ax, metric in zip(axes, ("loss", "accuracy"), strict=True):
+    for ax, metric in zip(axes, ("loss", _quality(log)), strict=True):
         for key, style in ((metric, "-"), (f"val_{metric}", "--")):
             if log.get(key):
                 ax.plot(range(1, len(log[key]) + 1), log[key], style, label=key)
@@ -90,17 +93,25 @@ def plot_curves(run_dir: str, output: str) -> None:
     plt.close(fig)
 
 
+def _quality(log: dict[str, list[float]]) -> str:
+    """The logged metric that says how good the model is: accuracy, or a multi-label run's
+    `auc_pr` (training/objectives.py)."""
+    return "auc_pr" if "auc_pr" in log and "accuracy" not in log else "accuracy"
+
+
 def _curves(run_dir: str) -> str:
     log = read_log(run_dir)
     charts = [
         f"<h3>{name}</h3>" + h.line_chart({k: log[k] for k in (name, f"val_{name}") if log.get(k)})
-        for name in ("loss", "accuracy")
+        for name in ("loss", _quality(log))
         if log.get(name)
     ]
     return h.section("Per epoch (train: training mode; val: inference mode)", *charts)
 
 
 def _per_class(result: dict[str, Any], split: str) -> str:
+    if "mAP" in result:
+        return _per_class_tags(result, split)
     confusion = np.array(result["confusion_matrix"])
     names = result["class_names"]
     rows = []
@@ -117,6 +128,25 @@ def _per_class(result: dict[str, Any], split: str) -> str:
     return h.section("Per class", f"<p>{h.esc(summary)}</p>", table, note if undefined else "", matrix)
 
 
+def _per_class_tags(result: dict[str, Any], split: str) -> str:
+    """A multi-label evaluation per class: images, AP, the threshold and what it gives."""
+
+    def shown(value: float | None) -> str:
+        return "—" if value is None else f"{value:.3f}"
+
+    rows = [
+        [h.esc(name), f"{c['images']:,}", shown(c["ap"]), f"{c['threshold']:.3f}"]
+        + [shown(c[k]) for k in ("precision", "recall", "f1")]
+        for name, c in result["per_class"].items()
+    ]
+    scored = shown(result["mAP"])
+    summary = f"{split}: {result['examples']:,} images, mAP {scored}, micro F1 {result['micro_f1']:.4f}"
+    table = h.table(["class", "images", "AP", "threshold", "precision", "recall", "F1"], rows, (1, 2, 3, 4, 5, 6))
+    bars = h.png_file(os.path.join(result["output_dir"], AVERAGE_PRECISION))
+    note = '<p class="note">—: no image of that class in the split (AP, recall) or none predicted (precision)</p>'
+    return h.section("Per class", f"<p>{h.esc(summary)}</p>", table, note, bars)
+
+
 def _worst(run_dir: str, data: str, split: str) -> str:
     """The held-out images the model got most wrong (lowest probability of the true class)."""
     folder = RunFolder(run_dir)
@@ -124,12 +154,22 @@ def _worst(run_dir: str, data: str, split: str) -> str:
     net = load_model(folder.model_file())
     names = record.class_names
     found: list[tuple[float, np.ndarray, str, str, str]] = []
+    tagged = record.task == MULTI_LABEL
+    limits = np.asarray(folder.read_thresholds(names).values) if tagged else None
     for images, labels, files in record.inputs(data).evaluation(split, read=ReadOptions(with_filenames=True)):
         probs = predicted(net, images)
         for i, p in enumerate(probs):
+            file = files[i].numpy().decode()
+            if limits is not None:  # the image's worst class: the score farthest from its truth
+                truth = labels[i].numpy() > 0
+                guessed = p >= limits
+                if (guessed != truth).any():
+                    said, real = (";".join(np.array(names)[m]) or "(none)" for m in (guessed, truth))
+                    found.append((1 - float(np.abs(truth - p).max()), images[i].numpy(), file, said, real))
+                continue
             true, guess = int(labels[i]), int(np.argmax(p))
             if guess != true:
-                found.append((float(p[true]), images[i].numpy(), files[i].numpy().decode(), names[guess], names[true]))
+                found.append((float(p[true]), images[i].numpy(), file, names[guess], names[true]))
         found = sorted(found, key=lambda x: x[0])[:WORST]
     if not found:
         return h.section("Worst classified", f"<p>every {h.esc(split)} image is classified correctly</p>")

@@ -1,4 +1,5 @@
-"""train: fit a Keras classifier on converted shards, with checkpoints, logs and resume.
+"""train: fit a Keras classifier (one class per image, or several) on converted shards, with
+checkpoints, logs and resume; what it learns by task is training/objectives.py.
 
 One call of `train` is one `_TrainingRun`: it reads the manifest once, resolves the options
 against the data, and holds the data, the run folder (training/run_folder.py, which names every
@@ -8,14 +9,14 @@ file in it), the inputs (training/inputs.py, the one place datasets are built) a
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import replace
 from typing import Any
 
 from shardfeed.deprecation import renamed
-from shardfeed.errors import OptionError, RunFolderError, SourceError, tensorflow_message
+from shardfeed.errors import OptionError, SourceError, tensorflow_message
 from shardfeed.format import manifest, storage
+from shardfeed.format.schema import CLASSIFICATION, MULTI_LABEL
 from shardfeed.lazy import tensorflow
 from shardfeed.read.mixture import Mixture, open_mixture
 from shardfeed.read.options import ReadOptions
@@ -38,13 +39,14 @@ from shardfeed.training.inference_check import final_metrics, inference_check, s
 from shardfeed.training.inputs import RunInputs
 from shardfeed.training.model_choice import choose_model
 from shardfeed.training.models import build_model, load_model
+from shardfeed.training.multi_label import Thresholds, validation_thresholds
+from shardfeed.training.objectives import objective_for
 from shardfeed.training.options import AUTO, TrainOptions
-from shardfeed.training.resume import fit_resumable, forget_resume_point, read_resume_point
+from shardfeed.training.resume import fit_resumable, starting_point
 from shardfeed.training.run_folder import CURVES, LOG, MODEL, TENSORBOARD, RunFolder, RunRecord
 from shardfeed.training.run_report import plot_curves
 
 log = logging.getLogger("shardfeed")
-TOP_K = 5
 
 
 @renamed(data="path", out="run_dir")
@@ -103,6 +105,7 @@ class _TrainingRun:
         self.folder, self.resume = folder, resume
         self.keras: Any = None  # imported by `fit`, not before (the checks above run without TensorFlow)
         self.manifest = manifest.read(self.data)
+        self.objective = objective_for(self.manifest.header.task, self.data)
         self.options = self._resolved(options)  # checks the data before TensorFlow loads
         self.weights = self.options.weights_for(self.options.model)
         self.schedule = schedule(
@@ -114,7 +117,9 @@ class _TrainingRun:
             fine_tune_from=self.options.fine_tune_from,
             fine_tune_learning_rate=self.options.fine_tune_learning_rate,
         )
-        record = RunRecord.of(self.data, self.options, self._class_names(), self._validation_split())
+        record = RunRecord.of(
+            self.data, self.options, self._class_names(), self._validation_split(), self.objective.task
+        )
         mixed = self.mixture.as_json() if self.mixture is not None else None
         self.record = replace(record, weights=self.weights or "none", phases=self.schedule.as_json(), mixture=mixed)
         o = self.options
@@ -122,12 +127,18 @@ class _TrainingRun:
             self.manifest, o.batch_size, o.image_size, o.seed, o.augmentation, o.decode, train_data=self.mixture
         )
         self.steps = self._check_training_set()
-        self.initial_epoch, self.initial_step = self._starting_point()
+        self.initial_epoch, self.initial_step = starting_point(
+            folder, resume=resume, save_every=self.options.save_every
+        )
 
     def _resolved(self, options: TrainOptions) -> TrainOptions:
         """`options` with model='auto' and augment='auto' replaced by what the data calls for
         (and why, logged)."""
         self.manifest.split(options.train_split)  # exists, or a message listing those that do
+        if options.class_weight and self.objective.task != CLASSIFICATION:
+            raise OptionError(
+                f"class_weight weighs each image by its one class; {self.data} holds {self.objective.task} labels"
+            )
         if options.model == AUTO:
             model = choose_model(self.manifest, options.train_split, seed=options.seed, weights=options.weights)
             log.info("model: %s, chosen for %s (--model to override)", model.model, model.reason)
@@ -216,30 +227,6 @@ class _TrainingRun:
             )
         return self.inputs.steps_per_epoch(split, read=self.train_read)
 
-    def _starting_point(self) -> tuple[int, int]:
-        """The (epoch, step) training starts at: (0, 0) fresh; with `resume`, the last snapshot's
-        point (save_every runs) or the epoch after the last one logged.
-
-        Raises:
-            RunFolderError: `resume` without anything saved to resume from.
-        """
-        snapshots, save_every = self.folder.checkpoints, self.options.save_every
-        if self.resume and save_every:
-            point = read_resume_point(snapshots)
-            if point is None:
-                raise RunFolderError(
-                    f"nothing to resume in {self.folder.path!r}: no checkpoints/resume.json (written when "
-                    "training with save_every)"
-                )
-            return point.epoch, point.step
-        if self.resume:
-            if not os.path.exists(self.folder.last_checkpoint):
-                raise RunFolderError(f"nothing to resume in {self.folder.path!r}: no checkpoints/last.keras")
-            return self.folder.completed_epochs(), 0
-        if save_every:
-            forget_resume_point(snapshots)  # a fresh run: fit_resumable must not pick up an old one
-        return 0, 0
-
     def train_stream(self, epoch: int | None = None) -> Any:
         """The repeating training stream from `epoch` (default: where the run starts); a global
         order continues the sequence of epoch orders."""
@@ -271,7 +258,8 @@ class _TrainingRun:
         validation = self.record.validation_split
         val_ds = self.inputs.evaluation(validation) if validation else None
         probe = input_probe(self.train_stream, min(self.steps, PROBE_BATCHES), gpu_decode=o.decode_on == "gpu")
-        callbacks = [*self._callbacks(monitor="val_accuracy" if val_ds is not None else "accuracy"), probe]
+        metric = self.objective.metric
+        callbacks = [*self._callbacks(monitor=f"val_{metric}" if val_ds is not None else metric), probe]
         split = o.train_split
         precise = precise_bn_callback(lambda n: self.inputs.evaluation(split).take(batches_for(n, o.batch_size)))
         if o.precise_bn:  # first: the validation and checkpoints after it see the recomputed statistics
@@ -287,8 +275,8 @@ class _TrainingRun:
         trained = max((o.epochs - self.initial_epoch) * self.steps - self.initial_step, 0)  # steps
         metrics = {
             **final_metrics(net),
-            **saved_model_validation(net, val_ds, precise.images),
-            **inference_check(net, self.inputs, o.train_split, o.batch_size),
+            **saved_model_validation(net, val_ds, precise.images, metric),
+            **inference_check(net, self.inputs, o.train_split, o.batch_size, metric),
             "augment": o.augment,
             "validation_split": validation,
             "epochs": o.epochs,
@@ -305,6 +293,7 @@ class _TrainingRun:
             **placement.as_json(),
             "precise_bn_images": precise.images,  # 0 when off (never run) or settled
             **self._per_class_recall(net, val_ds),
+            **self._thresholds(net, validation),
         }
         self.folder.write_metrics(metrics)
         plot_curves(self.folder.path, self.folder.file(CURVES))
@@ -314,9 +303,21 @@ class _TrainingRun:
         """Per-class validation recall when the training classes are imbalanced (`imbalance.py`)."""
         counts = self.manifest.split(self.options.train_split).class_counts
         ratio = imbalance_ratio(counts)
-        if val_ds is None or ratio <= IMBALANCE_RATIO:
+        if val_ds is None or ratio <= IMBALANCE_RATIO or self.objective.task != CLASSIFICATION:
             return {}
         return {"imbalance_ratio": ratio, "per_class_recall": per_class_recall(net, val_ds, self.record.class_names)}
+
+    def _thresholds(self, net: Any, validation: str | None) -> dict[str, Any]:
+        """Multi-label: each class's threshold, chosen for the best F1 on validation (0.5 without
+        one), written to the run folder for `evaluate` and `predict`; and validation's mAP."""
+        if self.objective.task != MULTI_LABEL:
+            return {}
+        names, found = self.record.class_names, dict[str, Any]()
+        chosen = Thresholds.default(names)
+        if validation is not None:
+            chosen, found = validation_thresholds(net, self.inputs.evaluation(validation), validation, names)
+        self.folder.write_thresholds(chosen)  # without validation: the default, said in thresholds.json
+        return found
 
     def _fit(self, fit: dict[str, Any]) -> Any:
         """Fits a new (or, with `resume`, the last checkpointed) model phase by phase (`fine_tune.py`);
@@ -361,7 +362,8 @@ class _TrainingRun:
     def _new_model(self) -> Any:
         """A new model for the run, from its starting weights (compiled by `enter`)."""
         o, names, size = self.options, self.record.class_names, self.record.image_size
-        return build_model(o.model, names, size, channels=o.channels, weights=self.weights)
+        activation = self.objective.activation
+        return build_model(o.model, names, size, channels=o.channels, weights=self.weights, activation=activation)
 
     def enter(self, net: Any, phase: Phase, number: int) -> Any:
         """`net` set up for `phase`: its trainable flags, and compiled with the phase's optimizer
@@ -370,16 +372,13 @@ class _TrainingRun:
         keras, names = self.keras, self.record.class_names
         if not self.resume or getattr(net, "optimizer", None) is None or not in_phase(net, phase):
             set_phase(net, phase)
-            metrics: list[Any] = ["accuracy"]
-            if len(names) > TOP_K:  # with fewer classes top-5 is always 1.0: noise
-                metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(k=TOP_K, name=f"top{TOP_K}"))
             # cosine decay to zero over the phase: the last epochs settle instead of jittering
             # (digits demo: validation accuracy swung 0.87-0.96 at a constant rate)
             decay = keras.optimizers.schedules.CosineDecay(phase.learning_rate, (phase.end - phase.start) * self.steps)
             net.compile(
                 optimizer=keras.optimizers.Adam(decay),
-                loss=keras.losses.SparseCategoricalCrossentropy(),
-                metrics=metrics,
+                loss=self.objective.loss(keras),
+                metrics=self.objective.metrics(keras, len(names)),
             )
         if phase.name != WHOLE:  # from random weights there is nothing to say: every layer learns, as ever
             log.info("%s", phase.describe(number, len(self.schedule.phases), *parameter_counts(net)))
