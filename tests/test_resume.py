@@ -82,17 +82,23 @@ def all_train(photo_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> str
 
 
 def _fingerprints(
-    data: str, run_dir: Path, log: Path, workers: int, index: int, kind: str, batch: int, kill_at: int | None
+    data: str,
+    run_dir: Path,
+    log: Path,
+    workers: int,
+    index: int,
+    kind: str,
+    batch: int,
+    kill_at: int | None,
+    script: str = FINGERPRINTED,
 ) -> list[str]:
-    """Runs the fingerprinting trainer to its end, or until it kills itself at step `kill_at`;
-    returns the batches it trained on."""
+    """Runs the fingerprinting trainer (`script`) to its end, or until it kills itself at step
+    `kill_at`; returns the batches it trained on."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     if kill_at is not None:
         env["KILL_AT"] = str(kill_at)
     argv = [data, str(run_dir), str(log), str(workers), str(index), kind, str(batch)]
-    done = subprocess.run(
-        [sys.executable, "-c", FINGERPRINTED, *argv], env=env, capture_output=True, text=True, timeout=300
-    )
+    done = subprocess.run([sys.executable, "-c", script, *argv], env=env, capture_output=True, text=True, timeout=300)
     expected = -signal.SIGKILL if kill_at is not None else 0
     assert done.returncode == expected, done.stderr[-3000:]
     lines = log.read_text().splitlines()

@@ -16,7 +16,7 @@ import pytest
 
 from bench.corpus import TAGS, build_tagged_corpus
 from shardfeed import ConvertOptions, OptionError, convert
-from shardfeed.training import evaluate, load_model, predict, train
+from shardfeed.training import evaluate, load_model, predict, read_resume_point, train
 from shardfeed.training.models import predicted
 from shardfeed.training.options import TrainOptions
 from shardfeed.training.run_folder import RunFolder
@@ -105,3 +105,40 @@ def test_the_cli_prints_map_predict_writes_label_sets_and_report_renders(run_dir
 def test_what_multi_label_cannot_train_with_is_refused(tagged: Path, tmp_path: Path) -> None:
     with pytest.raises(OptionError, match="class_weight weighs each image by its one class"):
         train(str(tagged), str(tmp_path / "run"), TrainOptions(class_weight="balanced"))
+
+
+def test_a_killed_multi_label_run_resumes_on_the_uninterrupted_runs_batches(tagged: Path, tmp_path: Path) -> None:
+    """fit_resumable on k-hot labels (a sigmoid head, binary cross-entropy), SIGKILLed mid-epoch
+    and restarted: the batches (records and pixels) are the uninterrupted run's."""
+    from test_resume import FINGERPRINTED, _fingerprints
+
+    script = FINGERPRINTED.replace('Dense(16, activation="softmax")', 'Dense(4, activation="sigmoid")')
+    script = script.replace('"sparse_categorical_crossentropy"', '"binary_crossentropy"')
+    assert script.count("sigmoid") == 1 and script.count("binary_crossentropy") == 1
+    data = str(tagged)
+    ref = _fingerprints(data, tmp_path / "ref", tmp_path / "log", 1, 0, "global", 16, None, script)
+    assert len(ref) == 3 * (180 // 16)
+    first = _fingerprints(data, tmp_path / "run", tmp_path / "log", 1, 0, "global", 16, 17, script)
+    assert len(first) == 17
+    point = read_resume_point(str(tmp_path / "run"))
+    assert point is not None
+    resumed_from = point.epoch * (180 // 16) + point.step
+    second = _fingerprints(data, tmp_path / "run", tmp_path / "log", 1, 0, "global", 16, None, script)
+    assert first[:resumed_from] + second == ref
+
+
+def test_train_and_evaluate_on_jax(tagged: Path, tmp_path: Path) -> None:
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("jax is not installed")
+    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    cli = [sys.executable, "-m", "shardfeed"]
+    run = tmp_path / "run"
+    args = ["train", str(tagged), "--out", str(run), "--epochs", "1", "--image-size", "32", "--batch-size", "16"]
+    trained = subprocess.run([*cli, *args], capture_output=True, text=True, env=env, timeout=600)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert "validation: mAP 0." in trained.stdout + trained.stderr
+    evaluated = subprocess.run([*cli, "evaluate", str(run)], capture_output=True, text=True, env=env, timeout=600)
+    assert evaluated.returncode == 0 and "mAP 0." in evaluated.stdout, evaluated.stderr[-3000:]
