@@ -252,6 +252,44 @@ TAGS = ("red square", "blue disc", "green bar", "yellow triangle")  # the shapes
 TAG_COLOURS = ((230, 30, 30), (30, 60, 230), (30, 200, 60), (240, 220, 30))
 
 
+def _crop(photo: np.ndarray, size: int, rng: np.random.Generator) -> Image.Image:
+    """A random square crop of `photo`, resized to `size` px."""
+    side = int(rng.integers(size, min(photo.shape[:2]) + 1))
+    top, left = (int(rng.integers(0, photo.shape[k] - side + 1)) for k in (0, 1))
+    return Image.fromarray(photo[top : top + side, left : left + side]).resize((size, size))
+
+
+def _pasted(image: Image.Image, present: list[int], rng: np.random.Generator) -> Image.Image:
+    """`image` with the `TAGS` shapes `present` pasted at random sizes and places (later ones
+    over earlier ones), and its mask: each pixel the id of the shape on it (1 + its index in
+    TAGS), 0 for the photo."""
+    from PIL import ImageDraw
+
+    size = image.width
+    mask = Image.new("L", (size, size), 0)
+    for k in present:
+        s = int(rng.integers(size // 6, size // 3 + 1))
+        x, y = int(rng.integers(0, size - s)), int(rng.integers(0, size - s))
+        for canvas, fill in ((ImageDraw.Draw(image), TAG_COLOURS[k]), (ImageDraw.Draw(mask), k + 1)):
+            if k == 1:
+                canvas.ellipse([(x, y), (x + s, y + s)], fill=fill)
+            elif k == 3:
+                canvas.polygon([(x, y + s), (x + s, y + s), (x + s // 2, y)], fill=fill)
+            elif k == 2:
+                canvas.rectangle([(x, y + s // 3), (x + s, y + 2 * s // 3)], fill=fill)
+            else:
+                canvas.rectangle([(x, y), (x + s, y + s)], fill=fill)
+    return mask
+
+
+def _listed(path: str, count: int) -> bool:
+    """Whether `path` exists with `count` lines."""
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        return sum(1 for _ in f) == count
+
+
 def build_tagged_corpus(root: str, count: int, *, size: int = 96, share: float = 0.4, seed: int = 0) -> str:
     """A multi-label corpus: `count` random crops of the shipped photos (`size` px a side, PNG)
     with each of the four `TAGS` shapes pasted on about `share` of them (a random size and
@@ -259,37 +297,44 @@ def build_tagged_corpus(root: str, count: int, *, size: int = 96, share: float =
     reports an image of no class), and root/tags.csv listing each image's shapes (`path,label`,
     `;` between names: `convert tags.csv --multi-label`). Returns the CSV's path; re-used when
     it is there."""
-    from PIL import ImageDraw
-
     listing = os.path.join(root, "tags.csv")
-    if os.path.exists(listing):
-        with open(listing) as f:
-            if sum(1 for _ in f) == count + 1:
-                return listing
+    if _listed(listing, count + 1):
+        return listing
     photos = _photos_for(os.path.join(root, "images"), -1) or []
     os.makedirs(os.path.join(root, "images"), exist_ok=True)
     rng = np.random.default_rng(seed)
     rows = ["path,label"]
     for i in range(count):
-        photo = photos[i % len(photos)]
-        side = int(rng.integers(size, min(photo.shape[:2]) + 1))
-        top, left = (int(rng.integers(0, photo.shape[k] - side + 1)) for k in (0, 1))
-        image = Image.fromarray(photo[top : top + side, left : left + side]).resize((size, size))
-        draw = ImageDraw.Draw(image)
+        image = _crop(photos[i % len(photos)], size, rng)
         present = [k for k in range(len(TAGS)) if rng.random() < share] or [int(rng.integers(len(TAGS)))]
-        for k in present:
-            s = int(rng.integers(size // 6, size // 3 + 1))
-            x, y = int(rng.integers(0, size - s)), int(rng.integers(0, size - s))
-            shape = [(x, y + s // 3), (x + s, y + 2 * s // 3)] if k == 2 else [(x, y), (x + s, y + s)]
-            if k == 1:
-                draw.ellipse(shape, fill=TAG_COLOURS[k])
-            elif k == 3:
-                draw.polygon([(x, y + s), (x + s, y + s), (x + s // 2, y)], fill=TAG_COLOURS[k])
-            else:
-                draw.rectangle(shape, fill=TAG_COLOURS[k])
+        _pasted(image, present, rng)
         name = f"images/{i:05d}.png"
         image.save(os.path.join(root, name))
         rows.append(f'{name},"{";".join(TAGS[k] for k in present)}"')
     with open(listing, "w") as f:
         f.write("\n".join(rows) + "\n")
     return listing
+
+
+def build_segmentation_corpus(root: str, count: int, *, size: int = 96, share: float = 0.4, seed: int = 0) -> str:
+    """A segmentation folder (images/ + masks/ + classes.txt: `convert` reads it): the shapes of
+    `build_tagged_corpus` pasted on photo crops, each image's mask their class ids (0:
+    background). Returns `root`; re-used when it is there."""
+    classes = os.path.join(root, "classes.txt")
+    if _listed(classes, len(TAGS) + 1) and len(os.listdir(os.path.join(root, "masks"))) == count:
+        return root
+    photos = _photos_for(os.path.join(root, "images"), -1) or []
+    import shutil
+
+    shutil.rmtree(os.path.join(root, "masks"), ignore_errors=True)
+    for folder in ("images", "masks"):
+        os.makedirs(os.path.join(root, folder), exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        image = _crop(photos[i % len(photos)], size, rng)
+        mask = _pasted(image, [k for k in range(len(TAGS)) if rng.random() < share], rng)
+        image.save(os.path.join(root, "images", f"{i:05d}.png"))
+        mask.save(os.path.join(root, "masks", f"{i:05d}.png"))
+    with open(classes, "w") as f:
+        f.write("\n".join(("background", *TAGS)) + "\n")
+    return root

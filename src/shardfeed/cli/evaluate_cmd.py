@@ -30,6 +30,9 @@ def run(args: argparse.Namespace) -> int:
     if "mAP" in r:
         print(multi_label_lines(r))
         return 0
+    if "mean_iou" in r:
+        print(segmentation_lines(r))
+        return 0
     tops = [f", {k[:-9]} {v:.4f}" for k, v in r.items() if k.startswith("top") and k.endswith("_accuracy")]
     print(f"{r['examples']:,} images: loss {r['loss']:.4f}, accuracy {r['accuracy']:.4f}{''.join(tops)}")
     counts = [sum(row) for row in r["confusion_matrix"]]
@@ -58,4 +61,19 @@ def multi_label_lines(r: dict[str, Any]) -> str:
         ap, f1 = ("-" if c[k] is None else f"{c[k]:.3f}" for k in ("ap", "f1"))
         lines.append(f"  {name:<{width}}  {c['images']:>7,}  {ap:>6}  {c['threshold']:>9.3f}  {f1:>6}")
     lines.append(f"average precision per class: {r['output_dir']}/average_precision.png")
+    return "\n".join(lines)
+
+
+def segmentation_lines(r: dict[str, Any]) -> str:
+    """A segmentation evaluation: mean IoU and pixel accuracy, then per class its pixels and IoU."""
+    iou = "-" if r["mean_iou"] is None else f"{r['mean_iou']:.4f}"
+    accuracy = "-" if r["pixel_accuracy"] is None else f"{r['pixel_accuracy']:.4f}"
+    lines = [f"{r['examples']:,} images ({r['pixels']:,} pixels): mean IoU {iou}, pixel accuracy {accuracy}"]
+    width = max(len("class"), *(len(n) for n in r["class_names"]))
+    lines.append(f"  {'class':<{width}}  {'pixels':>10}  {'IoU':>6}")
+    for name in r["class_names"]:
+        value = r["per_class_iou"][name]
+        shown = "-" if value is None else f"{value:.3f}"
+        lines.append(f"  {name:<{width}}  {r['per_class_pixels'][name]:>10,}  {shown:>6}")
+    lines.append(f"images with their true and predicted masks: {r['output_dir']}/masks.png")
     return "\n".join(lines)

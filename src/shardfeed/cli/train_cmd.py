@@ -173,6 +173,10 @@ def summary(metrics: dict[str, Any]) -> str:
         lines.append(
             f"  validation: accuracy {metrics['val_accuracy']:.4f}, loss {metrics['val_loss']:.4f} (inference mode)"
         )
+    elif "val_mean_iou" in metrics:
+        lines.append(
+            f"  validation: mean IoU {metrics['val_mean_iou']:.4f}, loss {metrics['val_loss']:.4f} (inference mode)"
+        )
     elif metrics.get("val_mAP") is not None:
         lines.append(
             f"  validation: mAP {metrics['val_mAP']:.4f}, micro F1 {metrics['val_micro_f1']:.4f} at the thresholds "

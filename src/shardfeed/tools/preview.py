@@ -69,15 +69,15 @@ def _caption(example: dict[str, Any], key: str, m: manifest.Manifest) -> str:
 
 
 def _overlaid(key: str, image: np.ndarray, example: dict[str, Any], names: list[str]) -> Tile:
-    """A segmentation record's image with its mask over it (`_tinted`)."""
+    """A segmentation record's image with its mask over it (`tinted`)."""
     import io
 
     from PIL import Image
 
-    return _tinted(key, image, np.asarray(Image.open(io.BytesIO(example[schema.SEGMENTATION_MASK]))), names)
+    return tinted(key, image, np.asarray(Image.open(io.BytesIO(example[schema.SEGMENTATION_MASK]))), names)
 
 
-def _tinted(key: str, image: np.ndarray, mask: np.ndarray, names: list[str]) -> Tile:
+def tinted(key: str, image: np.ndarray, mask: np.ndarray, names: list[str]) -> Tile:
     """An image with its mask of class ids over it: each class but 0 (background, by
     convention) and 255 (ignored) tinted in its own colour, captioned with the classes present."""
     tinted = image.astype(np.float32)
@@ -165,7 +165,7 @@ def _augmented_tiles(
             boxes, classes = labels["boxes"][i].numpy().tolist(), labels["labels"][i].numpy().tolist()
             out.append(_drawn("", image, boxes, classes, names))
         elif task == schema.SEGMENTATION:
-            out.append(_tinted("", image, labels[i].numpy(), names))
+            out.append(tinted("", image, labels[i].numpy(), names))
         elif task == schema.MULTI_LABEL:
             out.append(Tile("", ", ".join(names[c] for c in np.flatnonzero(labels[i].numpy())), image))
         else:

@@ -7,7 +7,9 @@ any augmentation mostly slows a short run down. The rule, measured in docs/train
 
 - fewer than `TINY_SET` training images: 'none';
 - images whose median shorter side is at least `PHOTO_SIDE` px: 'inception';
-- otherwise (small images): 'light' (shifts of a few pixels).
+- otherwise (small images): 'light' (shifts of a few pixels);
+- segmentation masks (past `TINY_SET`): 'inception', whose crops and flips the masks follow
+  (`load` refuses shifts and rotations for them).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ def choose_augment(
     count = m.split(split).num_records
     if count < tiny_set:
         return AugmentChoice("none", f"{count} training images (< {tiny_set}): too few for augmentation to pay off")
+    if m.header.task == schema.SEGMENTATION:
+        return AugmentChoice("inception", "segmentation masks: random-resized crops and flips, which masks follow")
     side = median_short_side(m, split, seed=seed)
     if side >= photo_side:
         return AugmentChoice(

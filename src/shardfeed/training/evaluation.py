@@ -1,5 +1,6 @@
 """evaluate: loss, accuracy, top-k, per-class accuracy and a confusion matrix for a trained run;
-for a multi-label run mAP, per-class AP and F1 at the run's thresholds (training/multi_label.py)."""
+for a multi-label run mAP, per-class AP and F1 at the run's thresholds (training/multi_label.py);
+for a segmentation run mean IoU, per-class IoU and pixel accuracy (training/segmentation.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from tqdm import tqdm
 from shardfeed.deprecation import renamed
 from shardfeed.errors import SourceError
 from shardfeed.format import manifest
-from shardfeed.format.schema import MULTI_LABEL
+from shardfeed.format.schema import MULTI_LABEL, SEGMENTATION
 from shardfeed.training.models import load_model, model_class_names, predicted
 from shardfeed.training.multi_label import multi_label_metrics
-from shardfeed.training.run_folder import AVERAGE_PRECISION, CONFUSION, MODEL, RunFolder
+from shardfeed.training.run_folder import AVERAGE_PRECISION, CONFUSION, MASKS_GRID, MODEL, RunFolder
+from shardfeed.training.segmentation import draw_masks, pixel_confusion, segmentation_metrics
+
+GRID_IMAGES = 6  # images drawn with their true and predicted masks
 
 
 @renamed(data="path")
@@ -31,8 +35,9 @@ def evaluate(
 ) -> dict[str, Any]:
     """Evaluates a run's model on a split, with the run's evaluation preprocessing.
 
-    Writes metrics.json and confusion_matrix.png (multi-label: average_precision.png) to
-    `output_dir` (default RUN_DIR/eval-<split>).
+    Writes metrics.json and confusion_matrix.png (multi-label: average_precision.png;
+    segmentation: masks.png, images with their true and predicted masks) to `output_dir`
+    (default RUN_DIR/eval-<split>).
     `path` is the converted folder (default: the one the run trained on; old name `data=`).
     `split` defaults to the data's held-out split (validation, else val/valid/test/eval/dev); top-k
     accuracy is reported only for k below the number of classes (above, it is always 1.0).
@@ -50,6 +55,12 @@ def evaluate(
         )
     split = split or _held_out(m)
     ds = record.inputs(m).evaluation(split, batch_size=batch_size)
+    out = output_dir or folder.eval_dir(split)
+    os.makedirs(out, exist_ok=True)
+    if record.task == SEGMENTATION:
+        result = _masks_scored(net, ds, names, m.split(split).num_records, os.path.join(out, MASKS_GRID))
+        folder.write_metrics(result, out)
+        return {**result, "output_dir": out}
     probs, labels = [], []
     with tqdm(total=m.split(split).num_records, unit="img", desc=f"evaluate {split}", disable=None) as bar:
         for images, y in ds:
@@ -57,8 +68,6 @@ def evaluate(
             labels.append(y.numpy())
             bar.update(len(labels[-1]))
     p, y = np.concatenate(probs), np.concatenate(labels)
-    out = output_dir or folder.eval_dir(split)
-    os.makedirs(out, exist_ok=True)
     if record.task == MULTI_LABEL:
         thresholds = folder.read_thresholds(names)
         result = multi_label_metrics(p, y, names, np.asarray(thresholds.values))
@@ -76,6 +85,24 @@ def evaluate(
     )
     result["output_dir"] = out
     return result
+
+
+def _masks_scored(net: Any, ds: Any, names: list[str], total: int, grid: str) -> dict[str, Any]:
+    """A segmentation model over a split: the pixel confusion matrix, batch by batch (never
+    every probability map at once), its metrics, and the first images drawn with their masks."""
+    confusion = np.zeros((len(names), len(names)), np.int64)
+    shown: list[tuple[str, np.ndarray, np.ndarray | None, np.ndarray]] = []
+    examples = 0
+    with tqdm(total=total, unit="img", desc="evaluate", disable=None) as bar:
+        for images, masks in ds:
+            scores, truth = predicted(net, images), masks.numpy()
+            confusion += pixel_confusion(truth, scores, len(names))
+            for i in range(min(len(truth), GRID_IMAGES - len(shown))):
+                shown.append((f"image {examples + i}", images[i].numpy(), truth[i], scores[i].argmax(axis=-1)))
+            examples += len(truth)
+            bar.update(len(truth))
+    draw_masks(shown, names, grid)
+    return segmentation_metrics(confusion, names, examples)
 
 
 def _held_out(m: manifest.Manifest) -> str:

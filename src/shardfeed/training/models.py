@@ -53,7 +53,8 @@ BACKBONES = {
         "ConvNeXtTiny", "builtin", 224, "convnext_tiny_downsampling_block_2", 0.01, "convnext_tiny"
     ),
 }
-MODELS = ("small_cnn", *BACKBONES)
+SEGMENTER = "small_unet"  # what a segmentation run trains (training/objectives.py)
+MODELS = ("small_cnn", SEGMENTER, *BACKBONES)
 IMAGENET = "imagenet"
 DOWNLOAD_TIMEOUT = 20.0  # seconds a weights download may stall before it counts as no network
 WEIGHTS_HOST = ("storage.googleapis.com", 443)  # where keras.applications downloads ImageNet weights from
@@ -134,7 +135,8 @@ def build_model(
 
     Args:
         name: 'small_cnn' (the cats-vs-dogs recipe's CNN) or a keras.applications backbone
-            (`BACKBONES`), with its own preprocessing inside the model.
+            (`BACKBONES`), with its own preprocessing inside the model; 'small_unet' makes a
+            segmenter instead: class probabilities per pixel, [H, W, K].
         weights: None or 'none' (random initialisation), 'imagenet' (Keras downloads and caches
             them; without a network: an OptionError naming the file and where to put it), or a
             local file: backbone weights without the top (e.g. *_notop.h5) or the whole model's.
@@ -147,6 +149,10 @@ def build_model(
         raise OptionError(f"model must be one of {list(MODELS)}, got {name!r}")
     weights = None if weights in (None, "none") else weights
     inputs = keras.Input((*image_size, channels), dtype="uint8", name="image")
+    if name == SEGMENTER:
+        if image_size[0] % 8 or image_size[1] % 8:
+            raise OptionError(f"{SEGMENTER} takes sides that are multiples of 8 (its 3 poolings), got {image_size}")
+        return _small_unet(keras, inputs, class_names, weights)
     whole_model_file = None
     if name == "small_cnn":
         if weights == IMAGENET:
@@ -167,6 +173,40 @@ def build_model(
                 f"{image_size[0]}x{image_size[1]}x{channels}: {_first_line(e)}"
             ) from None
     return model
+
+
+def _small_unet(keras: Any, inputs: Any, class_names: list[str], weights: str | None) -> Any:
+    """A small U-Net (Ronneberger et al. 2015, three levels, 32-128 filters): per-pixel class
+    probabilities [H, W, K] at the input's size, learnable from random weights on CPU. Sides
+    that are multiples of 8 keep the skips aligned (`train` checks the image size)."""
+    if weights == IMAGENET:
+        raise OptionError(f"{SEGMENTER} has no ImageNet weights; it learns from random weights")
+    x = keras.layers.Rescaling(1 / 255.0)(inputs)
+    skips = []
+    for filters in (32, 64, 128):
+        x = _conv_block(keras, x, filters)
+        skips.append(x)
+        x = keras.layers.MaxPooling2D()(x)
+    x = _conv_block(keras, x, 256)
+    for filters, skip in zip((128, 64, 32), reversed(skips), strict=True):
+        x = keras.layers.Conv2DTranspose(filters, 2, strides=2, padding="same")(x)
+        x = _conv_block(keras, keras.layers.Concatenate()([x, skip]), filters)
+    x = keras.layers.Conv2D(len(class_names), 1, name="logits")(x)
+    x = keras.layers.Activation("softmax", dtype="float32", name="probabilities")(x)
+    outputs = class_names_layer()(class_names, name="class_names", dtype="float32")(x)
+    model = keras.Model(inputs, outputs, name=SEGMENTER)
+    if weights:
+        model.load_weights(weights)
+    return model
+
+
+def _conv_block(keras: Any, x: Any, filters: int) -> Any:
+    """Two 3x3 convolutions, each with BatchNorm (momentum 0.9, as `_small_cnn`) and ReLU."""
+    for _ in range(2):
+        x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
+        x = keras.layers.BatchNormalization(momentum=0.9)(x)
+        x = keras.layers.Activation("relu")(x)
+    return x
 
 
 def _small_cnn(keras: Any, inputs: Any) -> Any:

@@ -7,9 +7,12 @@ read (`metric`; validation's is `val_<metric>`).
                      under each class's precision-recall curve averaged over classes (`auc_pr`:
                      Keras' `AUC(curve="PR", multi_label=True)`, an interpolated estimate of
                      mAP; `evaluate` gives mAP itself, training/multi_label.py) and binary accuracy
+    segmentation     a small U-Net (`models.SEGMENTER`, 'small_unet'), softmax per pixel, sparse categorical
+                     cross-entropy with 255 ignored, Keras' mean IoU over the classes
+                     (`mean_iou`; `evaluate` gives per-class IoU, training/segmentation.py)
 
-Detection and segmentation records feed `load` and `grain_dataset`; `train` refuses them with
-the reason until their models are built.
+Detection records feed `load` and `grain_dataset`; `train` refuses them with the reason until
+its detector is built.
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.errors import OptionError
-from shardfeed.format.schema import CLASSIFICATION, MULTI_LABEL
+from shardfeed.format.schema import CLASSIFICATION, MULTI_LABEL, SEGMENTATION
+from shardfeed.training.models import SEGMENTER
+from shardfeed.training.options import AUTO
 
+IGNORED = 255  # a mask's pixels that count for nothing (as Model Garden's ignore_label)
 TOP_K = 5  # top-k accuracy is logged past this many classes (with fewer it is always 1.0: noise)
 
 
@@ -31,9 +37,26 @@ class Objective:
     activation: str  # the head's: "softmax" or "sigmoid"
     metric: str  # the logged metric that says how good the model is ("accuracy", "auc_pr")
 
+    def model_for(self, asked: str) -> str:
+        """The model this task trains when `asked` is asked for: a segmentation run's is the
+        U-Net ('auto' and the default 'small_cnn' mean it).
+
+        Raises:
+            OptionError: a classifier asked for masks, or the U-Net for classes.
+        """
+        if self.task != SEGMENTATION:
+            if asked == SEGMENTER:
+                raise OptionError(f"{SEGMENTER} learns segmentation masks; this data holds {self.task} labels")
+            return asked
+        if asked not in (AUTO, "small_cnn", SEGMENTER):
+            raise OptionError(f"segmentation masks are learned by {SEGMENTER}, not {asked!r} (--model {SEGMENTER})")
+        return SEGMENTER
+
     def loss(self, keras: Any) -> Any:
         if self.task == MULTI_LABEL:
             return keras.losses.BinaryCrossentropy()
+        if self.task == SEGMENTATION:
+            return keras.losses.SparseCategoricalCrossentropy(ignore_class=IGNORED)
         return keras.losses.SparseCategoricalCrossentropy()
 
     def metrics(self, keras: Any, classes: int) -> list[Any]:
@@ -42,6 +65,9 @@ class Objective:
                 keras.metrics.AUC(curve="PR", multi_label=True, num_labels=classes, name=self.metric),
                 keras.metrics.BinaryAccuracy(name="binary_accuracy"),
             ]
+        if self.task == SEGMENTATION:
+            iou = keras.metrics.MeanIoU(classes, sparse_y_pred=False, ignore_class=IGNORED, name=self.metric)
+            return [iou]
         metrics: list[Any] = ["accuracy"]
         if classes > TOP_K:
             metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(k=TOP_K, name=f"top{TOP_K}"))
@@ -58,7 +84,9 @@ def objective_for(task: str, path: str) -> Objective:
         return Objective(task, "softmax", "accuracy")
     if task == MULTI_LABEL:
         return Objective(task, "sigmoid", "auc_pr")
+    if task == SEGMENTATION:
+        return Objective(task, "softmax", "mean_iou")
     raise OptionError(
-        f"{path} holds {task} records: `train` learns one class per image or several (multi-label) so far; "
-        f"load({path!r}) feeds them to a model of your own (KerasHub's detectors and segmenters take its batches)"
+        f"{path} holds {task} records: `train` learns classes, multi-label tags and segmentation masks so far; "
+        f"load({path!r}) feeds them to a model of your own (KerasHub's detectors take its batches)"
     )

@@ -21,11 +21,14 @@ from tqdm import tqdm
 from shardfeed.deprecation import renamed
 from shardfeed.format import layout, manifest
 from shardfeed.format.image_limits import DEFAULT_MAX_PIXELS
-from shardfeed.format.schema import MULTI_LABEL
-from shardfeed.read.options import ReadOptions
+from shardfeed.format.schema import MULTI_LABEL, SEGMENTATION
+from shardfeed.read.indexed import IndexedRecords
+from shardfeed.read.options import DecodeOptions, ReadOptions
 from shardfeed.read.shardset import is_converted_folder
+from shardfeed.training.inputs import RunInputs
 from shardfeed.training.models import load_model, model_class_names, predicted
-from shardfeed.training.run_folder import MODEL, RunFolder
+from shardfeed.training.run_folder import MODEL, RunFolder, RunRecord
+from shardfeed.training.segmentation import draw_masks, predicted_masks
 from shardfeed.write.convert import convert
 from shardfeed.write.images import ImageOptions
 from shardfeed.write.options import ConvertOptions
@@ -53,7 +56,9 @@ def predict(
     number of classes), and error
     (why a file could not be read; its other columns are empty). A multi-label run's rows
     are: file, labels (the classes scored at or above the run's thresholds, `;` between
-    them), one `score:<class>` column per class, and error.
+    them), one `score:<class>` column per class, and error. A segmentation run's: file, mask
+    (its PNG of class ids, the file's size, in the folder OUTPUT_masks beside the CSV: the image
+    is letterboxed whole into the model and the mask cut back out), classes (those it shows).
 
     Args:
         run_dir: a training run folder.
@@ -75,6 +80,8 @@ def predict(
             convert(UnlabeledSource(source), data, options, workers=workers, progress=False)
         m = manifest.read(data)
         split = split or ("test" if "test" in m.split_names else m.split_names[0])
+        if record.task == SEGMENTATION:
+            return _masks(net, record, m, split, names, output, batch_size, grid, grid_size)
         ds = record.inputs(m).evaluation(split, batch_size=batch_size, read=ReadOptions(with_filenames=True))
         rows: list[dict[str, Any]] = []
         shown: list[tuple[str, np.ndarray, str]] = []  # the grid: the first files in the CSV's order
@@ -99,6 +106,31 @@ def predict(
         tiles = [Tile(file, caption, to_rgb(img)) for file, img, caption in sorted(shown, key=lambda t: t[0])]
         cols = min(4, max(1, len(tiles)))
         draw_grid(tiles, max(1, -(-len(tiles) // cols)), cols, grid, f"predictions of {os.path.basename(run_dir)}")
+    return rows
+
+
+def _masks(
+    net: Any,
+    record: RunRecord,
+    m: manifest.Manifest,
+    split: str,
+    names: list[str],
+    output: str,
+    batch_size: int | None,
+    grid: str | None,
+    grid_size: int,
+) -> list[dict[str, Any]]:
+    """`predict` for a segmentation run (training/segmentation.py): masks as PNGs in the folder
+    OUTPUT_masks beside the CSV, whose rows name them."""
+    decode = DecodeOptions(channels=record.channels, letterbox=True)
+    inputs = RunInputs(m, record.batch_size, record.image_size, decode=decode)
+    masks_dir = os.path.splitext(output)[0] + "_masks"
+    rows, shown = predicted_masks(net, inputs, IndexedRecords(m, split), split, names, masks_dir, batch_size)
+    rows += [{"file": s["file"], "error": s["reason"]} for s in _skipped(m.path)]
+    rows.sort(key=lambda r: r["file"])
+    _write_csv(output, rows, ["file", "mask", "classes", "error"])
+    if grid:
+        draw_masks(sorted(shown, key=lambda t: t[0])[:grid_size], names, grid)
     return rows
 
 

@@ -11,7 +11,8 @@ metrics.json                  final metrics, epochs, time, throughput
 thresholds.json               multi-label: each class's threshold, chosen on validation (evaluate, predict)
 curves.png                    loss and accuracy per epoch (train and validation)
 status.json                   running / finished / failed / interrupted (with the error)
-eval-<split>/                 evaluate's metrics.json and confusion_matrix.png (multi-label: average_precision.png)
+eval-<split>/                 evaluate's metrics.json and confusion_matrix.png (multi-label: average_precision.png;
+                              segmentation: masks.png)
 report.html                   `shardfeed report RUN_DIR`
 """
 
@@ -43,6 +44,7 @@ TENSORBOARD = "tensorboard"
 REPORT = "report.html"
 CONFUSION = "confusion_matrix.png"
 AVERAGE_PRECISION = "average_precision.png"
+MASKS_GRID = "masks.png"
 THRESHOLDS = "thresholds.json"
 
 

@@ -4,7 +4,8 @@ Loss and accuracy per epoch (train and validation, from log.csv), the confusion 
 per-class precision/recall on the held-out split (evaluated now, with the run's preprocessing),
 the worst-classified held-out images with their predicted and true classes, and the settings.
 A multi-label run's: per class its AP, threshold, precision, recall and F1, and the images whose
-label sets are wrong, worst class first.
+label sets are wrong, worst class first. A segmentation run's: per class its pixels and IoU, and
+images with their true and predicted masks.
 `curves.png` (written by `train`) is the same curves as a picture.
 """
 
@@ -19,12 +20,12 @@ import numpy as np
 
 from shardfeed.deprecation import renamed
 from shardfeed.format import manifest
-from shardfeed.format.schema import MULTI_LABEL
+from shardfeed.format.schema import MULTI_LABEL, SEGMENTATION
 from shardfeed.read.options import ReadOptions
 from shardfeed.tools import html_page as h
 from shardfeed.training.evaluation import evaluate
 from shardfeed.training.models import load_model, predicted
-from shardfeed.training.run_folder import AVERAGE_PRECISION, CONFUSION, LOG, REPORT, RunFolder
+from shardfeed.training.run_folder import AVERAGE_PRECISION, CONFUSION, LOG, MASKS_GRID, REPORT, RunFolder
 
 WORST = 16
 
@@ -95,8 +96,8 @@ def plot_curves(run_dir: str, output: str) -> None:
 
 def _quality(log: dict[str, list[float]]) -> str:
     """The logged metric that says how good the model is: accuracy, or a multi-label run's
-    `auc_pr` (training/objectives.py)."""
-    return "auc_pr" if "auc_pr" in log and "accuracy" not in log else "accuracy"
+    `auc_pr`, or a segmentation run's `mean_iou` (training/objectives.py)."""
+    return next((name for name in ("auc_pr", "mean_iou") if name in log and "accuracy" not in log), "accuracy")
 
 
 def _curves(run_dir: str) -> str:
@@ -112,6 +113,8 @@ def _curves(run_dir: str) -> str:
 def _per_class(result: dict[str, Any], split: str) -> str:
     if "mAP" in result:
         return _per_class_tags(result, split)
+    if "mean_iou" in result:
+        return _per_class_masks(result, split)
     confusion = np.array(result["confusion_matrix"])
     names = result["class_names"]
     rows = []
@@ -147,10 +150,25 @@ def _per_class_tags(result: dict[str, Any], split: str) -> str:
     return h.section("Per class", f"<p>{h.esc(summary)}</p>", table, note, bars)
 
 
+def _per_class_masks(result: dict[str, Any], split: str) -> str:
+    """A segmentation evaluation per class: its pixels and IoU, and images with their masks."""
+    rows = [
+        [h.esc(name), f"{result['per_class_pixels'][name]:,}", "—" if iou is None else f"{iou:.3f}"]
+        for name, iou in result["per_class_iou"].items()
+    ]
+    iou, accuracy = result["mean_iou"], result["pixel_accuracy"]
+    summary = f"{split}: {result['examples']:,} images, mean IoU {iou or 0:.4f}, pixel accuracy {accuracy or 0:.4f}"
+    table = h.table(["class", "pixels", "IoU"], rows, (1, 2))
+    grid = h.png_file(os.path.join(result["output_dir"], MASKS_GRID))
+    return h.section("Per class", f"<p>{h.esc(summary)}</p>", table, grid)
+
+
 def _worst(run_dir: str, data: str, split: str) -> str:
     """The held-out images the model got most wrong (lowest probability of the true class)."""
     folder = RunFolder(run_dir)
     record = folder.read_record()
+    if record.task == SEGMENTATION:  # its pictures are the per-class section's grid
+        return ""
     net = load_model(folder.model_file())
     names = record.class_names
     found: list[tuple[float, np.ndarray, str, str, str]] = []

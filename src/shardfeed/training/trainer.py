@@ -139,6 +139,7 @@ class _TrainingRun:
             raise OptionError(
                 f"class_weight weighs each image by its one class; {self.data} holds {self.objective.task} labels"
             )
+        options = replace(options, model=self.objective.model_for(options.model))
         if options.model == AUTO:
             model = choose_model(self.manifest, options.train_split, seed=options.seed, weights=options.weights)
             log.info("model: %s, chosen for %s (--model to override)", model.model, model.reason)
