@@ -128,6 +128,12 @@ def test_a_killed_multi_label_run_resumes_on_the_uninterrupted_runs_batches(tagg
 
 
 def test_train_and_evaluate_on_jax(tagged: Path, tmp_path: Path) -> None:
+    trained_on_jax(tagged, tmp_path / "run", "mAP 0.")
+
+
+def trained_on_jax(data: Path, run: Path, figure: str) -> None:
+    """`shardfeed train` (one epoch, 32 px) and `evaluate` on Keras' JAX backend, in fresh
+    processes: both print `figure` (the task's score)."""
     import importlib.util
     import os
 
@@ -135,10 +141,9 @@ def test_train_and_evaluate_on_jax(tagged: Path, tmp_path: Path) -> None:
         pytest.skip("jax is not installed")
     env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3"}
     cli = [sys.executable, "-m", "shardfeed"]
-    run = tmp_path / "run"
-    args = ["train", str(tagged), "--out", str(run), "--epochs", "1", "--image-size", "32", "--batch-size", "16"]
+    args = ["train", str(data), "--out", str(run), "--epochs", "1", "--image-size", "32", "--batch-size", "16"]
     trained = subprocess.run([*cli, *args], capture_output=True, text=True, env=env, timeout=600)
     assert trained.returncode == 0, trained.stderr[-3000:]
-    assert "validation: mAP 0." in trained.stdout + trained.stderr
+    assert f"validation: {figure}" in trained.stdout + trained.stderr
     evaluated = subprocess.run([*cli, "evaluate", str(run)], capture_output=True, text=True, env=env, timeout=600)
-    assert evaluated.returncode == 0 and "mAP 0." in evaluated.stdout, evaluated.stderr[-3000:]
+    assert evaluated.returncode == 0 and figure in evaluated.stdout, evaluated.stderr[-3000:]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -126,16 +125,6 @@ def test_what_segmentation_cannot_train_with_is_refused(shards: Path, tmp_path: 
 
 
 def test_train_and_evaluate_on_jax(shards: Path, tmp_path: Path) -> None:
-    import importlib.util
+    from test_train_multi_label import trained_on_jax
 
-    if importlib.util.find_spec("jax") is None:
-        pytest.skip("jax is not installed")
-    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    cli = [sys.executable, "-m", "shardfeed"]
-    run = tmp_path / "run"
-    args = ["train", str(shards), "--out", str(run), "--epochs", "1", "--image-size", "32", "--batch-size", "16"]
-    trained = subprocess.run([*cli, *args], capture_output=True, text=True, env=env, timeout=600)
-    assert trained.returncode == 0, trained.stderr[-3000:]
-    assert "validation: mean IoU 0." in trained.stdout + trained.stderr
-    evaluated = subprocess.run([*cli, "evaluate", str(run)], capture_output=True, text=True, env=env, timeout=600)
-    assert evaluated.returncode == 0 and "mean IoU 0." in evaluated.stdout, evaluated.stderr[-3000:]
+    trained_on_jax(shards, tmp_path / "run", "mean IoU 0.")
