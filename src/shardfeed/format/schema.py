@@ -75,6 +75,7 @@ OBJECT_MASK = "image/object/mask"  # one PNG (0/1, the image's size) per object
 OBJECT_ATTRIBUTE = "image/object/{name}"  # VOC's difficult/truncated, 0/1 per object
 SEGMENTATION_MASK = "image/segmentation/class/encoded"  # a PNG of class ids, the image's size
 SEGMENTATION_FORMAT = "image/segmentation/class/format"
+IGNORED_LABEL = 255  # a mask pixel of no class: not trained on or scored; letterbox padding (Model Garden's)
 OBJECT_TYPES = {
     SOURCE_ID: "bytes",
     BOX_XMIN: "float",

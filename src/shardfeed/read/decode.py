@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardfeed.format.schema import BOX_KEYS, OBJECT_LABEL, TEXT, Schema
+from shardfeed.format.schema import BOX_KEYS, IGNORED_LABEL, OBJECT_LABEL, TEXT, Schema
 from shardfeed.lazy import tensorflow
 from shardfeed.read.augment import Augment, photometric, random_crop_window
 from shardfeed.read.boxes import box_columns
@@ -236,7 +236,7 @@ def decode_mask(data: Any, seed: Any, options: Preprocess) -> Any:
         frame = letterbox_frame(tf.shape(mask)[0], tf.shape(mask)[1], options.image_size)
         mask = tf.image.resize(mask, frame[:2], method="nearest")
         bottom, right = options.image_size[0] - frame[0] - frame[2], options.image_size[1] - frame[1] - frame[3]
-        mask = tf.pad(mask, [[frame[2], bottom], [frame[3], right], [0, 0]], constant_values=255)
+        mask = tf.pad(mask, [[frame[2], bottom], [frame[3], right], [0, 0]], constant_values=IGNORED_LABEL)
     else:
         mask = tf.image.resize(mask, options.image_size, method="nearest")
     if options.augment is not None and options.augment.flip:

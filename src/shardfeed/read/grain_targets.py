@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from shardfeed.format.schema import CLASSIFICATION, DETECTION, MULTI_LABEL, SEGMENTATION
+from shardfeed.format.schema import CLASSIFICATION, DETECTION, IGNORED_LABEL, MULTI_LABEL, SEGMENTATION
 from shardfeed.read.augment import Augment
 from shardfeed.read.boxes import box_columns, letterbox_numbers
 from shardfeed.read.options import DecodeOptions
 
-IGNORED = 255  # a mask's letterbox padding, as Model Garden's ignore_label
+IGNORED = IGNORED_LABEL  # a mask's letterbox padding
 
 
 @dataclass(frozen=True)

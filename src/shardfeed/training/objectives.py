@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.errors import OptionError
-from shardfeed.format.schema import CLASSIFICATION, MULTI_LABEL, SEGMENTATION
+from shardfeed.format.schema import CLASSIFICATION, IGNORED_LABEL, MULTI_LABEL, SEGMENTATION
 from shardfeed.training.models import SEGMENTER
 from shardfeed.training.options import AUTO
 
-IGNORED = 255  # a mask's pixels that count for nothing (as Model Garden's ignore_label)
+IGNORED = IGNORED_LABEL
 TOP_K = 5  # top-k accuracy is logged past this many classes (with fewer it is always 1.0: noise)
 
 
@@ -35,7 +35,7 @@ class Objective:
 
     task: str
     activation: str  # the head's: "softmax" or "sigmoid"
-    metric: str  # the logged metric that says how good the model is ("accuracy", "auc_pr")
+    metric: str  # the logged metric that says how good the model is ("accuracy", "auc_pr", "mean_iou")
 
     def model_for(self, asked: str) -> str:
         """The model this task trains when `asked` is asked for: a segmentation run's is the
@@ -78,7 +78,7 @@ def objective_for(task: str, path: str) -> Objective:
     """The objective of a run on `path`, a folder of `task` records.
 
     Raises:
-        OptionError: a task `train` has no model for yet (detection, segmentation).
+        OptionError: a task `train` has no model for yet (detection).
     """
     if task == CLASSIFICATION:
         return Objective(task, "softmax", "accuracy")

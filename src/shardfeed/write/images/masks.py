@@ -27,9 +27,10 @@ import numpy as np
 from PIL import Image
 
 from shardfeed import lazy
+from shardfeed.format import schema
 from shardfeed.write.images.prepare import BadImageError, ImageOptions, PreparedImage, encode, source_frame
 
-IGNORE = 255  # a mask pixel that belongs to no class (Model Garden's default ignore_label)
+IGNORE = schema.IGNORED_LABEL  # a mask pixel that belongs to no class
 _TURNS = {
     2: Image.Transpose.FLIP_LEFT_RIGHT,
     3: Image.Transpose.ROTATE_180,
