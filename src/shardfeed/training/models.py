@@ -54,7 +54,7 @@ BACKBONES = {
     ),
 }
 SEGMENTER = "small_unet"  # what a segmentation run trains (training/objectives.py)
-MODELS = ("small_cnn", SEGMENTER, *BACKBONES)
+MODELS = ("small_cnn", *BACKBONES, SEGMENTER)
 IMAGENET = "imagenet"
 DOWNLOAD_TIMEOUT = 20.0  # seconds a weights download may stall before it counts as no network
 WEIGHTS_HOST = ("storage.googleapis.com", 443)  # where keras.applications downloads ImageNet weights from
