@@ -43,16 +43,22 @@ def validation_thresholds(net: Any, ds: Any, split: str, names: list[str]) -> tu
     return chosen, {"val_mAP": result["mAP"], "val_micro_f1": result["micro_f1"], "val_macro_f1": result["macro_f1"]}
 
 
+def ranked_counts(truth: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One class's images ranked by score (highest first): the ranked scores, the index of the
+    last image of each run of equal scores (a threshold admits a run whole), and the true
+    positives admitted up to each of them. What average precision and the F1 per threshold read."""
+    order = np.argsort(-np.asarray(scores), kind="mergesort")
+    ranked, hits = np.asarray(scores)[order], np.asarray(truth, np.float64)[order]
+    ends = np.r_[np.flatnonzero(np.diff(ranked)), len(ranked) - 1]
+    return ranked, ends, np.cumsum(hits)[ends]
+
+
 def average_precision(truth: np.ndarray, scores: np.ndarray) -> float | None:
     """One class's average precision over images (`truth` 0/1, `scores` higher = more likely);
     None without a positive image."""
-    truth = np.asarray(truth, np.float64)
-    if truth.sum() == 0:
+    if np.asarray(truth, np.float64).sum() == 0:
         return None
-    order = np.argsort(-np.asarray(scores), kind="mergesort")
-    ranked, hits = np.asarray(scores)[order], truth[order]
-    ends = np.r_[np.flatnonzero(np.diff(ranked)), len(ranked) - 1]  # the last image of each tie
-    true_positives = np.cumsum(hits)[ends]
+    _, ends, true_positives = ranked_counts(truth, scores)
     precision = true_positives / (ends + 1)
     recall = true_positives / true_positives[-1]
     return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
@@ -67,10 +73,7 @@ def chosen_thresholds(truth: np.ndarray, scores: np.ndarray) -> np.ndarray:
         positives = truth[:, k].sum()
         if positives == 0:
             continue
-        order = np.argsort(-scores[:, k], kind="mergesort")
-        ranked, hits = scores[order, k], truth[order, k]
-        ends = np.r_[np.flatnonzero(np.diff(ranked)), len(ranked) - 1]
-        true_positives = np.cumsum(hits)[ends]
+        ranked, ends, true_positives = ranked_counts(truth[:, k], scores[:, k])
         f1 = 2 * true_positives / (ends + 1 + positives)
         best = int(np.argmax(f1))
         below = ranked[ends[best] + 1] if ends[best] + 1 < len(ranked) else 0.0
