@@ -188,6 +188,46 @@ def test_every_annotation_is_kept_clipped_or_skipped_with_its_reason() -> None:
     assert "inverted" in reasons[4] and "not a number" in reasons[5] and "class 2 is outside 0..1" in reasons[6]
 
 
+def test_an_image_of_clean_boxes_is_kept_as_the_per_box_check_keeps_it() -> None:
+    """`check_objects` keeps an image whose boxes need nothing clipped or skipped in one go; what
+    it keeps must be what it keeps box by box. One more annotation it must skip (NaN) sends the
+    same boxes through the per-box path; both must equal values worked out here."""
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        count = int(rng.integers(1, 6))
+        width, height = int(rng.integers(20, 900)), int(rng.integers(20, 900))
+        x0, y0 = rng.uniform(0, width - 1, count), rng.uniform(0, height - 1, count)
+        x1, y1 = rng.uniform(x0 + 0.5, width), rng.uniform(y0 + 0.5, height)
+        boxes = [[float(a), float(b), float(c), float(d)] for a, b, c, d in zip(x0, y0, x1, y1, strict=True)]
+        boxes[0] = [0.0, 0.0, float(width), float(height)]  # the whole image: on every edge, not clipped
+        classes = rng.integers(0, 3, count).tolist()
+        areas = [float(a) if rng.random() < 0.5 else None for a in rng.uniform(1, 1e4, count)]
+        crowd = (rng.random(count) < 0.3).tolist()
+        flags = rng.integers(0, 2, count).tolist()
+        quick = check_objects(
+            boxes, classes, width=width, height=height, num_classes=3, is_crowd=crowd, areas=areas,
+            attributes={"difficult": flags},
+        )  # fmt: skip
+        careful = check_objects(
+            [*boxes, [math.nan, 0, 1, 1]], [*classes, 0], width=width, height=height, num_classes=3,
+            is_crowd=[*crowd, False], areas=[*areas, None], attributes={"difficult": [*flags, 0]},
+        )  # fmt: skip
+        assert not quick.skipped and quick.clipped == 0 and [s.index for s in careful.skipped] == [count]
+        stored = np.array(boxes, np.float32)
+        box_areas = (stored[:, 2] - stored[:, 0]) * (stored[:, 3] - stored[:, 1])
+        expected_areas = np.array([a if a is not None else b for a, b in zip(areas, box_areas, strict=True)])
+        for checked in (quick, careful):
+            kept = checked.objects
+            assert kept.boxes.dtype == np.float32 and np.array_equal(kept.boxes, stored)
+            assert kept.classes.dtype == np.int64 and kept.classes.tolist() == classes
+            assert kept.is_crowd.dtype == bool and kept.is_crowd.tolist() == crowd
+            assert kept.areas.dtype == np.float32 and np.array_equal(kept.areas, expected_areas.astype(np.float32))
+            assert kept.attributes["difficult"].tolist() == flags and kept.masks is None
+        boxes[-1][2] = width + 2.5  # past the right edge: clipped and counted, whichever path looks
+        sticking_out = check_objects(boxes, classes, width=width, height=height, num_classes=3)
+        assert sticking_out.clipped == 1 and float(sticking_out.objects.boxes[-1, 2]) == width
+
+
 def test_a_mask_must_match_its_image() -> None:
     good, wrong = np.ones((300, 451), np.uint8), np.ones((300, 450), np.uint8)
     checked = check_objects(

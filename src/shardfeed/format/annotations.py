@@ -191,6 +191,8 @@ def check_objects(
             of None: the clipped box's; a mask: a 2-D array, nonzero inside the object, or the
             reason it could not be made).
     """
+    if _all_clean(boxes, classes, width, height, num_classes, masks):  # the common case: nothing to clip or skip
+        return CheckedObjects(_kept_all(boxes, classes, is_crowd, areas, attributes), (), 0)
     kept: list[int] = []
     out_boxes: list[list[float]] = []
     skipped: list[SkippedAnnotation] = []
@@ -208,6 +210,55 @@ def check_objects(
         kept.append(index)
         out_boxes.append(inside)
     return CheckedObjects(_kept(kept, out_boxes, classes, is_crowd, areas, masks, attributes), tuple(skipped), clipped)
+
+
+def _all_clean(
+    boxes: Sequence[Sequence[float]],
+    classes: Sequence[int],
+    width: int,
+    height: int,
+    num_classes: int,
+    masks: Sequence[np.ndarray | str | None] | None,
+) -> bool:
+    """Whether every annotation is written as it is (finite, inside the image, not empty, its
+    class in range, no masks to check): then `check_objects` keeps them all at once, else it
+    looks at each one. A plain loop: an image has a few boxes, too few for array operations."""
+    if masks is not None or len(boxes) != len(classes):
+        return False
+    try:
+        for (xmin, ymin, xmax, ymax), label in zip(boxes, classes, strict=True):
+            # NaN fails every comparison, so a box with one is not clean
+            if not (0 <= xmin < xmax <= width and 0 <= ymin < ymax <= height and 0 <= label < num_classes):
+                return False
+    except (ValueError, TypeError):  # a box of another length than 4, a class that is not a number
+        return False
+    return True
+
+
+def _kept_all(
+    boxes: Sequence[Sequence[float]],
+    classes: Sequence[int],
+    is_crowd: Sequence[bool] | None,
+    areas: Sequence[float | None] | None,
+    attributes: Mapping[str, Sequence[int]] | None,
+) -> Objects:
+    """Every annotation as `Objects`, when `_all_clean` found nothing to clip or skip (what
+    `_kept` makes of them all, areas included: the source's, else the box's)."""
+    stored = np.array(boxes, np.float32).reshape(-1, 4)
+    if areas is not None and all(a is not None for a in areas):
+        area_array = np.array(areas, np.float32)
+    else:
+        area_array = (stored[:, 2] - stored[:, 0]) * (stored[:, 3] - stored[:, 1])
+        for index, area in enumerate(areas or ()):
+            if area is not None:
+                area_array[index] = area
+    return Objects(
+        boxes=stored,
+        classes=np.asarray(classes, np.int64),
+        is_crowd=np.asarray(is_crowd, bool) if is_crowd is not None else np.zeros(len(stored), bool),
+        areas=area_array,
+        attributes={name: np.asarray(v, np.int64) for name, v in (attributes or {}).items()},
+    )
 
 
 def _refusal(
@@ -278,15 +329,15 @@ def object_features(
     objects: Objects, *, width: int, height: int, class_names: Sequence[str], label_offset: int, source_id: int
 ) -> dict[str, FeatureValue]:
     """The record features of one image's objects (the image's own features are written beside them)."""
-    boxes = objects.boxes
+    xmin, ymin, xmax, ymax = (objects.boxes / np.array([width, height, width, height], np.float32)).T
     features: dict[str, FeatureValue] = {
         schema.SOURCE_ID: str(source_id),
-        schema.BOX_XMIN: (boxes[:, 0] / width).astype(np.float32),
-        schema.BOX_YMIN: (boxes[:, 1] / height).astype(np.float32),
-        schema.BOX_XMAX: (boxes[:, 2] / width).astype(np.float32),
-        schema.BOX_YMAX: (boxes[:, 3] / height).astype(np.float32),
+        schema.BOX_XMIN: xmin,
+        schema.BOX_YMIN: ymin,
+        schema.BOX_XMAX: xmax,
+        schema.BOX_YMAX: ymax,
         schema.OBJECT_LABEL: objects.classes + label_offset,
-        schema.OBJECT_TEXT: np.array([class_names[c].encode() for c in objects.classes], dtype=object),
+        schema.OBJECT_TEXT: np.array([class_names[c].encode() for c in objects.classes.tolist()], dtype=object),
         schema.OBJECT_AREA: objects.areas,
         schema.OBJECT_IS_CROWD: objects.is_crowd,
     }

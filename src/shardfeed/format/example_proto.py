@@ -116,8 +116,10 @@ def _typed(feature: Any, values: np.ndarray) -> None:
     if kind == "b":
         values = values.astype(np.int64)
     target = feature.float_list if kind == "f" else feature.int64_list if kind in "iub" else feature.bytes_list
-    target.SetInParent()
-    target.value.extend(values.ravel().tolist())
+    if values.size:
+        target.value.extend(values.ravel().tolist())
+    else:
+        target.SetInParent()
 
 
 def _parsed(data: bytes) -> Example:

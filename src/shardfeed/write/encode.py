@@ -249,7 +249,7 @@ def place_objects(
         height=prepared.height,
         num_classes=len(spec.class_names or []),
         is_crowd=objects.is_crowd,
-        areas=[a * area_scale if a is not None else None for a in objects.areas],
+        areas=[a * area_scale if a is not None else None for a in objects.areas] if area_scale != 1 else objects.areas,
         masks=masks.instance_masks(objects.segmentations, image_data, prepared, spec.image)
         if objects.segmentations is not None
         else None,
@@ -265,8 +265,9 @@ def place_objects(
     )
     skipped = tuple((objects.ids[s.index], s.reason) for s in checked.skipped)
     kept = checked.objects
-    written = tuple((int(c), size_name(float(a))) for c, a in zip(kept.classes, kept.areas, strict=True))
-    return PlacedObjects(features, tuple(sorted(set(kept.classes.tolist()))), skipped, checked.clipped, written)
+    classes = kept.classes.tolist()
+    written = tuple((c, size_name(a)) for c, a in zip(classes, kept.areas.tolist(), strict=True))
+    return PlacedObjects(features, tuple(sorted(set(classes))), skipped, checked.clipped, written)
 
 
 def _segmentation(

@@ -55,15 +55,12 @@ class CocoSource:
         by_image: dict[int, list[tuple[dict[str, Any], Box]]] = defaultdict(list)
         listed = {int(entry["id"]): entry for entry in data["images"]}
         for index, annotation in enumerate(data["annotations"]):
-            where = f"{posixpath.basename(self.annotations)}: annotation {annotation.get('id', index)}"
-            if annotation.get("image_id") not in listed:
-                skipped.append((where, f"image_id {annotation.get('image_id')!r} is not in images"))
-            elif annotation.get("category_id") not in category_ids:
-                skipped.append((where, f"category_id {annotation.get('category_id')!r} is not in categories"))
-            elif (box := coco_box(annotation.get("bbox"))) is None:
-                skipped.append((where, f"bbox {annotation.get('bbox')!r} is not [x, y, width, height]"))
-            else:
-                by_image[int(annotation["image_id"])].append((annotation, box))
+            image_id = annotation.get("image_id")
+            usable = image_id in listed and annotation.get("category_id") in category_ids
+            if usable and (box := coco_box(annotation.get("bbox"))) is not None:
+                by_image[int(image_id)].append((annotation, box))
+                continue
+            skipped.append(self._unusable(annotation, index, listed, category_ids))
         items: list[Item] = []
         for image_id, entry in sorted(listed.items(), key=lambda pair: str(pair[1].get("file_name"))):
             key = entry.get("file_name")
@@ -81,6 +78,18 @@ class CocoSource:
             items.append(item)
         masks = tuple(MASK_TYPES.items()) if self.masks else ()
         return Discovery(self.kind, self.root, items, self.root, names, skipped, task=DETECTION, object_features=masks)
+
+    def _unusable(
+        self, annotation: dict[str, Any], index: int, listed: dict[int, Any], category_ids: dict[Any, int]
+    ) -> tuple[str, str]:
+        """(where, why) for an annotation that names no listed image or category, or has no
+        usable bbox (the report's entry for it)."""
+        where = f"{posixpath.basename(self.annotations)}: annotation {annotation.get('id', index)}"
+        if annotation.get("image_id") not in listed:
+            return where, f"image_id {annotation.get('image_id')!r} is not in images"
+        if annotation.get("category_id") not in category_ids:
+            return where, f"category_id {annotation.get('category_id')!r} is not in categories"
+        return where, f"bbox {annotation.get('bbox')!r} is not [x, y, width, height]"
 
     def _read(self) -> dict[str, Any]:
         """The annotations file, its three lists checked.
@@ -115,7 +124,9 @@ def coco_box(bbox: Any) -> Box | None:
     """COCO's [x, y, width, height] as (xmin, ymin, xmax, ymax); None when it is not four numbers
     (NaN and inverted boxes pass here: the check at encoding reports them with the image). Hub
     tables' `objects` boxes are COCO's too (table_objects.py)."""
-    if not isinstance(bbox, list) or len(bbox) != 4 or not all(isinstance(v, (int, float)) for v in bbox):
+    if not isinstance(bbox, list) or len(bbox) != 4:
+        return None
+    if not all(isinstance(v, (int, float)) for v in bbox):
         return None
     x, y, w, h = (float(v) for v in bbox)
     return (x, y, x + w, y + h)
@@ -126,15 +137,15 @@ def _objects(
 ) -> SourceObjects:
     """One image's annotations (each with its box as (xmin, ymin, xmax, ymax)), in the order of
     their ids; with `masks`, each one's segmentation as compact JSON for its instance mask."""
-    pairs = sorted(annotations, key=lambda pair: pair[0].get("id", 0))
+    pairs = sorted(annotations, key=lambda pair: pair[0].get("id", 0)) if len(annotations) > 1 else annotations
     ordered = [a for a, _ in pairs]
     areas = [a.get("area") for a in ordered]
     return SourceObjects(
-        boxes=tuple(box for _, box in pairs),
-        classes=tuple(category_ids[a["category_id"]] for a in ordered),
-        is_crowd=tuple(bool(a.get("iscrowd", 0)) for a in ordered),
-        areas=tuple(float(v) if isinstance(v, (int, float)) else None for v in areas),
-        ids=tuple(int(a.get("id", i)) for i, a in enumerate(ordered)),
+        boxes=tuple([box for _, box in pairs]),
+        classes=tuple([category_ids[a["category_id"]] for a in ordered]),
+        is_crowd=tuple([bool(a.get("iscrowd", 0)) for a in ordered]),
+        areas=tuple([float(v) if isinstance(v, (int, float)) else None for v in areas]),
+        ids=tuple([int(a.get("id", i)) for i, a in enumerate(ordered)]),
         source_id=image_id,
         segmentations=tuple(_segmentation(a) for a in ordered) if masks else None,
     )
