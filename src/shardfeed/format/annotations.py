@@ -192,7 +192,7 @@ def check_objects(
             reason it could not be made).
     """
     if _all_clean(boxes, classes, width, height, num_classes, masks):  # the common case: nothing to clip or skip
-        return CheckedObjects(_kept_all(boxes, classes, is_crowd, areas, attributes), (), 0)
+        return CheckedObjects(_kept(list(range(len(boxes))), boxes, classes, is_crowd, areas, None, attributes), (), 0)
     kept: list[int] = []
     out_boxes: list[list[float]] = []
     skipped: list[SkippedAnnotation] = []
@@ -221,8 +221,8 @@ def _all_clean(
     masks: Sequence[np.ndarray | str | None] | None,
 ) -> bool:
     """Whether every annotation is written as it is (finite, inside the image, not empty, its
-    class in range, no masks to check): then `check_objects` keeps them all at once, else it
-    looks at each one. A plain loop: an image has a few boxes, too few for array operations."""
+    class in range, no masks to check): then `check_objects` keeps them all as they are, else
+    it looks at each one. A plain loop: an image has a few boxes, too few for array operations."""
     if masks is not None or len(boxes) != len(classes):
         return False
     try:
@@ -233,32 +233,6 @@ def _all_clean(
     except (ValueError, TypeError):  # a box of another length than 4, a class that is not a number
         return False
     return True
-
-
-def _kept_all(
-    boxes: Sequence[Sequence[float]],
-    classes: Sequence[int],
-    is_crowd: Sequence[bool] | None,
-    areas: Sequence[float | None] | None,
-    attributes: Mapping[str, Sequence[int]] | None,
-) -> Objects:
-    """Every annotation as `Objects`, when `_all_clean` found nothing to clip or skip (what
-    `_kept` makes of them all, areas included: the source's, else the box's)."""
-    stored = np.array(boxes, np.float32).reshape(-1, 4)
-    if areas is not None and all(a is not None for a in areas):
-        area_array = np.array(areas, np.float32)
-    else:
-        area_array = (stored[:, 2] - stored[:, 0]) * (stored[:, 3] - stored[:, 1])
-        for index, area in enumerate(areas or ()):
-            if area is not None:
-                area_array[index] = area
-    return Objects(
-        boxes=stored,
-        classes=np.asarray(classes, np.int64),
-        is_crowd=np.asarray(is_crowd, bool) if is_crowd is not None else np.zeros(len(stored), bool),
-        areas=area_array,
-        attributes={name: np.asarray(v, np.int64) for name, v in (attributes or {}).items()},
-    )
 
 
 def _refusal(
@@ -295,18 +269,24 @@ def _refusal(
 
 def _kept(
     kept: list[int],
-    boxes: list[list[float]],
+    boxes: Sequence[Sequence[float]],
     classes: Sequence[int],
     is_crowd: Sequence[bool] | None,
     areas: Sequence[float | None] | None,
     masks: Sequence[np.ndarray | str | None] | None,
     attributes: Mapping[str, Sequence[int]] | None,
 ) -> Objects:
-    """The kept annotations as `Objects` (areas: the source's, else the clipped box's)."""
+    """The kept annotations (`kept`: their indices; `boxes`: their boxes, clipped) as `Objects`
+    (areas: the source's, else the clipped box's)."""
     box_array = np.array(boxes, np.float32).reshape(-1, 4)
-    box_areas = (box_array[:, 2] - box_array[:, 0]) * (box_array[:, 3] - box_array[:, 1])
-    given = [areas[i] if areas is not None else None for i in kept]
-    area_array = np.array([a if a is not None else b for a, b in zip(given, box_areas, strict=True)], np.float32)
+    given = [areas[i] for i in kept] if areas is not None else []
+    if given and all(a is not None for a in given):
+        area_array = np.array(given, np.float32)
+    else:
+        area_array = (box_array[:, 2] - box_array[:, 0]) * (box_array[:, 3] - box_array[:, 1])
+        for at, area in enumerate(given):
+            if area is not None:
+                area_array[at] = area
     has_masks = masks is not None and any(m is not None for m in masks)
     return Objects(
         boxes=box_array,

@@ -249,7 +249,7 @@ def place_objects(
         height=prepared.height,
         num_classes=len(spec.class_names or []),
         is_crowd=objects.is_crowd,
-        areas=[a * area_scale if a is not None else None for a in objects.areas] if area_scale != 1 else objects.areas,
+        areas=[a * area_scale if a is not None else None for a in objects.areas],
         masks=masks.instance_masks(objects.segmentations, image_data, prepared, spec.image)
         if objects.segmentations is not None
         else None,
