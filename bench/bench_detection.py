@@ -2,11 +2,13 @@
 write, and COCO conversion against a class folder of the same images; every run in a fresh
 process, rounds interleaved.
 
-    .venv/bin/python bench/bench_detection.py [--images 2000] [--rounds 3] [--json bench/results/bench_detection.json]
+    .venv/bin/python bench/bench_detection.py [--images 2000] [--rounds 3] [--coco-sized]
+        [--json bench/results/bench_detection.json]
 
-Corpus: the benchmark's real-photo JPEGs (bench/corpus.py, 200-500 px), each with 1-4 solid
-squares pasted at seeded places that never overlap (known boxes), written three ways: a Pascal VOC folder (XML,
-JPEGImages/), a COCO instances.json over the same files, and a class-per-folder tree of them.
+Corpus: the benchmark's real-photo JPEGs (bench/corpus.py, 200-500 px; `--coco-sized`: 640 px on the
+long side, as COCO's own), each with 1-4 solid squares pasted at seeded places that never overlap
+(known boxes), written three ways: a Pascal VOC folder (XML, JPEGImages/), a COCO instances.json
+over the same files, and a class-per-folder tree of them.
 
 load (512 x 512, batch 16, training: random-resized crop + flip; tools/detection_pipelines.py):
   shardfeed         `load` on the VOC folder converted with `shardfeed convert` (16 shards)
@@ -35,19 +37,20 @@ from PIL import Image
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.bench_convert import cpu_timed, shardfeed_run
-from bench.corpus import build_corpus
+from bench.corpus import build_coco_sized_corpus, build_corpus
 from bench.report import emit
 
 COLOURS = {"red": (230, 20, 20), "green": (20, 200, 40), "blue": (20, 40, 230)}
 
 
-def build_detection_corpus(root: str, count: int) -> dict[str, str]:
-    """The corpus with squares pasted, as VOC, COCO and class folders (re-used when present)."""
+def build_detection_corpus(root: str, count: int, coco_sized: bool = False) -> dict[str, str]:
+    """The corpus with squares pasted, as VOC, COCO and class folders (re-used when present);
+    `coco_sized`: cut from 640 px photos (`build_coco_sized_corpus`) instead of 200-500 px crops."""
     paths = {k: os.path.join(root, k) for k in ("voc", "classes")}
     paths["coco"] = os.path.join(paths["voc"], "instances.json")  # file_names relative to it: JPEGImages/...
     if os.path.exists(paths["coco"]):
         return paths
-    plain = build_corpus(os.path.join(root, "plain"), count)
+    plain = (build_coco_sized_corpus if coco_sized else build_corpus)(os.path.join(root, "plain"), count)
     rng = np.random.default_rng(0)
     os.makedirs(os.path.join(paths["voc"], "Annotations"), exist_ok=True)
     os.makedirs(os.path.join(paths["voc"], "JPEGImages"), exist_ok=True)
@@ -180,10 +183,19 @@ def main() -> None:
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "shardfeed_bench_detection"))
     parser.add_argument("--only", choices=("load", "convert"))
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument(
+        "--coco-sized", action="store_true", help="images the size of COCO's (640 px long side) instead of 200-500 px"
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()
-    paths = build_detection_corpus(os.path.join(args.workdir, f"corpus{args.images}"), args.images)
-    results: dict[str, Any] = {"images": args.images, "cores": os.cpu_count(), "rounds": args.rounds}
+    corpus = f"corpus{args.images}" + ("_coco_sized" if args.coco_sized else "")
+    paths = build_detection_corpus(os.path.join(args.workdir, corpus), args.images, args.coco_sized)
+    results: dict[str, Any] = {
+        "images": args.images,
+        "image_size": "640 px long side (COCO's)" if args.coco_sized else "200-500 px",
+        "cores": os.cpu_count(),
+        "rounds": args.rounds,
+    }
     if args.only in (None, "load"):
         results["load"] = loads(paths, args.workdir, args.rounds)
     if args.only in (None, "convert"):

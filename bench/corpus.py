@@ -102,6 +102,31 @@ def build_large_corpus(root: str, count: int, *, classes: int = 10, seed: int = 
     return root
 
 
+def build_coco_sized_corpus(root: str, count: int, *, classes: int = 10, seed: int = 0) -> str:
+    """Writes `count` JPEGs the size of COCO's own (640 px on the long side, 360-640 px on the
+    other, landscape or portrait; quality 90) into root/<class>/: mosaics of native-resolution
+    256 px crops of the shipped photos, so they compress like photos.
+
+    Re-uses the folder when it already holds that many images.
+    """
+    photos = _photos_for(root, count)
+    if photos is None:
+        return root
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        long, short = 640, int(rng.integers(360, 641))
+        height, width = (short, long) if rng.random() < 0.7 else (long, short)
+        canvas = np.empty((height, width, 3), np.uint8)
+        for y in range(0, height, 256):
+            for x in range(0, width, 256):
+                photo = photos[int(rng.integers(len(photos)))]
+                py, px = int(rng.integers(0, photo.shape[0] - 256)), int(rng.integers(0, photo.shape[1] - 256))
+                tile = photo[py : py + 256, px : px + 256]
+                canvas[y : y + 256, x : x + 256] = tile[: height - y, : width - x]
+        _save(root, i, classes, canvas)
+    return root
+
+
 def _png_chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 

@@ -186,6 +186,12 @@ def test_every_annotation_is_kept_clipped_or_skipped_with_its_reason() -> None:
     assert sorted(reasons) == [2, 3, 4, 5, 6]
     assert "wholly outside the 451 x 300 image" in reasons[2] and "empty" in reasons[3]
     assert "inverted" in reasons[4] and "not a number" in reasons[5] and "class 2 is outside 0..1" in reasons[6]
+    # a source's area must be a number of pixels; where it is not, the clean-boxes path must not keep it either
+    clean = [(10, 10, 50, 40)] * 4
+    areas = [math.nan, -1.0, math.inf, 12.5]
+    checked = check_objects(clean, [0] * 4, width=451, height=300, num_classes=2, areas=areas)
+    assert [s.index for s in checked.skipped] == [0, 1, 2] and checked.objects.areas.tolist() == [12.5]
+    assert all("not a finite, non-negative number of pixels" in s.reason for s in checked.skipped)
 
 
 def test_an_image_of_clean_boxes_is_kept_as_the_per_box_check_keeps_it() -> None:

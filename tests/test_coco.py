@@ -10,6 +10,7 @@ places; the decoder is Model Garden's (tests/test_annotations.py cites the sourc
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from collections import Counter
@@ -533,3 +534,37 @@ def test_report_html_counts_objects_and_lists_every_skipped_annotation(coco: Pat
     assert "Annotations skipped (their images are stored without them): 2" in page
     assert "annotation 200: box [500.0, 10.0, 520.0, 30.0]: wholly outside the 451 x 300 image" in page
     assert "<h3>person</h3>" in page and "<h3>(no objects)</h3>" in page  # samples by their first object's class
+
+
+def test_an_area_that_is_no_number_of_pixels_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    """COCO files are JSON, and Python's json reads NaN and Infinity: such an `area` (or a
+    negative one) is no object size, so its annotation is reported and its image kept; it
+    once stopped the conversion with a worker's StopIteration."""
+    source = tmp_path / "coco"
+    (source / "images").mkdir(parents=True)
+    photo = photos()["coffee"].copy()
+    photo[200:290, 10:90] = BLUE
+    Image.fromarray(photo).save(source / "images" / "coffee.png")
+    box = [10, 200, 80, 90]
+    annotations = [
+        {"id": 1, "image_id": 1, "category_id": 3, "bbox": box, "iscrowd": 0, "area": area}
+        for area in (math.nan, -4.0, math.inf, 7200.0)
+    ]
+    document = {
+        "images": [{"id": 1, "file_name": "images/coffee.png", "height": photo.shape[0], "width": photo.shape[1]}],
+        "annotations": [dict(a, id=i) for i, a in enumerate(annotations, start=1)],
+        "categories": CATEGORIES,
+    }
+    (source / "instances.json").write_text(json.dumps(document))  # NaN and Infinity as Python writes them
+    out = tmp_path / "out"
+    convert(str(source / "instances.json"), str(out), ConvertOptions(split="train=1"), progress=False)
+    report = json.loads((out / "report.json").read_text())
+    assert {(s["annotation"], s["reason"]) for s in report["skipped_annotations"]} == {
+        (1, "area nan: not a finite, non-negative number of pixels"),
+        (2, "area -4.0: not a finite, non-negative number of pixels"),
+        (3, "area inf: not a finite, non-negative number of pixels"),
+    }
+    assert report["skipped_annotations_by_reason"] == {"not a finite, non-negative number of pixels": 3}
+    coffee = decoded(out)["images/coffee.png"]
+    assert coffee["groundtruth_area"].tolist() == [7200.0] and coffee["groundtruth_classes"].tolist() == [1]
+    frames(coffee["image"], coffee["groundtruth_boxes"][0], BLUE, tolerance=0)

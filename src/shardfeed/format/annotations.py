@@ -123,7 +123,10 @@ COCO_SIZES = (("small", 32.0**2), ("medium", 96.0**2), ("large", math.inf))  # a
 
 def size_name(area: float) -> str:
     """COCO's size of an object of `area` pixels: 'small' (< 32²), 'medium' (< 96²) or 'large'."""
-    return next(name for name, bound in COCO_SIZES if area < bound)
+    for name, bound in COCO_SIZES:
+        if area < bound:
+            return name
+    raise ValueError(f"area {area!r} is not a number of pixels")
 
 
 def turned_boxes(boxes: np.ndarray, size: tuple[int, int], orientation: int) -> np.ndarray:
@@ -191,7 +194,7 @@ def check_objects(
             of None: the clipped box's; a mask: a 2-D array, nonzero inside the object, or the
             reason it could not be made).
     """
-    if _all_clean(boxes, classes, width, height, num_classes, masks):  # the common case: nothing to clip or skip
+    if _all_clean(boxes, classes, width, height, num_classes, masks, areas):  # the common case: nothing to clip or skip
         return CheckedObjects(_kept(list(range(len(boxes))), boxes, classes, is_crowd, areas, None, attributes), (), 0)
     kept: list[int] = []
     out_boxes: list[list[float]] = []
@@ -200,7 +203,8 @@ def check_objects(
     masked = masks is not None and any(m is not None for m in masks)
     for index, (box, label) in enumerate(zip(boxes, classes, strict=True)):
         mask = masks[index] if masks is not None else None
-        reason = _refusal(box, int(label), width, height, num_classes, mask, masked)
+        area = areas[index] if areas is not None else None
+        reason = _refusal(box, int(label), width, height, num_classes, mask, masked, area)
         if reason is not None:
             skipped.append(SkippedAnnotation(index, reason))
             continue
@@ -219,10 +223,12 @@ def _all_clean(
     height: int,
     num_classes: int,
     masks: Sequence[np.ndarray | str | None] | None,
+    areas: Sequence[float | None] | None,
 ) -> bool:
     """Whether every annotation is written as it is (finite, inside the image, not empty, its
-    class in range, no masks to check): then `check_objects` keeps them all as they are, else
-    it looks at each one. A plain loop: an image has a few boxes, too few for array operations."""
+    class in range, its area, if given, a number of pixels, no masks to check): then
+    `check_objects` keeps them all as they are, else it looks at each one. A plain loop: an
+    image has a few boxes, too few for array operations."""
     if masks is not None or len(boxes) != len(classes):
         return False
     try:
@@ -230,9 +236,9 @@ def _all_clean(
             # NaN fails every comparison, so a box with one is not clean
             if not (0 <= xmin < xmax <= width and 0 <= ymin < ymax <= height and 0 <= label < num_classes):
                 return False
+        return areas is None or all(a is None or 0 <= a < math.inf for a in areas)
     except (ValueError, TypeError):  # a box of another length than 4, a class that is not a number
         return False
-    return True
 
 
 def _refusal(
@@ -243,8 +249,10 @@ def _refusal(
     num_classes: int,
     mask: np.ndarray | str | None,
     masked: bool,
+    area: float | None = None,
 ) -> str | None:
-    """Why one annotation cannot be written, or None (`masked`: the image's objects have masks)."""
+    """Why one annotation cannot be written, or None (`masked`: the image's objects have masks;
+    `area`: the source's, None when it gives none)."""
     if len(box) != 4:
         return f"a box has 4 coordinates, this one {len(box)}"
     xmin, ymin, xmax, ymax = (float(v) for v in box)
@@ -258,6 +266,8 @@ def _refusal(
         return f"box {list(box)}: empty (no width or no height)"
     if not 0 <= label < num_classes:
         return f"class {label} is outside 0..{num_classes - 1}"
+    if area is not None and not 0 <= area < math.inf:  # NaN fails the comparison too
+        return f"area {area!r}: not a finite, non-negative number of pixels"
     if isinstance(mask, str):
         return f"mask: {mask}"
     if masked and mask is None:

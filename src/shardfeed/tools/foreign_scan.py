@@ -6,6 +6,7 @@ mid-way, so one run lists every damaged record."""
 from __future__ import annotations
 
 import gzip
+import math
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -208,7 +209,9 @@ def _scan_record(task: ShardTask, scan: ShardScan, data: bytes, offset: int) -> 
         if task.task == schema.DETECTION:  # each object's COCO size, in pixels of this image
             columns = [features.get(k, []) for k in schema.BOX_KEYS]
             for x0, y0, x1, y1 in zip(*columns, strict=True):
-                scan.object_sizes[size_name((x1 - x0) * size[0] * (y1 - y0) * size[1])] += 1
+                area = (x1 - x0) * size[0] * (y1 - y0) * size[1]
+                if 0 <= area < math.inf:  # a NaN box has no size (`verify` names it)
+                    scan.object_sizes[size_name(area)] += 1
 
 
 def _objects(scan: ShardScan, features: dict[str, list[Any]]) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -228,28 +228,33 @@ def place_objects(
     re-encoded, resized and cropped: write/images/transforms.py), then checked against the
     stored image (format/annotations.py)."""
     size, orientation = images.source_frame(image_data, prepared)
-    boxes = np.array(objects.boxes, np.float64).reshape(-1, 4)
-    upright = (size[1], size[0]) if orientation >= 5 else size
-    if objects.normalised:  # fractions of the upright image
-        boxes = boxes * [upright[0], upright[1], upright[0], upright[1]]
-    elif orientation != 1:
-        boxes = turned_boxes(boxes, size, orientation)
-    size = upright
+    boxes: Any = objects.boxes  # as the source gives them: pixels of the file's image as it is
     area_scale = 1.0
-    if spec.image.transforms:
-        out, region = spec.image.geometry.region(size)
-        out = out if region is not None else (prepared.width, prepared.height)
-        boxes = moved_boxes(boxes, size, region, out)
-        seen = (region[2] - region[0], region[3] - region[1]) if region is not None else size
-        area_scale = out[0] / seen[0] * out[1] / seen[1]
+    if objects.normalised or orientation != 1 or spec.image.transforms:
+        boxes = np.array(boxes, np.float64).reshape(-1, 4)
+        upright = (size[1], size[0]) if orientation >= 5 else size
+        if objects.normalised:  # fractions of the upright image
+            boxes = boxes * [upright[0], upright[1], upright[0], upright[1]]
+        elif orientation != 1:
+            boxes = turned_boxes(boxes, size, orientation)
+        size = upright
+        if spec.image.transforms:
+            out, region = spec.image.geometry.region(size)
+            out = out if region is not None else (prepared.width, prepared.height)
+            boxes = moved_boxes(boxes, size, region, out)
+            seen = (region[2] - region[0], region[3] - region[1]) if region is not None else size
+            area_scale = out[0] / seen[0] * out[1] / seen[1]
+        boxes = boxes.tolist()
     checked = check_objects(
-        boxes.tolist(),
+        boxes,
         objects.classes,
         width=prepared.width,
         height=prepared.height,
         num_classes=len(spec.class_names or []),
         is_crowd=objects.is_crowd,
-        areas=[a * area_scale if a is not None else None for a in objects.areas],
+        areas=objects.areas
+        if area_scale == 1.0
+        else [a * area_scale if a is not None else None for a in objects.areas],
         masks=masks.instance_masks(objects.segmentations, image_data, prepared, spec.image)
         if objects.segmentations is not None
         else None,

@@ -256,8 +256,8 @@ def _annotation_report(results: list[shards.ShardResult]) -> dict[str, Any]:
 
 def _reason_kind(reason: str) -> str:
     """A skip reason without its numbers ('box [..]: wholly outside the 640 x 480 image' ->
-    'wholly outside the image'), to count skips by kind."""
-    text = reason.split(": ", 1)[-1] if reason.startswith("box ") else reason
+    'wholly outside the image'; 'area nan: ...' -> '...'), to count skips by kind."""
+    text = reason.split(": ", 1)[-1] if reason.startswith(("box ", "area ")) else reason
     return " ".join(w for w in text.split() if not any(c.isdigit() for c in w) and w != "x")
 
 

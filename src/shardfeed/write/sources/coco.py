@@ -124,10 +124,16 @@ def coco_box(bbox: Any) -> Box | None:
     """COCO's [x, y, width, height] as (xmin, ymin, xmax, ymax); None when it is not four numbers
     (NaN and inverted boxes pass here: the check at encoding reports them with the image). Hub
     tables' `objects` boxes are COCO's too (table_objects.py)."""
-    if not isinstance(bbox, list) or len(bbox) != 4 or not all(isinstance(v, (int, float)) for v in bbox):
+    if not isinstance(bbox, list) or len(bbox) != 4:
         return None
-    x, y, w, h = (float(v) for v in bbox)
-    return (x, y, x + w, y + h)
+    x, y, w, h = bbox
+    if not (isinstance(x, _NUMBER) and isinstance(y, _NUMBER) and isinstance(w, _NUMBER) and isinstance(h, _NUMBER)):
+        return None
+    x, y = float(x), float(y)
+    return (x, y, x + float(w), y + float(h))
+
+
+_NUMBER = (int, float)
 
 
 def _objects(
@@ -135,17 +141,24 @@ def _objects(
 ) -> SourceObjects:
     """One image's annotations (each with its box as (xmin, ymin, xmax, ymax)), in the order of
     their ids; with `masks`, each one's segmentation as compact JSON for its instance mask."""
-    pairs = sorted(annotations, key=lambda pair: pair[0].get("id", 0))
-    ordered = [a for a, _ in pairs]
-    areas = [a.get("area") for a in ordered]
+    if len(annotations) > 1:
+        annotations = sorted(annotations, key=lambda pair: pair[0].get("id", 0))
+    boxes, classes, is_crowd, areas, ids = [], [], [], [], []
+    for i, (annotation, box) in enumerate(annotations):  # one pass: COCO files hold millions
+        area = annotation.get("area")
+        boxes.append(box)
+        classes.append(category_ids[annotation["category_id"]])
+        is_crowd.append(bool(annotation.get("iscrowd", 0)))
+        areas.append(float(area) if isinstance(area, _NUMBER) else None)
+        ids.append(int(annotation.get("id", i)))
     return SourceObjects(
-        boxes=tuple(box for _, box in pairs),
-        classes=tuple(category_ids[a["category_id"]] for a in ordered),
-        is_crowd=tuple(bool(a.get("iscrowd", 0)) for a in ordered),
-        areas=tuple(float(v) if isinstance(v, (int, float)) else None for v in areas),
-        ids=tuple(int(a.get("id", i)) for i, a in enumerate(ordered)),
+        boxes=tuple(boxes),
+        classes=tuple(classes),
+        is_crowd=tuple(is_crowd),
+        areas=tuple(areas),
+        ids=tuple(ids),
         source_id=image_id,
-        segmentations=tuple(_segmentation(a) for a in ordered) if masks else None,
+        segmentations=tuple(_segmentation(a) for a, _ in annotations) if masks else None,
     )
 
 
