@@ -21,7 +21,7 @@ from shardfeed.training.models import predicted
 from shardfeed.training.options import TrainOptions
 from shardfeed.training.run_folder import RunFolder
 
-OPTIONS = TrainOptions(epochs=6, batch_size=16, image_size=64, augment="none", crop_fraction=1.0)
+OPTIONS = TrainOptions(epochs=6, batch_size=16, augment="none", crop_fraction=1.0)  # the image size: the data's
 NAMES = ["background", *TAGS]
 
 
@@ -48,6 +48,7 @@ def test_the_unet_learns_the_masks(run_dir: Path) -> None:
     metrics = json.loads((run_dir / "metrics.json").read_text())
     record = json.loads((run_dir / "run.json").read_text())
     assert record["task"] == "segmentation" and record["model"] == "small_unet"
+    assert record["image_size"] == [64, 64]  # no size asked for: the masks' own, not 224
     assert record["class_names"] == NAMES
     assert metrics["val_mean_iou"] > 0.5, metrics
     net = load_model(str(run_dir / "model.keras"))
@@ -128,3 +129,21 @@ def test_train_and_evaluate_on_jax(shards: Path, tmp_path: Path) -> None:
     from test_train_multi_label import trained_on_jax
 
     trained_on_jax(shards, tmp_path / "run", "mean IoU 0.")
+
+
+def test_the_input_size_left_to_the_data_is_the_masks_own_up_to_224(shards: Path, tmp_path: Path) -> None:
+    """Segmentation trains at its images' median shorter side rounded up to a multiple of 8
+    (the U-Net's), never upsampled past it; classes keep 224."""
+    from shardfeed.training.model_choice import choose_image_size
+
+    assert choose_image_size(str(shards), "train").side == 64
+    odd = Path(build_segmentation_corpus(str(tmp_path / "odd"), 12, size=100))
+    big = Path(build_segmentation_corpus(str(tmp_path / "big"), 12, size=300))
+    for source, side in ((odd, 104), (big, 224)):
+        convert(str(source), str(tmp_path / f"{side}"), ConvertOptions(split="train=1"), progress=False)
+        assert choose_image_size(str(tmp_path / f"{side}"), "train").side == side
+    classes = tmp_path / "classes" / "a"
+    classes.mkdir(parents=True)
+    Image.open(next((odd / "images").iterdir())).save(classes / "one.png")
+    convert(str(tmp_path / "classes"), str(tmp_path / "classes_out"), ConvertOptions(split="train=1"), progress=False)
+    assert choose_image_size(str(tmp_path / "classes_out"), "train").side == 224

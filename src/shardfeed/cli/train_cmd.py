@@ -11,7 +11,7 @@ from typing import Any
 from shardfeed.cli.options import from_args
 from shardfeed.errors import OptionError
 from shardfeed.read.mixture import Mixture
-from shardfeed.read.options import SHUFFLES
+from shardfeed.read.options import IMAGE_SIZE, SHUFFLES
 from shardfeed.training.devices import parse as parse_devices
 from shardfeed.training.models import MODELS
 from shardfeed.training.options import AUGMENT_PRESETS, AUTO, TrainOptions
@@ -39,7 +39,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--epochs", type=int, help=f"default {TrainOptions.epochs}")
     p.add_argument("--batch-size", type=int, help=f"default {TrainOptions.batch_size}")
-    p.add_argument("--image-size", type=int, help=f"square input size in pixels (default {TrainOptions.image_size})")
+    p.add_argument(
+        "--image-size",
+        type=int,
+        help=f"square input size in pixels (default {IMAGE_SIZE}; for segmentation masks the images' own size, "
+        f"at most {IMAGE_SIZE})",
+    )
     p.add_argument("--learning-rate", type=float, help=f"default {TrainOptions.learning_rate}")
     p.add_argument("--seed", type=int, help=f"default {TrainOptions.seed}")
     p.add_argument(

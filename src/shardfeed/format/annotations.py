@@ -123,10 +123,10 @@ COCO_SIZES = (("small", 32.0**2), ("medium", 96.0**2), ("large", math.inf))  # a
 
 def size_name(area: float) -> str:
     """COCO's size of an object of `area` pixels: 'small' (< 32²), 'medium' (< 96²) or 'large'."""
-    for name, bound in COCO_SIZES:
+    for name, bound in COCO_SIZES[:-1]:
         if area < bound:
             return name
-    raise ValueError(f"area {area!r} is not a number of pixels")
+    return COCO_SIZES[-1][0]  # what is not below the last bound but one (`check_objects` keeps no NaN)
 
 
 def turned_boxes(boxes: np.ndarray, size: tuple[int, int], orientation: int) -> np.ndarray:

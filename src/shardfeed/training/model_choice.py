@@ -1,4 +1,5 @@
-"""The model `train --model auto` picks, from the training split's size and image sizes.
+"""What `train` chooses from the data when it is left to it: the model (`--model auto`), from the
+training split's size and image sizes; the input size; the augmentation (augment_choice.py).
 
 - images whose median shorter side is under `SMALL_SIDE` px (digits, icons): 'small_cnn'; an
   ImageNet backbone would see them upscaled 7-28x, and its features are made for photos;
@@ -10,6 +11,11 @@
   better, Kornblith et al. 2019);
 - `MANY` or more: 'efficientnet_v2_s' (83.9% top-1), which that much data can fine-tune.
 
+The input size (`choose_image_size`): 224 px, but a segmentation run trains at its images' own
+size (their median shorter side, rounded up to a multiple of 8 for the U-Net's three poolings)
+when that is smaller: upsampling a mask adds pixels, not detail, and the U-Net's cost grows with
+them (96-px images at 224 px: 5.4x the pixels; issue 51's benchmark, docs/benchmarks/training.md).
+
 A backbone is only worth it with its ImageNet weights: when they cannot be had (not in Keras'
 cache and no network: `models.imagenet_source`) or `--weights none` was asked for, fewer than
 `MANY` images get 'small_cnn', which learns from random weights (on 360 photos of 6 classes,
@@ -19,16 +25,21 @@ issue 35).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from shardfeed.format import manifest
-from shardfeed.training.augment_choice import median_short_side
+from shardfeed.format import manifest, schema
+from shardfeed.read.options import IMAGE_SIZE
+from shardfeed.training.augment_choice import choose_augment, median_short_side
 from shardfeed.training.models import imagenet_source
+from shardfeed.training.options import AUTO, TrainOptions
 
 SMALL_SIDE = 64
 FEW = 1_000
 MANY = 50_000
+
+log = logging.getLogger("shardfeed")
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,14 @@ class ModelChoice:
     """The model chosen and the reason, in words a user can check."""
 
     model: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SizeChoice:
+    """The input side chosen and the reason."""
+
+    side: int
     reason: str
 
 
@@ -80,3 +99,36 @@ def _by_size(count: int) -> ModelChoice:
             "efficientnet_v2_b0", f"{count:,} photos (< {MANY:,}): the most accurate backbone per unit of compute"
         )
     return ModelChoice("efficientnet_v2_s", f"{count:,} photos (>= {MANY:,}): enough to fine-tune a larger backbone")
+
+
+def choose_image_size(data: str | manifest.Manifest, split: str, *, seed: int = 0) -> SizeChoice:
+    """The input side for training on `data[split]` when none is asked for (module docstring)."""
+    m = manifest.opened(data)
+    if m.header.task != schema.SEGMENTATION:
+        return SizeChoice(IMAGE_SIZE, "the default")
+    side = median_short_side(m, split, seed=seed)
+    own = max(8, -(-int(side) // 8) * 8)  # rounded up to a multiple of 8
+    if own >= IMAGE_SIZE:
+        return SizeChoice(IMAGE_SIZE, f"masks on images of {side:g} px (median shorter side): the default")
+    return SizeChoice(own, f"masks on images of {side:g} px (median shorter side): their own size, not upsampled")
+
+
+def resolved(options: TrainOptions, data: manifest.Manifest) -> TrainOptions:
+    """`options` with what was left to the data chosen from it, each choice and its reason
+    logged: model='auto' (`choose_model`), no image size (`choose_image_size`, said where it
+    is not the default) and augment='auto' (`choose_augment`)."""
+    split, seed = options.train_split, options.seed
+    if options.model == AUTO:
+        model = choose_model(data, split, seed=seed, weights=options.weights)
+        log.info("model: %s, chosen for %s (--model to override)", model.model, model.reason)
+        options = replace(options, model=model.model)
+    if options.image_size is None:
+        size = choose_image_size(data, split, seed=seed)
+        if size.side != IMAGE_SIZE:
+            log.info("image size: %d, chosen for %s (--image-size to override)", size.side, size.reason)
+        options = replace(options, image_size=size.side)
+    if options.augment == AUTO:
+        choice = choose_augment(data, split, seed=seed)
+        log.info("augment: %s, chosen for %s (--augment to override)", choice.preset, choice.reason)
+        options = replace(options, augment=choice.preset)
+    return options

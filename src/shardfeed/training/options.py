@@ -29,7 +29,9 @@ class TrainOptions:
     Attributes:
         model: one of MODELS (see `build_model`).
         epochs, batch_size, learning_rate: the usual; the learning rate decays to zero (cosine).
-        image_size: the square input size in pixels.
+        image_size: the square input size in pixels; None: the task's default, 224 (`IMAGE_SIZE`),
+            but for segmentation masks the training images' own size, at most 224
+            (`model_choice.choose_image_size`): upsampling a mask adds pixels, not detail.
         seed: seeds weights, shuffling and augmentation.
         augment: 'auto' (chosen from the data's image sizes and count: `choose_augment`),
             'inception' (random-resized crop + flip), 'light' (shifts of up to 1/16 of the size,
@@ -76,7 +78,7 @@ class TrainOptions:
     model: str = "small_cnn"
     epochs: int = 10
     batch_size: int = BATCH_SIZE
-    image_size: int = IMAGE_SIZE
+    image_size: int | None = None
     learning_rate: float = 1e-3
     seed: int = 0
     augment: str = AUTO
@@ -136,12 +138,18 @@ class TrainOptions:
                 "can be resumed at an exact step"
             )
         for name in ("epochs", "batch_size", "image_size"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 flag = "--" + name.replace("_", "-")
                 raise OptionError(f"{name} must be >= 1, got {getattr(self, name)} ({flag})")
         if not self.learning_rate > 0:
             raise OptionError(f"learning_rate must be > 0, got {self.learning_rate} (--learning-rate)")
         _ = self.decode  # validates channels and crop_fraction
+
+    @property
+    def side(self) -> int:
+        """The input's side: `image_size`, which `train` resolves before it reads it (224 where
+        it is left to the task and not resolved yet)."""
+        return IMAGE_SIZE if self.image_size is None else self.image_size
 
     def weights_for(self, model: str) -> str | None:
         """The weights `model` starts from: None (random), 'imagenet' or a file ('auto' resolved)."""

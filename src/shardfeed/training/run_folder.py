@@ -98,7 +98,7 @@ class RunRecord:
         del fields["service"]  # where the input pipeline ran, likewise
         fields.update(
             data=fileio.absolute(data),
-            image_size=(options.image_size, options.image_size),
+            image_size=(options.side, options.side),
             validation_split=validation_split,
             class_names=class_names,
             task=task,

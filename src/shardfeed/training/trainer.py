@@ -22,7 +22,6 @@ from shardfeed.read.mixture import Mixture, open_mixture
 from shardfeed.read.options import ReadOptions
 from shardfeed.read.remote.feed import check_room
 from shardfeed.tools.bottleneck import PROBE_BATCHES, input_probe
-from shardfeed.training.augment_choice import choose_augment
 from shardfeed.training.batchnorm import batches_for, precise_bn_callback
 from shardfeed.training.devices import place, set_precision
 from shardfeed.training.fine_tune import (
@@ -37,7 +36,7 @@ from shardfeed.training.fine_tune import (
 from shardfeed.training.imbalance import IMBALANCE_RATIO, balanced_class_weights, imbalance_ratio, per_class_recall
 from shardfeed.training.inference_check import final_metrics, inference_check, saved_model_validation
 from shardfeed.training.inputs import RunInputs
-from shardfeed.training.model_choice import choose_model
+from shardfeed.training.model_choice import resolved
 from shardfeed.training.models import build_model, load_model
 from shardfeed.training.multi_label import Thresholds, validation_thresholds
 from shardfeed.training.objectives import objective_for
@@ -124,7 +123,7 @@ class _TrainingRun:
         self.record = replace(record, weights=self.weights or "none", phases=self.schedule.as_json(), mixture=mixed)
         o = self.options
         self.inputs = RunInputs(
-            self.manifest, o.batch_size, o.image_size, o.seed, o.augmentation, o.decode, train_data=self.mixture
+            self.manifest, o.batch_size, o.side, o.seed, o.augmentation, o.decode, train_data=self.mixture
         )
         self.steps = self._check_training_set()
         self.initial_epoch, self.initial_step = starting_point(
@@ -132,23 +131,14 @@ class _TrainingRun:
         )
 
     def _resolved(self, options: TrainOptions) -> TrainOptions:
-        """`options` with model='auto' and augment='auto' replaced by what the data calls for
-        (and why, logged)."""
+        """`options` with the task's model, and what was left to the data (model='auto', no
+        image size, augment='auto') chosen from it (training/model_choice.py)."""
         self.manifest.split(options.train_split)  # exists, or a message listing those that do
         if options.class_weight and self.objective.task != CLASSIFICATION:
             raise OptionError(
                 f"class_weight weighs each image by its one class; {self.data} holds {self.objective.task} labels"
             )
-        options = replace(options, model=self.objective.model_for(options.model))
-        if options.model == AUTO:
-            model = choose_model(self.manifest, options.train_split, seed=options.seed, weights=options.weights)
-            log.info("model: %s, chosen for %s (--model to override)", model.model, model.reason)
-            options = replace(options, model=model.model)
-        if options.augment != AUTO:
-            return options
-        choice = choose_augment(self.manifest, options.train_split, seed=options.seed)
-        log.info("augment: %s, chosen for %s (--augment to override)", choice.preset, choice.reason)
-        return replace(options, augment=choice.preset)
+        return resolved(replace(options, model=self.objective.model_for(options.model)), self.manifest)
 
     def _class_names(self) -> list[str]:
         if self.manifest.labels is None:
@@ -352,7 +342,7 @@ class _TrainingRun:
             seed=o.seed,
             split=o.train_split,
             save_every=o.save_every,
-            image_size=o.image_size,
+            image_size=o.side,
             augment=o.augmentation,
             decode=o.decode,
             read=replace(self.train_read, balance=o.balance),
