@@ -28,6 +28,15 @@ def coco_mask() -> Any:
     return _import("pycocotools.mask", "pip install 'shardfeed[coco]' (pycocotools)")
 
 
+def coco_eval() -> Any:
+    """pycocotools' COCO and COCOeval (as attributes): COCO's detection scores (`evaluate`)."""
+    import types
+
+    hint = "pip install 'shardfeed[coco]' (pycocotools)"
+    coco, cocoeval = _import("pycocotools.coco", hint), _import("pycocotools.cocoeval", hint)
+    return types.SimpleNamespace(COCO=coco.COCO, COCOeval=cocoeval.COCOeval)
+
+
 QUIET_ENV = "SHARDFEED_QUIET_TF"  # set (by the CLI) to import TensorFlow without its start-up lines
 
 
