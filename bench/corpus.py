@@ -77,6 +77,19 @@ def build_distinct_corpus(root: str, count: int, *, classes: int = 10, seed: int
     return root
 
 
+def _mosaic(photos: list[np.ndarray], height: int, width: int, rng: np.random.Generator) -> np.ndarray:
+    """A height x width image tiled with native-resolution 256 px crops of random photos (no
+    upscaling, so every pixel is real photo detail and the file compresses like a photo)."""
+    canvas = np.empty((height, width, 3), np.uint8)
+    for y in range(0, height, 256):
+        for x in range(0, width, 256):
+            photo = photos[int(rng.integers(len(photos)))]
+            py, px = int(rng.integers(0, photo.shape[0] - 256)), int(rng.integers(0, photo.shape[1] - 256))
+            tile = photo[py : py + 256, px : px + 256]
+            canvas[y : y + 256, x : x + 256] = tile[: height - y, : width - x]
+    return canvas
+
+
 def build_large_corpus(root: str, count: int, *, classes: int = 10, seed: int = 0) -> str:
     """Writes `count` phone-sized JPEGs (2,000-4,032 px wide, 4:3, 3-12 MP, quality 90) into
     root/<class>/: mosaics of native-resolution crops of the shipped photos (no upscaling, so
@@ -91,14 +104,7 @@ def build_large_corpus(root: str, count: int, *, classes: int = 10, seed: int = 
     for i in range(count):
         width = int(rng.integers(2000, 4033))
         height = width * 3 // 4
-        canvas = np.empty((height, width, 3), np.uint8)
-        for y in range(0, height, 256):
-            for x in range(0, width, 256):
-                photo = photos[int(rng.integers(len(photos)))]
-                py, px = int(rng.integers(0, photo.shape[0] - 256)), int(rng.integers(0, photo.shape[1] - 256))
-                tile = photo[py : py + 256, px : px + 256]
-                canvas[y : y + 256, x : x + 256] = tile[: height - y, : width - x]
-        _save(root, i, classes, canvas)
+        _save(root, i, classes, _mosaic(photos, height, width, rng))
     return root
 
 
@@ -116,14 +122,7 @@ def build_coco_sized_corpus(root: str, count: int, *, classes: int = 10, seed: i
     for i in range(count):
         long, short = 640, int(rng.integers(360, 641))
         height, width = (short, long) if rng.random() < 0.7 else (long, short)
-        canvas = np.empty((height, width, 3), np.uint8)
-        for y in range(0, height, 256):
-            for x in range(0, width, 256):
-                photo = photos[int(rng.integers(len(photos)))]
-                py, px = int(rng.integers(0, photo.shape[0] - 256)), int(rng.integers(0, photo.shape[1] - 256))
-                tile = photo[py : py + 256, px : px + 256]
-                canvas[y : y + 256, x : x + 256] = tile[: height - y, : width - x]
-        _save(root, i, classes, canvas)
+        _save(root, i, classes, _mosaic(photos, height, width, rng))
     return root
 
 
