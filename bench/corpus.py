@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import struct
 import zlib
@@ -304,6 +305,55 @@ def _pasted(image: Image.Image, present: list[int], rng: np.random.Generator) ->
             else:
                 canvas.rectangle([(x, y), (x + s, y + s)], fill=fill)
     return mask
+
+
+def build_shapes_coco_corpus(root: str, count: int, *, size: int = 96, seed: int = 0) -> str:
+    """A detection corpus in COCO's format: `count` photo crops (`size` px a side, PNG) with 1-3
+    of the four `TAGS` shapes pasted at random sizes (a sixth to a third of the side) and places
+    that never overlap, so each box (the pixels its shape's drawing covers, ends included) holds
+    its shape whole; root/instances.json lists them (`convert instances.json`). Returns the JSON's
+    path; re-used when it is there with `count` images."""
+    from PIL import ImageDraw
+
+    listing = os.path.join(root, "instances.json")
+    if os.path.exists(listing):
+        with open(listing) as f:
+            if len(json.load(f)["images"]) == count:
+                return listing
+    photos = _photos_for(os.path.join(root, "images"), -1) or []
+    os.makedirs(os.path.join(root, "images"), exist_ok=True)
+    rng = np.random.default_rng(seed)
+    images: list[dict[str, object]] = []
+    annotations: list[dict[str, object]] = []
+    for i in range(count):
+        image = _crop(photos[i % len(photos)], size, rng)
+        draw, placed = ImageDraw.Draw(image), []
+        for _ in range(int(rng.integers(1, 4))):
+            k, s = int(rng.integers(len(TAGS))), int(rng.integers(size // 6, size // 3 + 1))
+            x, y = int(rng.integers(0, size - s)), int(rng.integers(0, size - s))
+            if any(x < px + ps and px < x + s and y < py + ps and py < y + s for px, py, ps in placed):
+                continue  # shapes never overlap: each box holds its own shape only
+            placed.append((x, y, s))
+            box = [x, y, s + 1, s + 1]  # PIL draws both ends: s + 1 pixels
+            if k == 1:
+                draw.ellipse([(x, y), (x + s, y + s)], fill=TAG_COLOURS[k])
+            elif k == 3:
+                draw.polygon([(x, y + s), (x + s, y + s), (x + s // 2, y)], fill=TAG_COLOURS[k])
+            elif k == 2:
+                draw.rectangle([(x, y + s // 3), (x + s, y + 2 * s // 3)], fill=TAG_COLOURS[k])
+                box = [x, y + s // 3, s + 1, s - 2 * (s // 3) + 1]
+            else:
+                draw.rectangle([(x, y), (x + s, y + s)], fill=TAG_COLOURS[k])
+            annotations.append(
+                {"id": len(annotations) + 1, "image_id": i + 1, "category_id": k + 1, "bbox": box, "iscrowd": 0}
+            )
+        name = f"images/{i:05d}.png"
+        image.save(os.path.join(root, name))
+        images.append({"id": i + 1, "file_name": name, "width": size, "height": size})
+    categories = [{"id": k + 1, "name": name} for k, name in enumerate(TAGS)]
+    with open(listing, "w") as f:
+        json.dump({"images": images, "annotations": annotations, "categories": categories}, f)
+    return listing
 
 
 def _listed(path: str, count: int) -> bool:

@@ -1,0 +1,171 @@
+"""Detection training from scratch on CPU, ahead of `shardfeed train` for boxes: KerasHub's
+RetinaNet fed by `load`, scored by COCO's mAP (training/detection_metrics.py, pycocotools).
+
+    .venv/bin/python -m pip install --no-deps keras-hub kagglehub kagglesdk tokenizers
+    .venv/bin/python bench/bench_detection_training.py [--images 600] [--size 96] [--budget 1100] \\
+        [--json bench/results/bench_detection_training.json]
+
+keras-hub is not a dependency yet: its wheel requires tensorflow-text, which requires the full
+`tensorflow` wheel beside `tensorflow-cpu` (two copies of TensorFlow); its vision models import
+and train without tensorflow-text, hence `--no-deps` above.
+
+Corpus (issue 51's setting): `bench/corpus.py` `build_shapes_coco_corpus`, photo crops with 1-3
+of four solid shapes pasted where they never overlap, as COCO JSON; `convert --split
+train=0.8,validation=0.2` (480 / 120). Model: a small ResNet (basic blocks, 64-64-128-256
+filters, one block a stage) from random weights under KerasHub's RetinaNet (FPN levels 3-5, one
+conv before each head, anchors 2x the stride at 3 scales and 3 aspect ratios), focal and smooth-L1
+losses ("auto"), Adam 1e-3 with cosine decay over 200 epochs, batch 16, training with flips.
+Trained for `--budget` seconds; validation mAP every 5 epochs and at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.corpus import TAGS, build_shapes_coco_corpus
+from bench.report import emit
+
+EPOCHS_IN_SCHEDULE = 200
+
+
+def detector(size: int) -> Any:
+    import keras
+    import keras_hub
+
+    image = keras_hub.models.ResNetBackbone(
+        input_conv_filters=[64],
+        input_conv_kernel_sizes=[3],
+        stackwise_num_filters=[64, 64, 128, 256],
+        stackwise_num_blocks=[1, 1, 1, 1],
+        stackwise_num_strides=[1, 2, 2, 2],
+        block_type="basic_block",
+        use_pre_activation=False,
+        image_shape=(size, size, 3),
+    )
+    backbone = keras_hub.models.RetinaNetBackbone(image_encoder=image, min_level=3, max_level=5, use_p5=False)
+    anchors = keras_hub.layers.AnchorGenerator(
+        bounding_box_format="yxyx", min_level=3, max_level=5, num_scales=3, aspect_ratios=[0.5, 1.0, 2.0], anchor_size=2
+    )
+    model = keras_hub.models.RetinaNetObjectDetector(
+        backbone=backbone,
+        num_classes=len(TAGS),
+        anchor_generator=anchors,
+        bounding_box_format="yxyx",
+        pre_logits_num_conv_layers=1,
+        preprocessor=None,
+    )
+    steps = 480 // 16
+    rate = keras.optimizers.schedules.CosineDecay(1e-3, steps * EPOCHS_IN_SCHEDULE)
+    model.compile(optimizer=keras.optimizers.Adam(rate), box_loss="auto", classification_loss="auto")
+    return model
+
+
+def batches(data: str, split: str, size: int, training: bool) -> Any:
+    import tensorflow as tf
+
+    from shardfeed import Augment, DecodeOptions, load
+
+    ds = load(
+        data,
+        split=split,
+        batch_size=16,
+        image_size=size,
+        training=training,
+        augment=Augment(crop=False, flip=True) if training else None,
+        decode=DecodeOptions(bounding_box_format="yxyx", max_objects=4),
+    )
+    return ds.map(lambda x, y: (tf.cast(x, tf.float32) / 255.0, y))
+
+
+def scores(model: Any, val: Any, size: int) -> dict[str, Any]:
+    """COCO's figures on the validation batches; predictions decoded eagerly (KerasHub's NMS
+    needs a known batch size, which `predict`'s graph does not give it)."""
+    from shardfeed.training.detection_metrics import ImageObjects, detection_metrics
+
+    truth, found = [], []
+    for x, y in val:
+        out = model.decode_predictions(model(x, training=False), x)
+        for i in range(len(x)):
+            labels = y["labels"][i].numpy()
+            keep = labels >= 0
+            truth.append(ImageObjects(size, size, y["boxes"][i].numpy()[keep][:, [1, 0, 3, 2]], labels[keep]))
+            n = int(out["num_detections"][i])
+            boxes = np.asarray(out["boxes"][i][:n])[:, [1, 0, 3, 2]]  # yxyx -> xyxy
+            found.append(
+                ImageObjects(size, size, boxes, np.asarray(out["labels"][i][:n]), np.asarray(out["confidence"][i][:n]))
+            )
+    return detection_metrics(truth, found, list(TAGS))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", type=int, default=600)
+    parser.add_argument("--size", type=int, default=96)
+    parser.add_argument("--budget", type=float, default=1100, help="training seconds (issue 51: within 20 minutes)")
+    parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "shardfeed_bench_detection_training"))
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    listing = build_shapes_coco_corpus(
+        os.path.join(args.work, f"shapes{args.images}_{args.size}"), args.images, size=args.size
+    )
+    data = os.path.join(args.work, "shards")
+    shutil.rmtree(data, ignore_errors=True)
+    command = ["convert", listing, data, "--split", "train=0.8,validation=0.2", "--no-report"]
+    subprocess.run([sys.executable, "-m", "shardfeed", *command], check=True, capture_output=True)
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model, train, val = (
+        detector(args.size),
+        batches(data, "train", args.size, True),
+        batches(data, "validation", args.size, False),
+    )
+    history: list[dict[str, Any]] = []
+    start, epoch = time.perf_counter(), 0
+    while time.perf_counter() - start < args.budget:
+        fitted = model.fit(train, epochs=epoch + 1, initial_epoch=epoch, verbose=0)
+        epoch += 1
+        entry: dict[str, Any] = {
+            "epoch": epoch,
+            "seconds": time.perf_counter() - start,
+            "loss": fitted.history["loss"][-1],
+        }
+        if epoch % 5 == 0:
+            entry["mAP@0.5"] = scores(model, val, args.size)["mAP@0.5"]
+        history.append(entry)
+        print(json.dumps(entry), file=sys.stderr)
+    trained = time.perf_counter() - start
+    final = scores(model, val, args.size)
+    emit(
+        {
+            "bench": "detection_training",
+            "images": args.images,
+            "size": args.size,
+            "epochs": epoch,
+            "train_seconds_with_evaluations": trained,
+            "validation": {
+                k: final[k]
+                for k in ("mAP", "mAP@0.5", "mAP@0.75", "mAP_small", "mAP_medium", "mAP_large", "per_class_ap")
+            },
+            "history": history,
+            "load_average": {"before": load_before, "after": os.getloadavg()},
+        },
+        args.json,
+    )
+
+
+if __name__ == "__main__":
+    main()
