@@ -147,3 +147,18 @@ def test_the_input_size_left_to_the_data_is_the_masks_own_up_to_224(shards: Path
     Image.open(next((odd / "images").iterdir())).save(classes / "one.png")
     convert(str(tmp_path / "classes"), str(tmp_path / "classes_out"), ConvertOptions(split="train=1"), progress=False)
     assert choose_image_size(str(tmp_path / "classes_out"), "train").side == 224
+
+
+def test_a_resumed_run_keeps_the_size_it_was_trained_at(run_dir: Path, shards: Path, tmp_path: Path) -> None:
+    """With no size asked for, a resumed run takes its own recorded size, not the one the data
+    would get today (a run made before the data-sized default trained masks at 224)."""
+    import shutil
+
+    from shardfeed.training.trainer import _TrainingRun
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    record = json.loads((copy / "run.json").read_text())
+    (copy / "run.json").write_text(json.dumps(dict(record, image_size=[72, 72])))
+    assert _TrainingRun(str(shards), RunFolder(str(copy)), OPTIONS, resume=True).options.image_size == 72
+    assert _TrainingRun(str(shards), RunFolder(str(tmp_path / "new")), OPTIONS, resume=False).options.image_size == 64

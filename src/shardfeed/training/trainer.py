@@ -105,6 +105,8 @@ class _TrainingRun:
         self.keras: Any = None  # imported by `fit`, not before (the checks above run without TensorFlow)
         self.manifest = manifest.read(self.data)
         self.objective = objective_for(self.manifest.header.task, self.data)
+        if resume and options.image_size is None and folder.is_run():  # the size its checkpoints were made at
+            options = replace(options, image_size=folder.read_record().image_size[0])
         self.options = self._resolved(options)  # checks the data before TensorFlow loads
         self.weights = self.options.weights_for(self.options.model)
         self.schedule = schedule(
