@@ -23,17 +23,19 @@ def _import(module: str, hint: str) -> Any:
         raise MissingDependencyError(f"{module} is required for this feature: {hint}") from e
 
 
+_COCO_HINT = "pip install 'shardfeed[coco]' (pycocotools)"
+
+
 def coco_mask() -> Any:
     """pycocotools' mask API: COCO's polygons and RLE as instance masks (`convert --masks`)."""
-    return _import("pycocotools.mask", "pip install 'shardfeed[coco]' (pycocotools)")
+    return _import("pycocotools.mask", _COCO_HINT)
 
 
 def coco_eval() -> Any:
     """pycocotools' COCO and COCOeval (as attributes): COCO's detection scores (`evaluate`)."""
     import types
 
-    hint = "pip install 'shardfeed[coco]' (pycocotools)"
-    coco, cocoeval = _import("pycocotools.coco", hint), _import("pycocotools.cocoeval", hint)
+    coco, cocoeval = _import("pycocotools.coco", _COCO_HINT), _import("pycocotools.cocoeval", _COCO_HINT)
     return types.SimpleNamespace(COCO=coco.COCO, COCOeval=cocoeval.COCOeval)
 
 

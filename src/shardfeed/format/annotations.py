@@ -121,6 +121,11 @@ def key_number(key: str) -> int:
 COCO_SIZES = (("small", 32.0**2), ("medium", 96.0**2), ("large", math.inf))  # area below each bound
 
 
+def is_pixel_area(area: float) -> bool:
+    """Whether `area` can be an object's size in pixels: finite and not negative (NaN is not)."""
+    return 0 <= area < math.inf
+
+
 def size_name(area: float) -> str:
     """COCO's size of an object of `area` pixels: 'small' (< 32²), 'medium' (< 96²) or 'large'."""
     for name, bound in COCO_SIZES[:-1]:
@@ -236,7 +241,7 @@ def _all_clean(
             # NaN fails every comparison, so a box with one is not clean
             if not (0 <= xmin < xmax <= width and 0 <= ymin < ymax <= height and 0 <= label < num_classes):
                 return False
-        return areas is None or all(a is None or 0 <= a < math.inf for a in areas)
+        return areas is None or all(a is None or is_pixel_area(a) for a in areas)
     except (ValueError, TypeError):  # a box of another length than 4, a class that is not a number
         return False
 
@@ -266,7 +271,7 @@ def _refusal(
         return f"box {list(box)}: empty (no width or no height)"
     if not 0 <= label < num_classes:
         return f"class {label} is outside 0..{num_classes - 1}"
-    if area is not None and not 0 <= area < math.inf:  # NaN fails the comparison too
+    if area is not None and not is_pixel_area(area):
         return f"area {area!r}: not a finite, non-negative number of pixels"
     if isinstance(mask, str):
         return f"mask: {mask}"

@@ -6,7 +6,6 @@ mid-way, so one run lists every damaged record."""
 from __future__ import annotations
 
 import gzip
-import math
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -14,7 +13,7 @@ from typing import Any, BinaryIO, cast
 
 from shardfeed.errors import OptionError, SourceError
 from shardfeed.format import fileio, image_limits, layout, manifest, schema, tfrecord
-from shardfeed.format.annotations import size_name, stored_objects_problem
+from shardfeed.format.annotations import is_pixel_area, size_name, stored_objects_problem
 from shardfeed.format.example_proto import parse_example
 from shardfeed.format.image_format import sniff_format
 from shardfeed.format.schema import ForeignKeys, Schema
@@ -210,7 +209,7 @@ def _scan_record(task: ShardTask, scan: ShardScan, data: bytes, offset: int) -> 
             columns = [features.get(k, []) for k in schema.BOX_KEYS]
             for x0, y0, x1, y1 in zip(*columns, strict=True):
                 area = (x1 - x0) * size[0] * (y1 - y0) * size[1]
-                if 0 <= area < math.inf:  # a NaN box has no size (`verify` names it)
+                if is_pixel_area(area):  # a NaN box has no size (`verify` names it)
                     scan.object_sizes[size_name(area)] += 1
 
 

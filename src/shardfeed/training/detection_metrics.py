@@ -28,7 +28,6 @@ import numpy as np
 
 from shardfeed import lazy
 
-MAX_DETECTIONS = 100  # scored per image, COCO's maxDets
 SIZES = ("small", "medium", "large")
 
 
@@ -54,8 +53,7 @@ def coco_ground_truth(images: Sequence[ImageObjects], names: Sequence[str]) -> d
     for image_id, image in enumerate(images, start=1):
         boxes = np.asarray(image.boxes, np.float64).reshape(-1, 4)
         areas = image.areas if image.areas is not None else (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-        crowd = image.is_crowd if image.is_crowd is not None else np.zeros(len(boxes), bool)
-        for box, label, area, is_crowd in zip(boxes, image.classes, areas, crowd, strict=True):
+        for box, label, area, is_crowd in zip(boxes, image.classes, areas, _crowd(image), strict=True):
             annotations.append(
                 {
                     "id": len(annotations) + 1,

@@ -118,6 +118,7 @@ class CocoSource:
 
 
 Box = tuple[float, float, float, float]
+_NUMBER = (int, float)  # what a COCO number may be, as json reads it
 
 
 def coco_box(bbox: Any) -> Box | None:
@@ -131,9 +132,6 @@ def coco_box(bbox: Any) -> Box | None:
         return None
     x, y = float(x), float(y)
     return (x, y, x + float(w), y + float(h))
-
-
-_NUMBER = (int, float)
 
 
 def _objects(
