@@ -121,14 +121,16 @@ LEFT_EARLY = """import sys
 import shardfeed
 ds = shardfeed.grain_dataset(sys.argv[1], batch_size=4, image_size=32, seed=0, epochs=50, num_workers=2)
 it = iter(ds)
-print(next(it)[0].shape, next(it)[0].shape, flush=True)
+held = next(it)  # a batch kept in the script's globals until the interpreter's teardown
+print(held[0].shape, next(it)[0].shape, flush=True)
 """
 
 
 def test_leaving_a_worker_fed_iteration_early_exits_promptly(data: Path) -> None:
     """A script that stops after 2 of 50 epochs' batches ends, workers and all (no hang at exit),
-    and quietly: no Grain iterator failing in `__del__` at teardown, no shared memory left for
-    the resource tracker to report (both printed before the iterators were closed at exit)."""
+    and quietly: no Grain iterator or shared-memory batch (one still held in its globals)
+    failing in `__del__` at teardown, no shared memory left for the resource tracker to report
+    (all printed before the iterators were closed and the held batches released at exit)."""
     done = subprocess.run([sys.executable, "-c", LEFT_EARLY, str(data)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["(4,", "32,", "32,", "3)"] * 2

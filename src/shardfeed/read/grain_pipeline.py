@@ -254,10 +254,32 @@ def _close_at_exit() -> None:
             # calls it again during teardown, when those globals are gone: closed, it has
             # nothing left to do, so the second call does nothing.
             other.close = _nothing
+    _release_batches_held()
+
+
+def _release_batches_held() -> None:
+    """Unlinks the shared memory of the worker-made batches the program still holds (`x, y =
+    next(it)` in a script's globals), now that nothing will read them: their names leave the
+    system, their mappings go with the process. Grain's `__del__` would do it at teardown, when
+    its module's globals are gone and it fails ("Exception ignored", the resource tracker then
+    reporting the memory as leaked), so it is made to do nothing from here on."""
+    import mmap
+
+    from grain.multiprocessing import SharedMemoryArray
+
+    for other in gc.get_objects():
+        if isinstance(other, SharedMemoryArray) and isinstance(other.base, mmap.mmap) and other._unlink_on_del:
+            other.shm.unlink()
+            other._unlink_on_del = False
+    SharedMemoryArray.__del__ = _nothing_for
 
 
 def _nothing() -> None:
     """A closed iterator's `close` at interpreter teardown."""
+
+
+def _nothing_for(_: Any) -> None:
+    """A shared-memory batch's `__del__` at interpreter teardown (released already)."""
 
 
 @functools.cache
