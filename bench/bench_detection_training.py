@@ -3,7 +3,7 @@ RetinaNet fed by `load`, scored by COCO's mAP (training/detection_metrics.py, py
 
     .venv/bin/python -m pip install --no-deps keras-hub kagglehub kagglesdk tokenizers
     .venv/bin/python bench/bench_detection_training.py [--images 600] [--size 96] [--budget 1100] \\
-        [--json bench/results/bench_detection_training.json]
+        [--backend jax] [--mixed] [--json bench/results/bench_detection_training.json]
 
 keras-hub is not a dependency yet: its wheel requires tensorflow-text, which requires the full
 `tensorflow` wheel beside `tensorflow-cpu` (two copies of TensorFlow); its vision models import
@@ -15,7 +15,13 @@ train=0.8,validation=0.2` (480 / 120). Model: a small ResNet (basic blocks, 64-6
 filters, one block a stage) from random weights under KerasHub's RetinaNet (FPN levels 3-5, one
 conv before each head, anchors 2x the stride at 3 scales and 3 aspect ratios), focal and smooth-L1
 losses ("auto"), Adam 1e-3 with cosine decay over 200 epochs, batch 16, training with flips.
-Trained for `--budget` seconds; validation mAP every 5 epochs and at the end.
+Trained for `--budget` seconds (at most the schedule's 200 epochs); validation mAP every 5 epochs
+and at the end.
+
+`--backend jax` (or `torch`) trains on that Keras backend fed by `grain_dataset` (worker
+processes, one per core up to 8; images scaled on the device), TensorFlow not needed; `--mixed`
+computes in mixed precision (bfloat16; float16 on TensorFlow). The GPU figures in
+docs/benchmarks/gpu.md were made so.
 """
 
 from __future__ import annotations
@@ -72,10 +78,35 @@ def detector(size: int) -> Any:
     return model
 
 
-def batches(data: str, split: str, size: int, training: bool) -> Any:
-    import tensorflow as tf
+def batches(data: str, split: str, size: int, training: bool, backend: str = "tensorflow", epochs: int = 1) -> Any:
+    """`split`'s batches of 16 with boxes in yxyx and images scaled to [0, 1]: `load` on
+    TensorFlow; on JAX or PyTorch `grain_dataset` (`epochs` of them in one iterator; a fixed
+    object count, so that JAX compiles one step) with the scaling done on the device."""
+    from shardfeed import Augment, DecodeOptions, grain_dataset, load
 
-    from shardfeed import Augment, DecodeOptions, load
+    augment = Augment(crop=False, flip=True) if training else None
+    if backend != "tensorflow":
+        import keras
+
+        ds = grain_dataset(
+            data,
+            split=split,
+            batch_size=16,
+            image_size=size,
+            seed=0,
+            training=training,
+            augment=augment,
+            epochs=epochs,
+            num_threads=4,
+            num_workers=max(0, min(8, len(os.sched_getaffinity(0)) - 1)) if training else 0,
+            bounding_box_format="yxyx",
+            max_objects=4,
+        )
+        return (
+            ((keras.ops.cast(keras.ops.convert_to_tensor(x), "float32") / 255.0, y) for x, y in ds) if training else ds
+        )
+
+    import tensorflow as tf
 
     ds = load(
         data,
@@ -83,7 +114,7 @@ def batches(data: str, split: str, size: int, training: bool) -> Any:
         batch_size=16,
         image_size=size,
         training=training,
-        augment=Augment(crop=False, flip=True) if training else None,
+        augment=augment,
         decode=DecodeOptions(bounding_box_format="yxyx", max_objects=4),
     )
     return ds.map(lambda x, y: (tf.cast(x, tf.float32) / 255.0, y))
@@ -96,11 +127,12 @@ def scores(model: Any, val: Any, size: int) -> dict[str, Any]:
 
     truth, found = [], []
     for x, y in val:
+        x = np.asarray(x, np.float32) / 255.0 if np.asarray(x).dtype == np.uint8 else x
         out = model.decode_predictions(model(x, training=False), x)
         for i in range(len(x)):
-            labels = y["labels"][i].numpy()
+            labels = np.asarray(y["labels"][i])
             keep = labels >= 0
-            truth.append(ImageObjects(size, size, y["boxes"][i].numpy()[keep][:, [1, 0, 3, 2]], labels[keep]))
+            truth.append(ImageObjects(size, size, np.asarray(y["boxes"][i])[keep][:, [1, 0, 3, 2]], labels[keep]))
             n = int(out["num_detections"][i])
             boxes = np.asarray(out["boxes"][i][:n])[:, [1, 0, 3, 2]]  # yxyx -> xyxy
             found.append(
@@ -116,7 +148,10 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=1100, help="training seconds (issue 51: within 20 minutes)")
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "shardfeed_bench_detection_training"))
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default="tensorflow")
+    parser.add_argument("--mixed", action="store_true", help="mixed precision (float16 on TensorFlow, else bfloat16)")
     args = parser.parse_args()
+    os.environ["KERAS_BACKEND"] = args.backend
     load_before = os.getloadavg()
     listing = build_shapes_coco_corpus(
         os.path.join(args.work, f"shapes{args.images}_{args.size}"), args.images, size=args.size
@@ -127,16 +162,22 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "shardfeed", *command], check=True, capture_output=True)
     import keras
 
+    from shardfeed import IndexedRecords
+
     keras.utils.set_random_seed(0)
+    if args.mixed:
+        keras.mixed_precision.set_global_policy("mixed_float16" if args.backend == "tensorflow" else "mixed_bfloat16")
     model, train, val = (
         detector(args.size),
-        batches(data, "train", args.size, True),
-        batches(data, "validation", args.size, False),
+        batches(data, "train", args.size, True, args.backend, epochs=EPOCHS_IN_SCHEDULE),
+        batches(data, "validation", args.size, False, args.backend),
     )
+    steps = len(IndexedRecords(data, split="train")) // 16 if args.backend != "tensorflow" else None
     history: list[dict[str, Any]] = []
     start, epoch = time.perf_counter(), 0
-    while time.perf_counter() - start < args.budget:
-        fitted = model.fit(train, epochs=epoch + 1, initial_epoch=epoch, verbose=0)
+    while time.perf_counter() - start < args.budget and epoch < EPOCHS_IN_SCHEDULE:
+        # Keras' own fit: a KerasHub task's would take a Python iterator for arrays
+        fitted = keras.Model.fit(model, train, epochs=epoch + 1, initial_epoch=epoch, steps_per_epoch=steps, verbose=0)
         epoch += 1
         entry: dict[str, Any] = {
             "epoch": epoch,
@@ -152,6 +193,9 @@ def main() -> None:
     emit(
         {
             "bench": "detection_training",
+            "backend": args.backend,
+            "dtype_policy": keras.mixed_precision.global_policy().name,
+            "device": _device(args.backend),
             "images": args.images,
             "size": args.size,
             "epochs": epoch,
@@ -165,6 +209,21 @@ def main() -> None:
         },
         args.json,
     )
+
+
+def _device(backend: str) -> str:
+    """What the model computed on."""
+    if backend == "jax":
+        import jax
+
+        return str(jax.devices()[0].device_kind)
+    if backend == "torch":
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    import tensorflow as tf
+
+    return "gpu" if tf.config.list_physical_devices("GPU") else "cpu"
 
 
 if __name__ == "__main__":

@@ -30,6 +30,11 @@ keras.applications backbone behind a rescaling layer, fed two ways:
 - grain-workers: the same in Grain worker processes (`num_workers` = cores - 1, 2 threads each);
   CPU per image is the host's (all processes, /proc/stat), so the workers' is counted.
 
+`--models retinanet` (with `--backend jax` or `torch`, KerasHub installed) measures detection:
+bench_detection_training.py's RetinaNet fed boxes (yxyx, padded to 4) by `grain_dataset` with
+flips, its images scaled to [0, 1] on the device; without --data a corpus of 1,200 256-px photo
+crops with shapes pasted at known boxes is built and converted to JPEG.
+
 On this backend each run reads one iterator through the warm-up and the timed steps (Keras
 would start a new one, and new worker processes, at each `fit`).
 """
@@ -90,11 +95,14 @@ def one_run(feed: str, model: str, data: str, size: int, batch: int, steps: int)
 def _timed_fit(net: Any, ds: Any, steps: int, batch: int) -> dict[str, Any]:
     """Images/s and host CPU seconds per image of `steps` training steps, after WARMUP untimed
     ones and `steps` more untimed (so that what the feed made ahead while the model compiled,
-    in its prefetch buffers, is used up before the clock starts)."""
-    net.fit(ds, epochs=1, steps_per_epoch=WARMUP, verbose=0)
-    net.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)
+    in its prefetch buffers, is used up before the clock starts). Keras' own `fit` is called
+    (a KerasHub task's would wrap a Python iterator as if it were arrays)."""
+    import keras
+
+    keras.Model.fit(net, ds, epochs=1, steps_per_epoch=WARMUP, verbose=0)
+    keras.Model.fit(net, ds, epochs=1, steps_per_epoch=steps, verbose=0)
     cpu0, t0 = host_cpu_seconds(), time.perf_counter()
-    net.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)
+    keras.Model.fit(net, ds, epochs=1, steps_per_epoch=steps, verbose=0)
     seconds = time.perf_counter() - t0
     cpu1 = host_cpu_seconds()
     images = steps * batch
@@ -118,17 +126,11 @@ def one_run_keras(backend: str, feed: str, model: str, data: str, size: int, bat
     import keras
 
     import shardfeed
-    from shardfeed.format import manifest
 
     gpu, device = _accelerator(backend)
     keras.mixed_precision.set_global_policy("mixed_bfloat16" if gpu else "float32")
-    classes = len(manifest.read(data).labels or []) or 1
-    backbone = {"resnet50": keras.applications.ResNet50, "mobilenet_v2": keras.applications.MobileNetV2}[model]
-    inputs = keras.Input((size, size, 3), dtype="uint8")
-    x = keras.layers.Rescaling(1 / 127.5, offset=-1.0)(inputs)
-    x = backbone(include_top=False, weights=None, input_shape=(size, size, 3), pooling="avg")(x)
-    net = keras.Model(inputs, keras.layers.Dense(classes, activation="softmax", dtype="float32")(x))
-    net.compile(keras.optimizers.SGD(0.01), "sparse_categorical_crossentropy")
+    detection = model == "retinanet"
+    net = _detector(size) if detection else _classifier(keras, model, data, size)
     per_epoch = len(shardfeed.IndexedRecords(data, split="train")) // batch
     workers = threads - 1 if feed == "grain-workers" else 0
     ds = shardfeed.grain_dataset(
@@ -139,10 +141,26 @@ def one_run_keras(backend: str, feed: str, model: str, data: str, size: int, bat
         epochs=(WARMUP + 2 * steps) // per_epoch + 2,
         num_threads=2 if workers else threads,
         num_workers=workers,
+        # detection: flips only (bench_detection_training's setting), a fixed object count so
+        # that JAX compiles one step, boxes in KerasHub's yxyx
+        **(
+            {"augment": shardfeed.Augment(crop=False), "bounding_box_format": "yxyx", "max_objects": 4}
+            if detection
+            else {}
+        ),
     )
     batches = iter(ds)
+
+    def on_device(batch_: Any) -> Any:
+        """The batch as the backend's tensors; a detector's images scaled to [0, 1] there (the
+        classifiers rescale in their first layer)."""
+        images, targets = batch_
+        x = keras.ops.convert_to_tensor(images)
+        x = keras.ops.cast(x, "float32") / 255.0 if detection else x
+        return x, keras.tree.map_structure(keras.ops.convert_to_tensor, targets)
+
     if feed == "synthetic":
-        first = tuple(keras.ops.convert_to_tensor(part) for part in next(batches))
+        first = on_device(next(batches))
 
         def repeated() -> Any:
             while True:
@@ -150,7 +168,7 @@ def one_run_keras(backend: str, feed: str, model: str, data: str, size: int, bat
 
         ds = repeated()
     else:
-        ds = (b for b in batches)
+        ds = (on_device(b) for b in batches)
     return {
         **_timed_fit(net, ds, steps, batch),
         "gpu": gpu,
@@ -158,6 +176,27 @@ def one_run_keras(backend: str, feed: str, model: str, data: str, size: int, bat
         "backend": backend,
         "tensorflow_imported": "tensorflow" in sys.modules,
     }
+
+
+def _classifier(keras: Any, model: str, data: str, size: int) -> Any:
+    """A keras.applications backbone behind a rescaling layer, from random weights, compiled."""
+    from shardfeed.format import manifest
+
+    classes = len(manifest.read(data).labels or []) or 1
+    backbone = {"resnet50": keras.applications.ResNet50, "mobilenet_v2": keras.applications.MobileNetV2}[model]
+    inputs = keras.Input((size, size, 3), dtype="uint8")
+    x = keras.layers.Rescaling(1 / 127.5, offset=-1.0)(inputs)
+    x = backbone(include_top=False, weights=None, input_shape=(size, size, 3), pooling="avg")(x)
+    net = keras.Model(inputs, keras.layers.Dense(classes, activation="softmax", dtype="float32")(x))
+    net.compile(keras.optimizers.SGD(0.01), "sparse_categorical_crossentropy")
+    return net
+
+
+def _detector(size: int) -> Any:
+    """bench_detection_training's KerasHub RetinaNet (small ResNet, FPN 3-5), compiled."""
+    from bench.bench_detection_training import detector
+
+    return detector(size)
 
 
 def _accelerator(backend: str) -> tuple[bool, str]:
@@ -202,7 +241,8 @@ def main() -> None:
         measured = one_run(*shape) if args.backend == "tensorflow" else one_run_keras(args.backend, *shape)
         print(json.dumps(measured))
         return
-    data = args.data or _corpus()
+    models = args.models.split(",")
+    data = {m: args.data or (_detection_corpus() if m == "retinanet" else _corpus()) for m in models}
     if args.backend != "tensorflow":
         feeds, cpu_feed = list(KERAS_FEEDS), "grain"
     else:
@@ -210,13 +250,12 @@ def main() -> None:
     if args.feeds:
         feeds = ["synthetic", *(f for f in args.feeds.split(",") if f != "synthetic")]
     feeds += [f"{cpu_feed}@{n}" for n in args.cores.split(",") if n and int(n) < len(os.sched_getaffinity(0))]
-    models = args.models.split(",")
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {m: {f: [] for f in feeds} for m in models}
     for r in range(args.rounds):
         for model in models:
             for feed in feeds:
                 print(f"round {r + 1}/{args.rounds}: {model} / {feed}", file=sys.stderr, flush=True)
-                runs[model][feed].append(fresh(feed, model, args, data))
+                runs[model][feed].append(fresh(feed, model, args, data[model]))
     results: dict[str, Any] = {"bench": "gpu_feed", "backend": args.backend, "cores": os.cpu_count()}
     results |= {"size": args.size, "batch": args.batch, "steps": args.steps, "rounds": args.rounds}
     results["load_average"] = os.getloadavg()
@@ -252,6 +291,20 @@ def _corpus() -> str:
     out = f"{root}/shards"
     if not os.path.exists(f"{out}/manifest.json"):
         subprocess.run([sys.executable, "-m", "shardfeed", "convert", source, out, "-q", "--no-report"], check=True)
+    return out
+
+
+def _detection_corpus() -> str:
+    """1,200 photo crops of 256 px with 1-3 shapes pasted at known boxes (COCO JSON), converted
+    to JPEG (quality 90), 960 train / 240 validation."""
+    from bench.corpus import build_shapes_coco_corpus
+
+    root = "/tmp/gpu_feed_detection"
+    listing = build_shapes_coco_corpus(f"{root}/src", 1200, size=256)
+    out = f"{root}/shards"
+    if not os.path.exists(f"{out}/manifest.json"):
+        convert = [listing, out, "--split", "train=0.8,validation=0.2", "--format", "jpeg", "--quality", "90"]
+        subprocess.run([sys.executable, "-m", "shardfeed", "convert", *convert, "-q", "--no-report"], check=True)
     return out
 
 
