@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	# the detection extra's KerasHub without the tensorflow-text (and second TensorFlow) it asks for
+	$(PY) -m pip install -q regex tokenizers && $(PY) -m pip install -q --no-deps "keras-hub==0.32.0"
 	touch $(STAMP)
 
 demo: install

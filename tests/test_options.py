@@ -64,7 +64,7 @@ def test_decode_config_errors() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"augment": "strong"}, r"augment must be one of \['auto', 'inception', 'light', 'none'\]"),
+        ({"augment": "strong"}, r"augment must be one of \['auto', 'inception', 'light', 'flip', 'none'\]"),
         ({"epochs": 0}, r"epochs must be >= 1, got 0 \(--epochs\)"),
         ({"batch_size": 0}, r"batch_size must be >= 1, got 0 \(--batch-size\)"),
         ({"learning_rate": 0.0}, "learning_rate must be > 0"),

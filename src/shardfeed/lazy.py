@@ -39,6 +39,17 @@ def coco_eval() -> Any:
     return types.SimpleNamespace(COCO=coco.COCO, COCOeval=cocoeval.COCOeval)
 
 
+KERAS_HUB_HINT = (
+    "pip install 'shardfeed[detection]', or without the tensorflow-text its wheel asks for (its detectors do "
+    "not use it): pip install regex tokenizers && pip install --no-deps keras-hub"
+)
+
+
+def keras_hub() -> Any:
+    """KerasHub: the detector `train` fits on boxes (training/detector.py)."""
+    return _import("keras_hub", KERAS_HUB_HINT)
+
+
 QUIET_ENV = "SHARDFEED_QUIET_TF"  # set (by the CLI) to import TensorFlow without its start-up lines
 
 

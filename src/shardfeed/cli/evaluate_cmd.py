@@ -1,5 +1,6 @@
 """`shardfeed evaluate RUN_DIR [PATH]`: loss, accuracy, top-k, per-class accuracy, confusion matrix
-(multi-label: mAP, F1 at the run's thresholds, per-class AP)."""
+(multi-label: mAP, F1 at the run's thresholds, per-class AP; segmentation: mean IoU; detection: COCO's
+mAP)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import json
 from typing import Any
 
+from shardfeed.training.detection_metrics import summary_line
 from shardfeed.training.evaluation import evaluate
 from shardfeed.training.run_folder import MODEL
 
@@ -26,6 +28,9 @@ def run(args: argparse.Namespace) -> int:
     r = evaluate(args.run_dir, args.path, split=args.split, top_k=args.top_k, model_file=args.model_file)
     if args.json:
         print(json.dumps(r, indent=2))
+        return 0
+    if "mAP@0.5" in r:
+        print(detection_lines(r))
         return 0
     if "mAP" in r:
         print(multi_label_lines(r))
@@ -61,6 +66,21 @@ def multi_label_lines(r: dict[str, Any]) -> str:
         ap, f1 = ("-" if c[k] is None else f"{c[k]:.3f}" for k in ("ap", "f1"))
         lines.append(f"  {name:<{width}}  {c['images']:>7,}  {ap:>6}  {c['threshold']:>9.3f}  {f1:>6}")
     lines.append(f"average precision per class: {r['output_dir']}/average_precision.png")
+    return "\n".join(lines)
+
+
+def detection_lines(r: dict[str, Any]) -> str:
+    """A detection evaluation: COCO's figures, then each class's AP."""
+    lines = [f"{r['examples']:,} images: {summary_line(r)} (COCO's, pycocotools)"]
+    sizes = "  ".join(
+        f"{k[4:]} {'n/a' if r[k] is None else format(r[k], '.4f')}" for k in ("mAP_small", "mAP_medium", "mAP_large")
+    )
+    lines.append(f"  by object size: {sizes}")
+    width = max(len("class"), *(len(n) for n in r["class_names"]))
+    lines.append(f"  {'class':<{width}}  {'AP':>6}")
+    for name in r["class_names"]:
+        ap = r["per_class_ap"][name]
+        lines.append(f"  {name:<{width}}  {'-' if ap is None else f'{ap:.3f}':>6}")
     return "\n".join(lines)
 
 

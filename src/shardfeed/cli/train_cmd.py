@@ -12,9 +12,10 @@ from shardfeed.cli.options import from_args
 from shardfeed.errors import OptionError
 from shardfeed.read.mixture import Mixture
 from shardfeed.read.options import IMAGE_SIZE, SHUFFLES
+from shardfeed.training.detection_metrics import summary_line
 from shardfeed.training.devices import parse as parse_devices
 from shardfeed.training.models import MODELS
-from shardfeed.training.options import AUGMENT_PRESETS, AUTO, TrainOptions
+from shardfeed.training.options import AUGMENT_PRESETS, AUTO, DETECTION_EPOCHS, EPOCHS, TrainOptions
 from shardfeed.training.trainer import train
 
 log = logging.getLogger("shardfeed")
@@ -37,7 +38,7 @@ def register(sub: Any) -> None:
         choices=[AUTO, *MODELS],
         help=f"default {TrainOptions.model}; auto: picked from the data's size and image sizes (docs/training.md)",
     )
-    p.add_argument("--epochs", type=int, help=f"default {TrainOptions.epochs}")
+    p.add_argument("--epochs", type=int, help=f"default {EPOCHS}; boxes (detection): {DETECTION_EPOCHS}")
     p.add_argument("--batch-size", type=int, help=f"default {TrainOptions.batch_size}")
     p.add_argument(
         "--image-size",
@@ -181,6 +182,11 @@ def summary(metrics: dict[str, Any]) -> str:
     elif "val_mean_iou" in metrics:
         lines.append(
             f"  validation: mean IoU {metrics['val_mean_iou']:.4f}, loss {metrics['val_loss']:.4f} (inference mode)"
+        )
+    elif "val_mAP@0.5" in metrics:
+        lines.append(
+            f"  validation: {summary_line({k: metrics[f'val_{k}'] for k in ('mAP', 'mAP@0.5', 'mAP@0.75')})} "
+            f"(COCO's), loss {metrics['val_loss']:.4f} (inference mode)"
         )
     elif metrics.get("val_mAP") is not None:
         lines.append(

@@ -34,14 +34,21 @@ def model_rate(model: Any, batch: tuple[Any, Any], *, steps: int = 20, warmup: i
     """Images per second of training steps of a copy of `model` on one in-memory batch.
 
     A clone is trained (with the model's own loss when it is compiled, else a classifier's), so
-    `model`'s weights and optimizer state are untouched.
+    `model`'s weights and optimizer state are untouched. A model with a `compile` of its own (a
+    KerasHub task: the detector, with its own losses) is cloned by its class, which compiles it
+    with them; `clone_model` would make a plain functional model without its loss.
     """
     tf = tensorflow()
     import keras
 
-    clone = keras.models.clone_model(model)
-    loss = getattr(model, "loss", None) or keras.losses.SparseCategoricalCrossentropy()  # its own (multi-label: BCE)
-    clone.compile(optimizer=keras.optimizers.Adam(), loss=loss)
+    if type(model).compile is not keras.Model.compile:
+        clone = type(model).from_config(model.get_config())
+    else:
+        clone = keras.models.clone_model(model)
+        loss = (
+            getattr(model, "loss", None) or keras.losses.SparseCategoricalCrossentropy()
+        )  # its own (multi-label: BCE)
+        clone.compile(optimizer=keras.optimizers.Adam(), loss=loss)
     images, labels = batch[0], batch[1]
     data = tf.data.Dataset.from_tensors((images, labels)).cache().repeat()
     times: list[float] = []

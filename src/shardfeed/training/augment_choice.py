@@ -9,7 +9,9 @@ any augmentation mostly slows a short run down. The rule, measured in docs/train
 - images whose median shorter side is at least `PHOTO_SIDE` px: 'inception';
 - otherwise (small images): 'light' (shifts of a few pixels);
 - segmentation masks (past `TINY_SET`): 'inception', whose crops and flips the masks follow
-  (`load` refuses shifts and rotations for them).
+  (`load` refuses shifts and rotations for them);
+- boxes: 'flip' (horizontal flips alone), whatever the count: the detector's measured setting
+  (docs/benchmarks/training.md); a random crop would cut objects away or drop them.
 """
 
 from __future__ import annotations
@@ -43,10 +45,13 @@ def choose_augment(
     """
     m = manifest.opened(data)
     count = m.split(split).num_records
+    if m.header.task == schema.DETECTION:  # the setting the detector was measured with, whatever the count
+        return AugmentChoice("flip", "boxes: flips, which keep every object whole (a crop cuts some away)")
     if count < tiny_set:
         return AugmentChoice("none", f"{count} training images (< {tiny_set}): too few for augmentation to pay off")
     if m.header.task == schema.SEGMENTATION:
         return AugmentChoice("inception", "segmentation masks: random-resized crops and flips, which masks follow")
+
     side = median_short_side(m, split, seed=seed)
     if side >= photo_side:
         return AugmentChoice(

@@ -1,6 +1,8 @@
 """evaluate: loss, accuracy, top-k, per-class accuracy and a confusion matrix for a trained run;
 for a multi-label run mAP, per-class AP and F1 at the run's thresholds (training/multi_label.py);
-for a segmentation run mean IoU, per-class IoU and pixel accuracy (training/segmentation.py)."""
+for a segmentation run mean IoU, per-class IoU and pixel accuracy (training/segmentation.py); for
+a detection run COCO's mAP, mAP@0.5, mAP@0.75, by size and per class (training/detector.py), with
+the boxes in the frame the model sees (the image resized to the run's size, as `load` makes it)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from tqdm import tqdm
 from shardfeed.deprecation import renamed
 from shardfeed.errors import SourceError
 from shardfeed.format import manifest
-from shardfeed.format.schema import MULTI_LABEL, SEGMENTATION
+from shardfeed.format.schema import DETECTION, MULTI_LABEL, SEGMENTATION
+from shardfeed.training.detector import detection_scores
 from shardfeed.training.models import load_model, model_class_names, predicted
 from shardfeed.training.multi_label import multi_label_metrics
 from shardfeed.training.run_folder import AVERAGE_PRECISION, CONFUSION, MASKS_GRID, MODEL, RunFolder
@@ -46,7 +49,7 @@ def evaluate(
     record = folder.read_record()
     data = path or record.data
     net = load_model(folder.model_file(model_file))
-    names = model_class_names(net)
+    names = record.class_names if record.task == DETECTION else model_class_names(net)
     m = manifest.read(data)
     if m.labels != names[: len(m.labels or [])]:  # a model trained on a mixture may know more classes
         raise SourceError(
@@ -57,6 +60,12 @@ def evaluate(
     ds = record.inputs(m).evaluation(split, batch_size=batch_size)
     out = output_dir or folder.eval_dir(split)
     os.makedirs(out, exist_ok=True)
+    if record.task == DETECTION:
+        with tqdm(total=m.split(split).num_records, unit="img", desc=f"evaluate {split}", disable=None) as bar:
+            result = detection_scores(net, _counted(ds, bar), names)
+        result["examples"] = m.split(split).num_records
+        folder.write_metrics(result, out)
+        return {**result, "output_dir": out}
     if record.task == SEGMENTATION:
         result = _masks_scored(net, ds, names, m.split(split).num_records, os.path.join(out, MASKS_GRID))
         folder.write_metrics(result, out)
@@ -103,6 +112,13 @@ def _masks_scored(net: Any, ds: Any, names: list[str], total: int, grid: str) ->
             bar.update(len(truth))
     draw_masks(shown, names, grid)
     return segmentation_metrics(confusion, names, examples)
+
+
+def _counted(batches: Any, bar: Any) -> Any:
+    """`batches`, each counted on the progress `bar` as it passes."""
+    for images, targets in batches:
+        bar.update(len(images))
+        yield images, targets
 
 
 def _held_out(m: manifest.Manifest) -> str:

@@ -15,6 +15,8 @@ The input size (`choose_image_size`): 224 px, but a segmentation run trains at i
 size (their median shorter side, rounded up to a multiple of 8 for the U-Net's three poolings)
 when that is smaller: upsampling a mask adds pixels, not detail, and the U-Net's cost grows with
 them (96-px images at 224 px: 5.4x the pixels; issue 51's benchmark, docs/benchmarks/training.md).
+A detection run likewise, rounded up to a multiple of 32 (the detector's coarsest feature map):
+on a CPU the input size decides whether a detector learns in minutes (docs/benchmarks/training.md).
 
 A backbone is only worth it with its ImageNet weights: when they cannot be had (not in Keras'
 cache and no network: `models.imagenet_source`) or `--weights none` was asked for, fewer than
@@ -32,8 +34,9 @@ from dataclasses import dataclass, replace
 from shardfeed.format import manifest, schema
 from shardfeed.read.options import IMAGE_SIZE
 from shardfeed.training.augment_choice import choose_augment, median_short_side
+from shardfeed.training.detector import STRIDE
 from shardfeed.training.models import imagenet_source
-from shardfeed.training.options import AUTO, TrainOptions
+from shardfeed.training.options import AUTO, DETECTION_EPOCHS, EPOCHS, TrainOptions
 
 SMALL_SIDE = 64
 FEW = 1_000
@@ -104,19 +107,22 @@ def _by_size(count: int) -> ModelChoice:
 def choose_image_size(data: str | manifest.Manifest, split: str, *, seed: int = 0) -> SizeChoice:
     """The input side for training on `data[split]` when none is asked for (module docstring)."""
     m = manifest.opened(data)
-    if m.header.task != schema.SEGMENTATION:
+    multiple = {schema.SEGMENTATION: 8, schema.DETECTION: STRIDE}.get(m.header.task)
+    if multiple is None:
         return SizeChoice(IMAGE_SIZE, "the default")
+    what = "masks" if m.header.task == schema.SEGMENTATION else "boxes"
     side = median_short_side(m, split, seed=seed)
-    own = max(8, -(-int(side) // 8) * 8)  # rounded up to a multiple of 8
+    own = max(multiple, -(-int(side) // multiple) * multiple)  # rounded up to a multiple of the model's
     if own >= IMAGE_SIZE:
-        return SizeChoice(IMAGE_SIZE, f"masks on images of {side:g} px (median shorter side): the default")
-    return SizeChoice(own, f"masks on images of {side:g} px (median shorter side): their own size, not upsampled")
+        return SizeChoice(IMAGE_SIZE, f"{what} on images of {side:g} px (median shorter side): the default")
+    return SizeChoice(own, f"{what} on images of {side:g} px (median shorter side): their own size, not upsampled")
 
 
 def resolved(options: TrainOptions, data: manifest.Manifest) -> TrainOptions:
     """`options` with what was left to the data chosen from it, each choice and its reason
     logged: model='auto' (`choose_model`), no image size (`choose_image_size`, said where it
-    is not the default) and augment='auto' (`choose_augment`)."""
+    is not the default), no epochs (`EPOCHS`; `DETECTION_EPOCHS` for boxes, said) and
+    augment='auto' (`choose_augment`)."""
     split, seed = options.train_split, options.seed
     if options.model == AUTO:
         model = choose_model(data, split, seed=seed, weights=options.weights)
@@ -127,6 +133,11 @@ def resolved(options: TrainOptions, data: manifest.Manifest) -> TrainOptions:
         if size.side != IMAGE_SIZE:
             log.info("image size: %d, chosen for %s (--image-size to override)", size.side, size.reason)
         options = replace(options, image_size=size.side)
+    if options.epochs is None:
+        epochs = DETECTION_EPOCHS if data.header.task == schema.DETECTION else EPOCHS
+        if epochs != EPOCHS:
+            log.info("epochs: %d, for boxes: a detector from random weights needs them (--epochs to override)", epochs)
+        options = replace(options, epochs=epochs)
     if options.augment == AUTO:
         choice = choose_augment(data, split, seed=seed)
         log.info("augment: %s, chosen for %s (--augment to override)", choice.preset, choice.reason)

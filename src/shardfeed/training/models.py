@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import zipfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from shardfeed.errors import OptionError
 from shardfeed.lazy import tensorflow
+from shardfeed.training.detector import DETECTOR, build_detector, detector_class
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ BACKBONES = {
     ),
 }
 SEGMENTER = "small_unet"  # what a segmentation run trains (training/objectives.py)
-MODELS = ("small_cnn", *BACKBONES, SEGMENTER)
+MODELS = ("small_cnn", *BACKBONES, SEGMENTER, DETECTOR)
 IMAGENET = "imagenet"
 DOWNLOAD_TIMEOUT = 20.0  # seconds a weights download may stall before it counts as no network
 WEIGHTS_HOST = ("storage.googleapis.com", 443)  # where keras.applications downloads ImageNet weights from
@@ -136,7 +138,8 @@ def build_model(
     Args:
         name: 'small_cnn' (the cats-vs-dogs recipe's CNN) or a keras.applications backbone
             (`BACKBONES`), with its own preprocessing inside the model; 'small_unet' makes a
-            segmenter instead: class probabilities per pixel, [H, W, K].
+            segmenter instead: class probabilities per pixel, [H, W, K]; 'retinanet' KerasHub's
+            detector (training/detector.py; not compiled: it compiles with its own losses).
         weights: None or 'none' (random initialisation), 'imagenet' (Keras downloads and caches
             them; without a network: an OptionError naming the file and where to put it), or a
             local file: backbone weights without the top (e.g. *_notop.h5) or the whole model's.
@@ -148,6 +151,8 @@ def build_model(
     if name not in MODELS:
         raise OptionError(f"model must be one of {list(MODELS)}, got {name!r}")
     weights = None if weights in (None, "none") else weights
+    if name == DETECTOR:
+        return build_detector(class_names, image_size, weights=weights)
     inputs = keras.Input((*image_size, channels), dtype="uint8", name="image")
     if name == SEGMENTER:
         if image_size[0] % 8 or image_size[1] % 8:
@@ -324,8 +329,20 @@ def scored(net: Any, ds: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def load_model(path: str) -> Any:
-    """Loads a `.keras` model saved by `train` (our custom layer registered first)."""
+    """Loads a `.keras` model saved by `train` (our custom layers registered first; KerasHub
+    imported first for a detector, which registers its classes)."""
     keras = _keras()
     class_names_layer()
     caffe_layer()
+    if _made_by_keras_hub(path):
+        detector_class()  # imports KerasHub and registers the detector
     return keras.saving.load_model(path)
+
+
+def _made_by_keras_hub(path: str) -> bool:
+    """Whether the `.keras` file at `path` holds a KerasHub model (its config names the module)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return b'"keras_hub' in archive.read("config.json")
+    except (OSError, KeyError, zipfile.BadZipFile):
+        return False  # Keras' own loader says what is wrong with the file

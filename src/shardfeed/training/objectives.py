@@ -10,9 +10,9 @@ read (`metric`; validation's is `val_<metric>`).
     segmentation     a small U-Net (`models.SEGMENTER`, 'small_unet'), softmax per pixel, sparse categorical
                      cross-entropy with 255 ignored, Keras' mean IoU over the classes
                      (`mean_iou`; `evaluate` gives per-class IoU, training/segmentation.py)
-
-Detection records feed `load` and `grain_dataset`; `train` refuses them with the reason until
-its detector is built.
+    detection        KerasHub's RetinaNet (`detector.DETECTOR`, 'retinanet', training/detector.py),
+                     its focal and smooth-L1 losses; Keras logs the loss alone (`loss`: lower is
+                     better), COCO's mAP is computed at the end and by `evaluate`
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.errors import OptionError
-from shardfeed.format.schema import CLASSIFICATION, IGNORED_LABEL, MULTI_LABEL, SEGMENTATION
+from shardfeed.format.schema import CLASSIFICATION, DETECTION, IGNORED_LABEL, MULTI_LABEL, SEGMENTATION
+from shardfeed.training.detector import DETECTOR, compile_args
 from shardfeed.training.models import SEGMENTER
 from shardfeed.training.options import AUTO
 
@@ -34,23 +35,39 @@ class Objective:
     """One task's head, loss and metrics (module docstring)."""
 
     task: str
-    activation: str  # the head's: "softmax" or "sigmoid"
-    metric: str  # the logged metric that says how good the model is ("accuracy", "auc_pr", "mean_iou")
+    activation: str  # the head's: "softmax" or "sigmoid" ("" for the detector: KerasHub's heads)
+    metric: str  # the logged metric that says how good the model is ("accuracy", "auc_pr", "mean_iou", "loss")
+
+    @property
+    def mode(self) -> str:
+        """Whether `metric` is better higher ("max") or lower ("min": the loss)."""
+        return "min" if self.metric == "loss" else "max"
 
     def model_for(self, asked: str) -> str:
         """The model this task trains when `asked` is asked for: a segmentation run's is the
-        U-Net ('auto' and the default 'small_cnn' mean it).
+        U-Net, a detection run's the RetinaNet ('auto' and the default 'small_cnn' mean them).
 
         Raises:
-            OptionError: a classifier asked for masks, or the U-Net for classes.
+            OptionError: a classifier asked for masks or boxes, or the U-Net or the detector
+                for another task.
         """
-        if self.task != SEGMENTATION:
-            if asked == SEGMENTER:
-                raise OptionError(f"{SEGMENTER} learns segmentation masks; this data holds {self.task} labels")
+        own = {SEGMENTATION: SEGMENTER, DETECTION: DETECTOR}.get(self.task)
+        if own is None:
+            if asked in (SEGMENTER, DETECTOR):
+                learned = "segmentation masks" if asked == SEGMENTER else "detection boxes"
+                raise OptionError(f"{asked} learns {learned}; this data holds {self.task} labels")
             return asked
-        if asked not in (AUTO, "small_cnn", SEGMENTER):
-            raise OptionError(f"segmentation masks are learned by {SEGMENTER}, not {asked!r} (--model {SEGMENTER})")
-        return SEGMENTER
+        if asked not in (AUTO, "small_cnn", own):
+            what = "segmentation masks" if self.task == SEGMENTATION else "detection boxes"
+            raise OptionError(f"{what} are learned by {own}, not {asked!r} (--model {own})")
+        return own
+
+    def compiled(self, keras: Any, classes: int) -> dict[str, Any]:
+        """What `compile` takes beside the optimizer: the loss and the metrics (the detector's
+        own losses, and no metric Keras could log per batch)."""
+        if self.task == DETECTION:
+            return compile_args()
+        return {"loss": self.loss(keras), "metrics": self.metrics(keras, classes)}
 
     def loss(self, keras: Any) -> Any:
         if self.task == MULTI_LABEL:
@@ -78,7 +95,7 @@ def objective_for(task: str, path: str) -> Objective:
     """The objective of a run on `path`, a folder of `task` records.
 
     Raises:
-        OptionError: a task `train` has no model for yet (detection).
+        OptionError: a task `train` has no model for.
     """
     if task == CLASSIFICATION:
         return Objective(task, "softmax", "accuracy")
@@ -86,7 +103,6 @@ def objective_for(task: str, path: str) -> Objective:
         return Objective(task, "sigmoid", "auc_pr")
     if task == SEGMENTATION:
         return Objective(task, "softmax", "mean_iou")
-    raise OptionError(
-        f"{path} holds {task} records: `train` learns classes, multi-label tags and segmentation masks so far; "
-        f"load({path!r}) feeds them to a model of your own (KerasHub's detectors take its batches)"
-    )
+    if task == DETECTION:
+        return Objective(task, "", "loss")
+    raise OptionError(f"{path} holds {task} records, which `train` has no model for; load({path!r}) feeds them")

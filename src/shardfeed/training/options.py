@@ -14,9 +14,12 @@ AUGMENT_PRESETS = {
     "inception": Augment(),
     # no flip: a mirrored digit or letter is another class (or none); photos take 'inception'
     "light": Augment(crop=False, flip=False, translate=0.0625),
+    "flip": Augment(crop=False),  # horizontal flips alone: detection's default (boxes stay whole)
     "none": None,
 }
 AUTO = "auto"
+EPOCHS = 10  # what `train` trains for when no number is asked for
+DETECTION_EPOCHS = 60  # the same for boxes: the detector from random weights (docs/benchmarks/training.md)
 
 
 PRECISIONS = ("auto", "mixed", "float32")
@@ -29,13 +32,15 @@ class TrainOptions:
     Attributes:
         model: one of MODELS (see `build_model`).
         epochs, batch_size, learning_rate: the usual; the learning rate decays to zero (cosine).
+            epochs None: the task's default, `EPOCHS`, but `DETECTION_EPOCHS` for boxes (a
+            detector from random weights needs them: training/model_choice.py).
         image_size: the square input size in pixels; None: the task's default, 224 (`IMAGE_SIZE`),
             but for segmentation masks the training images' own size, at most 224
             (`model_choice.choose_image_size`): upsampling a mask adds pixels, not detail.
         seed: seeds weights, shuffling and augmentation.
         augment: 'auto' (chosen from the data's image sizes and count: `choose_augment`),
             'inception' (random-resized crop + flip), 'light' (shifts of up to 1/16 of the size,
-            no flip), 'none'.
+            no flip), 'flip' (horizontal flips alone), 'none'.
         crop_fraction: evaluation centre crop (see `DecodeOptions`).
         channels: 3 or 1.
         mixed_precision: force float16 compute (the former switch; the same as precision='mixed').
@@ -76,7 +81,7 @@ class TrainOptions:
     """
 
     model: str = "small_cnn"
-    epochs: int = 10
+    epochs: int | None = None
     batch_size: int = BATCH_SIZE
     image_size: int | None = None
     learning_rate: float = 1e-3
@@ -122,9 +127,9 @@ class TrainOptions:
             raise OptionError(f"augment must be one of {[AUTO, *AUGMENT_PRESETS]}, got {self.augment!r}")
         if self.model not in (AUTO, *MODELS):
             raise OptionError(f"model must be one of {[AUTO, *MODELS]}, got {self.model!r}")
-        if self.head_epochs is not None and not 0 <= self.head_epochs <= self.epochs:
+        if self.head_epochs is not None and not 0 <= self.head_epochs <= self.total_epochs:
             raise OptionError(
-                f"head_epochs must be between 0 and epochs={self.epochs}, got {self.head_epochs} (--head-epochs)"
+                f"head_epochs must be between 0 and epochs={self.total_epochs}, got {self.head_epochs} (--head-epochs)"
             )
         if self.fine_tune_learning_rate is not None and not self.fine_tune_learning_rate > 0:
             raise OptionError(
@@ -150,6 +155,12 @@ class TrainOptions:
         """The input's side: `image_size`, which `train` resolves before it reads it (224 where
         it is left to the task and not resolved yet)."""
         return IMAGE_SIZE if self.image_size is None else self.image_size
+
+    @property
+    def total_epochs(self) -> int:
+        """The epochs to train: `epochs`, which `train` resolves before it reads it (`EPOCHS`
+        where it is left to the task and not resolved yet)."""
+        return EPOCHS if self.epochs is None else self.epochs
 
     def weights_for(self, model: str) -> str | None:
         """The weights `model` starts from: None (random), 'imagenet' or a file ('auto' resolved)."""

@@ -20,9 +20,10 @@ import numpy as np
 
 from shardfeed.deprecation import renamed
 from shardfeed.format import manifest
-from shardfeed.format.schema import MULTI_LABEL, SEGMENTATION
+from shardfeed.format.schema import DETECTION, MULTI_LABEL, SEGMENTATION
 from shardfeed.read.options import ReadOptions
 from shardfeed.tools import html_page as h
+from shardfeed.training.detection_metrics import summary_line
 from shardfeed.training.evaluation import evaluate
 from shardfeed.training.models import load_model, predicted
 from shardfeed.training.run_folder import AVERAGE_PRECISION, CONFUSION, LOG, MASKS_GRID, REPORT, RunFolder
@@ -96,8 +97,11 @@ def plot_curves(run_dir: str, output: str) -> None:
 
 def _quality(log: dict[str, list[float]]) -> str:
     """The logged metric that says how good the model is: accuracy, or a multi-label run's
-    `auc_pr`, or a segmentation run's `mean_iou` (training/objectives.py)."""
-    return next((name for name in ("auc_pr", "mean_iou") if name in log and "accuracy" not in log), "accuracy")
+    `auc_pr`, or a segmentation run's `mean_iou` (training/objectives.py); a detection run logs
+    losses alone, of which its classification loss (`cls_logits_loss`, KerasHub's name) is the
+    one beside the total worth a chart (its mAP is computed at the end, not per epoch)."""
+    found = ("auc_pr", "mean_iou", "cls_logits_loss")
+    return next((name for name in found if name in log and "accuracy" not in log), "accuracy")
 
 
 def _curves(run_dir: str) -> str:
@@ -111,6 +115,8 @@ def _curves(run_dir: str) -> str:
 
 
 def _per_class(result: dict[str, Any], split: str) -> str:
+    if "mAP@0.5" in result:
+        return _per_class_boxes(result, split)
     if "mAP" in result:
         return _per_class_tags(result, split)
     if "mean_iou" in result:
@@ -150,6 +156,14 @@ def _per_class_tags(result: dict[str, Any], split: str) -> str:
     return h.section("Per class", f"<p>{h.esc(summary)}</p>", table, note, bars)
 
 
+def _per_class_boxes(result: dict[str, Any], split: str) -> str:
+    """A detection evaluation: COCO's figures, and each class's AP."""
+    rows = [[h.esc(name), "—" if ap is None else f"{ap:.3f}"] for name, ap in result["per_class_ap"].items()]
+    summary = f"{split}: {result['examples']:,} images, {summary_line(result)} (COCO's, pycocotools)"
+    note = '<p class="note">AP: averaged over IoU 0.5-0.95, as COCO\'s mAP; —: no object of that class</p>'
+    return h.section("Per class", f"<p>{h.esc(summary)}</p>", h.table(["class", "AP"], rows, (1,)), note)
+
+
 def _per_class_masks(result: dict[str, Any], split: str) -> str:
     """A segmentation evaluation per class: its pixels and IoU, and images with their masks."""
     rows = [
@@ -167,7 +181,7 @@ def _worst(run_dir: str, data: str, split: str) -> str:
     """The held-out images the model got most wrong (lowest probability of the true class)."""
     folder = RunFolder(run_dir)
     record = folder.read_record()
-    if record.task == SEGMENTATION:  # its pictures are the per-class section's grid
+    if record.task in (SEGMENTATION, DETECTION):  # masks: the per-class section's grid; boxes: not drawn yet
         return ""
     net = load_model(folder.model_file())
     names = record.class_names

@@ -16,7 +16,7 @@ from typing import Any
 from shardfeed.deprecation import renamed
 from shardfeed.errors import OptionError, SourceError, tensorflow_message
 from shardfeed.format import manifest, storage
-from shardfeed.format.schema import CLASSIFICATION, MULTI_LABEL
+from shardfeed.format.schema import CLASSIFICATION
 from shardfeed.lazy import tensorflow
 from shardfeed.read.mixture import Mixture, open_mixture
 from shardfeed.read.options import ReadOptions
@@ -33,17 +33,17 @@ from shardfeed.training.fine_tune import (
     schedule,
     set_phase,
 )
-from shardfeed.training.imbalance import IMBALANCE_RATIO, balanced_class_weights, imbalance_ratio, per_class_recall
+from shardfeed.training.imbalance import balanced_class_weights
 from shardfeed.training.inference_check import final_metrics, inference_check, saved_model_validation
 from shardfeed.training.inputs import RunInputs
 from shardfeed.training.model_choice import resolved
 from shardfeed.training.models import build_model, load_model
-from shardfeed.training.multi_label import Thresholds, validation_thresholds
 from shardfeed.training.objectives import objective_for
 from shardfeed.training.options import AUTO, TrainOptions
 from shardfeed.training.resume import fit_resumable, starting_point
 from shardfeed.training.run_folder import CURVES, LOG, MODEL, TENSORBOARD, RunFolder, RunRecord
 from shardfeed.training.run_report import plot_curves
+from shardfeed.training.task_results import task_results
 
 log = logging.getLogger("shardfeed")
 
@@ -112,7 +112,7 @@ class _TrainingRun:
         self.schedule = schedule(
             self.options.model,
             pretrained=self.weights is not None,
-            epochs=self.options.epochs,
+            epochs=self.options.total_epochs,
             learning_rate=self.options.learning_rate,
             head_epochs=self.options.head_epochs,
             fine_tune_from=self.options.fine_tune_from,
@@ -265,14 +265,19 @@ class _TrainingRun:
             net = self._fit(fit)
         seconds = time.monotonic() - start - probe.seconds
         net.save(self.folder.file(MODEL))
-        trained = max((o.epochs - self.initial_epoch) * self.steps - self.initial_step, 0)  # steps
+        trained = max((o.total_epochs - self.initial_epoch) * self.steps - self.initial_step, 0)  # steps
         metrics = {
             **final_metrics(net),
             **saved_model_validation(net, val_ds, precise.images, metric),
-            **inference_check(net, self.inputs, o.train_split, o.batch_size, metric),
+            # a loss has no agreed gap between training and inference to warn at
+            **(
+                inference_check(net, self.inputs, o.train_split, o.batch_size, metric)
+                if self.objective.mode == "max"
+                else {}
+            ),
             "augment": o.augment,
             "validation_split": validation,
-            "epochs": o.epochs,
+            "epochs": o.total_epochs,
             "initial_epoch": self.initial_epoch,
             "initial_step": self.initial_step,
             "seconds": seconds,
@@ -285,32 +290,20 @@ class _TrainingRun:
             "precision": precision,
             **placement.as_json(),
             "precise_bn_images": precise.images,  # 0 when off (never run) or settled
-            **self._per_class_recall(net, val_ds),
-            **self._thresholds(net, validation),
+            **task_results(
+                self.objective.task,
+                net,
+                self.inputs,
+                self.manifest,
+                train_split=o.train_split,
+                validation=validation,
+                class_names=self.record.class_names,
+                folder=self.folder,
+            ),
         }
         self.folder.write_metrics(metrics)
         plot_curves(self.folder.path, self.folder.file(CURVES))
         return metrics
-
-    def _per_class_recall(self, net: Any, val_ds: Any) -> dict[str, Any]:
-        """Per-class validation recall when the training classes are imbalanced (`imbalance.py`)."""
-        counts = self.manifest.split(self.options.train_split).class_counts
-        ratio = imbalance_ratio(counts)
-        if val_ds is None or ratio <= IMBALANCE_RATIO or self.objective.task != CLASSIFICATION:
-            return {}
-        return {"imbalance_ratio": ratio, "per_class_recall": per_class_recall(net, val_ds, self.record.class_names)}
-
-    def _thresholds(self, net: Any, validation: str | None) -> dict[str, Any]:
-        """Multi-label: each class's threshold, chosen for the best F1 on validation (0.5 without
-        one), written to the run folder for `evaluate` and `predict`; and validation's mAP."""
-        if self.objective.task != MULTI_LABEL:
-            return {}
-        names, found = self.record.class_names, dict[str, Any]()
-        chosen = Thresholds.default(names)
-        if validation is not None:
-            chosen, found = validation_thresholds(net, self.inputs.evaluation(validation), validation, names)
-        self.folder.write_thresholds(chosen)  # without validation: the default, said in thresholds.json
-        return found
 
     def _fit(self, fit: dict[str, Any]) -> Any:
         """Fits a new (or, with `resume`, the last checkpointed) model phase by phase (`fine_tune.py`);
@@ -368,11 +361,7 @@ class _TrainingRun:
             # cosine decay to zero over the phase: the last epochs settle instead of jittering
             # (digits demo: validation accuracy swung 0.87-0.96 at a constant rate)
             decay = keras.optimizers.schedules.CosineDecay(phase.learning_rate, (phase.end - phase.start) * self.steps)
-            net.compile(
-                optimizer=keras.optimizers.Adam(decay),
-                loss=self.objective.loss(keras),
-                metrics=self.objective.metrics(keras, len(names)),
-            )
+            net.compile(optimizer=keras.optimizers.Adam(decay), **self.objective.compiled(keras, len(names)))
         if phase.name != WHOLE:  # from random weights there is nothing to say: every layer learns, as ever
             log.info("%s", phase.describe(number, len(self.schedule.phases), *parameter_counts(net)))
         return net
@@ -385,7 +374,9 @@ class _TrainingRun:
         return [
             self.phase_log,  # first: it adds the phase and learning rate to the logs the others write
             keras.callbacks.ModelCheckpoint(folder.last_checkpoint),
-            keras.callbacks.ModelCheckpoint(folder.best_checkpoint, monitor=monitor, mode="max", save_best_only=True),
+            keras.callbacks.ModelCheckpoint(
+                folder.best_checkpoint, monitor=monitor, mode=self.objective.mode, save_best_only=True
+            ),
             self.csv_log,
             keras.callbacks.TensorBoard(folder.file(TENSORBOARD)),
             self.phase_log.tidy,  # last of these: the progress line and History show metrics only

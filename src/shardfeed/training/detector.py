@@ -1,0 +1,139 @@
+"""The detector `train` fits on boxes, and how its detections are read and scored.
+
+model        KerasHub's `RetinaNetObjectDetector` on a small ResNet from random weights
+             (basic blocks, 64-64-128-256 filters, one block a stage; FPN levels 3-5, one
+             conv before each head, anchors twice the stride at 3 scales and 3 aspect
+             ratios): the setting that learned from scratch on 2 CPU cores (mAP@0.5 0.74 in
+             19 minutes at 96 px, docs/benchmarks/training.md). KerasHub's ImageNet presets
+             are downloads, which `train` cannot count on; a larger backbone would not learn
+             from random weights in that time.
+input        `load`'s uint8 images as they are (0-255): the stem's BatchNorm takes the scale,
+             so the model needs no rescaling layer and reads what `load` yields; boxes in
+             `load`'s xyxy pixels of the output image, labels padded with -1
+losses       KerasHub's "auto": focal loss for the classes, smooth L1 for the boxes
+detections   decoded eagerly (`decode_predictions` after `model(x)`): KerasHub's NMS needs
+             a batch size known when traced, which `predict`'s graph does not give it
+scores       COCO's, by pycocotools (training/detection_metrics.py)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from shardfeed import lazy
+from shardfeed.errors import OptionError
+from shardfeed.training.detection_metrics import ImageObjects, detection_metrics
+
+DETECTOR = "retinanet"  # the model name `train` knows it by (--model retinanet)
+STRIDE = 32  # the input's sides are multiples of this: the FPN's coarsest level (P5)
+BOX_FORMAT = "xyxy"  # `load`'s default, so the batches need no conversion
+
+
+def build_detector(class_names: Sequence[str], image_size: tuple[int, int], *, weights: str | None = None) -> Any:
+    """The detector (module docstring), not compiled: uint8 [H, W, 3] in; `compile_args` says how
+    to compile it.
+
+    Raises:
+        OptionError: weights asked for (it trains from random weights), sides not multiples of
+            STRIDE.
+        MissingDependencyError: KerasHub is not installed (the line says how to install it).
+    """
+    if weights not in (None, "none"):
+        raise OptionError(f"{DETECTOR} trains from random weights here; --weights {weights} is for the classifiers")
+    if image_size[0] % STRIDE or image_size[1] % STRIDE:
+        raise OptionError(f"{DETECTOR} takes sides that are multiples of {STRIDE} (its FPN's P5), got {image_size}")
+    hub = lazy.keras_hub()
+    image = hub.models.ResNetBackbone(
+        input_conv_filters=[64],
+        input_conv_kernel_sizes=[3],
+        stackwise_num_filters=[64, 64, 128, 256],
+        stackwise_num_blocks=[1, 1, 1, 1],
+        stackwise_num_strides=[1, 2, 2, 2],
+        block_type="basic_block",
+        use_pre_activation=False,
+        image_shape=(*image_size, 3),
+    )
+    backbone = hub.models.RetinaNetBackbone(image_encoder=image, min_level=3, max_level=5, use_p5=False)
+    anchors = hub.layers.AnchorGenerator(
+        bounding_box_format=BOX_FORMAT,
+        min_level=3,
+        max_level=5,
+        num_scales=3,
+        aspect_ratios=[0.5, 1.0, 2.0],
+        anchor_size=2,
+    )
+    return detector_class()(
+        backbone=backbone,
+        num_classes=len(class_names),
+        anchor_generator=anchors,
+        bounding_box_format=BOX_FORMAT,
+        pre_logits_num_conv_layers=1,
+        preprocessor=None,
+    )
+
+
+@functools.cache
+def detector_class() -> type:
+    """KerasHub's RetinaNet detector that restores its optimizer when loaded (module docstring);
+    made, and registered with Keras for loading, once KerasHub is imported."""
+    import keras
+
+    hub = lazy.keras_hub()
+
+    @keras.saving.register_keras_serializable(package="shardfeed")
+    class Detector(hub.models.RetinaNetObjectDetector):  # type: ignore[name-defined]
+        """RetinaNet, compiled again with its saved optimizer when loaded."""
+
+        def compile_from_config(self, config: dict[str, Any]) -> None:
+            self.compile(optimizer=keras.optimizers.deserialize(config["optimizer"]), **compile_args())
+            if self.built:
+                self.optimizer.build(self.trainable_variables)  # so that its saved variables load
+
+    return Detector
+
+
+def compile_args() -> dict[str, Any]:
+    """What `compile` takes beside the optimizer: KerasHub's losses for its detector."""
+    return {"box_loss": "auto", "classification_loss": "auto"}
+
+
+def detections(net: Any, images: Any) -> list[ImageObjects]:
+    """The detections in one batch of `images` (uint8 [B, H, W, 3]), in pixels of those images:
+    boxes xyxy, class ids, confidences."""
+    images = np.asarray(images)
+    height, width = images.shape[1:3]
+    out = net.decode_predictions(net(images, training=False), images)
+    found = []
+    for i in range(len(images)):
+        n = int(np.asarray(out["num_detections"])[i])
+        boxes = np.asarray(out["boxes"][i][:n], np.float64)
+        classes = np.asarray(out["labels"][i][:n]).astype(np.int64)
+        scores = np.asarray(out["confidence"][i][:n], np.float64)
+        found.append(ImageObjects(width, height, boxes, classes, scores))
+    return found
+
+
+def truths(images: Any, targets: dict[str, Any]) -> list[ImageObjects]:
+    """The true objects of one `load` batch (boxes xyxy in pixels of its images, -1 padding
+    dropped)."""
+    height, width = np.asarray(images).shape[1:3]
+    found = []
+    for boxes, labels in zip(np.asarray(targets["boxes"]), np.asarray(targets["labels"]), strict=True):
+        keep = labels >= 0
+        found.append(ImageObjects(width, height, boxes[keep].astype(np.float64), labels[keep].astype(np.int64)))
+    return found
+
+
+def detection_scores(net: Any, batches: Iterable[Any], class_names: Sequence[str]) -> dict[str, Any]:
+    """COCO's scores of `net` on `batches` of (images, {"boxes", "labels"}), in the frame `load`
+    made them in (training/detection_metrics.py: mAP, mAP@0.5, ..., per_class_ap)."""
+    truth: list[ImageObjects] = []
+    found: list[ImageObjects] = []
+    for images, targets in batches:
+        truth += truths(images, targets)
+        found += detections(net, images)
+    return detection_metrics(truth, found, list(class_names))

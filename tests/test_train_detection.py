@@ -1,0 +1,165 @@
+"""train and evaluate on a detection folder: photo crops with 1-3 solid shapes pasted at known,
+never overlapping places (COCO JSON, converted). The defaults pick KerasHub's RetinaNet at the
+images' own size with flips; its loss falls; evaluate's COCO figures are pycocotools' on the
+same detections, set up by hand here; what the detector cannot train with is refused."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.corpus import TAGS, build_shapes_coco_corpus
+from shardfeed import ConvertOptions, OptionError, convert
+from shardfeed.training import evaluate, load_model, train
+from shardfeed.training.options import TrainOptions
+from shardfeed.training.run_folder import RunFolder
+
+keras_hub = pytest.importorskip("keras_hub", reason="the detection extra (make install puts it in .venv)")
+
+EPOCHS = 12
+OPTIONS = TrainOptions(epochs=EPOCHS, batch_size=16)  # model, size and augmentation: the data's
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    listing = build_shapes_coco_corpus(str(tmp_path_factory.mktemp("det") / "source"), 160, size=64)
+    out = tmp_path_factory.mktemp("det_shards") / "shards"
+    convert(listing, str(out), ConvertOptions(split="train=0.8,validation=0.2"), progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def run_dir(shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("det_run") / "run"
+    train(str(shards), str(out), OPTIONS, verbose=0)
+    return out
+
+
+def test_the_defaults_train_the_detector_and_its_loss_falls(run_dir: Path) -> None:
+    record = json.loads((run_dir / "run.json").read_text())
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert record["task"] == "detection" and record["model"] == "retinanet"
+    assert record["image_size"] == [64, 64] and record["augment"] == "flip"  # the images' own size, flips
+    assert record["class_names"] == list(TAGS)
+    with open(run_dir / "log.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == EPOCHS
+    first, last = float(rows[0]["val_loss"]), float(rows[-1]["val_loss"])
+    assert last < first / 2, (first, last)  # focal + smooth L1 from random weights: ~6 after one epoch
+    assert set(metrics["val_per_class_ap"]) == set(TAGS) and metrics["val_examples"] == 32
+    assert 0.0 <= metrics["val_mAP@0.5"] <= 1.0 and metrics["val_objects"] > 32
+    net = load_model(str(run_dir / "model.keras"))
+    assert isinstance(net, keras_hub.models.RetinaNetObjectDetector)
+
+
+def test_a_loaded_checkpoint_keeps_its_optimizer(run_dir: Path) -> None:
+    """Adam's state and the schedule's step load with the model (KerasHub's class would compile
+    a fresh Adam and Keras would skip the saved one: a resumed run would restart its schedule)."""
+    import warnings
+
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        net = load_model(str(run_dir / "checkpoints" / "last.keras"))
+    assert not [w for w in caught if "Skipping variable loading" in str(w.message)], [str(w.message) for w in caught]
+    assert int(net.optimizer.iterations.numpy()) == EPOCHS * metrics["steps_per_epoch"]
+    assert len(net.optimizer.variables) > 100  # the moments of every weight, loaded
+
+
+def test_evaluate_is_pycocotools_on_the_same_detections(run_dir: Path) -> None:
+    """The ground truth and the detections written as COCO documents here, scored by COCOeval:
+    evaluate's figures are its stats, and train's closing validation figures are evaluate's."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    result = evaluate(str(run_dir))
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    net = load_model(str(run_dir / "model.keras"))
+    images, annotations, detections = [], [], []
+    for x, y in RunFolder(str(run_dir)).read_record().inputs().evaluation("validation"):
+        out = net.decode_predictions(net(x, training=False), x)
+        for i in range(len(x)):
+            image_id = len(images) + 1
+            images.append({"id": image_id, "width": 64, "height": 64})
+            for box, label in zip(y["boxes"][i].numpy(), y["labels"][i].numpy(), strict=True):
+                if label >= 0:
+                    x0, y0, x1, y1 = (float(v) for v in box)
+                    annotations.append(
+                        {
+                            "id": len(annotations) + 1,
+                            "image_id": image_id,
+                            "category_id": int(label) + 1,
+                            "bbox": [x0, y0, x1 - x0, y1 - y0],
+                            "area": (x1 - x0) * (y1 - y0),
+                            "iscrowd": 0,
+                        }
+                    )
+            for k in range(int(out["num_detections"][i])):
+                x0, y0, x1, y1 = (float(v) for v in np.asarray(out["boxes"][i][k]))
+                detections.append(
+                    {
+                        "image_id": image_id,
+                        "category_id": int(out["labels"][i][k]) + 1,
+                        "bbox": [x0, y0, x1 - x0, y1 - y0],
+                        "score": float(out["confidence"][i][k]),
+                    }
+                )
+    truth = COCO()
+    truth.dataset = {
+        "images": images,
+        "annotations": annotations,
+        "categories": [{"id": k + 1, "name": n} for k, n in enumerate(TAGS)],
+    }
+    truth.createIndex()
+    scoring = COCOeval(truth, truth.loadRes(detections) if detections else COCO(), "bbox")
+    scoring.evaluate()
+    scoring.accumulate()
+    scoring.summarize()
+    assert result["examples"] == len(images) == 32
+    assert result["mAP"] == pytest.approx(max(scoring.stats[0], 0.0), abs=1e-9)
+    assert result["mAP@0.5"] == pytest.approx(max(scoring.stats[1], 0.0), abs=1e-9)
+    assert result["mAP@0.5"] == pytest.approx(metrics["val_mAP@0.5"], abs=1e-9)
+
+
+def test_the_cli_prints_coco_map_and_the_report_renders(run_dir: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "evaluate", str(run_dir)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "mAP@0.5 " in done.stdout and "by object size" in done.stdout and "yellow triangle" in done.stdout
+    report = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "report", str(run_dir)], capture_output=True, text=True, timeout=300
+    )
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "cls_logits_loss" in (run_dir / "report.html").read_text()
+
+
+def test_what_the_detector_cannot_train_with_is_refused(shards: Path, tmp_path: Path) -> None:
+    with pytest.raises(OptionError, match="detection boxes are learned by retinanet, not 'resnet50'"):
+        train(str(shards), str(tmp_path / "a"), TrainOptions(model="resnet50"))
+    with pytest.raises(OptionError, match="retinanet takes sides that are multiples of 32"):
+        train(str(shards), str(tmp_path / "b"), TrainOptions(image_size=48, epochs=1, batch_size=16), verbose=0)
+    with pytest.raises(OptionError, match="retinanet trains from random weights here"):
+        train(str(shards), str(tmp_path / "c"), TrainOptions(weights="imagenet", epochs=1, batch_size=16), verbose=0)
+
+
+def test_defaults_left_to_boxes(shards: Path) -> None:
+    """No epochs asked for: a detector's 60 (a classifier's 10); the size is the images' own,
+    rounded up to a multiple of 32."""
+    from shardfeed.format import manifest
+    from shardfeed.training.model_choice import resolved
+
+    chosen = resolved(TrainOptions(), manifest.read(str(shards)))
+    assert (chosen.epochs, chosen.image_size, chosen.augment) == (60, 64, "flip")
+
+
+def test_train_and_evaluate_on_jax(shards: Path, tmp_path: Path) -> None:
+    from test_train_multi_label import trained_on_jax
+
+    trained_on_jax(shards, tmp_path / "run", "mAP ")
