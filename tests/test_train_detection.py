@@ -1,7 +1,8 @@
-"""train and evaluate on a detection folder: photo crops with 1-3 solid shapes pasted at known,
-never overlapping places (COCO JSON, converted). The defaults pick KerasHub's RetinaNet at the
-images' own size with flips; its loss falls; evaluate's COCO figures are pycocotools' on the
-same detections, set up by hand here; what the detector cannot train with is refused."""
+"""train, evaluate and predict on a detection folder: photo crops with 1-3 solid shapes pasted at
+known, never overlapping places (COCO JSON, converted). The defaults pick KerasHub's RetinaNet at
+the images' own size with flips; its loss falls; evaluate's COCO figures are pycocotools' on the
+same detections, set up by hand here; predict's boxes lie on the files' pixels; what the
+detector cannot train with is refused."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import pytest
 
 from bench.corpus import TAGS, build_shapes_coco_corpus
 from shardfeed import ConvertOptions, OptionError, convert
-from shardfeed.training import evaluate, load_model, train
+from shardfeed.read.options import ReadOptions
+from shardfeed.training import evaluate, load_model, predict, train
 from shardfeed.training.options import TrainOptions
 from shardfeed.training.run_folder import RunFolder
 
@@ -27,10 +29,14 @@ OPTIONS = TrainOptions(epochs=EPOCHS, batch_size=16)  # model, size and augmenta
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    listing = build_shapes_coco_corpus(str(tmp_path_factory.mktemp("det") / "source"), 160, size=64)
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return Path(build_shapes_coco_corpus(str(tmp_path_factory.mktemp("det") / "source"), 160, size=64)).parent
+
+
+@pytest.fixture(scope="module")
+def shards(source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("det_shards") / "shards"
-    convert(listing, str(out), ConvertOptions(split="train=0.8,validation=0.2"), progress=False)
+    convert(str(source / "instances.json"), str(out), ConvertOptions(split="train=0.8,validation=0.2"), progress=False)
     return out
 
 
@@ -138,6 +144,54 @@ def test_the_cli_prints_coco_map_and_the_report_renders(run_dir: Path) -> None:
     )
     assert report.returncode == 0, report.stderr[-2000:]
     assert "cls_logits_loss" in (run_dir / "report.html").read_text()
+
+
+def test_predicted_boxes_lie_on_the_files_pixels(run_dir: Path, source: Path, tmp_path: Path) -> None:
+    """Wide files (two corpus images side by side, 64 x 128) are read whole at the model's 64 x 64,
+    as it trained: each box in the CSV is the model's own detection on that input (decoded here
+    with KerasHub's API) scaled back by the file's 2 across and 1 down; COCO's results document
+    holds the same boxes as [x, y, width, height]."""
+    from PIL import Image
+
+    from shardfeed import load
+    from shardfeed.write.sources import UnlabeledSource
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i in range(3):
+        halves = [np.asarray(Image.open(source / "images" / f"{i * 2 + k:05d}.png")) for k in (0, 1)]
+        Image.fromarray(np.concatenate(halves, axis=1)).save(folder / f"wide{i}.png")
+    rows = predict(str(run_dir), str(folder), str(tmp_path / "p.csv"), grid=str(tmp_path / "grid.png"))
+    assert (tmp_path / "grid.png").stat().st_size > 0 and {r["file"] for r in rows} == {
+        f"wide{i}.png" for i in range(3)
+    }
+    net = load_model(str(run_dir / "model.keras"))
+    convert(UnlabeledSource(str(folder)), str(tmp_path / "shards"), progress=False)
+    expected = []
+    read = ReadOptions(with_filenames=True)
+    for images, files in load(str(tmp_path / "shards"), split="test", batch_size=4, image_size=64, read=read):
+        out = net.decode_predictions(net(images, training=False), images)
+        for i, file in enumerate(files.numpy()):
+            for k in range(int(out["num_detections"][i])):
+                x0, y0, x1, y1 = np.asarray(out["boxes"][i][k], np.float64)
+                box = np.clip([x0 * 2, y0, x1 * 2, y1], 0, [128, 64, 128, 64])
+                expected.append((file.decode(), TAGS[int(out["labels"][i][k])], float(out["confidence"][i][k]), *box))
+    found = [
+        (r["file"], r["class"], r["score"], r["xmin"], r["ymin"], r["xmax"], r["ymax"]) for r in rows if "class" in r
+    ]
+    assert expected, "the model found nothing: the test would check nothing"
+    assert [f[:2] for f in sorted(found)] == [e[:2] for e in sorted(expected)]
+    assert np.array([f[2:] for f in sorted(found)]) == pytest.approx(
+        np.array([e[2:] for e in sorted(expected)]), abs=1e-3
+    )
+    coco = json.loads((tmp_path / "p_coco.json").read_text())
+    assert len(coco) == len(found)
+    by_file = {f"wide{i}.png": i + 1 for i in range(3)}
+    theirs = sorted((d["image_id"], *d["bbox"]) for d in coco)
+    ours = sorted((by_file[f], x0, y0, x1 - x0, y1 - y0) for f, _, _, x0, y0, x1, y1 in found)
+    assert np.array(theirs) == pytest.approx(np.array(ours), abs=1e-6)
+    with open(tmp_path / "p.csv") as f:
+        assert next(csv.reader(f)) == ["file", "class", "score", "xmin", "ymin", "xmax", "ymax", "error"]
 
 
 def test_what_the_detector_cannot_train_with_is_refused(shards: Path, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from typing import Any
 
 from shardfeed.cli.options import add_pixel_limit_flag, image_fields
@@ -39,11 +40,14 @@ def run(args: argparse.Namespace) -> int:
         max_pixels=image_fields(args).get("max_pixels", DEFAULT_MAX_PIXELS),
     )
     failed = sum(1 for r in rows if r.get("error"))
+    boxes = sum(1 for r in rows if "xmin" in r)  # a detection run: a row per box
+    coco = f" ({boxes} boxes; COCO's results: {os.path.splitext(args.output)[0]}_coco.json)" if boxes else ""
     log.info(
-        "Predicted %d files (%d unreadable) -> %s%s",
-        len(rows),
+        "Predicted %d files (%d unreadable) -> %s%s%s",
+        len({r["file"] for r in rows}),
         failed,
         args.output,
+        coco,
         f", grid {args.grid}" if args.grid else "",
     )
     return 0

@@ -137,3 +137,57 @@ def detection_scores(net: Any, batches: Iterable[Any], class_names: Sequence[str
         truth += truths(images, targets)
         found += detections(net, images)
     return detection_metrics(truth, found, list(class_names))
+
+
+def predicted_boxes(
+    net: Any, inputs: Any, records: Any, split: str, names: Sequence[str], batch_size: int | None
+) -> tuple[list[dict[str, Any]], list[tuple[str, np.ndarray, str]]]:
+    """`predict` for a detection run: each image of `split` read whole as the run was trained
+    and evaluated (`inputs`: the run's; the image resized to the model's size), its detections
+    scaled back to the file's own pixels (clipped to it); a row per detection (file, class,
+    score, xmin, ymin, xmax, ymax; a file with none gets one row with no class), and each image
+    as the model saw it with its boxes drawn, for a grid."""
+    from shardfeed.format import schema
+    from shardfeed.read.options import ReadOptions
+
+    rows: list[dict[str, Any]] = []
+    shown: list[tuple[str, np.ndarray, str]] = []
+    index = 0
+    for batch in inputs.evaluation(split, batch_size=batch_size, read=ReadOptions(with_filenames=True)):
+        images, files = np.asarray(batch[0]), batch[-1].numpy()
+        for image, found, file in zip(images, detections(net, images), files, strict=True):
+            example = records.example(index)
+            index += 1
+            height, width = int(example[schema.HEIGHT]), int(example[schema.WIDTH])
+            sx, sy = width / image.shape[1], height / image.shape[0]
+            boxes = np.clip(found.boxes * [sx, sy, sx, sy], 0, [width, height, width, height])
+            name = file.decode()
+            said = [
+                {
+                    "file": name,
+                    "class": names[int(c)],
+                    "score": float(s),
+                    **dict(zip(_CORNERS, map(float, b), strict=True)),
+                }
+                for b, c, s in zip(boxes, found.classes, found.scores if found.scores is not None else [], strict=True)
+            ]
+            rows += said or [{"file": name}]
+            shown.append((name, drawn(image, found, names), f"{len(said)} found"))
+    return rows, shown
+
+
+_CORNERS = ("xmin", "ymin", "xmax", "ymax")
+
+
+def drawn(image: np.ndarray, found: ImageObjects, names: Sequence[str]) -> np.ndarray:
+    """`image` with `found`'s boxes drawn on it (in its pixels), each labelled with its class
+    and score."""
+    from PIL import Image, ImageDraw
+
+    picture = Image.fromarray(np.ascontiguousarray(image))
+    draw = ImageDraw.Draw(picture)
+    scores = found.scores if found.scores is not None else np.ones(len(found.boxes))
+    for box, label, score in zip(found.boxes, found.classes, scores, strict=True):
+        draw.rectangle([float(v) for v in box], outline=(255, 32, 32), width=max(1, image.shape[0] // 96))
+        draw.text((float(box[0]) + 2, float(box[1]) + 1), f"{names[int(label)]} {score:.2f}", fill=(255, 255, 0))
+    return np.asarray(picture)

@@ -1,5 +1,6 @@
 """predict: class names and top-k probabilities for a folder of images (or unlabeled shards);
-a multi-label run's label sets at its thresholds and every class's score.
+a multi-label run's label sets at its thresholds and every class's score; a segmentation run's
+masks; a detection run's boxes (CSV and COCO's results JSON).
 
 A folder of images is first converted (to a temporary folder, unlabeled) with the same checks as
 `convert`, so odd images (CMYK, EXIF-rotated, PNG named .jpg...) are handled the same way and
@@ -21,10 +22,11 @@ from tqdm import tqdm
 from shardfeed.deprecation import renamed
 from shardfeed.format import layout, manifest
 from shardfeed.format.image_limits import DEFAULT_MAX_PIXELS
-from shardfeed.format.schema import MULTI_LABEL, SEGMENTATION
+from shardfeed.format.schema import DETECTION, MULTI_LABEL, SEGMENTATION
 from shardfeed.read.indexed import IndexedRecords
 from shardfeed.read.options import DecodeOptions, ReadOptions
 from shardfeed.read.shardset import is_converted_folder
+from shardfeed.training.detector import predicted_boxes
 from shardfeed.training.inputs import RunInputs
 from shardfeed.training.models import load_model, model_class_names, predicted
 from shardfeed.training.run_folder import MODEL, RunFolder, RunRecord
@@ -59,6 +61,10 @@ def predict(
     them), one `score:<class>` column per class, and error. A segmentation run's: file, mask
     (its PNG of class ids, the file's size, in the folder OUTPUT_masks beside the CSV: the image
     is letterboxed whole into the model and the mask cut back out), classes (those it shows).
+    A detection run's: a row per box, file, class, score, xmin, ymin, xmax, ymax in the file's
+    own pixels (the image read whole at the model's size, as it trained; the boxes scaled back;
+    a file with no box gets a row with none), and
+    the same boxes as COCO's results document, OUTPUT_coco.json.
 
     Args:
         run_dir: a training run folder.
@@ -70,7 +76,7 @@ def predict(
     folder = RunFolder(run_dir)
     record = folder.read_record()
     net = load_model(folder.model_file(model_file))
-    names = model_class_names(net)
+    names = record.class_names if record.task == DETECTION else model_class_names(net)
     thresholds = folder.read_thresholds(names).values if record.task == MULTI_LABEL else None
     with tempfile.TemporaryDirectory(prefix="shardfeed-predict-") as tmp:
         data = source
@@ -82,6 +88,8 @@ def predict(
         split = split or ("test" if "test" in m.split_names else m.split_names[0])
         if record.task == SEGMENTATION:
             return _masks(net, record, m, split, names, output, batch_size, grid, grid_size)
+        if record.task == DETECTION:
+            return _boxes(net, record, m, split, names, output, batch_size, grid, grid_size)
         ds = record.inputs(m).evaluation(split, batch_size=batch_size, read=ReadOptions(with_filenames=True))
         rows: list[dict[str, Any]] = []
         shown: list[tuple[str, np.ndarray, str]] = []  # the grid: the first files in the CSV's order
@@ -131,6 +139,47 @@ def _masks(
     _write_csv(output, rows, ["file", "mask", "classes", "error"])
     if grid:
         draw_masks(sorted(shown, key=lambda t: t[0])[:grid_size], names, grid)
+    return rows
+
+
+def _boxes(
+    net: Any,
+    record: RunRecord,
+    m: manifest.Manifest,
+    split: str,
+    names: list[str],
+    output: str,
+    batch_size: int | None,
+    grid: str | None,
+    grid_size: int,
+) -> list[dict[str, Any]]:
+    """`predict` for a detection run (training/detector.py): a CSV row per box in the file's own
+    pixels, and the same boxes as COCO's results document (OUTPUT_coco.json: image ids 1..n in
+    the CSV's file order, category ids class id + 1, bbox [x, y, width, height])."""
+    rows, shown = predicted_boxes(net, record.inputs(m), IndexedRecords(m, split), split, names, batch_size)
+    rows += [{"file": s["file"], "error": s["reason"]} for s in _skipped(m.path)]
+    rows.sort(key=lambda r: (r["file"], -r.get("score", 0.0)))
+    _write_csv(output, rows, ["file", "class", "score", "xmin", "ymin", "xmax", "ymax", "error"])
+    ids = {file: i for i, file in enumerate(sorted({r["file"] for r in rows}), start=1)}
+    results = [
+        {
+            "image_id": ids[r["file"]],
+            "file_name": r["file"],
+            "category_id": names.index(r["class"]) + 1,
+            "bbox": [r["xmin"], r["ymin"], r["xmax"] - r["xmin"], r["ymax"] - r["ymin"]],
+            "score": r["score"],
+        }
+        for r in rows
+        if "class" in r
+    ]
+    with open(os.path.splitext(output)[0] + "_coco.json", "w") as f:
+        json.dump(results, f)
+    if grid:
+        from shardfeed.tools.preview import Tile, draw_grid
+
+        tiles = [Tile(file, f"{_short(file)}\n{said}", image) for file, image, said in sorted(shown)[:grid_size]]
+        cols = min(4, max(1, len(tiles)))
+        draw_grid(tiles, max(1, -(-len(tiles) // cols)), cols, grid, f"detections of {os.path.basename(output)}")
     return rows
 
 
