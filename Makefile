@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # CPU TensorFlow by default; GPU users: make install EXTRAS=gpu,dev,docs (see README).
 EXTRAS ?= cpu,dev,docs
 
-.PHONY: install demo test lint typecheck docs bench clean dali
+.PHONY: install demo demo-detection test lint typecheck docs bench clean dali
 
 install: $(STAMP)
 
@@ -20,6 +20,10 @@ $(STAMP): pyproject.toml
 
 demo: install
 	$(PY) -m shardfeed.training.demo
+
+# Boxes end to end: COCO sample data -> convert -> train (KerasHub's RetinaNet) -> evaluate -> predict.
+demo-detection: install
+	$(PY) scripts/demo_detection.py
 
 lint: install
 	$(VENV)/bin/ruff format --check src tests bench

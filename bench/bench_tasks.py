@@ -10,8 +10,11 @@ with nothing else (the defaults) and `shardfeed evaluate RUN --json`, each in a 
 the mAP is checked against scikit-learn's `average_precision_score` on the model's own scores.
 Segmentation: the same shapes as masks (`build_segmentation_corpus`), `convert FOLDER`, `train`
 (the U-Net) and `evaluate`; `--segmentation-flags` adds train flags to the defaults.
+Detection (`--tasks detection`): the same shapes at known boxes, never overlapping
+(`build_shapes_coco_corpus`, COCO JSON), `convert instances.json`, `train` (KerasHub's RetinaNet:
+the detection extra) and `evaluate` (COCO's mAP, pycocotools).
 The machine's load average is noted before and after. Goal (issue 51): mAP >= 0.8 within 20
-minutes of training on 2 cores; segmentation mean IoU >= 0.5 likewise.
+minutes of training on 2 cores; segmentation mean IoU >= 0.5 likewise; detection mAP@0.5 >= 0.5.
 """
 
 from __future__ import annotations
@@ -107,6 +110,36 @@ def segmentation(work: str, images: int, extra: list[str]) -> dict[str, Any]:
     }
 
 
+def detection(work: str, images: int) -> dict[str, Any]:
+    """The shapes at known boxes (`build_shapes_coco_corpus`): convert the COCO JSON, train the
+    detector with the defaults, evaluate (COCO's figures)."""
+    from bench.corpus import build_shapes_coco_corpus
+
+    listing = build_shapes_coco_corpus(os.path.join(work, f"boxes{images}"), images)
+    data, run = os.path.join(work, "box_shards"), os.path.join(work, "box_run")
+    shutil.rmtree(data, ignore_errors=True)
+    shutil.rmtree(run, ignore_errors=True)
+    shardfeed("convert", listing, data, "--split", "train=0.8,validation=0.2", "--no-report")
+    _, seconds = shardfeed("train", data, "--out", run)
+    out, _ = shardfeed("evaluate", run, "--json")
+    result = json.loads(out)
+    with open(os.path.join(run, "run.json")) as f:
+        record = json.load(f)
+    with open(os.path.join(run, "metrics.json")) as f:
+        trained = json.load(f)
+    keys = ("mAP", "mAP@0.5", "mAP@0.75", "mAP_small", "mAP_medium", "mAP_large", "per_class_ap")
+    return {
+        "train_seconds": seconds,
+        "fit_seconds": trained["seconds"],
+        "model": record["model"],
+        "epochs": record["epochs"],
+        "image_size": record["image_size"],
+        "augment": record["augment"],
+        "validation_images": result["examples"],
+        **{key: result[key] for key in keys},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=600)
@@ -123,6 +156,8 @@ def main() -> None:
         results["multi_label"] = multi_label(args.work, args.images)
     if "segmentation" in args.tasks:
         results["segmentation"] = segmentation(args.work, args.images, args.segmentation_flags.split())
+    if "detection" in args.tasks:
+        results["detection"] = detection(args.work, args.images)
     results["load_average"] = {"before": before, "after": os.getloadavg()}
     emit(results, args.json)
 

@@ -194,6 +194,29 @@ def test_predicted_boxes_lie_on_the_files_pixels(run_dir: Path, source: Path, tm
         assert next(csv.reader(f)) == ["file", "class", "score", "xmin", "ymin", "xmax", "ymax", "error"]
 
 
+def test_a_killed_run_resumes_at_its_step_with_its_optimizer(shards: Path, tmp_path: Path) -> None:
+    """train(save_every=...) on boxes: mid-epoch snapshots hold the detector's weights and
+    Adam's state; a run stopped after step 3 (as a kill leaves it, the resume point rewritten
+    here) trains steps 4.. of that epoch only, from the snapshot's optimizer (its step count
+    continues). The exactness of the batches after a SIGKILL is test_resume's, for any model."""
+    from shardfeed.training import read_resume_point
+
+    out = tmp_path / "m"
+    options = TrainOptions(epochs=1, batch_size=16, shuffle="global", save_every=3, validation_split=None)
+    train(str(shards), str(out), options, verbose=0)
+    snapshots = out / "checkpoints"
+    point = read_resume_point(str(snapshots))
+    assert point is not None and (point.epoch, point.step) == (1, 0) and point.optimizer_variables > 100
+    (snapshots / "resume.json").write_text(json.dumps({**point.__dict__, "epoch": 0, "step": 3}))
+    metrics = train(str(shards), str(out), options, resume=True, verbose=0)
+    assert (metrics["initial_epoch"], metrics["initial_step"]) == (0, 3)
+    after = read_resume_point(str(snapshots))
+    assert after is not None and (after.epoch, after.step, after.seed) == (1, 0, point.seed)
+    net = load_model(str(out / "model.keras"))
+    steps = metrics["steps_per_epoch"]  # 128 images, batch 16: 8
+    assert int(net.optimizer.iterations.numpy()) == steps + (steps - 3)  # the snapshot's 8, then 5 more
+
+
 def test_what_the_detector_cannot_train_with_is_refused(shards: Path, tmp_path: Path) -> None:
     with pytest.raises(OptionError, match="detection boxes are learned by retinanet, not 'resnet50'"):
         train(str(shards), str(tmp_path / "a"), TrainOptions(model="resnet50"))
@@ -204,13 +227,13 @@ def test_what_the_detector_cannot_train_with_is_refused(shards: Path, tmp_path: 
 
 
 def test_defaults_left_to_boxes(shards: Path) -> None:
-    """No epochs asked for: a detector's 60 (a classifier's 10); the size is the images' own,
-    rounded up to a multiple of 32."""
+    """No epochs or batch size asked for: a detector's 60 and 16 (a classifier's 10 and 64); the
+    size is the images' own, rounded up to a multiple of 32."""
     from shardfeed.format import manifest
     from shardfeed.training.model_choice import resolved
 
     chosen = resolved(TrainOptions(), manifest.read(str(shards)))
-    assert (chosen.epochs, chosen.image_size, chosen.augment) == (60, 64, "flip")
+    assert (chosen.epochs, chosen.batch_size, chosen.image_size, chosen.augment) == (60, 16, 64, "flip")
 
 
 def test_train_and_evaluate_on_jax(shards: Path, tmp_path: Path) -> None:

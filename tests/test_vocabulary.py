@@ -51,7 +51,7 @@ def test_shared_defaults_come_from_one_place() -> None:
     assert {"load", "steps_per_epoch", "grain_dataset", "bench"} <= set(batch)
     assert set(batch.values()) == {BATCH_SIZE} and set(size.values()) == {IMAGE_SIZE}
     # TrainOptions leaves the size to the task (None: 224, a segmentation run's images' own up to it)
-    assert training.TrainOptions().batch_size == BATCH_SIZE and training.TrainOptions().side == IMAGE_SIZE
+    assert training.TrainOptions().batch == BATCH_SIZE and training.TrainOptions().side == IMAGE_SIZE
 
 
 def test_readers_that_feed_training_have_no_seed_by_default() -> None:

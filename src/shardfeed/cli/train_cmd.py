@@ -11,11 +11,18 @@ from typing import Any
 from shardfeed.cli.options import from_args
 from shardfeed.errors import OptionError
 from shardfeed.read.mixture import Mixture
-from shardfeed.read.options import IMAGE_SIZE, SHUFFLES
+from shardfeed.read.options import BATCH_SIZE, IMAGE_SIZE, SHUFFLES
 from shardfeed.training.detection_metrics import summary_line
 from shardfeed.training.devices import parse as parse_devices
 from shardfeed.training.models import MODELS
-from shardfeed.training.options import AUGMENT_PRESETS, AUTO, DETECTION_EPOCHS, EPOCHS, TrainOptions
+from shardfeed.training.options import (
+    AUGMENT_PRESETS,
+    AUTO,
+    DETECTION_BATCH_SIZE,
+    DETECTION_EPOCHS,
+    EPOCHS,
+    TrainOptions,
+)
 from shardfeed.training.trainer import train
 
 log = logging.getLogger("shardfeed")
@@ -39,7 +46,7 @@ def register(sub: Any) -> None:
         help=f"default {TrainOptions.model}; auto: picked from the data's size and image sizes (docs/training.md)",
     )
     p.add_argument("--epochs", type=int, help=f"default {EPOCHS}; boxes (detection): {DETECTION_EPOCHS}")
-    p.add_argument("--batch-size", type=int, help=f"default {TrainOptions.batch_size}")
+    p.add_argument("--batch-size", type=int, help=f"default {BATCH_SIZE}; boxes (detection): {DETECTION_BATCH_SIZE}")
     p.add_argument(
         "--image-size",
         type=int,

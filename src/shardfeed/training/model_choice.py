@@ -32,11 +32,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from shardfeed.format import manifest, schema
-from shardfeed.read.options import IMAGE_SIZE
+from shardfeed.read.options import BATCH_SIZE, IMAGE_SIZE
 from shardfeed.training.augment_choice import choose_augment, median_short_side
 from shardfeed.training.detector import STRIDE
 from shardfeed.training.models import imagenet_source
-from shardfeed.training.options import AUTO, DETECTION_EPOCHS, EPOCHS, TrainOptions
+from shardfeed.training.options import AUTO, DETECTION_BATCH_SIZE, DETECTION_EPOCHS, EPOCHS, TrainOptions
 
 SMALL_SIDE = 64
 FEW = 1_000
@@ -121,8 +121,8 @@ def choose_image_size(data: str | manifest.Manifest, split: str, *, seed: int = 
 def resolved(options: TrainOptions, data: manifest.Manifest) -> TrainOptions:
     """`options` with what was left to the data chosen from it, each choice and its reason
     logged: model='auto' (`choose_model`), no image size (`choose_image_size`, said where it
-    is not the default), no epochs (`EPOCHS`; `DETECTION_EPOCHS` for boxes, said) and
-    augment='auto' (`choose_augment`)."""
+    is not the default), no epochs or batch size (`EPOCHS`, `BATCH_SIZE`; for boxes
+    `DETECTION_EPOCHS`, `DETECTION_BATCH_SIZE`, said) and augment='auto' (`choose_augment`)."""
     split, seed = options.train_split, options.seed
     if options.model == AUTO:
         model = choose_model(data, split, seed=seed, weights=options.weights)
@@ -133,11 +133,15 @@ def resolved(options: TrainOptions, data: manifest.Manifest) -> TrainOptions:
         if size.side != IMAGE_SIZE:
             log.info("image size: %d, chosen for %s (--image-size to override)", size.side, size.reason)
         options = replace(options, image_size=size.side)
+    boxes = data.header.task == schema.DETECTION
     if options.epochs is None:
-        epochs = DETECTION_EPOCHS if data.header.task == schema.DETECTION else EPOCHS
-        if epochs != EPOCHS:
-            log.info("epochs: %d, for boxes: a detector from random weights needs them (--epochs to override)", epochs)
-        options = replace(options, epochs=epochs)
+        if boxes:
+            log.info("epochs: %d, for boxes: a detector from random weights needs them (--epochs)", DETECTION_EPOCHS)
+        options = replace(options, epochs=DETECTION_EPOCHS if boxes else EPOCHS)
+    if options.batch_size is None:
+        if boxes:
+            log.info("batch size: %d, for boxes: the steps a detector learns from (--batch-size)", DETECTION_BATCH_SIZE)
+        options = replace(options, batch_size=DETECTION_BATCH_SIZE if boxes else BATCH_SIZE)
     if options.augment == AUTO:
         choice = choose_augment(data, split, seed=seed)
         log.info("augment: %s, chosen for %s (--augment to override)", choice.preset, choice.reason)

@@ -20,6 +20,7 @@ AUGMENT_PRESETS = {
 AUTO = "auto"
 EPOCHS = 10  # what `train` trains for when no number is asked for
 DETECTION_EPOCHS = 60  # the same for boxes: the detector from random weights (docs/benchmarks/training.md)
+DETECTION_BATCH_SIZE = 16  # the detector's batch when none is asked for (`BATCH_SIZE` for the other tasks)
 
 
 PRECISIONS = ("auto", "mixed", "float32")
@@ -33,7 +34,9 @@ class TrainOptions:
         model: one of MODELS (see `build_model`).
         epochs, batch_size, learning_rate: the usual; the learning rate decays to zero (cosine).
             epochs None: the task's default, `EPOCHS`, but `DETECTION_EPOCHS` for boxes (a
-            detector from random weights needs them: training/model_choice.py).
+            detector from random weights needs them: training/model_choice.py); batch_size
+            None likewise: `BATCH_SIZE`, but `DETECTION_BATCH_SIZE` for boxes (the optimizer
+            steps a detector learns from in a CPU's minutes).
         image_size: the square input size in pixels; None: the task's default, 224 (`IMAGE_SIZE`),
             but for segmentation masks the training images' own size, at most 224
             (`model_choice.choose_image_size`): upsampling a mask adds pixels, not detail.
@@ -82,7 +85,7 @@ class TrainOptions:
 
     model: str = "small_cnn"
     epochs: int | None = None
-    batch_size: int = BATCH_SIZE
+    batch_size: int | None = None
     image_size: int | None = None
     learning_rate: float = 1e-3
     seed: int = 0
@@ -155,6 +158,12 @@ class TrainOptions:
         """The input's side: `image_size`, which `train` resolves before it reads it (224 where
         it is left to the task and not resolved yet)."""
         return IMAGE_SIZE if self.image_size is None else self.image_size
+
+    @property
+    def batch(self) -> int:
+        """The batch size: `batch_size`, which `train` resolves before it reads it (`BATCH_SIZE`
+        where it is left to the task and not resolved yet)."""
+        return BATCH_SIZE if self.batch_size is None else self.batch_size
 
     @property
     def total_epochs(self) -> int:

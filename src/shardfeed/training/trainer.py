@@ -125,7 +125,7 @@ class _TrainingRun:
         self.record = replace(record, weights=self.weights or "none", phases=self.schedule.as_json(), mixture=mixed)
         o = self.options
         self.inputs = RunInputs(
-            self.manifest, o.batch_size, o.side, o.seed, o.augmentation, o.decode, train_data=self.mixture
+            self.manifest, o.batch, o.side, o.seed, o.augmentation, o.decode, train_data=self.mixture
         )
         self.steps = self._check_training_set()
         self.initial_epoch, self.initial_step = starting_point(
@@ -192,7 +192,7 @@ class _TrainingRun:
         Raises:
             OptionError: the split holds less than one batch.
         """
-        split, batch_size = self.options.train_split, self.options.batch_size
+        split, batch_size = self.options.train_split, self.options.batch
         if storage.is_url(self.data):  # every split it reads, before the model is built
             check_room(self.train_read.shard_cache(), self.manifest, [split, self.record.validation_split])
         count = self.manifest.split(split).num_records
@@ -243,7 +243,7 @@ class _TrainingRun:
         keras.utils.set_random_seed(o.seed)
         precision = set_precision(keras, o)
         placement = place(o.devices)
-        described = placement.describe(o.batch_size)
+        described = placement.describe(o.batch)
         if described:
             log.info("%s", described)
         self.record = replace(self.record, device_names=list(placement.devices))
@@ -254,7 +254,7 @@ class _TrainingRun:
         metric = self.objective.metric
         callbacks = [*self._callbacks(monitor=f"val_{metric}" if val_ds is not None else metric), probe]
         split = o.train_split
-        precise = precise_bn_callback(lambda n: self.inputs.evaluation(split).take(batches_for(n, o.batch_size)))
+        precise = precise_bn_callback(lambda n: self.inputs.evaluation(split).take(batches_for(n, o.batch)))
         if o.precise_bn:  # first: the validation and checkpoints after it see the recomputed statistics
             callbacks.insert(0, precise)
         start = time.monotonic()
@@ -271,7 +271,7 @@ class _TrainingRun:
             **saved_model_validation(net, val_ds, precise.images, metric),
             # a loss has no agreed gap between training and inference to warn at
             **(
-                inference_check(net, self.inputs, o.train_split, o.batch_size, metric)
+                inference_check(net, self.inputs, o.train_split, o.batch, metric)
                 if self.objective.mode == "max"
                 else {}
             ),
@@ -281,7 +281,7 @@ class _TrainingRun:
             "initial_epoch": self.initial_epoch,
             "initial_step": self.initial_step,
             "seconds": seconds,
-            "train_images_per_second": trained * o.batch_size / seconds if seconds and trained else 0.0,
+            "train_images_per_second": trained * o.batch / seconds if seconds and trained else 0.0,
             "steps_per_epoch": self.steps,
             "input_verdict": probe.verdict,
             "imbalance_remedy": o.imbalance_remedy,
@@ -316,7 +316,7 @@ class _TrainingRun:
             else:
                 if net is None:
                     net = load_model(self.folder.last_checkpoint) if self.resume else self._new_model()
-                net = self.enter(net, phase, number)
+                net = self.enter(net, phase, number, loaded=self.resume)
                 start = max(phase.start, self.initial_epoch)
                 stream = self.train_stream(start)
                 net.fit(stream, epochs=phase.end, initial_epoch=start, steps_per_epoch=self.steps, **fit)
@@ -333,7 +333,7 @@ class _TrainingRun:
             self.inputs.train_data if self.inputs.train_data is not None else self.manifest,
             self.folder.checkpoints,
             epochs=phase.end,
-            batch_size=o.batch_size,
+            batch_size=o.batch,
             seed=o.seed,
             split=o.train_split,
             save_every=o.save_every,
@@ -351,12 +351,13 @@ class _TrainingRun:
         activation = self.objective.activation
         return build_model(o.model, names, size, channels=o.channels, weights=self.weights, activation=activation)
 
-    def enter(self, net: Any, phase: Phase, number: int) -> Any:
+    def enter(self, net: Any, phase: Phase, number: int, *, loaded: bool = False) -> Any:
         """`net` set up for `phase`: its trainable flags, and compiled with the phase's optimizer
-        (a cosine decay to zero over the phase). A model already in the phase (resumed from its
-        checkpoint) keeps its optimizer and its place in the decay."""
+        (a cosine decay to zero over the phase). A model `loaded` from its checkpoint already in
+        the phase keeps its optimizer and its place in the decay; a new one is always compiled
+        (KerasHub's detector comes compiled with its own defaults)."""
         keras, names = self.keras, self.record.class_names
-        if not self.resume or getattr(net, "optimizer", None) is None or not in_phase(net, phase):
+        if not loaded or getattr(net, "optimizer", None) is None or not in_phase(net, phase):
             set_phase(net, phase)
             # cosine decay to zero over the phase: the last epochs settle instead of jittering
             # (digits demo: validation accuracy swung 0.87-0.96 at a constant rate)
