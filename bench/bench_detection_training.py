@@ -1,13 +1,14 @@
-"""Detection training from scratch on CPU, ahead of `shardfeed train` for boxes: KerasHub's
-RetinaNet fed by `load`, scored by COCO's mAP (training/detection_metrics.py, pycocotools).
+"""Detection training from scratch, `train`'s detector (training/detector.py: KerasHub's
+RetinaNet) fed by `load` in a plain Keras loop, scored by COCO's mAP (pycocotools): how far it
+gets in a time budget, without `train`'s checks, validation and precise BN.
 
-    .venv/bin/python -m pip install --no-deps keras-hub kagglehub kagglesdk tokenizers
     .venv/bin/python bench/bench_detection_training.py [--images 600] [--size 96] [--budget 1100] \\
         [--backend jax] [--mixed] [--json bench/results/bench_detection_training.json]
 
-keras-hub is not a dependency yet: its wheel requires tensorflow-text, which requires the full
-`tensorflow` wheel beside `tensorflow-cpu` (two copies of TensorFlow); its vision models import
-and train without tensorflow-text, hence `--no-deps` above.
+KerasHub comes with the detection extra (`make install` puts it in .venv without the
+tensorflow-text its wheel asks for). The figures in docs/benchmarks/training.md and gpu.md were
+made by this script's earlier copy of the model, fed 0-1 pixels and yxyx boxes; the model is the
+same, and 0-255 pixels train as well (measured there).
 
 Corpus (issue 51's setting): `bench/corpus.py` `build_shapes_coco_corpus`, photo crops with 1-3
 of four solid shapes pasted where they never overlap, as COCO JSON; `convert --split
@@ -19,7 +20,7 @@ Trained for `--budget` seconds (at most the schedule's 200 epochs); validation m
 and at the end.
 
 `--backend jax` (or `torch`) trains on that Keras backend fed by `grain_dataset` (worker
-processes, one per core up to 8; images scaled on the device), TensorFlow not needed; `--mixed`
+processes, one per core up to 8), TensorFlow not needed; `--mixed`
 computes in mixed precision (bfloat16; float16 on TensorFlow). The GPU figures in
 docs/benchmarks/gpu.md were made so.
 """
@@ -36,8 +37,6 @@ import tempfile
 import time
 from typing import Any
 
-import numpy as np
-
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.corpus import TAGS, build_shapes_coco_corpus
@@ -47,41 +46,22 @@ EPOCHS_IN_SCHEDULE = 200
 
 
 def detector(size: int) -> Any:
+    """`train`'s detector (training/detector.py), compiled as this script trains it: Adam 1e-3
+    with cosine decay over EPOCHS_IN_SCHEDULE epochs of 480 images in batches of 16."""
     import keras
-    import keras_hub
 
-    image = keras_hub.models.ResNetBackbone(
-        input_conv_filters=[64],
-        input_conv_kernel_sizes=[3],
-        stackwise_num_filters=[64, 64, 128, 256],
-        stackwise_num_blocks=[1, 1, 1, 1],
-        stackwise_num_strides=[1, 2, 2, 2],
-        block_type="basic_block",
-        use_pre_activation=False,
-        image_shape=(size, size, 3),
-    )
-    backbone = keras_hub.models.RetinaNetBackbone(image_encoder=image, min_level=3, max_level=5, use_p5=False)
-    anchors = keras_hub.layers.AnchorGenerator(
-        bounding_box_format="yxyx", min_level=3, max_level=5, num_scales=3, aspect_ratios=[0.5, 1.0, 2.0], anchor_size=2
-    )
-    model = keras_hub.models.RetinaNetObjectDetector(
-        backbone=backbone,
-        num_classes=len(TAGS),
-        anchor_generator=anchors,
-        bounding_box_format="yxyx",
-        pre_logits_num_conv_layers=1,
-        preprocessor=None,
-    )
-    steps = 480 // 16
-    rate = keras.optimizers.schedules.CosineDecay(1e-3, steps * EPOCHS_IN_SCHEDULE)
-    model.compile(optimizer=keras.optimizers.Adam(rate), box_loss="auto", classification_loss="auto")
+    from shardfeed.training.detector import build_detector, compile_args
+
+    model = build_detector(TAGS, (size, size))
+    rate = keras.optimizers.schedules.CosineDecay(1e-3, 480 // 16 * EPOCHS_IN_SCHEDULE)
+    model.compile(optimizer=keras.optimizers.Adam(rate), **compile_args())
     return model
 
 
 def batches(data: str, split: str, size: int, training: bool, backend: str = "tensorflow", epochs: int = 1) -> Any:
-    """`split`'s batches of 16 with boxes in yxyx and images scaled to [0, 1]: `load` on
-    TensorFlow; on JAX or PyTorch `grain_dataset` (`epochs` of them in one iterator; a fixed
-    object count, so that JAX compiles one step) with the scaling done on the device."""
+    """`split`'s batches of 16, uint8 images with boxes in xyxy pixels as `train` feeds its
+    detector: `load` on TensorFlow; on JAX or PyTorch `grain_dataset` (`epochs` of them in one
+    iterator; a fixed object count, so that JAX compiles one step)."""
     from shardfeed import Augment, DecodeOptions, grain_dataset, load
 
     augment = Augment(crop=False, flip=True) if training else None
@@ -99,46 +79,25 @@ def batches(data: str, split: str, size: int, training: bool, backend: str = "te
             epochs=epochs,
             num_threads=4,
             num_workers=max(0, min(8, len(os.sched_getaffinity(0)) - 1)) if training else 0,
-            bounding_box_format="yxyx",
             max_objects=4,
         )
-        return (
-            ((keras.ops.cast(keras.ops.convert_to_tensor(x), "float32") / 255.0, y) for x, y in ds) if training else ds
-        )
-
-    import tensorflow as tf
-
-    ds = load(
+        return ((keras.ops.convert_to_tensor(x), y) for x, y in ds) if training else ds
+    return load(
         data,
         split=split,
         batch_size=16,
         image_size=size,
         training=training,
         augment=augment,
-        decode=DecodeOptions(bounding_box_format="yxyx", max_objects=4),
+        decode=DecodeOptions(max_objects=4),
     )
-    return ds.map(lambda x, y: (tf.cast(x, tf.float32) / 255.0, y))
 
 
-def scores(model: Any, val: Any, size: int) -> dict[str, Any]:
-    """COCO's figures on the validation batches; predictions decoded eagerly (KerasHub's NMS
-    needs a known batch size, which `predict`'s graph does not give it)."""
-    from shardfeed.training.detection_metrics import ImageObjects, detection_metrics
+def scores(model: Any, val: Any) -> dict[str, Any]:
+    """COCO's figures on the validation batches (training/detector.py's, as `train` scores)."""
+    from shardfeed.training.detector import detection_scores
 
-    truth, found = [], []
-    for x, y in val:
-        x = np.asarray(x, np.float32) / 255.0 if np.asarray(x).dtype == np.uint8 else x
-        out = model.decode_predictions(model(x, training=False), x)
-        for i in range(len(x)):
-            labels = np.asarray(y["labels"][i])
-            keep = labels >= 0
-            truth.append(ImageObjects(size, size, np.asarray(y["boxes"][i])[keep][:, [1, 0, 3, 2]], labels[keep]))
-            n = int(out["num_detections"][i])
-            boxes = np.asarray(out["boxes"][i][:n])[:, [1, 0, 3, 2]]  # yxyx -> xyxy
-            found.append(
-                ImageObjects(size, size, boxes, np.asarray(out["labels"][i][:n]), np.asarray(out["confidence"][i][:n]))
-            )
-    return detection_metrics(truth, found, list(TAGS))
+    return detection_scores(model, val, TAGS)
 
 
 def main() -> None:
@@ -185,11 +144,11 @@ def main() -> None:
             "loss": fitted.history["loss"][-1],
         }
         if epoch % 5 == 0:
-            entry["mAP@0.5"] = scores(model, val, args.size)["mAP@0.5"]
+            entry["mAP@0.5"] = scores(model, val)["mAP@0.5"]
         history.append(entry)
         print(json.dumps(entry), file=sys.stderr)
     trained = time.perf_counter() - start
-    final = scores(model, val, args.size)
+    final = scores(model, val)
     emit(
         {
             "bench": "detection_training",

@@ -31,9 +31,11 @@ keras.applications backbone behind a rescaling layer, fed two ways:
   CPU per image is the host's (all processes, /proc/stat), so the workers' is counted.
 
 `--models retinanet` (with `--backend jax` or `torch`, KerasHub installed) measures detection:
-bench_detection_training.py's RetinaNet fed boxes (yxyx, padded to 4) by `grain_dataset` with
-flips, its images scaled to [0, 1] on the device; without --data a corpus of 1,200 256-px photo
-crops with shapes pasted at known boxes is built and converted to JPEG.
+`train`'s detector (training/detector.py) fed uint8 images and xyxy boxes (padded to 4) by
+`grain_dataset` with flips; without --data a corpus of 1,200 256-px photo crops with shapes
+pasted at known boxes is built and converted to JPEG. (The H100 figures in
+docs/benchmarks/gpu.md were made with bench_detection_training.py's earlier copy of the model,
+fed 0-1 pixels scaled on the device and yxyx boxes.)
 
 On this backend each run reads one iterator through the warm-up and the timed steps (Keras
 would start a new one, and new worker processes, at each `fit`).
@@ -141,23 +143,16 @@ def one_run_keras(backend: str, feed: str, model: str, data: str, size: int, bat
         epochs=(WARMUP + 2 * steps) // per_epoch + 2,
         num_threads=2 if workers else threads,
         num_workers=workers,
-        # detection: flips only (bench_detection_training's setting), a fixed object count so
-        # that JAX compiles one step, boxes in KerasHub's yxyx
-        **(
-            {"augment": shardfeed.Augment(crop=False), "bounding_box_format": "yxyx", "max_objects": 4}
-            if detection
-            else {}
-        ),
+        # detection: flips only (train's default for boxes), a fixed object count so that JAX
+        # compiles one step
+        **({"augment": shardfeed.Augment(crop=False), "max_objects": 4} if detection else {}),
     )
     batches = iter(ds)
 
     def on_device(batch_: Any) -> Any:
-        """The batch as the backend's tensors; a detector's images scaled to [0, 1] there (the
-        classifiers rescale in their first layer)."""
+        """The batch as the backend's tensors (uint8 images: the models take them as they are)."""
         images, targets = batch_
-        x = keras.ops.convert_to_tensor(images)
-        x = keras.ops.cast(x, "float32") / 255.0 if detection else x
-        return x, keras.tree.map_structure(keras.ops.convert_to_tensor, targets)
+        return keras.ops.convert_to_tensor(images), keras.tree.map_structure(keras.ops.convert_to_tensor, targets)
 
     if feed == "synthetic":
         first = on_device(next(batches))
@@ -193,7 +188,7 @@ def _classifier(keras: Any, model: str, data: str, size: int) -> Any:
 
 
 def _detector(size: int) -> Any:
-    """bench_detection_training's KerasHub RetinaNet (small ResNet, FPN 3-5), compiled."""
+    """`train`'s detector (training/detector.py), compiled as bench_detection_training.py trains it."""
     from bench.bench_detection_training import detector
 
     return detector(size)
