@@ -90,7 +90,7 @@ def tinted(key: str, image: np.ndarray, mask: np.ndarray, names: list[str]) -> T
 
 
 def _boxed(key: str, image: np.ndarray, example: dict[str, Any], m: manifest.Manifest) -> Tile:
-    """A detection record's image with its instance masks tinted and its boxes drawn (`_drawn`)."""
+    """A detection record's image with its instance masks tinted and its boxes drawn (`drawn_boxes`)."""
     from shardfeed.format.annotations import read_objects
 
     listed = {k: v if isinstance(v, list) else [v] for k, v in example.items()}
@@ -98,7 +98,7 @@ def _boxed(key: str, image: np.ndarray, example: dict[str, Any], m: manifest.Man
     objects = read_objects(listed, width=width, height=height, label_offset=m.label_offset)
     if objects.masks:
         image = _instances_tinted(image, objects.masks, objects.classes.tolist())
-    return _drawn(key, image, objects.boxes.tolist(), objects.classes.tolist(), m.labels or [])
+    return drawn_boxes(key, image, objects.boxes.tolist(), objects.classes.tolist(), m.labels or [])
 
 
 def _instances_tinted(image: np.ndarray, masks: tuple[bytes, ...], classes: list[int]) -> np.ndarray:
@@ -119,7 +119,7 @@ def _instances_tinted(image: np.ndarray, masks: tuple[bytes, ...], classes: list
     return tinted.round().astype(np.uint8)
 
 
-def _drawn(key: str, image: np.ndarray, boxes: list[list[float]], classes: list[int], names: list[str]) -> Tile:
+def drawn_boxes(key: str, image: np.ndarray, boxes: list[list[float]], classes: list[int], names: list[str]) -> Tile:
     """An image with (xmin, ymin, xmax, ymax) pixel boxes drawn, each in its class's colour,
     captioned with the classes present (and how many of each); classes below 0 are padding."""
     from collections import Counter
@@ -163,7 +163,7 @@ def _augmented_tiles(
         image = to_rgb(images[i].numpy())
         if task == schema.DETECTION:  # the boxes as augmentation moved them
             boxes, classes = labels["boxes"][i].numpy().tolist(), labels["labels"][i].numpy().tolist()
-            out.append(_drawn("", image, boxes, classes, names))
+            out.append(drawn_boxes("", image, boxes, classes, names))
         elif task == schema.SEGMENTATION:
             out.append(tinted("", image, labels[i].numpy(), names))
         elif task == schema.MULTI_LABEL:

@@ -140,18 +140,20 @@ def detection_scores(net: Any, batches: Iterable[Any], class_names: Sequence[str
 
 
 def predicted_boxes(
-    net: Any, inputs: Any, records: Any, split: str, names: Sequence[str], batch_size: int | None
-) -> tuple[list[dict[str, Any]], list[tuple[str, np.ndarray, str]]]:
+    net: Any, inputs: Any, records: Any, split: str, names: Sequence[str], batch_size: int | None, grid_size: int
+) -> tuple[list[dict[str, Any]], list[Any]]:
     """`predict` for a detection run: each image of `split` read whole as the run was trained
     and evaluated (`inputs`: the run's; the image resized to the model's size), its detections
     scaled back to the file's own pixels (clipped to it); a row per detection (file, class,
-    score, xmin, ymin, xmax, ymax; a file with none gets one row with no class), and each image
-    as the model saw it with its boxes drawn, for a grid."""
+    score, xmin, ymin, xmax, ymax; a file with none gets one row with no class), and the
+    `grid_size` images whose names sort first as the model saw them with their boxes drawn
+    (grid tiles; only those are held, whatever the folder's size)."""
     from shardfeed.format import schema
     from shardfeed.read.options import ReadOptions
+    from shardfeed.tools.preview import drawn_boxes
 
     rows: list[dict[str, Any]] = []
-    shown: list[tuple[str, np.ndarray, str]] = []
+    first: list[tuple[str, np.ndarray, ImageObjects]] = []  # at most grid_size, the names first in order
     index = 0
     for batch in inputs.evaluation(split, batch_size=batch_size, read=ReadOptions(with_filenames=True)):
         images, files = np.asarray(batch[0]), batch[-1].numpy()
@@ -162,6 +164,7 @@ def predicted_boxes(
             sx, sy = width / image.shape[1], height / image.shape[0]
             boxes = np.clip(found.boxes * [sx, sy, sx, sy], 0, [width, height, width, height])
             name = file.decode()
+            scores = found.scores if found.scores is not None else np.ones(len(boxes))
             said = [
                 {
                     "file": name,
@@ -169,25 +172,26 @@ def predicted_boxes(
                     "score": float(s),
                     **dict(zip(_CORNERS, map(float, b), strict=True)),
                 }
-                for b, c, s in zip(boxes, found.classes, found.scores if found.scores is not None else [], strict=True)
+                for b, c, s in zip(boxes, found.classes, scores, strict=True)
             ]
             rows += said or [{"file": name}]
-            shown.append((name, drawn(image, found, names), f"{len(said)} found"))
+            _keep_first(first, (name, image, found), grid_size)
+    shown = [
+        drawn_boxes(name, image, found.boxes.tolist(), found.classes.tolist(), list(names))
+        for name, image, found in sorted(first, key=lambda t: t[0])
+    ]
     return rows, shown
 
 
 _CORNERS = ("xmin", "ymin", "xmax", "ymax")
 
 
-def drawn(image: np.ndarray, found: ImageObjects, names: Sequence[str]) -> np.ndarray:
-    """`image` with `found`'s boxes drawn on it (in its pixels), each labelled with its class
-    and score."""
-    from PIL import Image, ImageDraw
-
-    picture = Image.fromarray(np.ascontiguousarray(image))
-    draw = ImageDraw.Draw(picture)
-    scores = found.scores if found.scores is not None else np.ones(len(found.boxes))
-    for box, label, score in zip(found.boxes, found.classes, scores, strict=True):
-        draw.rectangle([float(v) for v in box], outline=(255, 32, 32), width=max(1, image.shape[0] // 96))
-        draw.text((float(box[0]) + 2, float(box[1]) + 1), f"{names[int(label)]} {score:.2f}", fill=(255, 255, 0))
-    return np.asarray(picture)
+def _keep_first(kept: list[Any], item: tuple[str, Any, Any], limit: int) -> None:
+    """Keeps in `kept` the `limit` items whose names (their first field) sort first."""
+    if len(kept) < limit:
+        kept.append(item)
+        return
+    if limit:
+        last = max(range(len(kept)), key=lambda i: kept[i][0])
+        if item[0] < kept[last][0]:
+            kept[last] = item

@@ -156,7 +156,8 @@ def _boxes(
     """`predict` for a detection run (training/detector.py): a CSV row per box in the file's own
     pixels, and the same boxes as COCO's results document (OUTPUT_coco.json: image ids 1..n in
     the CSV's file order, category ids class id + 1, bbox [x, y, width, height])."""
-    rows, shown = predicted_boxes(net, record.inputs(m), IndexedRecords(m, split), split, names, batch_size)
+    limit = grid_size if grid else 0
+    rows, tiles = predicted_boxes(net, record.inputs(m), IndexedRecords(m, split), split, names, batch_size, limit)
     rows += [{"file": s["file"], "error": s["reason"]} for s in _skipped(m.path)]
     rows.sort(key=lambda r: (r["file"], -r.get("score", 0.0)))
     _write_csv(output, rows, ["file", "class", "score", "xmin", "ymin", "xmax", "ymax", "error"])
@@ -175,9 +176,8 @@ def _boxes(
     with open(os.path.splitext(output)[0] + "_coco.json", "w") as f:
         json.dump(results, f)
     if grid:
-        from shardfeed.tools.preview import Tile, draw_grid
+        from shardfeed.tools.preview import draw_grid
 
-        tiles = [Tile(file, f"{_short(file)}\n{said}", image) for file, image, said in sorted(shown)[:grid_size]]
         cols = min(4, max(1, len(tiles)))
         draw_grid(tiles, max(1, -(-len(tiles) // cols)), cols, grid, f"detections of {os.path.basename(output)}")
     return rows
