@@ -136,6 +136,18 @@ def drawn_boxes(key: str, image: np.ndarray, boxes: list[list[float]], classes: 
     return Tile(key, caption, np.asarray(canvas))
 
 
+def keep_first(kept: list[Any], item: tuple[Any, ...], limit: int) -> None:
+    """Keeps in `kept` the `limit` items whose names (their first field) sort first: a grid of
+    the first files drawn from a stream of any length, holding no more than the grid."""
+    if len(kept) < limit:
+        kept.append(item)
+        return
+    if limit:
+        last = max(range(len(kept)), key=lambda i: kept[i][0])
+        if item[0] < kept[last][0]:
+            kept[last] = item
+
+
 OVERLAY_COLOURS = ((230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180))
 
 

@@ -150,7 +150,7 @@ def predicted_boxes(
     (grid tiles; only those are held, whatever the folder's size)."""
     from shardfeed.format import schema
     from shardfeed.read.options import ReadOptions
-    from shardfeed.tools.preview import drawn_boxes
+    from shardfeed.tools.preview import drawn_boxes, keep_first
 
     rows: list[dict[str, Any]] = []
     first: list[tuple[str, np.ndarray, ImageObjects]] = []  # at most grid_size, the names first in order
@@ -175,7 +175,7 @@ def predicted_boxes(
                 for b, c, s in zip(boxes, found.classes, scores, strict=True)
             ]
             rows += said or [{"file": name}]
-            _keep_first(first, (name, image, found), grid_size)
+            keep_first(first, (name, image, found), grid_size)
     shown = [
         drawn_boxes(name, image, found.boxes.tolist(), found.classes.tolist(), list(names))
         for name, image, found in sorted(first, key=lambda t: t[0])
@@ -184,14 +184,3 @@ def predicted_boxes(
 
 
 _CORNERS = ("xmin", "ymin", "xmax", "ymax")
-
-
-def _keep_first(kept: list[Any], item: tuple[str, Any, Any], limit: int) -> None:
-    """Keeps in `kept` the `limit` items whose names (their first field) sort first."""
-    if len(kept) < limit:
-        kept.append(item)
-        return
-    if limit:
-        last = max(range(len(kept)), key=lambda i: kept[i][0])
-        if item[0] < kept[last][0]:
-            kept[last] = item

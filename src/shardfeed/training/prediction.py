@@ -133,12 +133,13 @@ def _masks(
     decode = DecodeOptions(channels=record.channels, letterbox=True)
     inputs = RunInputs(m, record.batch_size, record.image_size, decode=decode)
     masks_dir = os.path.splitext(output)[0] + "_masks"
-    rows, shown = predicted_masks(net, inputs, IndexedRecords(m, split), split, names, masks_dir, batch_size)
+    limit = grid_size if grid else 0
+    rows, shown = predicted_masks(net, inputs, IndexedRecords(m, split), split, names, masks_dir, batch_size, limit)
     rows += [{"file": s["file"], "error": s["reason"]} for s in _skipped(m.path)]
     rows.sort(key=lambda r: r["file"])
     _write_csv(output, rows, ["file", "mask", "classes", "error"])
     if grid:
-        draw_masks(sorted(shown, key=lambda t: t[0])[:grid_size], names, grid)
+        draw_masks(sorted(shown, key=lambda t: t[0]), names, grid)
     return rows
 
 

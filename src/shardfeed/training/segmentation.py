@@ -84,16 +84,25 @@ def restored_mask(guessed: np.ndarray, height: int, width: int) -> np.ndarray:
 
 
 def predicted_masks(
-    net: Any, inputs: Any, records: Any, split: str, names: list[str], masks_dir: str, batch_size: int | None
+    net: Any,
+    inputs: Any,
+    records: Any,
+    split: str,
+    names: list[str],
+    masks_dir: str,
+    batch_size: int | None,
+    grid_size: int,
 ) -> tuple[list[dict[str, Any]], list[tuple[str, np.ndarray, np.ndarray | None, np.ndarray]]]:
     """`predict` for a segmentation run: each image of `split` letterboxed whole into the model
     (`inputs`: the run's, with letterbox), its predicted mask restored to the file's own size
     and written as a PNG of class ids under `masks_dir` (the file's name, .png); a row per image
-    (file, mask, the classes it shows), and the images with their masks for a grid."""
+    (file, mask, the classes it shows), and the `grid_size` images whose names sort first with
+    their masks, for a grid (only those are held, whatever the folder's size)."""
     from PIL import Image
 
     from shardfeed.format import schema
     from shardfeed.read.options import ReadOptions
+    from shardfeed.tools.preview import keep_first
     from shardfeed.training.models import predicted
 
     rows: list[dict[str, Any]] = []
@@ -110,7 +119,7 @@ def predicted_masks(
             os.makedirs(os.path.dirname(os.path.join(masks_dir, name)), exist_ok=True)
             Image.fromarray(mask).save(os.path.join(masks_dir, name))
             rows.append({"file": file.decode(), "mask": name, "classes": ";".join(_present(mask, names))})
-            shown.append((file.decode(), image, None, guessed))
+            keep_first(shown, (file.decode(), image, None, guessed), grid_size)
     return rows, shown
 
 
