@@ -239,13 +239,16 @@ def test_prediction_grid_shows_the_csvs_first_files_with_their_names() -> None:
 
     import tensorflow as tf
 
-    from shardfeed.training.prediction import _keep_first
+    from shardfeed.tools.preview import keep_first
+    from shardfeed.training.prediction import _caption
 
     names = [f"photos/img_{i:03d}.jpg" for i in range(40)]
     random.Random(0).shuffle(names)
     shown: list = []
     for i, name in enumerate(names):
-        _keep_first(shown, {"file": name, "class": "cat", "probability": 0.5}, tf.fill([2, 2, 3], i), 6)
+        keep_first(
+            shown, (name, tf.fill([2, 2, 3], i), _caption({"file": name, "class": "cat", "probability": 0.5})), 6
+        )
     kept = sorted(shown, key=lambda t: t[0])
     assert [t[0] for t in kept] == [f"photos/img_{i:03d}.jpg" for i in range(6)]
     assert kept[0][2] == "photos/img_000.jpg\ncat (0.50)"

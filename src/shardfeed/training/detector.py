@@ -141,18 +141,17 @@ def detection_scores(net: Any, batches: Iterable[Any], class_names: Sequence[str
 
 def predicted_boxes(
     net: Any, inputs: Any, records: Any, split: str, names: Sequence[str], batch_size: int | None, grid_size: int
-) -> tuple[list[dict[str, Any]], list[Any]]:
+) -> tuple[list[tuple[str, ImageObjects]], list[Any]]:
     """`predict` for a detection run: each image of `split` read whole as the run was trained
     and evaluated (`inputs`: the run's; the image resized to the model's size), its detections
-    scaled back to the file's own pixels (clipped to it); a row per detection (file, class,
-    score, xmin, ymin, xmax, ymax; a file with none gets one row with no class), and the
-    `grid_size` images whose names sort first as the model saw them with their boxes drawn
-    (grid tiles; only those are held, whatever the folder's size)."""
+    scaled back to the file's own pixels (clipped to it), as (file name, `ImageObjects`) in
+    read order; and the `grid_size` images whose names sort first as the model saw them with
+    their boxes drawn (grid tiles; only those are held, whatever the folder's size)."""
     from shardfeed.format import schema
     from shardfeed.read.options import ReadOptions
     from shardfeed.tools.preview import drawn_boxes, keep_first
 
-    rows: list[dict[str, Any]] = []
+    placed: list[tuple[str, ImageObjects]] = []
     first: list[tuple[str, np.ndarray, ImageObjects]] = []  # at most grid_size, the names first in order
     index = 0
     for batch in inputs.evaluation(split, batch_size=batch_size, read=ReadOptions(with_filenames=True)):
@@ -163,24 +162,24 @@ def predicted_boxes(
             height, width = int(example[schema.HEIGHT]), int(example[schema.WIDTH])
             sx, sy = width / image.shape[1], height / image.shape[0]
             boxes = np.clip(found.boxes * [sx, sy, sx, sy], 0, [width, height, width, height])
-            name = file.decode()
-            scores = found.scores if found.scores is not None else np.ones(len(boxes))
-            said = [
-                {
-                    "file": name,
-                    "class": names[int(c)],
-                    "score": float(s),
-                    **dict(zip(_CORNERS, map(float, b), strict=True)),
-                }
-                for b, c, s in zip(boxes, found.classes, scores, strict=True)
-            ]
-            rows += said or [{"file": name}]
-            keep_first(first, (name, image, found), grid_size)
+            placed.append((file.decode(), ImageObjects(width, height, boxes, found.classes, found.scores)))
+            keep_first(first, (file.decode(), image, found), grid_size)
     shown = [
         drawn_boxes(name, image, found.boxes.tolist(), found.classes.tolist(), list(names))
         for name, image, found in sorted(first, key=lambda t: t[0])
     ]
-    return rows, shown
+    return placed, shown
+
+
+def box_rows(name: str, found: ImageObjects, names: Sequence[str]) -> list[dict[str, Any]]:
+    """`predict`'s CSV rows for one file: a row per box (file, class, score, xmin, ymin, xmax,
+    ymax), or one row with the file alone when nothing was found."""
+    scores = found.scores if found.scores is not None else np.ones(len(found.boxes))
+    rows = [
+        {"file": name, "class": names[int(c)], "score": float(s), **dict(zip(_CORNERS, map(float, b), strict=True))}
+        for b, c, s in zip(found.boxes, found.classes, scores, strict=True)
+    ]
+    return rows or [{"file": name}]
 
 
 _CORNERS = ("xmin", "ymin", "xmax", "ymax")

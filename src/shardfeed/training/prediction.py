@@ -26,7 +26,9 @@ from shardfeed.format.schema import DETECTION, MULTI_LABEL, SEGMENTATION
 from shardfeed.read.indexed import IndexedRecords
 from shardfeed.read.options import DecodeOptions, ReadOptions
 from shardfeed.read.shardset import is_converted_folder
-from shardfeed.training.detector import predicted_boxes
+from shardfeed.tools.preview import keep_first
+from shardfeed.training.detection_metrics import coco_results
+from shardfeed.training.detector import box_rows, predicted_boxes
 from shardfeed.training.inputs import RunInputs
 from shardfeed.training.models import load_model, model_class_names, predicted
 from shardfeed.training.run_folder import MODEL, RunFolder, RunRecord
@@ -92,7 +94,7 @@ def predict(
             return _boxes(net, record, m, split, names, output, batch_size, grid, grid_size)
         ds = record.inputs(m).evaluation(split, batch_size=batch_size, read=ReadOptions(with_filenames=True))
         rows: list[dict[str, Any]] = []
-        shown: list[tuple[str, np.ndarray, str]] = []  # the grid: the first files in the CSV's order
+        shown: list[tuple[str, Any, str]] = []  # the grid: the first files in the CSV's order (keep_first)
         bar = tqdm(total=m.split(split).num_records, unit="img", desc="predict", disable=None)
         for batch in ds:
             images, files = batch[0], batch[-1]
@@ -102,19 +104,28 @@ def predict(
                 file = files[i].numpy().decode()
                 rows.append(_row(file, p, names, top_k) if thresholds is None else _tags(file, p, names, thresholds))
                 if grid:
-                    _keep_first(shown, rows[-1], images[i], grid_size)
+                    keep_first(shown, (file, images[i], _caption(rows[-1])), grid_size)
         bar.close()
         rows += [{"file": s["file"], "error": s["reason"]} for s in _skipped(data)]
     rows.sort(key=lambda r: r["file"])
     _write_csv(output, rows, _columns(names, min(top_k, len(names)), tagged=thresholds is not None))
     if grid:
         from shardfeed.read.pixels import to_rgb
-        from shardfeed.tools.preview import Tile, draw_grid
+        from shardfeed.tools.preview import Tile
 
-        tiles = [Tile(file, caption, to_rgb(img)) for file, img, caption in sorted(shown, key=lambda t: t[0])]
-        cols = min(4, max(1, len(tiles)))
-        draw_grid(tiles, max(1, -(-len(tiles) // cols)), cols, grid, f"predictions of {os.path.basename(run_dir)}")
+        tiles = [
+            Tile(file, caption, to_rgb(np.asarray(img))) for file, img, caption in sorted(shown, key=lambda t: t[0])
+        ]
+        _draw(tiles, grid, f"predictions of {os.path.basename(run_dir)}")
     return rows
+
+
+def _draw(tiles: list[Any], grid: str, title: str) -> None:
+    """`predict`'s grid: the tiles four to a row (fewer when there are fewer) under `title`."""
+    from shardfeed.tools.preview import draw_grid
+
+    cols = min(4, max(1, len(tiles)))
+    draw_grid(tiles, max(1, -(-len(tiles) // cols)), cols, grid, title)
 
 
 def _masks(
@@ -158,43 +169,27 @@ def _boxes(
     pixels, and the same boxes as COCO's results document (OUTPUT_coco.json: image ids 1..n in
     the CSV's file order, category ids class id + 1, bbox [x, y, width, height])."""
     limit = grid_size if grid else 0
-    rows, tiles = predicted_boxes(net, record.inputs(m), IndexedRecords(m, split), split, names, batch_size, limit)
+    placed, tiles = predicted_boxes(net, record.inputs(m), IndexedRecords(m, split), split, names, batch_size, limit)
+    rows = [row for name, found in placed for row in box_rows(name, found, names)]
     rows += [{"file": s["file"], "error": s["reason"]} for s in _skipped(m.path)]
     rows.sort(key=lambda r: (r["file"], -r.get("score", 0.0)))
     _write_csv(output, rows, ["file", "class", "score", "xmin", "ymin", "xmax", "ymax", "error"])
-    ids = {file: i for i, file in enumerate(sorted({r["file"] for r in rows}), start=1)}
-    results = [
-        {
-            "image_id": ids[r["file"]],
-            "file_name": r["file"],
-            "category_id": names.index(r["class"]) + 1,
-            "bbox": [r["xmin"], r["ymin"], r["xmax"] - r["xmin"], r["ymax"] - r["ymin"]],
-            "score": r["score"],
-        }
-        for r in rows
-        if "class" in r
-    ]
+    files = sorted({r["file"] for r in rows})  # image ids 1..n in the CSV's file order
+    ids = {file: i for i, file in enumerate(files, start=1)}
+    results = coco_results([found for _, found in placed], [ids[name] for name, _ in placed])
+    for result in results:
+        result["file_name"] = files[result["image_id"] - 1]
     with open(os.path.splitext(output)[0] + "_coco.json", "w") as f:
         json.dump(results, f)
     if grid:
-        from shardfeed.tools.preview import draw_grid
-
-        cols = min(4, max(1, len(tiles)))
-        draw_grid(tiles, max(1, -(-len(tiles) // cols)), cols, grid, f"detections of {os.path.basename(output)}")
+        _draw(tiles, grid, f"detections of {os.path.basename(output)}")
     return rows
 
 
-def _keep_first(shown: list[tuple[str, np.ndarray, str]], row: dict[str, Any], image: Any, size: int) -> None:
-    """Keeps the `size` images whose file names sort first (the CSV's first rows; the records
-    arrive in shard order), each captioned with its file name and prediction."""
+def _caption(row: dict[str, Any]) -> str:
+    """A grid tile's caption: the file's name and its prediction."""
     said = (row["labels"] or "(none)") if "labels" in row else f"{row['class']} ({row['probability']:.2f})"
-    caption = f"{_short(row['file'])}\n{said}"
-    if len(shown) < size:
-        shown.append((row["file"], image.numpy(), caption))
-        return
-    last = max(range(len(shown)), key=lambda i: shown[i][0])
-    if row["file"] < shown[last][0]:
-        shown[last] = (row["file"], image.numpy(), caption)
+    return f"{_short(row['file'])}\n{said}"
 
 
 def _short(file: str, width: int = 24) -> str:
