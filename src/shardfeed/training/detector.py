@@ -107,14 +107,17 @@ def detections(net: Any, images: Any) -> list[ImageObjects]:
     images = np.asarray(images)
     height, width = images.shape[1:3]
     out = net.decode_predictions(net(images, training=False), images)
-    found = []
-    for i in range(len(images)):
-        n = int(np.asarray(out["num_detections"])[i])
-        boxes = np.asarray(out["boxes"][i][:n], np.float64)
-        classes = np.asarray(out["labels"][i][:n]).astype(np.int64)
-        scores = np.asarray(out["confidence"][i][:n], np.float64)
-        found.append(ImageObjects(width, height, boxes, classes, scores))
-    return found
+    counts, boxes, labels, scores = (np.asarray(out[k]) for k in ("num_detections", "boxes", "labels", "confidence"))
+    return [
+        ImageObjects(
+            width,
+            height,
+            boxes[i, :n].astype(np.float64),
+            labels[i, :n].astype(np.int64),
+            scores[i, :n].astype(np.float64),
+        )
+        for i, n in enumerate(counts.astype(int))
+    ]
 
 
 def truths(images: Any, targets: dict[str, Any]) -> list[ImageObjects]:
