@@ -14,6 +14,7 @@ from shardfeed.training.detection_metrics import (
     coco_ground_truth,
     coco_results,
     detection_metrics,
+    image_errors,
     summary_line,
 )
 
@@ -65,6 +66,31 @@ def test_a_false_detection_ranked_first_halves_the_precision_and_crowds_forgive(
     wrong_last = [image([[10, 10, 50, 50], [500, 300, 560, 360], [250, 250, 300, 300]], [0, 0, 0], [0.9, 0.5, 0.95])]
     metrics = detection_metrics(truth, wrong_last, NAMES)
     assert metrics["per_class_ap"] == {"square": pytest.approx(1.0), "disc": None} and metrics["objects"] == 1
+
+
+def test_each_images_misses_and_false_detections_at_iou_half() -> None:
+    """Worked by hand: IoU of [0,0,100,100] with [0,0,100,62] is 0.62 (a match at 0.5), with
+    [0,0,100,45] 0.45 (none); a box of the wrong class matches nothing; a box inside a crowd
+    region is not false; the crowd region is not missed."""
+    truth = [
+        image([[0, 0, 100, 100], [300, 300, 340, 340]], [0, 1]),  # found, and missed
+        image([[0, 0, 100, 100]], [0]),  # found only too loosely: missed, and the box false
+        image([[10, 10, 50, 50]], [1]),  # found as the wrong class: missed, and the box false
+        image([[200, 200, 400, 400]], [0], is_crowd=np.array([True])),  # a crowd, a box in it
+        image([], []),  # nothing there, nothing found
+        image([[10, 10, 50, 50]], [0]),  # found twice: the second box is false
+    ]
+    found = [
+        image([[0, 0, 100, 62]], [0], [0.9]),
+        image([[0, 0, 100, 45]], [0], [0.9]),
+        image([[10, 10, 50, 50]], [0], [0.8]),
+        image([[220, 220, 300, 300]], [0], [0.7]),
+        image([], [], []),
+        image([[10, 10, 50, 50], [11, 10, 50, 50]], [0, 0], [0.9, 0.6]),
+    ]
+    errors = image_errors(truth, found, NAMES)
+    assert [(e.missed, e.false) for e in errors] == [(1, 0), (1, 1), (1, 1), (0, 0), (0, 0), (0, 1)]
+    assert [e.count for e in errors] == [1, 2, 2, 0, 0, 1]
 
 
 def test_no_detection_scores_zero() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -143,7 +144,16 @@ def test_the_cli_prints_coco_map_and_the_report_renders(run_dir: Path) -> None:
         [sys.executable, "-m", "shardfeed", "report", str(run_dir)], capture_output=True, text=True, timeout=300
     )
     assert report.returncode == 0, report.stderr[-2000:]
-    assert "cls_logits_loss" in (run_dir / "report.html").read_text()
+    page = (run_dir / "report.html").read_text()
+    assert "cls_logits_loss" in page and "Worst detected (validation)" in page
+    worst = page[page.index("Worst detected (validation)") :]
+    true_tiles = re.findall(r"<figcaption>([^<]*) true: ([^<]*)</figcaption>", worst)
+    errors = [(int(m), int(f)) for m, f in re.findall(r"found: (\d+) missed, (\d+) false", worst)]
+    assert 0 < len(true_tiles) == len(errors) <= 16  # each image twice: true boxes, then detected ones
+    assert all(m + f > 0 for m, f in errors) and [m + f for m, f in errors] == sorted(
+        (m + f for m, f in errors), reverse=True
+    )
+    assert all(caption != "(no objects)" for _, caption in true_tiles)  # every image of the corpus has shapes
 
 
 def test_predicted_boxes_lie_on_the_files_pixels(run_dir: Path, source: Path, tmp_path: Path) -> None:

@@ -94,19 +94,8 @@ def detection_metrics(
     Raises:
         MissingDependencyError: pycocotools is not installed (the `coco` extra).
     """
-    assert len(truth) == len(predictions), f"{len(truth)} images of truth, {len(predictions)} of predictions"
-    coco_module = lazy.coco_eval()
-    ground = coco_module.COCO()
-    ground.dataset = coco_ground_truth(truth, names)
-    results = coco_results(predictions)
+    scoring = _matched(truth, predictions, names)
     with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints its progress
-        ground.createIndex()
-        found = ground.loadRes(results) if results else coco_module.COCO()
-        if not results:
-            found.dataset = {"images": ground.dataset["images"], "annotations": [], "categories": []}
-            found.createIndex()
-        scoring = coco_module.COCOeval(ground, found, "bbox")
-        scoring.evaluate()
         scoring.accumulate()
         scoring.summarize()
     stats = [None if v < 0 else float(v) for v in scoring.stats]
@@ -120,6 +109,61 @@ def detection_metrics(
         "per_class_ap": _per_class(scoring.eval["precision"], names),
         "class_names": list(names),
     }
+
+
+@dataclass(frozen=True)
+class ImageErrors:
+    """What one image's detections got wrong at IoU 0.5 (`image_errors`)."""
+
+    missed: int  # true objects no detection of their class overlaps by IoU >= 0.5
+    false: int  # detections that overlap no true object of their class so
+
+    @property
+    def count(self) -> int:
+        return self.missed + self.false
+
+
+def image_errors(
+    truth: Sequence[ImageObjects], predictions: Sequence[ImageObjects], names: Sequence[str]
+) -> list[ImageErrors]:
+    """Each image's misses and false detections at IoU 0.5 (the report's worst images), as
+    pycocotools matches them for mAP@0.5: per class, detections in score order each take the
+    free true object they overlap most; crowd regions are neither missed nor make the
+    detections inside them false; every detection counts (KerasHub's decoder keeps those of
+    confidence 0.5 and above).
+
+    Raises:
+        MissingDependencyError: pycocotools is not installed (the `coco` extra).
+    """
+    scoring = _matched(truth, predictions, names)
+    missed, false = np.zeros(len(truth), int), np.zeros(len(truth), int)
+    everywhere, at_half = list(scoring.params.areaRng[0]), 0  # COCO's "all" sizes; iouThrs[0] is 0.5
+    for entry in scoring.evalImgs:  # per (class, area range, image); None: neither truth nor detection
+        if entry is None or list(entry["aRng"]) != everywhere:
+            continue
+        image = entry["image_id"] - 1
+        missed[image] += int(np.sum((entry["gtMatches"][at_half] == 0) & ~np.asarray(entry["gtIgnore"], bool)))
+        false[image] += int(np.sum((entry["dtMatches"][at_half] == 0) & ~entry["dtIgnore"][at_half]))
+    return [ImageErrors(int(m), int(f)) for m, f in zip(missed, false, strict=True)]
+
+
+def _matched(truth: Sequence[ImageObjects], predictions: Sequence[ImageObjects], names: Sequence[str]) -> Any:
+    """pycocotools' `COCOeval` of `predictions` against `truth` (image ids 1..n), its
+    per-image matching done (`evaluate`), not yet accumulated."""
+    assert len(truth) == len(predictions), f"{len(truth)} images of truth, {len(predictions)} of predictions"
+    coco_module = lazy.coco_eval()
+    ground = coco_module.COCO()
+    ground.dataset = coco_ground_truth(truth, names)
+    results = coco_results(predictions)
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints its progress
+        ground.createIndex()
+        found = ground.loadRes(results) if results else coco_module.COCO()
+        if not results:
+            found.dataset = {"images": ground.dataset["images"], "annotations": [], "categories": []}
+            found.createIndex()
+        scoring = coco_module.COCOeval(ground, found, "bbox")
+        scoring.evaluate()
+    return scoring
 
 
 def _per_class(precision: np.ndarray, names: Sequence[str]) -> dict[str, float | None]:

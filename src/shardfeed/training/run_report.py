@@ -5,7 +5,8 @@ per-class precision/recall on the held-out split (evaluated now, with the run's 
 the worst-classified held-out images with their predicted and true classes, and the settings.
 A multi-label run's: per class its AP, threshold, precision, recall and F1, and the images whose
 label sets are wrong, worst class first. A segmentation run's: per class its pixels and IoU, and
-images with their true and predicted masks.
+images with their true and predicted masks. A detection run's: each class's AP, and the images with
+the most misses and false detections, drawn with their true and their detected boxes.
 `curves.png` (written by `train`) is the same curves as a picture.
 """
 
@@ -23,8 +24,11 @@ from shardfeed.format import manifest
 from shardfeed.format.schema import DETECTION, MULTI_LABEL, SEGMENTATION
 from shardfeed.read.options import ReadOptions
 from shardfeed.tools import html_page as h
-from shardfeed.training.detection_metrics import summary_line
+from shardfeed.tools.preview import drawn_boxes
+from shardfeed.training.detection_metrics import ImageErrors, ImageObjects, image_errors, summary_line
+from shardfeed.training.detector import detections, truths
 from shardfeed.training.evaluation import evaluate
+from shardfeed.training.inputs import RunInputs
 from shardfeed.training.models import load_model, predicted
 from shardfeed.training.run_folder import AVERAGE_PRECISION, CONFUSION, LOG, MASKS_GRID, REPORT, RunFolder
 
@@ -181,9 +185,11 @@ def _worst(run_dir: str, data: str, split: str) -> str:
     """The held-out images the model got most wrong (lowest probability of the true class)."""
     folder = RunFolder(run_dir)
     record = folder.read_record()
-    if record.task in (SEGMENTATION, DETECTION):  # masks: the per-class section's grid; boxes: not drawn yet
+    if record.task == SEGMENTATION:  # the per-class section's grid shows the masks
         return ""
     net = load_model(folder.model_file())
+    if record.task == DETECTION:
+        return _worst_boxes(net, record.inputs(data), split, record.class_names)
     names = record.class_names
     found: list[tuple[float, np.ndarray, str, str, str]] = []
     tagged = record.task == MULTI_LABEL
@@ -210,6 +216,33 @@ def _worst(run_dir: str, data: str, split: str) -> str:
         for p, img, file, guess, true in found
     ]
     return h.section(f"Worst classified ({split})", f'<div class="grid">{"".join(tiles)}</div>')
+
+
+def _worst_boxes(net: Any, inputs: RunInputs, split: str, names: list[str]) -> str:
+    """The held-out images with the most misses and false detections at IoU 0.5 (pycocotools'
+    matching: `detection_metrics.image_errors`), each as the model saw it, once with its true
+    boxes and once with the detected ones; only the WORST worst are held."""
+    found: list[tuple[int, str, np.ndarray, ImageObjects, ImageObjects, ImageErrors]] = []
+    for images, targets, files in inputs.evaluation(split, read=ReadOptions(with_filenames=True)):
+        pixels, truth, detected = np.asarray(images), truths(images, targets), detections(net, images)
+        for i, errors in enumerate(image_errors(truth, detected, names)):
+            if errors.count:
+                found.append((-errors.count, files[i].numpy().decode(), pixels[i], truth[i], detected[i], errors))
+        found = sorted(found, key=lambda x: x[:2])[:WORST]
+    if not found:
+        return h.section("Worst detected", f"<p>every {h.esc(split)} object is found, and nothing else (IoU 0.5)</p>")
+    tiles = []
+    for _, file, image, truth_here, detected_here, errors in found:
+        for objects, said in (
+            (truth_here, "true"),
+            (detected_here, f"found: {errors.missed} missed, {errors.false} false"),
+        ):
+            tile = drawn_boxes(file, image, objects.boxes.tolist(), objects.classes.tolist(), names)
+            tiles.append(h.figure(h.thumbnail(tile.image, 160), f"{file} {said}: {tile.caption}"))
+    note = "each image twice: its true boxes, then the detected ones; misses and false detections at IoU 0.5"
+    return h.section(
+        f"Worst detected ({split})", f'<p class="note">{note}</p>', f'<div class="grid">{"".join(tiles)}</div>'
+    )
 
 
 def _settings(run_dir: str) -> list[tuple[str, Any]]:
