@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -225,6 +227,71 @@ def test_a_killed_run_resumes_at_its_step_with_its_optimizer(shards: Path, tmp_p
     net = load_model(str(out / "model.keras"))
     steps = metrics["steps_per_epoch"]  # 128 images, batch 16: 8
     assert int(net.optimizer.iterations.numpy()) == steps + (steps - 3)  # the snapshot's 8, then 5 more
+
+
+FINGERPRINTED_DETECTOR = """
+import os, signal, sys
+import numpy as np, shardfeed, shardfeed.training
+from shardfeed.training.detector import build_detector, compile_args, detector_class
+data, run_dir, log, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(",")
+kill_at = int(os.environ.get("KILL_AT", "-1"))
+
+class Fingerprinted(detector_class()):  # not registered with Keras: resume must not need it
+    # logs each batch it trains on (file names, pixel sum, the boxes and labels as augmented);
+    # SIGKILLs its own process at step KILL_AT
+    steps = 0
+    def train_step(self, data):
+        x, y, files = data
+        if Fingerprinted.steps == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        Fingerprinted.steps += 1
+        labels = y["labels"].numpy()
+        boxes = np.round(y["boxes"].numpy()[labels >= 0], 3).tolist()
+        with open(log, "a") as f:
+            f.write(",".join(v.decode() for v in files.numpy()) + f" {int(np.sum(x.numpy(), dtype=np.int64))}"
+                    + f" {labels[labels >= 0].tolist()} {boxes}\\n")
+        return super().train_step((x, y))
+
+def build():
+    model = Fingerprinted.from_config(build_detector(names, (64, 64)).get_config())
+    model.compile(optimizer="adam", run_eagerly=True, **compile_args())
+    return model
+
+shardfeed.training.fit_resumable(build, data, run_dir, epochs=2, batch_size=8, seed=7, save_every=3, image_size=64,
+                                 augment=True, read=shardfeed.ReadOptions(with_filenames=True), verbose=0)
+"""
+
+
+def test_a_detection_run_killed_mid_epoch_trains_on_the_uninterrupted_runs_batches(
+    shards: Path, tmp_path: Path
+) -> None:
+    """The package's detector, fit the way `train --save-every` fits it (`fit_resumable`, with
+    crops and flips that move the boxes), SIGKILLed at step 11 of 32 and restarted: it trains on
+    exactly the batches of an uninterrupted run — the same records, pixels, boxes and labels."""
+
+    def batches(run_dir: Path, kill_at: int | None) -> list[str]:
+        log = tmp_path / "log"
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **({"KILL_AT": str(kill_at)} if kill_at is not None else {}))
+        argv = [str(shards), str(run_dir), str(log), ",".join(TAGS)]
+        done = subprocess.run(
+            [sys.executable, "-c", FINGERPRINTED_DETECTOR, *argv], env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == (-signal.SIGKILL if kill_at is not None else 0), done.stderr[-3000:]
+        lines = log.read_text().splitlines()
+        log.unlink()
+        return lines
+
+    from shardfeed.training import read_resume_point
+
+    reference = batches(tmp_path / "reference", None)
+    assert len(reference) == 2 * 16  # 128 training images, batches of 8, two epochs
+    assert len({line.split()[0] for line in reference[:16]}) == 16  # every record once in the first epoch
+    first = batches(tmp_path / "killed", 11)
+    assert len(first) == 11
+    point = read_resume_point(str(tmp_path / "killed"))
+    assert point is not None and (point.epoch, point.step) == (0, 9)  # the snapshot after step 9
+    second = batches(tmp_path / "killed", None)
+    assert first[:9] + second == reference
 
 
 def test_what_the_detector_cannot_train_with_is_refused(shards: Path, tmp_path: Path) -> None:
