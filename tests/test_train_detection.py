@@ -313,7 +313,8 @@ def test_defaults_left_to_boxes(shards: Path) -> None:
     assert (chosen.epochs, chosen.batch_size, chosen.image_size, chosen.augment) == (60, 16, 64, "flip")
 
 
-def test_train_and_evaluate_on_jax(shards: Path, tmp_path: Path) -> None:
-    from test_train_multi_label import trained_on_jax
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_train_and_evaluate_on_the_backend(backend: str, shards: Path, tmp_path: Path) -> None:
+    from test_train_multi_label import trained_on
 
-    trained_on_jax(shards, tmp_path / "run", "mAP ")
+    trained_on(backend, shards, tmp_path / "run", "mAP ", image_size=64)

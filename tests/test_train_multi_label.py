@@ -127,22 +127,23 @@ def test_a_killed_multi_label_run_resumes_on_the_uninterrupted_runs_batches(tagg
     assert first[:resumed_from] + second == ref
 
 
-def test_train_and_evaluate_on_jax(tagged: Path, tmp_path: Path) -> None:
-    trained_on_jax(tagged, tmp_path / "run", "mAP 0.")
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_train_and_evaluate_on_the_backend(backend: str, tagged: Path, tmp_path: Path) -> None:
+    trained_on(backend, tagged, tmp_path / "run", "mAP 0.")
 
 
-def trained_on_jax(data: Path, run: Path, figure: str) -> None:
-    """`shardfeed train` (one epoch, 32 px) and `evaluate` on Keras' JAX backend, in fresh
-    processes: both print `figure` (the task's score)."""
+def trained_on(backend: str, data: Path, run: Path, figure: str, image_size: int = 32) -> None:
+    """`shardfeed train` (one epoch) and `evaluate` on Keras' `backend` ('jax', 'torch'), in
+    fresh processes: both print `figure` (the task's score)."""
     import importlib.util
     import os
 
-    if importlib.util.find_spec("jax") is None:
-        pytest.skip("jax is not installed")
-    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    if importlib.util.find_spec(backend) is None:
+        pytest.skip(f"{backend} is not installed")
+    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
     cli = [sys.executable, "-m", "shardfeed"]
-    args = ["train", str(data), "--out", str(run), "--epochs", "1", "--image-size", "32", "--batch-size", "16"]
-    trained = subprocess.run([*cli, *args], capture_output=True, text=True, env=env, timeout=600)
+    args = ["train", str(data), "--out", str(run), "--epochs", "1", "--image-size", str(image_size)]
+    trained = subprocess.run([*cli, *args, "--batch-size", "16"], capture_output=True, text=True, env=env, timeout=600)
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert f"validation: {figure}" in trained.stdout + trained.stderr
     evaluated = subprocess.run([*cli, "evaluate", str(run)], capture_output=True, text=True, env=env, timeout=600)

@@ -125,10 +125,31 @@ def test_what_segmentation_cannot_train_with_is_refused(shards: Path, tmp_path: 
         train(str(shards), str(tmp_path / "b"), TrainOptions(image_size=60, epochs=1, batch_size=16), verbose=0)
 
 
-def test_train_and_evaluate_on_jax(shards: Path, tmp_path: Path) -> None:
-    from test_train_multi_label import trained_on_jax
+def test_the_flattened_pixel_loss_is_keras_own_and_the_mean_over_pixels_not_ignored() -> None:
+    """What a segmentation run on the torch backend is compiled with (Keras' own loss fails in
+    PyTorch's backward pass there): the same value as Keras' loss and as the cross-entropy
+    worked out in NumPy over the pixels not marked 255."""
+    import keras
 
-    trained_on_jax(shards, tmp_path / "run", "mean IoU 0.")
+    from shardfeed.training.models import pixel_crossentropy
+
+    rng = np.random.default_rng(0)
+    truth = rng.integers(0, 4, (3, 8, 8))
+    truth[0, :3] = 255
+    scores = rng.random((3, 8, 8, 4)).astype("float32")
+    scores /= scores.sum(-1, keepdims=True)
+    ours = float(pixel_crossentropy()(ignore_class=255)(truth, scores))
+    keras_own = float(keras.losses.SparseCategoricalCrossentropy(ignore_class=255)(truth, scores))
+    kept = truth.reshape(-1) != 255
+    by_hand = float(np.mean(-np.log(scores.reshape(-1, 4)[kept, truth.reshape(-1)[kept]])))
+    assert ours == pytest.approx(keras_own, rel=1e-6) and ours == pytest.approx(by_hand, rel=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_train_and_evaluate_on_the_backend(backend: str, shards: Path, tmp_path: Path) -> None:
+    from test_train_multi_label import trained_on
+
+    trained_on(backend, shards, tmp_path / "run", "mean IoU 0.")
 
 
 def test_the_input_size_left_to_the_data_is_the_masks_own_up_to_224(shards: Path, tmp_path: Path) -> None:

@@ -104,10 +104,14 @@ def compile_args() -> dict[str, Any]:
 def detections(net: Any, images: Any) -> list[ImageObjects]:
     """The detections in one batch of `images` (uint8 [B, H, W, 3]), in pixels of those images:
     boxes xyxy, class ids, confidences."""
+    import keras
+
     images = np.asarray(images)
     height, width = images.shape[1:3]
     out = net.decode_predictions(net(images, training=False), images)
-    counts, boxes, labels, scores = (np.asarray(out[k]) for k in ("num_detections", "boxes", "labels", "confidence"))
+    # convert_to_numpy: PyTorch's tensors keep their gradient tape, which np.asarray refuses
+    keys = ("num_detections", "boxes", "labels", "confidence")
+    counts, boxes, labels, scores = (keras.ops.convert_to_numpy(out[k]) for k in keys)
     return [
         ImageObjects(
             width,

@@ -105,7 +105,25 @@ def _caffe_layer() -> Any:
     return CaffePreprocess
 
 
-_LAYERS: dict[str, Any] = {}
+def _pixel_crossentropy() -> Any:
+    keras = _keras()
+
+    @keras.saving.register_keras_serializable(package="shardfeed", name="PixelCrossentropy")
+    class PixelCrossentropy(keras.losses.SparseCategoricalCrossentropy):  # type: ignore[name-defined]
+        """Sparse categorical cross-entropy of [B, H, W] class ids and [B, H, W, K] scores, computed
+        on them flattened to [pixels] and [pixels, K]: the same loss and the same mean over the
+        pixels not ignored. PyTorch's 2-D `nll_loss` fails in its backward pass on the
+        [B, K, H, W] view Keras' torch backend makes of the scores ("grad_input must be
+        contiguous": pytorch/pytorch#175084, Keras 3.15.1, torch 2.13)."""
+
+        def call(self, y_true: Any, y_pred: Any) -> Any:
+            classes = keras.ops.shape(y_pred)[-1]
+            return super().call(keras.ops.reshape(y_true, (-1,)), keras.ops.reshape(y_pred, (-1, classes)))
+
+    return PixelCrossentropy
+
+
+_LAYERS: dict[str, Any] = {}  # the registered classes, by name
 
 
 def class_names_layer() -> Any:
@@ -120,6 +138,14 @@ def caffe_layer() -> Any:
     if "caffe" not in _LAYERS:
         _LAYERS["caffe"] = _caffe_layer()
     return _LAYERS["caffe"]
+
+
+def pixel_crossentropy() -> Any:
+    """The registered `PixelCrossentropy` loss class (registered once, on first use): what a
+    segmentation run on Keras' torch backend is compiled with."""
+    if "pixel_crossentropy" not in _LAYERS:
+        _LAYERS["pixel_crossentropy"] = _pixel_crossentropy()
+    return _LAYERS["pixel_crossentropy"]
 
 
 def build_model(
@@ -334,6 +360,7 @@ def load_model(path: str) -> Any:
     keras = _keras()
     class_names_layer()
     caffe_layer()
+    pixel_crossentropy()
     if _made_by_keras_hub(path):
         detector_class()  # imports KerasHub and registers the detector
     return keras.saving.load_model(path)

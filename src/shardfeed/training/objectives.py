@@ -23,7 +23,7 @@ from typing import Any
 from shardfeed.errors import OptionError
 from shardfeed.format.schema import CLASSIFICATION, DETECTION, IGNORED_LABEL, MULTI_LABEL, SEGMENTATION
 from shardfeed.training.detector import DETECTOR, compile_args
-from shardfeed.training.models import SEGMENTER
+from shardfeed.training.models import SEGMENTER, pixel_crossentropy
 from shardfeed.training.options import AUTO
 
 IGNORED = IGNORED_LABEL
@@ -72,6 +72,8 @@ class Objective:
     def loss(self, keras: Any) -> Any:
         if self.task == MULTI_LABEL:
             return keras.losses.BinaryCrossentropy()
+        if self.task == SEGMENTATION and keras.backend.backend() == "torch":  # Keras' own fails there
+            return pixel_crossentropy()(ignore_class=IGNORED)
         if self.task == SEGMENTATION:
             return keras.losses.SparseCategoricalCrossentropy(ignore_class=IGNORED)
         return keras.losses.SparseCategoricalCrossentropy()
