@@ -301,6 +301,27 @@ def test_what_the_detector_cannot_train_with_is_refused(shards: Path, tmp_path: 
         train(str(shards), str(tmp_path / "b"), TrainOptions(image_size=48, epochs=1, batch_size=16), verbose=0)
     with pytest.raises(OptionError, match="retinanet trains from random weights here"):
         train(str(shards), str(tmp_path / "c"), TrainOptions(weights="imagenet", epochs=1, batch_size=16), verbose=0)
+    # at 32 px the shapes are 4-11 px across, below the 16 px of the smallest anchors: KerasHub's
+    # losses would be 0 from the first step (no anchor is a positive) and nothing learned
+    with pytest.raises(OptionError, match=r"at 32 x 32 px no anchor of retinanet overlaps any of the \d+ objects"):
+        train(str(shards), str(tmp_path / "d"), TrainOptions(image_size=32, epochs=1, batch_size=16), verbose=0)
+
+
+def test_which_objects_the_anchors_reach() -> None:
+    """In a 64 x 64 image the smallest anchors (KerasHub's, level 3: stride 8) are squares of
+    16, 20 and 24 px (and their 1:2, 2:1 ratios) centred at every multiple of 8: 16 px squares
+    centred on one ((8, 8), (40, 40)) are reached (IoU 1); a 4 px square is not (IoU at most
+    16/256); nor a 16 px square shifted half the stride off (centre (12, 12)), whose best
+    overlap is 4/9 (inside the 24 px anchor centred at (16, 16)); padding (-1) is no object."""
+    from shardfeed.training.detector import anchor_reach
+
+    boxes = np.array([[[0, 0, 16, 16], [10, 10, 14, 14], [0, 0, 0, 0]], [[32, 32, 48, 48], [0, 0, 0, 0], [0, 0, 0, 0]]])
+    labels = np.array([[0, 1, -1], [2, -1, -1]])
+    images = np.zeros((2, 64, 64, 3), np.uint8)
+    objects, missed, side = anchor_reach([(images, {"boxes": boxes, "labels": labels})], (64, 64))
+    assert (objects, missed, side) == (3, 1, 4.0)
+    shifted = np.array([[[4, 4, 20, 20]]])
+    assert anchor_reach([(images[:1], {"boxes": shifted, "labels": np.array([[0]])})], (64, 64)) == (1, 1, 16.0)
 
 
 def test_defaults_left_to_boxes(shards: Path) -> None:

@@ -19,6 +19,7 @@ scores       COCO's, by pycocotools (training/detection_metrics.py)
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -28,9 +29,14 @@ from shardfeed import lazy
 from shardfeed.errors import OptionError
 from shardfeed.training.detection_metrics import ImageObjects, detection_metrics
 
+log = logging.getLogger("shardfeed")
+
 DETECTOR = "retinanet"  # the model name `train` knows it by (--model retinanet)
 STRIDE = 32  # the input's sides are multiples of this: the FPN's coarsest level (P5)
 BOX_FORMAT = "xyxy"  # `load`'s default, so the batches need no conversion
+POSITIVE_IOU = 0.5  # KerasHub's RetinaNet label encoder: an anchor learns an object it overlaps this much
+REACH_WARNING = 0.1  # the share of objects no anchor reaches that `train` warns of
+REACH_IMAGES = 128  # the training images `train` looks at for it
 
 
 def build_detector(class_names: Sequence[str], image_size: tuple[int, int], *, weights: str | None = None) -> Any:
@@ -58,7 +64,19 @@ def build_detector(class_names: Sequence[str], image_size: tuple[int, int], *, w
         image_shape=(*image_size, 3),
     )
     backbone = hub.models.RetinaNetBackbone(image_encoder=image, min_level=3, max_level=5, use_p5=False)
-    anchors = hub.layers.AnchorGenerator(
+    return detector_class()(
+        backbone=backbone,
+        num_classes=len(class_names),
+        anchor_generator=_anchor_generator(),
+        bounding_box_format=BOX_FORMAT,
+        pre_logits_num_conv_layers=1,
+        preprocessor=None,
+    )
+
+
+def _anchor_generator() -> Any:
+    """The detector's anchors: FPN levels 3-5, twice the level's stride, 3 scales, 3 aspect ratios."""
+    return lazy.keras_hub().layers.AnchorGenerator(
         bounding_box_format=BOX_FORMAT,
         min_level=3,
         max_level=5,
@@ -66,14 +84,62 @@ def build_detector(class_names: Sequence[str], image_size: tuple[int, int], *, w
         aspect_ratios=[0.5, 1.0, 2.0],
         anchor_size=2,
     )
-    return detector_class()(
-        backbone=backbone,
-        num_classes=len(class_names),
-        anchor_generator=anchors,
-        bounding_box_format=BOX_FORMAT,
-        pre_logits_num_conv_layers=1,
-        preprocessor=None,
-    )
+
+
+def anchor_reach(batches: Iterable[Any], image_size: tuple[int, int]) -> tuple[int, int, float]:
+    """(objects, those no anchor of the detector at `image_size` overlaps by IoU >= POSITIVE_IOU,
+    their median side in pixels) in `batches` of `load`'s (images, {"boxes", "labels"}) at that
+    size. An object no anchor reaches never becomes a positive of KerasHub's label encoder: the
+    detector cannot learn it, and where none is reached its losses are 0 and it learns nothing."""
+    import keras
+
+    height, width = image_size
+    levels = _anchor_generator()(np.zeros((1, height, width, 3), np.float32))
+    anchors = keras.ops.concatenate(list(levels.values()), axis=0)
+    objects, missed, sides = 0, 0, []
+    for _, targets in batches:
+        for boxes, labels in zip(np.asarray(targets["boxes"]), np.asarray(targets["labels"]), strict=True):
+            boxes = boxes[labels >= 0]
+            if not len(boxes):
+                continue
+            iou = keras.utils.bounding_boxes.compute_iou(anchors, boxes, bounding_box_format=BOX_FORMAT)
+            reached = keras.ops.convert_to_numpy(iou).max(axis=0) >= POSITIVE_IOU
+            objects, missed = objects + len(boxes), missed + int(np.sum(~reached))
+            sides += np.sqrt(
+                (boxes[~reached, 2] - boxes[~reached, 0]) * (boxes[~reached, 3] - boxes[~reached, 1])
+            ).tolist()
+    return objects, missed, float(np.median(sides)) if sides else 0.0
+
+
+def check_anchor_reach(batches: Iterable[Any], image_size: tuple[int, int]) -> None:
+    """Refuses a size at which the detector's anchors reach none of the objects in `batches`
+    (`anchor_reach`), and says how many they miss where that is REACH_WARNING of them or more.
+
+    Raises:
+        OptionError: no object is reached: training would learn nothing.
+    """
+    objects, missed, side = anchor_reach(batches, image_size)
+    size = f"{image_size[1]} x {image_size[0]} px"
+    smallest = 2 * 2**3  # anchor_size x the stride of level 3
+    if objects and missed == objects:
+        raise OptionError(
+            f"at {size} no anchor of {DETECTOR} overlaps any of the {objects} objects of the first training "
+            f"images by IoU {POSITIVE_IOU} (objects ~{side:.0f} px across, its smallest anchors {smallest} px): "
+            "it would learn nothing; train at a larger --image-size"
+        )
+    if objects and missed >= REACH_WARNING * objects:
+        log.warning(
+            "%d of the %d objects of the first training images (%.0f%%) are too small for %s's anchors at %s "
+            "(~%.0f px across; its smallest anchors are %d px): it cannot learn them; a larger --image-size "
+            "reaches more",
+            missed,
+            objects,
+            100 * missed / objects,
+            DETECTOR,
+            size,
+            side,
+            smallest,
+        )
 
 
 @functools.cache

@@ -16,13 +16,14 @@ from typing import Any
 from shardfeed.deprecation import renamed
 from shardfeed.errors import OptionError, SourceError, tensorflow_message
 from shardfeed.format import manifest, storage
-from shardfeed.format.schema import CLASSIFICATION
+from shardfeed.format.schema import CLASSIFICATION, DETECTION
 from shardfeed.lazy import tensorflow
 from shardfeed.read.mixture import Mixture, open_mixture
 from shardfeed.read.options import ReadOptions
 from shardfeed.read.remote.feed import check_room
 from shardfeed.tools.bottleneck import PROBE_BATCHES, input_probe
 from shardfeed.training.batchnorm import batches_for, precise_bn_callback
+from shardfeed.training.detector import REACH_IMAGES, check_anchor_reach
 from shardfeed.training.devices import place, set_precision
 from shardfeed.training.fine_tune import (
     WHOLE,
@@ -241,6 +242,9 @@ class _TrainingRun:
 
         self.keras, o = keras, self.options
         keras.utils.set_random_seed(o.seed)
+        if self.objective.task == DETECTION and not self.resume:  # a size whose objects no anchor reaches: refused
+            height, width = self.record.image_size
+            check_anchor_reach(self.inputs.evaluation(o.train_split).take(-(-REACH_IMAGES // o.batch)), (height, width))
         precision = set_precision(keras, o)
         placement = place(o.devices)
         described = placement.describe(o.batch)
