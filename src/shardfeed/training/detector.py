@@ -174,7 +174,10 @@ def detections(net: Any, images: Any) -> list[ImageObjects]:
 
     images = np.asarray(images)
     height, width = images.shape[1:3]
-    out = net.decode_predictions(net(images, training=False), images)
+    # float32 for the decoder: under mixed precision the heads give float16, which KerasHub's
+    # decoder multiplies with its float32 anchors (TensorFlow refuses; JAX promotes)
+    raw = {k: keras.ops.cast(v, "float32") for k, v in net(images, training=False).items()}
+    out = net.decode_predictions(raw, images)
     # convert_to_numpy: PyTorch's tensors keep their gradient tape, which np.asarray refuses
     keys = ("num_detections", "boxes", "labels", "confidence")
     counts, boxes, labels, scores = (keras.ops.convert_to_numpy(out[k]) for k in keys)

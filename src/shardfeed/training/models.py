@@ -341,8 +341,12 @@ def model_class_names(model: Any) -> list[str]:
 
 def predicted(net: Any, images: Any) -> np.ndarray:
     """`net.predict_on_batch` on a batch that tf.data made: handed over as a NumPy array, which
-    every Keras backend takes (JAX's refuses TensorFlow tensors), and returned as one."""
-    return np.asarray(net.predict_on_batch(np.asarray(images)))
+    every Keras backend takes (JAX's refuses TensorFlow tensors), and returned as one, a row an
+    image. A model built under `train --devices N` (MirroredStrategy) gives each of its N
+    replicas the whole batch and returns their outputs one after the other (Keras 3.15.1 on
+    TensorFlow): the first replica's rows are the batch's."""
+    batch = np.asarray(images)
+    return np.asarray(net.predict_on_batch(batch))[: len(batch)]
 
 
 def scored(net: Any, ds: Any) -> tuple[np.ndarray, np.ndarray]:
