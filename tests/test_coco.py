@@ -515,6 +515,7 @@ def test_object_detection_api_records_are_adopted_and_read(coco: Path, tmp_path:
     objects = m.split("train").objects
     assert objects is not None and dict(objects.instances) == {"person": 1, "car": 1, "dog": 1}
     assert objects.without_objects == 1 and m.split("train").class_counts == {"person": 1, "car": 1, "dog": 1}
+    assert objects.most == max(len(squares) for squares in SQUARES.values())  # the most in one record
     assert verify(str(folder), progress=False).ok
     ((images, targets),) = list(load(str(folder), batch_size=3, image_size=(120, 160), training=False))
     ours = {-1: -1, 0: 0, 2: 1, 17: 2}  # label map id - 1 -> the COCO conversion's class (boxes_frame_objects' colours)

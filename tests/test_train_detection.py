@@ -294,6 +294,31 @@ def test_a_detection_run_killed_mid_epoch_trains_on_the_uninterrupted_runs_batch
     assert first[:9] + second == reference
 
 
+def test_every_training_batch_is_padded_to_the_most_objects_in_one_image(source: Path, shards: Path) -> None:
+    """The manifest keeps the most objects one image of each split holds (here against the
+    COCO file's own annotations per image); `train` pads every batch's boxes to the most of its
+    splits, so the step has one shape (XLA, JAX and PyTorch compile it once, not per count)."""
+    from collections import Counter
+
+    from shardfeed import load
+    from shardfeed.format import manifest
+    from shardfeed.format.schema import DETECTION
+    from shardfeed.read.options import DecodeOptions
+    from shardfeed.training.objectives import objective_for
+
+    coco = json.loads((source / "instances.json").read_text())
+    per_image = Counter(a["image_id"] for a in coco["annotations"])
+    facts = manifest.read(str(shards))
+    most = {name: facts.split(name).objects.most for name in ("train", "validation")}  # type: ignore[union-attr]
+    assert max(most.values()) == max(per_image.values()) and min(most.values()) >= 1
+    decode = objective_for(DETECTION, str(shards)).decode(DecodeOptions(), facts, ["train", "validation"])
+    assert decode.max_objects == max(most.values())
+    shapes = {tuple(targets["boxes"].shape[1:]) for _, targets in load(str(shards), batch_size=16, decode=decode)}
+    assert shapes == {(decode.max_objects, 4)}
+    # a mixture of folders, or a folder written before the count was kept: each batch its own most
+    assert objective_for(DETECTION, str(shards)).decode(DecodeOptions(), None, ["train"]).max_objects is None
+
+
 def test_what_the_detector_cannot_train_with_is_refused(shards: Path, tmp_path: Path) -> None:
     with pytest.raises(OptionError, match="detection boxes are learned by retinanet, not 'resnet50'"):
         train(str(shards), str(tmp_path / "a"), TrainOptions(model="resnet50"))

@@ -192,8 +192,11 @@ def test_yolo_boxes_after_the_exif_turn_and_every_skip_is_reported(yolo: Path, t
         "instance_counts": {"car": 1, "person": 2},
         "box_sizes": {"small": 0, "medium": 2, "large": 1},
         "images_without_objects": 1,
+        "max_objects_per_image": 3,  # chelsea's three
     }
-    assert "train objects: 3 (1.50 per image; small 0, medium 2, large 1), 1 image without any" in format_info(facts)
+    assert "train objects: 3 (1.50 per image, at most 3; small 0, medium 2, large 1), 1 image without any" in (
+        format_info(facts)
+    )
 
 
 def _decoded(out: Path, split: str) -> dict[str, dict[str, np.ndarray]]:
@@ -319,3 +322,5 @@ def test_append_reports_changed_annotations_and_keeps_source_ids(yolo: Path, tmp
     assert [c["file"] for c in changed] == ["images/train/chelsea.png"] and "now_annotations" in changed[0]
     after = {k: v["source_id"] for k, v in decoded(out).items()}
     assert {k: after[k] for k in before} == before and after["images/train/another.png"] not in before.values()
+    # the most objects in one image, over both generations: chelsea's three, as first converted
+    assert manifest.read(str(out)).split("train").objects.most == 3  # type: ignore[union-attr]

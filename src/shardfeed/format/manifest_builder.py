@@ -48,26 +48,31 @@ class ShardInfo:
 
 @dataclass(frozen=True)
 class ObjectStats:
-    """A detection split's (or shard's) objects: per class, per COCO size, and the images with none."""
+    """A detection split's (or shard's) objects: per class, per COCO size, the images with none,
+    and the most in one image (what a fixed-shape batch pads to: `DecodeOptions.max_objects`)."""
 
     instances: Mapping[str, int] = field(default_factory=dict)  # class name -> objects
     sizes: Mapping[str, int] = field(default_factory=dict)  # 'small' / 'medium' / 'large' -> objects
     without_objects: int = 0  # images with no object
+    most: int | None = None  # objects in the image with the most (None: written before it was counted)
 
     def plus(self, other: ObjectStats) -> ObjectStats:
-        """Both together."""
+        """Both together (the most not known if either does not know it)."""
         return ObjectStats(
             dict(Counter(self.instances) + Counter(other.instances)),
             dict(Counter(self.sizes) + Counter(other.sizes)),
             self.without_objects + other.without_objects,
+            None if self.most is None or other.most is None else max(self.most, other.most),
         )
 
     def fields(self) -> dict[str, Any]:
         """A split's fields for these facts."""
+        most = {"max_objects_per_image": self.most} if self.most is not None else {}
         return {
             "instance_counts": dict(sorted(self.instances.items())),
             "box_sizes": {name: self.sizes.get(name, 0) for name, _ in COCO_SIZES},
             "images_without_objects": self.without_objects,
+            **most,
         }
 
     @classmethod
@@ -75,7 +80,12 @@ class ObjectStats:
         """The statistics a written split holds (None: not a detection split)."""
         if "instance_counts" not in split:
             return None
-        return cls(split["instance_counts"], split.get("box_sizes", {}), split.get("images_without_objects", 0))
+        return cls(
+            split["instance_counts"],
+            split.get("box_sizes", {}),
+            split.get("images_without_objects", 0),
+            split.get("max_objects_per_image"),
+        )
 
 
 @dataclass(frozen=True)

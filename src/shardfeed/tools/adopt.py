@@ -249,7 +249,7 @@ def _facts(
     objects = None
     if detection and labels is not None:
         instances = {labels[label - label_offset]: n for label, n in scan.labels.items()}
-        objects = ObjectStats(instances, dict(scan.object_sizes), scan.without_objects)
+        objects = ObjectStats(instances, dict(scan.object_sizes), scan.without_objects, scan.most_objects)
     return ShardFacts(split, info, class_counts, images, objects=objects)
 
 

@@ -306,8 +306,10 @@ def _split_details(name: str, split: dict[str, Any], all_classes: bool = False) 
         total = sum(objects["instance_counts"].values())
         sizes = ", ".join(f"{k} {v:,}" for k, v in objects["box_sizes"].items())
         per_image = total / split["records"] if split["records"] else 0.0
+        most = objects.get("max_objects_per_image")
+        per_image_text = f"{per_image:.2f} per image" + (f", at most {most:,}" if most is not None else "")
         lines.append(
-            f"  {name} objects: {total:,} ({per_image:.2f} per image; {sizes}), "
+            f"  {name} objects: {total:,} ({per_image_text}; {sizes}), "
             f"{_plural(objects['images_without_objects'], 'image')} without any; per class:"
         )
         lines += ["  " + line for line in _histogram(objects["instance_counts"], all_classes)]

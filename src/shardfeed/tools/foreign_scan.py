@@ -103,6 +103,7 @@ class ShardScan:
     image_classes: Counter[int] = field(default_factory=Counter)  # detection: images showing each label
     object_sizes: Counter[str] = field(default_factory=Counter)  # detection: objects by COCO size
     without_objects: int = 0  # detection: images with none
+    most_objects: int = 0  # detection: the most in one image
 
 
 def read_schema(files: list[str], compression: str | None, options: AdoptOptions) -> Schema:
@@ -227,6 +228,7 @@ def _objects(scan: ShardScan, features: dict[str, list[Any]]) -> str | None:
             scan.texts.setdefault(label, set()).add(texts[index].decode(errors="replace"))
     scan.image_classes.update(set(labels))
     scan.without_objects += not labels
+    scan.most_objects = max(scan.most_objects, len(labels))
     return None
 
 

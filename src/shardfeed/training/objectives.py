@@ -17,11 +17,14 @@ read (`metric`; validation's is `val_<metric>`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from shardfeed.errors import OptionError
+from shardfeed.format.manifest import Manifest
 from shardfeed.format.schema import CLASSIFICATION, DETECTION, IGNORED_LABEL, MULTI_LABEL, SEGMENTATION
+from shardfeed.read.options import DecodeOptions
 from shardfeed.training.detector import DETECTOR, compile_args
 from shardfeed.training.models import SEGMENTER, pixel_crossentropy
 from shardfeed.training.options import AUTO
@@ -61,6 +64,20 @@ class Objective:
             what = "segmentation masks" if self.task == SEGMENTATION else "detection boxes"
             raise OptionError(f"{what} are learned by {own}, not {asked!r} (--model {own})")
         return own
+
+    def decode(self, decode: DecodeOptions, facts: Manifest | None, splits: Sequence[str | None]) -> DecodeOptions:
+        """How the run's images are read: a detection run's boxes padded to the most objects an
+        image of `splits` holds (the manifest's fact), so every batch has one shape and XLA, JAX
+        and PyTorch compile the step once, not again for each new count; left to each batch
+        where the facts are not known (`facts` None: a mixture of folders; a folder written
+        before the count was kept), so no object is ever cut."""
+        if self.task != DETECTION or facts is None:
+            return decode
+        counts = [facts.split(name).objects for name in splits if name is not None]
+        known = [c.most for c in counts if c is not None and c.most is not None]
+        if not known or len(known) < len(counts):
+            return decode
+        return replace(decode, max_objects=max(1, *known))
 
     def compiled(self, keras: Any, classes: int) -> dict[str, Any]:
         """What `compile` takes beside the optimizer: the loss and the metrics (the detector's

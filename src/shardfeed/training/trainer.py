@@ -125,8 +125,10 @@ class _TrainingRun:
         mixed = self.mixture.as_json() if self.mixture is not None else None
         self.record = replace(record, weights=self.weights or "none", phases=self.schedule.as_json(), mixture=mixed)
         o = self.options
+        facts = self.manifest if self.mixture is None else None
+        self.decode = self.objective.decode(o.decode, facts, [o.train_split, self.record.validation_split])
         self.inputs = RunInputs(
-            self.manifest, o.batch, o.side, o.seed, o.augmentation, o.decode, train_data=self.mixture
+            self.manifest, o.batch, o.side, o.seed, o.augmentation, self.decode, train_data=self.mixture
         )
         self.steps = self._check_training_set()
         self.initial_epoch, self.initial_step = starting_point(
@@ -343,7 +345,7 @@ class _TrainingRun:
             save_every=o.save_every,
             image_size=o.side,
             augment=o.augmentation,
-            decode=o.decode,
+            decode=self.decode,
             read=replace(self.train_read, balance=o.balance),
             start=lambda net: self.enter(net, phase, number),
             **fit,

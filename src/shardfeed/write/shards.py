@@ -52,6 +52,7 @@ class ShardResult:
     instance_counts: dict[str, int] | None = None  # detection: class name -> objects written
     box_sizes: dict[str, int] | None = None  # and COCO size -> objects
     images_without_objects: int = 0
+    most_objects: int | None = None  # and the most in one image (None: a part written before it was counted)
 
     def to_json(self) -> str:
         """The partial manifest's text. Its fields are plain values, lists and tuples: dumped as
@@ -64,7 +65,9 @@ class ShardResult:
         images = ImageStats(self.formats, self.max_side, self.short_sides)
         objects = None
         if self.instance_counts is not None:
-            objects = ObjectStats(self.instance_counts, self.box_sizes or {}, self.images_without_objects)
+            objects = ObjectStats(
+                self.instance_counts, self.box_sizes or {}, self.images_without_objects, self.most_objects
+            )
         return ShardFacts(self.split, info, self.class_counts, images, tuple(why for _, why in self.converted), objects)
 
     def without_records(self) -> ShardResult:
@@ -172,13 +175,15 @@ def write_shard(
 
 
 def _count_objects(result: ShardResult, objects: tuple[tuple[int, str], ...], class_names: Sequence[str]) -> None:
-    """A detection record's objects added to its shard's counts (per class, per COCO size)."""
+    """A detection record's objects added to its shard's counts (per class, per COCO size, the
+    most in one image)."""
     instances = result.instance_counts = result.instance_counts if result.instance_counts is not None else {}
     sizes = result.box_sizes = result.box_sizes if result.box_sizes is not None else {}
     for label, size in objects:
         instances[class_names[label]] = instances.get(class_names[label], 0) + 1
         sizes[size] = sizes.get(size, 0) + 1
     result.images_without_objects += not objects
+    result.most_objects = max(result.most_objects or 0, len(objects))
 
 
 def _add_hashes(result: ShardResult, unhashed: list[tuple[int, perceptual_hash.Source]]) -> None:
