@@ -34,6 +34,8 @@ log = logging.getLogger("shardfeed")
 DETECTOR = "retinanet"  # the model name `train` knows it by (--model retinanet)
 STRIDE = 32  # the input's sides are multiples of this: the FPN's coarsest level (P5)
 BOX_FORMAT = "xyxy"  # `load`'s default, so the batches need no conversion
+MIN_LEVEL, MAX_LEVEL = 3, 5  # the FPN levels the heads read
+ANCHOR_SIZE = 2  # an anchor's side in strides of its level, at its first scale
 POSITIVE_IOU = 0.5  # KerasHub's RetinaNet label encoder: an anchor learns an object it overlaps this much
 REACH_WARNING = 0.1  # the share of objects no anchor reaches that `train` warns of
 REACH_IMAGES = 128  # the training images `train` looks at for it
@@ -63,7 +65,7 @@ def build_detector(class_names: Sequence[str], image_size: tuple[int, int], *, w
         use_pre_activation=False,
         image_shape=(*image_size, 3),
     )
-    backbone = hub.models.RetinaNetBackbone(image_encoder=image, min_level=3, max_level=5, use_p5=False)
+    backbone = hub.models.RetinaNetBackbone(image_encoder=image, min_level=MIN_LEVEL, max_level=MAX_LEVEL, use_p5=False)
     return detector_class()(
         backbone=backbone,
         num_classes=len(class_names),
@@ -78,11 +80,11 @@ def _anchor_generator() -> Any:
     """The detector's anchors: FPN levels 3-5, twice the level's stride, 3 scales, 3 aspect ratios."""
     return lazy.keras_hub().layers.AnchorGenerator(
         bounding_box_format=BOX_FORMAT,
-        min_level=3,
-        max_level=5,
+        min_level=MIN_LEVEL,
+        max_level=MAX_LEVEL,
         num_scales=3,
         aspect_ratios=[0.5, 1.0, 2.0],
-        anchor_size=2,
+        anchor_size=ANCHOR_SIZE,
     )
 
 
@@ -105,9 +107,8 @@ def anchor_reach(batches: Iterable[Any], image_size: tuple[int, int]) -> tuple[i
             iou = keras.utils.bounding_boxes.compute_iou(anchors, boxes, bounding_box_format=BOX_FORMAT)
             reached = keras.ops.convert_to_numpy(iou).max(axis=0) >= POSITIVE_IOU
             objects, missed = objects + len(boxes), missed + int(np.sum(~reached))
-            sides += np.sqrt(
-                (boxes[~reached, 2] - boxes[~reached, 0]) * (boxes[~reached, 3] - boxes[~reached, 1])
-            ).tolist()
+            small = boxes[~reached]
+            sides += np.sqrt((small[:, 2] - small[:, 0]) * (small[:, 3] - small[:, 1])).tolist()
     return objects, missed, float(np.median(sides)) if sides else 0.0
 
 
@@ -120,7 +121,7 @@ def check_anchor_reach(batches: Iterable[Any], image_size: tuple[int, int]) -> N
     """
     objects, missed, side = anchor_reach(batches, image_size)
     size = f"{image_size[1]} x {image_size[0]} px"
-    smallest = 2 * 2**3  # anchor_size x the stride of level 3
+    smallest = ANCHOR_SIZE * 2**MIN_LEVEL  # in pixels: the first scale's side at the finest level
     if objects and missed == objects:
         raise OptionError(
             f"at {size} no anchor of {DETECTOR} overlaps any of the {objects} objects of the first training "
@@ -238,8 +239,9 @@ def predicted_boxes(
             height, width = int(example[schema.HEIGHT]), int(example[schema.WIDTH])
             sx, sy = width / image.shape[1], height / image.shape[0]
             boxes = np.clip(found.boxes * [sx, sy, sx, sy], 0, [width, height, width, height])
-            placed.append((file.decode(), ImageObjects(width, height, boxes, found.classes, found.scores)))
-            keep_first(first, (file.decode(), image, found), grid_size)
+            name = file.decode()
+            placed.append((name, ImageObjects(width, height, boxes, found.classes, found.scores)))
+            keep_first(first, (name, image, found), grid_size)
     shown = [
         drawn_boxes(name, image, found.boxes.tolist(), found.classes.tolist(), list(names))
         for name, image, found in sorted(first, key=lambda t: t[0])
