@@ -74,7 +74,8 @@ def main() -> None:
     parser.add_argument("--models", help="comma-separated (default: all)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
-    from shardfeed.training.models import BACKBONES, MODELS
+    from shardfeed.training.backbones import BACKBONES
+    from shardfeed.training.models import MODELS
 
     names = args.models.split(",") if args.models else list(MODELS)
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}

@@ -17,9 +17,10 @@ import pytest
 
 from shardfeed.errors import OptionError
 from shardfeed.training import TrainOptions, load_model, read_resume_point, train
+from shardfeed.training.backbones import BACKBONES
 from shardfeed.training.fine_tune import FINE_TUNE, HEAD, backbone_of, schedule, trainable_flags
 from shardfeed.training.model_choice import choose_model
-from shardfeed.training.models import BACKBONES, build_model
+from shardfeed.training.models import build_model
 
 SIZE = 32
 
@@ -69,15 +70,15 @@ def test_auto_model_offline_picks_a_network_that_learns_from_random_weights(phot
 
 def test_imagenet_source_finds_keras_cached_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A notop weights file in KERAS_HOME/models counts as available without a network."""
-    from shardfeed.training import models
+    from shardfeed.training import backbones
 
     monkeypatch.setenv("KERAS_HOME", str(tmp_path))
-    monkeypatch.setattr(models, "WEIGHTS_HOST", ("127.0.0.1", _closed_port()))  # nothing listens: offline
-    assert models.imagenet_source("mobilenet_v3_small") is None
+    monkeypatch.setattr(backbones, "WEIGHTS_HOST", ("127.0.0.1", _closed_port()))  # nothing listens: offline
+    assert backbones.imagenet_source("mobilenet_v3_small") is None
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "weights_mobilenet_v3_small_224_1.0_float_no_top_v2.h5").write_bytes(b"x")
-    assert models.imagenet_source("mobilenet_v3_small") == "cache"
-    assert models.imagenet_source("efficientnet_v2_b0") is None
+    assert backbones.imagenet_source("mobilenet_v3_small") == "cache"
+    assert backbones.imagenet_source("efficientnet_v2_b0") is None
 
 
 def _closed_port() -> int:

@@ -15,7 +15,8 @@ import pytest
 from conftest import crops, photos
 
 from shardfeed.errors import OptionError
-from shardfeed.training.models import BACKBONES, build_model, load_model
+from shardfeed.training.backbones import BACKBONES
+from shardfeed.training.models import build_model, load_model
 
 
 def _images(count: int, size: int) -> np.ndarray:

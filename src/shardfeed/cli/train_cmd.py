@@ -43,7 +43,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--model",
         choices=[AUTO, *MODELS],
-        help=f"default {TrainOptions.model}; auto: picked from the data's size and image sizes (docs/training.md)",
+        help=f"default {TrainOptions.model}; auto: from the data; a backbone encodes masks/boxes (docs/training.md)",
     )
     p.add_argument("--epochs", type=int, help=f"default {EPOCHS}; boxes (detection): {DETECTION_EPOCHS}")
     p.add_argument("--batch-size", type=int, help=f"default {BATCH_SIZE}; boxes (detection): {DETECTION_BATCH_SIZE}")

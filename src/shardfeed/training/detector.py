@@ -6,7 +6,8 @@ model        KerasHub's `RetinaNetObjectDetector` on a small ResNet from random 
              ratios): the setting that learned from scratch on 2 CPU cores (mAP@0.5 0.74 in
              19 minutes at 96 px, docs/benchmarks/training.md). KerasHub's ImageNet presets
              are downloads, which `train` cannot count on; a larger backbone would not learn
-             from random weights in that time.
+             from random weights in that time. On a keras.applications backbone with ImageNet
+             weights instead when one is asked for or they can be had (training/encoders.py).
 input        `load`'s uint8 images as they are (0-255): the stem's BatchNorm takes the scale,
              so the model needs no rescaling layer and reads what `load` yields; boxes in
              `load`'s xyxy pixels of the output image, labels padded with -1
@@ -41,31 +42,46 @@ REACH_WARNING = 0.1  # the share of objects no anchor reaches that `train` warns
 REACH_IMAGES = 128  # the training images `train` looks at for it
 
 
-def build_detector(class_names: Sequence[str], image_size: tuple[int, int], *, weights: str | None = None) -> Any:
+def build_detector(
+    class_names: Sequence[str],
+    image_size: tuple[int, int],
+    *,
+    weights: str | None = None,
+    image_encoder: Any = None,
+) -> Any:
     """The detector (module docstring), not compiled: uint8 [H, W, 3] in; `compile_args` says how
     to compile it.
 
+    Args:
+        image_encoder: a KerasHub feature-pyramid backbone with P3-P5 in place of the small ResNet
+            (a keras.applications backbone's, from its own weights: training/encoders.py).
+
     Raises:
-        OptionError: weights asked for (it trains from random weights), sides not multiples of
-            STRIDE.
+        OptionError: weights asked for the small ResNet (it trains from random weights), sides not
+            multiples of STRIDE.
         MissingDependencyError: KerasHub is not installed (the line says how to install it).
     """
     if weights not in (None, "none"):
-        raise OptionError(f"{DETECTOR} trains from random weights here; --weights {weights} is for the classifiers")
+        raise OptionError(
+            f"{DETECTOR} trains from random weights here; --weights {weights} is for a backbone (--model mobilenet_v2)"
+        )
     if image_size[0] % STRIDE or image_size[1] % STRIDE:
         raise OptionError(f"{DETECTOR} takes sides that are multiples of {STRIDE} (its FPN's P5), got {image_size}")
     hub = lazy.keras_hub()
-    image = hub.models.ResNetBackbone(
-        input_conv_filters=[64],
-        input_conv_kernel_sizes=[3],
-        stackwise_num_filters=[64, 64, 128, 256],
-        stackwise_num_blocks=[1, 1, 1, 1],
-        stackwise_num_strides=[1, 2, 2, 2],
-        block_type="basic_block",
-        use_pre_activation=False,
-        image_shape=(*image_size, 3),
+    if image_encoder is None:
+        image_encoder = hub.models.ResNetBackbone(
+            input_conv_filters=[64],
+            input_conv_kernel_sizes=[3],
+            stackwise_num_filters=[64, 64, 128, 256],
+            stackwise_num_blocks=[1, 1, 1, 1],
+            stackwise_num_strides=[1, 2, 2, 2],
+            block_type="basic_block",
+            use_pre_activation=False,
+            image_shape=(*image_size, 3),
+        )
+    backbone = hub.models.RetinaNetBackbone(
+        image_encoder=image_encoder, min_level=MIN_LEVEL, max_level=MAX_LEVEL, use_p5=False
     )
-    backbone = hub.models.RetinaNetBackbone(image_encoder=image, min_level=MIN_LEVEL, max_level=MAX_LEVEL, use_p5=False)
     return detector_class()(
         backbone=backbone,
         num_classes=len(class_names),

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from shardfeed.errors import OptionError
-from shardfeed.training.models import BACKBONES
+from shardfeed.training.backbones import BACKBONES
 
 ALL = "all"
 HEAD, FINE_TUNE, WHOLE = "head", "fine-tune", "all"
@@ -107,10 +107,13 @@ def schedule(
 
 
 def backbone_of(net: Any) -> Any | None:
-    """The keras.applications model nested in a classifier built by `build_model` (None: small_cnn)."""
+    """The keras.applications model inside a model built by `build_model` (None: small_cnn, the
+    small U-Net, the small-ResNet detector): nested in a classifier or in a U-Net's encoder; in
+    a KerasHub detector, in its image encoder (so its FPN and heads are not taken for it)."""
     import keras
 
-    return next((layer for layer in net.layers if isinstance(layer, keras.Model)), None)
+    encoder = getattr(getattr(net, "backbone", None), "image_encoder", None)
+    return next((layer for layer in (encoder or net).layers if isinstance(layer, keras.Model)), None)
 
 
 def trainable_flags(net: Any, phase: Phase) -> dict[str, bool]:

@@ -18,8 +18,14 @@ them (96-px images at 224 px: 5.4x the pixels; issue 51's benchmark, docs/benchm
 A detection run likewise, rounded up to a multiple of 32 (the detector's coarsest feature map):
 on a CPU the input size decides whether a detector learns in minutes (docs/benchmarks/training.md).
 
+Masks and boxes (`_dense_model`): their U-Net or RetinaNet on 'mobilenet_v2' (`DENSE_BACKBONE`, the
+TensorFlow segmentation tutorial's encoder, the smallest of the backbones to run) when its ImageNet
+weights can be had (or --weights imagenet asks for them), as Model Garden starts its detectors and
+segmenters from an ImageNet backbone; else the small U-Net or the small-ResNet RetinaNet, which
+learn from random weights on a CPU (docs/benchmarks/training.md); images under `SMALL_SIDE` px too.
+
 A backbone is only worth it with its ImageNet weights: when they cannot be had (not in Keras'
-cache and no network: `models.imagenet_source`) or `--weights none` was asked for, fewer than
+cache and no network: `backbones.imagenet_source`) or `--weights none` was asked for, fewer than
 `MANY` images get 'small_cnn', which learns from random weights (on 360 photos of 6 classes,
 mobilenet_v3_small from random weights stayed at chance, 0.167, where small_cnn reached 0.986:
 issue 35).
@@ -34,13 +40,17 @@ from dataclasses import dataclass, replace
 from shardfeed.format import manifest, schema
 from shardfeed.read.options import BATCH_SIZE, IMAGE_SIZE
 from shardfeed.training.augment_choice import choose_augment, median_short_side
-from shardfeed.training.detector import STRIDE
-from shardfeed.training.models import imagenet_source
+from shardfeed.training.backbones import BACKBONES, IMAGENET, imagenet_source
+from shardfeed.training.detector import DETECTOR, STRIDE
+from shardfeed.training.encoders import MULTIPLE
+from shardfeed.training.models import SEGMENTER
 from shardfeed.training.options import AUTO, DETECTION_BATCH_SIZE, DETECTION_EPOCHS, EPOCHS, TrainOptions
 
 SMALL_SIDE = 64
 FEW = 1_000
 MANY = 50_000
+DENSE_BACKBONE = "mobilenet_v2"  # the encoder of masks and boxes where ImageNet's weights can be had
+DENSE = {schema.SEGMENTATION: (SEGMENTER, "masks"), schema.DETECTION: (DETECTOR, "boxes")}
 
 log = logging.getLogger("shardfeed")
 
@@ -78,6 +88,8 @@ def choose_model(
     m = manifest.opened(data)
     count = m.split(split).num_records
     side = median_short_side(m, split, seed=seed)
+    if m.header.task in DENSE:
+        return _dense_model(m.header.task, side, weights, source)
     if side < SMALL_SIDE:
         return ModelChoice("small_cnn", f"small images (median shorter side {side:g} px < {SMALL_SIDE})")
     backbone = _by_size(count)
@@ -93,6 +105,22 @@ def choose_model(
     return backbone
 
 
+def _dense_model(task: str, side: float, weights: str, source: Callable[[str], str | None]) -> ModelChoice:
+    """The model for masks or boxes (module docstring)."""
+    own, what = DENSE[task]
+    if side < SMALL_SIDE:
+        return ModelChoice(own, f"{what} on small images (median shorter side {side:g} px < {SMALL_SIDE})")
+    found = source(DENSE_BACKBONE) if weights == AUTO else None
+    if weights == IMAGENET or found is not None:
+        where = {"cache": "in Keras' cache", "network": "downloadable"}.get(found or "", "asked for")
+        return ModelChoice(DENSE_BACKBONE, f"{what}, and ImageNet weights for {DENSE_BACKBONE} ({where}): its encoder")
+    if weights == AUTO:
+        why = f"no ImageNet weights for {DENSE_BACKBONE} (not in Keras' cache, no network)"
+    else:
+        why = f"--weights {weights}"
+    return ModelChoice(own, f"{what}, {why}: {own} learns from random weights")
+
+
 def _by_size(count: int) -> ModelChoice:
     """The backbone for `count` training photos."""
     if count < FEW:
@@ -104,12 +132,15 @@ def _by_size(count: int) -> ModelChoice:
     return ModelChoice("efficientnet_v2_s", f"{count:,} photos (>= {MANY:,}): enough to fine-tune a larger backbone")
 
 
-def choose_image_size(data: str | manifest.Manifest, split: str, *, seed: int = 0) -> SizeChoice:
-    """The input side for training on `data[split]` when none is asked for (module docstring)."""
+def choose_image_size(data: str | manifest.Manifest, split: str, *, seed: int = 0, model: str = AUTO) -> SizeChoice:
+    """The input side for training `model` on `data[split]` when none is asked for (module
+    docstring): a backbone's U-Net takes multiples of 32 (training/encoders.py)."""
     m = manifest.opened(data)
     multiple = {schema.SEGMENTATION: 8, schema.DETECTION: STRIDE}.get(m.header.task)
     if multiple is None:
         return SizeChoice(IMAGE_SIZE, "the default")
+    if model in BACKBONES:
+        multiple = MULTIPLE
     what = "masks" if m.header.task == schema.SEGMENTATION else "boxes"
     side = median_short_side(m, split, seed=seed)
     own = max(multiple, -(-int(side) // multiple) * multiple)  # rounded up to a multiple of the model's
@@ -129,7 +160,7 @@ def resolved(options: TrainOptions, data: manifest.Manifest) -> TrainOptions:
         log.info("model: %s, chosen for %s (--model to override)", model.model, model.reason)
         options = replace(options, model=model.model)
     if options.image_size is None:
-        size = choose_image_size(data, split, seed=seed)
+        size = choose_image_size(data, split, seed=seed, model=options.model)
         if size.side != IMAGE_SIZE:
             log.info("image size: %d, chosen for %s (--image-size to override)", size.side, size.reason)
         options = replace(options, image_size=size.side)

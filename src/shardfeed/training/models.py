@@ -1,4 +1,6 @@
-"""Keras classifiers for `train`, taking uint8 images (normalisation happens inside the model).
+"""The Keras models `train` builds, taking uint8 images (normalisation happens inside the model):
+classifiers (on a small CNN or a keras.applications backbone: training/backbones.py), U-Nets
+(small, or on a backbone: training/encoders.py) and the detector (training/detector.py).
 
 The class names travel inside the saved `.keras` file, in a `ClassNames` output layer, so a
 model file alone is enough to predict named classes.
@@ -6,62 +8,20 @@ model file alone is enough to predict named classes.
 
 from __future__ import annotations
 
-import os
-import re
-import socket
 import zipfile
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from shardfeed.errors import OptionError
+from shardfeed.format.schema import CLASSIFICATION, DETECTION, SEGMENTATION
 from shardfeed.lazy import tensorflow
+from shardfeed.training.backbones import BACKBONES, IMAGENET, application, caffe_layer, first_line, preprocessed
 from shardfeed.training.detector import DETECTOR, build_detector, detector_class
+from shardfeed.training.encoders import pyramid_encoder, pyramid_encoder_class, unet_probabilities
 
-
-@dataclass(frozen=True)
-class Backbone:
-    """A keras.applications backbone: its constructor, the input range its weights expect, the
-    size its ImageNet weights were trained at, and its fine-tuning defaults (training/fine_tune.py).
-    The preprocessing lives inside the model, so a saved model.keras needs nothing else to predict.
-
-    preprocessing: 'tf' (pixels scaled to [-1, 1]), 'caffe' (RGB to BGR, ImageNet channel means
-    subtracted), 'builtin' (the application's own layers; it takes 0..255).
-    fine_tune_from: the name prefix of the first layer phase 2 unfreezes: the last stage (stride
-    32) of each network, or for MobileNetV2 the TF transfer-learning tutorial's layer 100 (block 11).
-    fine_tune_rate: phase 2's learning rate as a share of phase 1's: 1/10 as in the TF tutorial;
-    1/100 for EfficientNetV2 and ConvNeXt, whose fine-tuning recipes (Keras' EfficientNet example,
-    the ConvNeXt paper's 5e-5 after 4e-3 pre-training) go much lower.
-    """
-
-    application: str
-    preprocessing: str
-    input_size: int
-    fine_tune_from: str
-    fine_tune_rate: float = 0.1
-    weights_token: str = ""  # in the name of the ImageNet weights file Keras caches (any input size)
-
-
-BACKBONES = {
-    "mobilenet_v2": Backbone("MobileNetV2", "tf", 224, "block_11_", weights_token="mobilenet_v2_"),
-    "mobilenet_v3_small": Backbone("MobileNetV3Small", "builtin", 224, "expanded_conv_8_", 0.1, "mobilenet_v3_small"),
-    "mobilenet_v3_large": Backbone("MobileNetV3Large", "builtin", 224, "expanded_conv_12_", 0.1, "mobilenet_v3_large"),
-    "resnet50": Backbone("ResNet50", "caffe", 224, "conv5_", weights_token="resnet50_weights"),
-    "resnet50_v2": Backbone("ResNet50V2", "tf", 224, "conv5_", weights_token="resnet50v2_weights"),
-    "efficientnet_v2_b0": Backbone("EfficientNetV2B0", "builtin", 224, "block6a_", 0.01, "efficientnetv2-b0"),
-    "efficientnet_v2_s": Backbone("EfficientNetV2S", "builtin", 384, "block6a_", 0.01, "efficientnetv2-s"),
-    "convnext_tiny": Backbone(
-        "ConvNeXtTiny", "builtin", 224, "convnext_tiny_downsampling_block_2", 0.01, "convnext_tiny"
-    ),
-}
 SEGMENTER = "small_unet"  # what a segmentation run trains (training/objectives.py)
 MODELS = ("small_cnn", *BACKBONES, SEGMENTER, DETECTOR)
-IMAGENET = "imagenet"
-DOWNLOAD_TIMEOUT = 20.0  # seconds a weights download may stall before it counts as no network
-WEIGHTS_HOST = ("storage.googleapis.com", 443)  # where keras.applications downloads ImageNet weights from
-REACH_TIMEOUT = 3.0  # seconds to connect to it before it counts as unreachable
-_CAFFE_MEANS = (103.939, 116.779, 123.68)  # BGR, what keras.applications.resnet50.preprocess_input subtracts
 
 
 def _keras() -> Any:
@@ -89,20 +49,6 @@ def _class_names_layer() -> Any:
             return {**super().get_config(), "class_names": self.class_names}
 
     return ClassNames
-
-
-def _caffe_layer() -> Any:
-    keras = _keras()
-
-    @keras.saving.register_keras_serializable(package="shardfeed", name="CaffePreprocess")
-    class CaffePreprocess(keras.layers.Layer):  # type: ignore[name-defined]
-        """RGB 0..255 to BGR minus the ImageNet channel means (ResNet50's 'caffe' weights)."""
-
-        def call(self, inputs: Any) -> Any:
-            x = keras.ops.cast(inputs, self.compute_dtype)[..., ::-1]
-            return x - keras.ops.convert_to_tensor(_CAFFE_MEANS, dtype=self.compute_dtype)
-
-    return CaffePreprocess
 
 
 def _pixel_crossentropy() -> Any:
@@ -133,13 +79,6 @@ def class_names_layer() -> Any:
     return _LAYERS["class_names"]
 
 
-def caffe_layer() -> Any:
-    """The registered `CaffePreprocess` layer class (registered once, on first use)."""
-    if "caffe" not in _LAYERS:
-        _LAYERS["caffe"] = _caffe_layer()
-    return _LAYERS["caffe"]
-
-
 def pixel_crossentropy() -> Any:
     """The registered `PixelCrossentropy` loss class (registered once, on first use): what a
     segmentation run on Keras' torch backend is compiled with."""
@@ -156,16 +95,19 @@ def build_model(
     channels: int = 3,
     weights: str | None = None,
     activation: str = "softmax",
+    task: str = CLASSIFICATION,
 ) -> Any:
-    """A classifier: uint8 [H, W, C] in, class probabilities out (float32, also under mixed precision):
-    one distribution over the classes (softmax), or with activation='sigmoid' one probability
-    per class (multi-label).
+    """A model for `task`: uint8 [H, W, C] in; for classes, class probabilities out (float32, also
+    under mixed precision): one distribution over the classes (softmax), or with
+    activation='sigmoid' one probability per class (multi-label).
 
     Args:
         name: 'small_cnn' (the cats-vs-dogs recipe's CNN) or a keras.applications backbone
             (`BACKBONES`), with its own preprocessing inside the model; 'small_unet' makes a
             segmenter instead: class probabilities per pixel, [H, W, K]; 'retinanet' KerasHub's
-            detector (training/detector.py; not compiled: it compiles with its own losses).
+            detector (training/detector.py; not compiled: it compiles with its own losses). A
+            backbone for a segmentation or detection `task` is that model's encoder
+            (training/encoders.py).
         weights: None or 'none' (random initialisation), 'imagenet' (Keras downloads and caches
             them; without a network: an OptionError naming the file and where to put it), or a
             local file: backbone weights without the top (e.g. *_notop.h5) or the whole model's.
@@ -179,29 +121,47 @@ def build_model(
     weights = None if weights in (None, "none") else weights
     if name == DETECTOR:
         return build_detector(class_names, image_size, weights=weights)
+    if task == DETECTION and name in BACKBONES:
+        encoder, whole_model_file = pyramid_encoder(name, image_size, channels, weights)
+        net = build_detector(class_names, image_size, image_encoder=encoder)
+        return _with_whole_weights(net, whole_model_file, f"{name} detector", class_names, image_size, channels)
     inputs = keras.Input((*image_size, channels), dtype="uint8", name="image")
     if name == SEGMENTER:
         if image_size[0] % 8 or image_size[1] % 8:
             raise OptionError(f"{SEGMENTER} takes sides that are multiples of 8 (its 3 poolings), got {image_size}")
         return _small_unet(keras, inputs, class_names, weights)
-    whole_model_file = None
-    if name == "small_cnn":
-        if weights == IMAGENET:
-            raise OptionError("small_cnn has no ImageNet weights; pick a keras.applications --model for them")
-        x, whole_model_file = _small_cnn(keras, inputs), weights
+    if task == SEGMENTATION:  # a backbone's U-Net
+        x, whole_model_file = unet_probabilities(inputs, name, image_size, channels, weights, len(class_names))
     else:
-        x, whole_model_file = _with_backbone(keras, inputs, name, image_size, channels, weights)
-    x = keras.layers.Dense(len(class_names), name="logits")(x)
-    x = keras.layers.Activation(activation, dtype="float32", name="probabilities")(x)
+        if name == "small_cnn":
+            if weights == IMAGENET:
+                raise OptionError("small_cnn has no ImageNet weights; pick a keras.applications --model for them")
+            x, whole_model_file = _small_cnn(keras, inputs), weights
+        else:
+            backbone, whole_model_file = application(name, image_size, weights)
+            x = backbone(preprocessed(inputs, name, channels))
+        x = keras.layers.Dense(len(class_names), name="logits")(x)
+        x = keras.layers.Activation(activation, dtype="float32", name="probabilities")(x)
     outputs = class_names_layer()(class_names, name="class_names", dtype="float32")(x)
-    model = keras.Model(inputs, outputs, name=name)
-    if whole_model_file:
+    model = keras.Model(inputs, outputs, name=name if task != SEGMENTATION else f"{name}_unet")
+    return _with_whole_weights(model, whole_model_file, name, class_names, image_size, channels)
+
+
+def _with_whole_weights(
+    model: Any, file: str | None, what: str, class_names: list[str], image_size: tuple[int, int], channels: int
+) -> Any:
+    """`model` with the weights of `file` loaded into it (a whole model's weights), when given.
+
+    Raises:
+        OptionError: the file does not fit the model (Keras' reason, first line).
+    """
+    if file:
         try:
-            model.load_weights(whole_model_file)
+            model.load_weights(file)
         except Exception as e:  # Keras raises ValueError/KeyError/OSError, naming the layer and shapes
             raise OptionError(
-                f"weights file {whole_model_file} does not fit the {name} model for {len(class_names)} classes at "
-                f"{image_size[0]}x{image_size[1]}x{channels}: {_first_line(e)}"
+                f"weights file {file} does not fit the {what} model for {len(class_names)} classes at "
+                f"{image_size[0]}x{image_size[1]}x{channels}: {first_line(e)}"
             ) from None
     return model
 
@@ -254,86 +214,6 @@ def _small_cnn(keras: Any, inputs: Any) -> Any:
     return keras.layers.Dropout(0.3)(x)
 
 
-def _with_backbone(
-    keras: Any, inputs: Any, name: str, image_size: tuple[int, int], channels: int, weights: str | None
-) -> tuple[Any, str | None]:
-    """The backbone's pooled features of `inputs`, its preprocessing in front; and the weights
-    file to load into the whole model when `weights` is not the backbone's own."""
-    spec = BACKBONES[name]
-    x = keras.layers.Concatenate()([inputs, inputs, inputs]) if channels == 1 else inputs
-    if spec.preprocessing == "tf":
-        x = keras.layers.Rescaling(1 / 127.5, offset=-1.0)(x)
-    elif spec.preprocessing == "caffe":
-        x = caffe_layer()()(x)
-    else:
-        x = keras.layers.Rescaling(1.0)(x)  # a float copy of 0..255; the backbone scales it itself
-    kwargs: dict[str, Any] = {"include_top": False, "input_shape": (*image_size, 3), "pooling": "avg"}
-    if spec.preprocessing == "builtin":
-        kwargs["include_preprocessing"] = True
-    app = getattr(keras.applications, spec.application)
-    if weights == IMAGENET:
-        return _imagenet(app, kwargs, name)(x), None
-    backbone = app(weights=None, **kwargs)
-    if weights is None:
-        return backbone(x), None
-    try:
-        backbone.load_weights(weights)
-    except Exception:  # not backbone weights: perhaps the whole model's (tried once it is built)
-        return backbone(x), weights
-    return backbone(x), None
-
-
-def keras_cache() -> str:
-    """The folder Keras keeps downloaded weights in (and reads without a network)."""
-    return os.path.join(os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras"), "models")
-
-
-def imagenet_source(name: str) -> str | None:
-    """Where `name`'s ImageNet weights would come from: 'cache' (a file in Keras' cache),
-    'network' (the download host answers), or None (neither: offline, nothing cached). Asks no
-    TensorFlow, so `--model auto` decides before it loads."""
-    token = BACKBONES[name].weights_token
-    folder = keras_cache()
-    if token and os.path.isdir(folder) and any(token in f and "top" in f for f in os.listdir(folder)):
-        return "cache"
-    try:
-        socket.create_connection(WEIGHTS_HOST, timeout=REACH_TIMEOUT).close()
-    except OSError:
-        return None
-    return "network"
-
-
-def _imagenet(app: Any, kwargs: dict[str, Any], name: str) -> Any:
-    """The backbone with ImageNet weights (from the Keras cache, else downloaded into it).
-
-    Raises:
-        OptionError: they cannot be downloaded (no network): the file Keras wanted, where to put
-            it, and the other choices.
-    """
-    before = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(DOWNLOAD_TIMEOUT)  # a blocked network fails in seconds, not minutes
-    try:
-        return app(weights=IMAGENET, **kwargs)
-    except Exception as e:  # Keras' get_file raises a bare Exception("URL fetch failure on URL: ...")
-        text = str(e)
-        url = re.search(r"https?://\S+?\.h5", text)
-        wanted = f"{url.group(0).rsplit('/', 1)[-1]} (from {url.group(0)})" if url else "its ImageNet weights file"
-        reason = _first_line(e).rsplit(": ", 1)[-1] if url else _first_line(e)
-        raise OptionError(
-            f"ImageNet weights for {name} could not be had ({reason}): Keras wanted {wanted}; put that file "
-            f"in {keras_cache()} (Keras' cache, read without a network), or pass --weights FILE with a local copy; "
-            "or train --model small_cnn, which learns from random weights on small data (what --model auto "
-            f"picks offline); {name} from random weights (--weights none) needs far more images"
-        ) from None
-    finally:
-        socket.setdefaulttimeout(before)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0][:300] if text else type(error).__name__
-
-
 def model_class_names(model: Any) -> list[str]:
     """The class names stored in a model built by `build_model`."""
     return list(model.get_layer("class_names").class_names)
@@ -367,6 +247,7 @@ def load_model(path: str) -> Any:
     pixel_crossentropy()
     if _made_by_keras_hub(path):
         detector_class()  # imports KerasHub and registers the detector
+        pyramid_encoder_class()  # a detector on a keras.applications backbone
     return keras.saving.load_model(path)
 
 

@@ -7,12 +7,14 @@ read (`metric`; validation's is `val_<metric>`).
                      under each class's precision-recall curve averaged over classes (`auc_pr`:
                      Keras' `AUC(curve="PR", multi_label=True)`, an interpolated estimate of
                      mAP; `evaluate` gives mAP itself, training/multi_label.py) and binary accuracy
-    segmentation     a small U-Net (`models.SEGMENTER`, 'small_unet'), softmax per pixel, sparse categorical
-                     cross-entropy with 255 ignored, Keras' mean IoU over the classes
-                     (`mean_iou`; `evaluate` gives per-class IoU, training/segmentation.py)
-    detection        KerasHub's RetinaNet (`detector.DETECTOR`, 'retinanet', training/detector.py),
-                     its focal and smooth-L1 losses; Keras logs the loss alone (`loss`: lower is
-                     better), COCO's mAP is computed at the end and by `evaluate`
+    segmentation     a U-Net (`models.SEGMENTER`, 'small_unet', or on a backbone:
+                     training/encoders.py), softmax per pixel, sparse categorical cross-entropy
+                     with 255 ignored, Keras' mean IoU over the classes (`mean_iou`; `evaluate`
+                     gives per-class IoU, training/segmentation.py)
+    detection        KerasHub's RetinaNet (`detector.DETECTOR`, 'retinanet', training/detector.py;
+                     on a backbone: training/encoders.py), its focal and smooth-L1 losses; Keras
+                     logs the loss alone (`loss`: lower is better), COCO's mAP is computed at the
+                     end and by `evaluate`
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from shardfeed.errors import OptionError
 from shardfeed.format.manifest import Manifest
 from shardfeed.format.schema import CLASSIFICATION, DETECTION, IGNORED_LABEL, MULTI_LABEL, SEGMENTATION
 from shardfeed.read.options import DecodeOptions
+from shardfeed.training.backbones import BACKBONES
 from shardfeed.training.detector import DETECTOR, compile_args
 from shardfeed.training.models import SEGMENTER, pixel_crossentropy
 from shardfeed.training.options import AUTO
@@ -48,7 +51,9 @@ class Objective:
 
     def model_for(self, asked: str) -> str:
         """The model this task trains when `asked` is asked for: a segmentation run's is the
-        U-Net, a detection run's the RetinaNet ('auto' and the default 'small_cnn' mean them).
+        U-Net, a detection run's the RetinaNet ('small_cnn', the default, means them), each on a
+        keras.applications backbone when one is named (training/encoders.py); 'auto' is left
+        to `model_choice.choose_model`.
 
         Raises:
             OptionError: a classifier asked for masks or boxes, or the U-Net or the detector
@@ -60,9 +65,14 @@ class Objective:
                 learned = "segmentation masks" if asked == SEGMENTER else "detection boxes"
                 raise OptionError(f"{asked} learns {learned}; this data holds {self.task} labels")
             return asked
-        if asked not in (AUTO, "small_cnn", own):
+        if asked in (AUTO, *BACKBONES):
+            return asked
+        if asked not in ("small_cnn", own):
             what = "segmentation masks" if self.task == SEGMENTATION else "detection boxes"
-            raise OptionError(f"{what} are learned by {own}, not {asked!r} (--model {own})")
+            raise OptionError(
+                f"{what} are learned by {own}, not {asked!r} (--model {own}, or a backbone for its encoder: "
+                f"{', '.join(BACKBONES)})"
+            )
         return own
 
     def decode(self, decode: DecodeOptions, facts: Manifest | None, splits: Sequence[str | None]) -> DecodeOptions:

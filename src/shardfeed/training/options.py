@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from shardfeed.errors import OptionError
 from shardfeed.read.augment import Augment
 from shardfeed.read.options import BATCH_SIZE, IMAGE_SIZE, SHUFFLES, DecodeOptions
+from shardfeed.training.backbones import BACKBONES, IMAGENET
 from shardfeed.training.devices import check_spec as check_devices
-from shardfeed.training.models import BACKBONES, IMAGENET, MODELS
+from shardfeed.training.models import MODELS
 
 AUGMENT_PRESETS = {
     "inception": Augment(),

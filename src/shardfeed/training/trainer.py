@@ -354,8 +354,10 @@ class _TrainingRun:
     def _new_model(self) -> Any:
         """A new model for the run, from its starting weights (compiled by `enter`)."""
         o, names, size = self.options, self.record.class_names, self.record.image_size
-        activation = self.objective.activation
-        return build_model(o.model, names, size, channels=o.channels, weights=self.weights, activation=activation)
+        activation, task = self.objective.activation, self.objective.task
+        return build_model(
+            o.model, names, size, channels=o.channels, weights=self.weights, activation=activation, task=task
+        )
 
     def enter(self, net: Any, phase: Phase, number: int, *, loaded: bool = False) -> Any:
         """`net` set up for `phase`: its trainable flags, and compiled with the phase's optimizer
