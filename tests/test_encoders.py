@@ -3,7 +3,8 @@ TensorFlow segmentation tutorial's layers for MobileNetV2, the stage outputs for
 U-Net and the detector start from the backbone's weights and save and load whole; the head
 phase freezes the backbone alone; `--model auto` picks MobileNetV2 where Keras' cache holds its
 ImageNet weights (a weights file under Keras' own name in KERAS_HOME, offline) and the small
-models where it does not; `train` then `evaluate` run in real processes."""
+models where it does not; `train` then `evaluate` run in real processes, on TensorFlow, JAX and
+PyTorch."""
 
 from __future__ import annotations
 
@@ -134,14 +135,16 @@ def test_a_backbone_detector_starts_from_the_backbones_weights_and_saves_whole(
     file, weights = keras_home[0] / "models" / CACHED_FILE, keras_home[1]
     net = build_model("mobilenet_v2", TAGS, (64, 64), weights=str(file), task=DETECTION)
     assert _same(backbone_of(net).get_weights(), weights)
+    from keras.ops import convert_to_numpy
+
     images = _photos(2, 64).astype("float32")
-    outputs = {k: np.asarray(v) for k, v in net(images).items()}
+    outputs = {k: convert_to_numpy(v) for k, v in net(images).items()}
     # anchors: 9 per cell of the 8x8, 4x4 and 2x2 maps (strides 8, 16, 32 of 64 px)
     assert outputs["bbox_regression"].shape == (2, 9 * (64 + 16 + 4), 4)
     net.save(tmp_path / "detector.keras")
     again = load_model(str(tmp_path / "detector.keras"))
     for key, value in again(images).items():
-        np.testing.assert_array_equal(np.asarray(value), outputs[key])
+        np.testing.assert_array_equal(convert_to_numpy(value), outputs[key])
 
     set_phase(net, schedule("mobilenet_v2", pretrained=True, epochs=2, learning_rate=1e-3).phases[0])
     learning = {v.path for v in net.trainable_weights}
@@ -169,8 +172,8 @@ def test_auto_picks_mobilenet_v2_for_masks_and_boxes_where_its_weights_can_be_ha
     assert choose_image_size(str(seg_shards), "train", model="small_unet").side == 64
 
 
-def _train_and_evaluate(shards: Path, run: Path, home: Path) -> tuple[str, str]:
-    env = dict(os.environ, KERAS_HOME=str(home), KERAS_BACKEND="tensorflow")
+def _train_and_evaluate(shards: Path, run: Path, home: Path, backend: str) -> tuple[str, str]:
+    env = dict(os.environ, KERAS_HOME=str(home), KERAS_BACKEND=backend)
     command = [sys.executable, "-m", "shardfeed"]
     trained = subprocess.run(
         [*command, "train", str(shards), "--out", str(run), "--model", "auto", "--epochs", "2", "--batch-size", "8"],
@@ -185,12 +188,20 @@ def _train_and_evaluate(shards: Path, run: Path, home: Path) -> tuple[str, str]:
     return trained.stdout + trained.stderr, scored.stdout
 
 
-@pytest.mark.parametrize("task", [SEGMENTATION, DETECTION])
+@pytest.mark.parametrize(
+    ("task", "backend"),
+    [(SEGMENTATION, "tensorflow"), (DETECTION, "tensorflow"), (SEGMENTATION, "torch"), (DETECTION, "jax")],
+)
 def test_train_auto_on_masks_and_boxes_starts_from_cached_imagenet_weights(
-    task: str, seg_shards: Path, det_shards: Path, keras_home: tuple[Path, list[np.ndarray]], tmp_path: Path
+    task: str,
+    backend: str,
+    seg_shards: Path,
+    det_shards: Path,
+    keras_home: tuple[Path, list[np.ndarray]],
+    tmp_path: Path,
 ) -> None:
     shards = seg_shards if task == SEGMENTATION else det_shards
-    said, scores = _train_and_evaluate(shards, tmp_path / "run", keras_home[0])
+    said, scores = _train_and_evaluate(shards, tmp_path / "run", keras_home[0], backend)
     what = "masks" if task == SEGMENTATION else "boxes"
     assert f"model: mobilenet_v2, chosen for {what}, and ImageNet weights for mobilenet_v2 (in Keras' cache)" in said
     record = json.loads((tmp_path / "run" / "run.json").read_text())

@@ -90,6 +90,12 @@ def test_evaluate_is_pycocotools_on_the_same_detections(run_dir: Path) -> None:
     result = evaluate(str(run_dir))
     metrics = json.loads((run_dir / "metrics.json").read_text())
     net = load_model(str(run_dir / "model.keras"))
+    shown = net.prediction_decoder
+    assert shown.confidence_threshold == 0.5  # KerasHub's default, what predict shows
+    # COCO's protocol (Detectron2, Model Garden, torchvision): detections down to 0.05, 100 at most
+    net.prediction_decoder = keras_hub.layers.NonMaxSuppression(
+        bounding_box_format="xyxy", from_logits=True, confidence_threshold=0.05, max_detections=100
+    )
     images, annotations, detections = [], [], []
     for x, y in RunFolder(str(run_dir)).read_record().inputs().evaluation("validation"):
         out = net.decode_predictions(net(x, training=False), x)
@@ -134,6 +140,25 @@ def test_evaluate_is_pycocotools_on_the_same_detections(run_dir: Path) -> None:
     assert result["mAP"] == pytest.approx(max(scoring.stats[0], 0.0), abs=1e-9)
     assert result["mAP@0.5"] == pytest.approx(max(scoring.stats[1], 0.0), abs=1e-9)
     assert result["mAP@0.5"] == pytest.approx(metrics["val_mAP@0.5"], abs=1e-9)
+    assert sum(d["score"] < 0.5 for d in detections) > 0  # the low-confidence ones count
+
+
+def test_scoring_keeps_what_predict_shows_and_more(run_dir: Path) -> None:
+    """Detections down to 0.05 (evaluate's) hold exactly the boxes at 0.5 (predict's) among those
+    of 0.5 or more: NMS is greedy by confidence. The model keeps its own decoder afterwards."""
+    from shardfeed.training.detector import detections, scoring_detections
+
+    net = load_model(str(run_dir / "model.keras"))
+    for x, _ in RunFolder(str(run_dir)).read_record().inputs().evaluation("validation"):
+        shown = detections(net, x)
+        with scoring_detections(net):
+            scored = detections(net, x)
+        for few, many in zip(shown, scored, strict=True):
+            confident = many.scores >= 0.5
+            np.testing.assert_allclose(many.boxes[confident], few.boxes, atol=1e-4)
+            np.testing.assert_array_equal(many.classes[confident], few.classes)
+            assert len(many.boxes) >= len(few.boxes)
+    assert net.prediction_decoder.confidence_threshold == 0.5
 
 
 def test_the_cli_prints_coco_map_and_the_report_renders(run_dir: Path) -> None:
