@@ -69,6 +69,15 @@ def tensorflow() -> Any:
         return _import("tensorflow", hint)
 
 
+def keras() -> Any:
+    """Keras, with TensorFlow imported first (`tensorflow`): the models here are fed by tf.data
+    whatever Keras' backend."""
+    tensorflow()
+    import keras as module
+
+    return module
+
+
 _released_at_exit = False
 
 

@@ -6,14 +6,15 @@ pooled for a classifier or as feature maps for a segmenter or detector (training
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
 from dataclasses import dataclass
 from typing import Any
 
+from shardfeed import lazy
 from shardfeed.errors import OptionError
-from shardfeed.lazy import tensorflow
 
 
 @dataclass(frozen=True)
@@ -58,18 +59,11 @@ WEIGHTS_HOST = ("storage.googleapis.com", 443)  # where keras.applications downl
 REACH_TIMEOUT = 3.0  # seconds to connect to it before it counts as unreachable
 _CAFFE_MEANS = (103.939, 116.779, 123.68)  # BGR, what keras.applications.resnet50.preprocess_input subtracts
 
-_LAYERS: dict[str, Any] = {}  # the registered classes, by name
 
-
-def _keras() -> Any:
-    tensorflow()
-    import keras
-
-    return keras
-
-
-def _caffe_layer() -> Any:
-    keras = _keras()
+@functools.cache
+def caffe_layer() -> Any:
+    """The registered `CaffePreprocess` layer class (registered once, on first use)."""
+    keras = lazy.keras()
 
     @keras.saving.register_keras_serializable(package="shardfeed", name="CaffePreprocess")
     class CaffePreprocess(keras.layers.Layer):  # type: ignore[name-defined]
@@ -82,18 +76,11 @@ def _caffe_layer() -> Any:
     return CaffePreprocess
 
 
-def caffe_layer() -> Any:
-    """The registered `CaffePreprocess` layer class (registered once, on first use)."""
-    if "caffe" not in _LAYERS:
-        _LAYERS["caffe"] = _caffe_layer()
-    return _LAYERS["caffe"]
-
-
 def preprocessed(inputs: Any, name: str, channels: int) -> Any:
     """`inputs` (uint8 0..255, `channels` 1 or 3) as `name`'s ImageNet weights expect them: grey
     repeated to RGB, then scaled to [-1, 1] ('tf'), made BGR minus the ImageNet means ('caffe'),
     or handed over as 0..255 floats for the application's own layers ('builtin')."""
-    keras = _keras()
+    keras = lazy.keras()
     spec = BACKBONES[name]
     x = keras.layers.Concatenate()([inputs, inputs, inputs]) if channels == 1 else inputs
     if spec.preprocessing == "tf":
@@ -114,7 +101,7 @@ def application(
     Raises:
         OptionError: ImageNet weights that cannot be had (`imagenet_application`).
     """
-    keras = _keras()
+    keras = lazy.keras()
     spec = BACKBONES[name]
     kwargs: dict[str, Any] = {"include_top": False, "input_shape": (*image_size, 3), "pooling": pooling}
     if spec.preprocessing == "builtin":

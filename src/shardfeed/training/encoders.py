@@ -20,6 +20,7 @@ The preprocessing the weights expect is inside the model (training/backbones.py)
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from shardfeed import lazy
@@ -99,21 +100,11 @@ def pyramid_encoder(
     return encoder, whole_model_file
 
 
-_CLASSES: dict[str, type] = {}
-
-
+@functools.cache
 def pyramid_encoder_class() -> type:
     """The registered `PyramidEncoder` class (KerasHub imported and the class registered on first
     use; `models.load_model` calls it before loading a detector)."""
-    if "pyramid" not in _CLASSES:
-        _CLASSES["pyramid"] = _pyramid_encoder_class()
-    return _CLASSES["pyramid"]
-
-
-def _pyramid_encoder_class() -> type:
-    import keras
-
-    hub = lazy.keras_hub()
+    keras, hub = lazy.keras(), lazy.keras_hub()
 
     @keras.saving.register_keras_serializable(package="shardfeed", name="PyramidEncoder")
     class PyramidEncoder(hub.models.FeaturePyramidBackbone):  # type: ignore[name-defined]

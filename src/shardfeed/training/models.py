@@ -8,14 +8,15 @@ model file alone is enough to predict named classes.
 
 from __future__ import annotations
 
+import functools
 import zipfile
 from typing import Any
 
 import numpy as np
 
+from shardfeed import lazy
 from shardfeed.errors import OptionError
 from shardfeed.format.schema import CLASSIFICATION, DETECTION, SEGMENTATION
-from shardfeed.lazy import tensorflow
 from shardfeed.training.backbones import BACKBONES, IMAGENET, application, caffe_layer, first_line, preprocessed
 from shardfeed.training.detector import DETECTOR, build_detector, detector_class
 from shardfeed.training.encoders import pyramid_encoder, pyramid_encoder_class, unet_probabilities
@@ -24,15 +25,10 @@ SEGMENTER = "small_unet"  # what a segmentation run trains (training/objectives.
 MODELS = ("small_cnn", *BACKBONES, SEGMENTER, DETECTOR)
 
 
-def _keras() -> Any:
-    tensorflow()
-    import keras
-
-    return keras
-
-
-def _class_names_layer() -> Any:
-    keras = _keras()
+@functools.cache
+def class_names_layer() -> Any:
+    """The registered `ClassNames` layer class (registered once, on first use)."""
+    keras = lazy.keras()
 
     @keras.saving.register_keras_serializable(package="shardfeed", name="ClassNames")
     class ClassNames(keras.layers.Layer):  # type: ignore[name-defined]
@@ -51,8 +47,11 @@ def _class_names_layer() -> Any:
     return ClassNames
 
 
-def _pixel_crossentropy() -> Any:
-    keras = _keras()
+@functools.cache
+def pixel_crossentropy() -> Any:
+    """The registered `PixelCrossentropy` loss class (registered once, on first use): what a
+    segmentation run on Keras' torch backend is compiled with."""
+    keras = lazy.keras()
 
     @keras.saving.register_keras_serializable(package="shardfeed", name="PixelCrossentropy")
     class PixelCrossentropy(keras.losses.SparseCategoricalCrossentropy):  # type: ignore[name-defined]
@@ -67,24 +66,6 @@ def _pixel_crossentropy() -> Any:
             return super().call(keras.ops.reshape(y_true, (-1,)), keras.ops.reshape(y_pred, (-1, classes)))
 
     return PixelCrossentropy
-
-
-_LAYERS: dict[str, Any] = {}  # the registered classes, by name
-
-
-def class_names_layer() -> Any:
-    """The registered `ClassNames` layer class (registered once, on first use)."""
-    if "class_names" not in _LAYERS:
-        _LAYERS["class_names"] = _class_names_layer()
-    return _LAYERS["class_names"]
-
-
-def pixel_crossentropy() -> Any:
-    """The registered `PixelCrossentropy` loss class (registered once, on first use): what a
-    segmentation run on Keras' torch backend is compiled with."""
-    if "pixel_crossentropy" not in _LAYERS:
-        _LAYERS["pixel_crossentropy"] = _pixel_crossentropy()
-    return _LAYERS["pixel_crossentropy"]
 
 
 def build_model(
@@ -115,7 +96,7 @@ def build_model(
     Raises:
         OptionError: unknown model name; weights that cannot be had or do not fit the model.
     """
-    keras = _keras()
+    keras = lazy.keras()
     if name not in MODELS:
         raise OptionError(f"model must be one of {list(MODELS)}, got {name!r}")
     weights = None if weights in (None, "none") else weights
@@ -241,7 +222,7 @@ def scored(net: Any, ds: Any) -> tuple[np.ndarray, np.ndarray]:
 def load_model(path: str) -> Any:
     """Loads a `.keras` model saved by `train` (our custom layers registered first; KerasHub
     imported first for a detector, which registers its classes)."""
-    keras = _keras()
+    keras = lazy.keras()
     class_names_layer()
     caffe_layer()
     pixel_crossentropy()
