@@ -345,8 +345,13 @@ def test_every_training_batch_is_padded_to_the_most_objects_in_one_image(source:
 
 
 def test_what_the_detector_cannot_train_with_is_refused(shards: Path, tmp_path: Path) -> None:
-    with pytest.raises(OptionError, match="detection boxes are learned by retinanet, not 'resnet50'"):
-        train(str(shards), str(tmp_path / "a"), TrainOptions(model="resnet50"))
+    with pytest.raises(OptionError, match="detection boxes are learned by retinanet, not 'small_unet'"):
+        train(str(shards), str(tmp_path / "a"), TrainOptions(model="small_unet"))
+    backbone = TrainOptions(model="resnet50", weights="none", image_size=48, epochs=1, batch_size=16)
+    with pytest.raises(
+        OptionError, match=r"resnet50 as an encoder takes sides that are multiples of 32, got \(48, 48\)"
+    ):
+        train(str(shards), str(tmp_path / "e"), backbone, verbose=0)
     with pytest.raises(OptionError, match="retinanet takes sides that are multiples of 32"):
         train(str(shards), str(tmp_path / "b"), TrainOptions(image_size=48, epochs=1, batch_size=16), verbose=0)
     with pytest.raises(OptionError, match="retinanet trains from random weights here"):

@@ -119,8 +119,13 @@ def test_the_cli_prints_mean_iou_and_the_report_renders(run_dir: Path) -> None:
 
 
 def test_what_segmentation_cannot_train_with_is_refused(shards: Path, tmp_path: Path) -> None:
-    with pytest.raises(OptionError, match="segmentation masks are learned by small_unet, not 'resnet50'"):
-        train(str(shards), str(tmp_path / "a"), TrainOptions(model="resnet50"))
+    with pytest.raises(OptionError, match="segmentation masks are learned by small_unet, not 'retinanet'"):
+        train(str(shards), str(tmp_path / "a"), TrainOptions(model="retinanet"))
+    backbone = TrainOptions(model="resnet50", weights="none", image_size=48, epochs=1, batch_size=16)
+    with pytest.raises(
+        OptionError, match=r"resnet50 as an encoder takes sides that are multiples of 32, got \(48, 48\)"
+    ):
+        train(str(shards), str(tmp_path / "c"), backbone, verbose=0)
     with pytest.raises(OptionError, match="small_unet takes sides that are multiples of 8"):
         train(str(shards), str(tmp_path / "b"), TrainOptions(image_size=60, epochs=1, batch_size=16), verbose=0)
 
