@@ -95,6 +95,8 @@ def test_the_feature_maps_are_each_stages_end() -> None:
     }
     with pytest.raises(OptionError, match="multiples of 32"):
         stride_layers(mobilenet, (72, 72))
+    with pytest.raises(OptionError, match="small_cnn is a classifier; segmentation is learned by"):
+        build_model("small_cnn", NAMES, (64, 64), task=SEGMENTATION)
 
 
 def _same(ours: list[np.ndarray], theirs: list[np.ndarray]) -> bool:

@@ -99,6 +99,8 @@ def build_model(
     keras = lazy.keras()
     if name not in MODELS:
         raise OptionError(f"model must be one of {list(MODELS)}, got {name!r}")
+    if task in (SEGMENTATION, DETECTION) and name not in (*BACKBONES, SEGMENTER, DETECTOR):
+        raise OptionError(f"{name} is a classifier; {task} is learned by {SEGMENTER}, {DETECTOR} or on a backbone")
     weights = None if weights in (None, "none") else weights
     if name == DETECTOR:
         return build_detector(class_names, image_size, weights=weights)
