@@ -61,8 +61,7 @@ def stride_layers(app: Any, image_size: tuple[int, int]) -> dict[int, str]:
 def _features(app: Any, image_size: tuple[int, int], strides: tuple[int, ...]) -> Any:
     """`app` as a model of its feature maps at `strides` (its own layers and weights, under its
     own name, so fine-tuning finds its layers: training/fine_tune.py)."""
-    import keras
-
+    keras = lazy.keras()
     names = stride_layers(app, image_size)
     return keras.Model(app.inputs, [app.get_layer(names[s]).output for s in strides], name=app.name)
 
@@ -73,8 +72,7 @@ def unet_probabilities(
     """Per-pixel class probabilities [H, W, classes] of `inputs` (uint8) by the U-Net on backbone
     `name` (module docstring), float32 also under mixed precision; and the weights file to load
     into the whole model once built (`backbones.application`)."""
-    import keras
-
+    keras = lazy.keras()
     app, whole_model_file = application(name, image_size, weights, pooling=None)
     *skips, x = _features(app, image_size, STRIDES)(preprocessed(inputs, name, channels))
     for filters, skip in zip(DECODER_FILTERS, reversed(skips), strict=True):
@@ -91,13 +89,8 @@ def pyramid_encoder(
 ) -> tuple[Any, str | None]:
     """The detector's image encoder on backbone `name` (module docstring), from `weights`; and
     the weights file to load into the whole detector once built (`backbones.application`)."""
-    encoder = pyramid_encoder_class()(name, (*image_size, channels))
-    whole_model_file = None
-    if weights is not None:
-        app, whole_model_file = application(name, image_size, weights, pooling=None)
-        features = next(layer for layer in encoder.layers if isinstance(layer, type(app)))  # app's layers
-        features.set_weights(app.get_weights())
-    return encoder, whole_model_file
+    app, whole_model_file = application(name, image_size, weights, pooling=None)
+    return pyramid_encoder_class()(name, (*image_size, channels), app=app), whole_model_file
 
 
 @functools.cache
@@ -109,13 +102,13 @@ def pyramid_encoder_class() -> type:
     @keras.saving.register_keras_serializable(package="shardfeed", name="PyramidEncoder")
     class PyramidEncoder(hub.models.FeaturePyramidBackbone):  # type: ignore[name-defined]
         """A keras.applications backbone as a KerasHub feature-pyramid backbone: uint8 images in
-        (preprocessed inside), its stride 8, 16, 32 maps as `pyramid_outputs` P3-P5. Built from
-        random weights; `pyramid_encoder` copies pre-trained ones in, and a saved model keeps
-        its own."""
+        (preprocessed inside), its stride 8, 16, 32 maps as `pyramid_outputs` P3-P5. On `app`
+        when given (the backbone built with its weights: `pyramid_encoder`), else on a new one
+        from random weights (as a saved model loads: the file has its own weights)."""
 
-        def __init__(self, backbone: str, image_shape: tuple[int, int, int], **kwargs: Any) -> None:
+        def __init__(self, backbone: str, image_shape: tuple[int, int, int], app: Any = None, **kwargs: Any) -> None:
             size = (int(image_shape[0]), int(image_shape[1]))
-            app, _ = application(backbone, size, None, pooling=None)
+            app = app if app is not None else application(backbone, size, None, pooling=None)[0]
             features = _features(app, size, tuple(PYRAMID.values()))
             inputs = keras.Input(tuple(image_shape), name="images")
             maps = features(preprocessed(inputs, backbone, int(image_shape[2])))
