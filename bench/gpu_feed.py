@@ -60,7 +60,7 @@ from shardfeed.read import dali
 from shardfeed.tools.bottleneck import cores_needed
 
 FEEDS = ("synthetic", "load", "dali")
-KERAS_FEEDS = ("synthetic", "grain", "grain-workers")
+KERAS_FEEDS = ("synthetic", "grain", "grain-workers")  # and "load" (tf.data) when asked for
 WARMUP = 5
 
 
@@ -135,19 +135,23 @@ def one_run_keras(backend: str, feed: str, model: str, data: str, size: int, bat
     net = _detector(size) if detection else _classifier(keras, model, data, size)
     per_epoch = len(shardfeed.IndexedRecords(data, split="train")) // batch
     workers = threads - 1 if feed == "grain-workers" else 0
-    ds = shardfeed.grain_dataset(
-        data,
-        batch_size=batch,
-        image_size=size,
-        seed=0,
-        epochs=(WARMUP + 2 * steps) // per_epoch + 2,
-        num_threads=2 if workers else threads,
-        num_workers=workers,
-        # detection: flips only (train's default for boxes), a fixed object count so that JAX
-        # compiles one step
-        **({"augment": shardfeed.Augment(crop=False), "max_objects": 4} if detection else {}),
+    ds = (
+        None
+        if feed == "load"
+        else shardfeed.grain_dataset(
+            data,
+            batch_size=batch,
+            image_size=size,
+            seed=0,
+            epochs=(WARMUP + 2 * steps) // per_epoch + 2,
+            num_threads=2 if workers else threads,
+            num_workers=workers,
+            # detection: flips only (train's default for boxes), a fixed object count so that JAX
+            # compiles one step
+            **({"augment": shardfeed.Augment(crop=False), "max_objects": 4} if detection else {}),
+        )
     )
-    batches = iter(ds)
+    batches = iter(_tf_data_batches(data, batch, size, detection) if feed == "load" else ds)
 
     def on_device(batch_: Any) -> Any:
         """The batch as the backend's tensors (uint8 images: the models take them as they are)."""
@@ -171,6 +175,22 @@ def one_run_keras(backend: str, feed: str, model: str, data: str, size: int, bat
         "backend": backend,
         "tensorflow_imported": "tensorflow" in sys.modules,
     }
+
+
+def _tf_data_batches(data: str, batch: int, size: int, detection: bool) -> Any:
+    """`shardfeed.load`'s tf.data pipeline (TensorFlow on the CPU) as numpy batches for a Keras
+    model on another backend, as Keras' own `fit` reads a tf.data.Dataset there; uint8 images,
+    as the Grain feeds give them."""
+    import tensorflow as tf
+
+    import shardfeed
+    from shardfeed.read.options import DecodeOptions
+
+    tf.config.set_visible_devices([], "GPU")  # TensorFlow stays off the accelerator JAX holds
+    decode = DecodeOptions(max_objects=4) if detection else None
+    augment = shardfeed.Augment(crop=False) if detection else None
+    ds = shardfeed.load(data, batch_size=batch, image_size=size, seed=0, repeat=True, augment=augment, decode=decode)
+    return ds.as_numpy_iterator()
 
 
 def _classifier(keras: Any, model: str, data: str, size: int) -> Any:

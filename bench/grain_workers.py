@@ -1,11 +1,15 @@
 """How fast `grain_dataset` can feed on a many-core host: threads in one process vs Grain's
-worker processes (`IterDataset.mp_prefetch`), the input pipeline alone (no model), TensorFlow-free.
+worker processes (`IterDataset.mp_prefetch`), the input pipeline alone (no model), TensorFlow-free
+unless `load` is asked for.
 
-    python bench/grain_workers.py DATA [--size 224] [--batch 128] [--batches 30] [--configs t4,t8,t16,p8,p15]
+    python bench/grain_workers.py DATA [--size 224] [--batch 128] [--batches 30] [--configs t4,t8,t16,p8,p15,load]
 
 `tK`: `grain_dataset(..., num_threads=K)`; `pK`: `grain_dataset(..., num_workers=K, num_threads=2)`,
-K Grain worker processes of 2 threads. Images/s over `--batches` batches after 3 warm-up batches, one run of each
-in this process, in the order given; `cpu_ms_per_image_host` is the whole host's busy CPU over
+K Grain worker processes of 2 threads; `load`: `shardfeed.load`'s tf.data pipeline read as numpy
+batches, as `gpu_feed.py`'s `load` feed gives them to Keras on JAX or PyTorch. A detection folder
+is read as `gpu_feed.py` reads it: flips only, boxes padded to 4.
+Images/s over `--batches` batches after 3 warm-up batches, one run of each in this process, in
+the order given; `cpu_ms_per_image_host` is the whole host's busy CPU over
 the batches (/proc/stat: this process and the workers; run it on an otherwise idle machine).
 `--batches` well above the workers' buffers (~5 batches each) gives the steady rate.
 """
@@ -30,7 +34,7 @@ def rate(ds: Any, batches: int) -> dict[str, float]:
         next(it)
     before, t0, images = host_cpu_seconds(), time.perf_counter(), 0
     for _ in range(batches):
-        images += len(next(it)[1])
+        images += len(next(it)[0])
     seconds, cpu = time.perf_counter() - t0, host_cpu_seconds() - before
     return {"images_per_second": images / seconds, "cpu_ms_per_image_host": 1000 * cpu / images}
 
@@ -43,10 +47,19 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=30)
     parser.add_argument("--configs", default="t4,t8,t16,p8,p15")
     args = parser.parse_args()
+    from bench.gpu_feed import _tf_data_batches
+    from shardfeed.format import manifest
+    from shardfeed.read.augment import Augment
     from shardfeed.read.grain_pipeline import grain_dataset
+
+    detection = manifest.read(args.data).header.task == "detection"
 
     out: dict[str, Any] = {"bench": "grain_workers", "cores": os.cpu_count(), "size": args.size, "batch": args.batch}
     for config in args.configs.split(","):
+        if config == "load":
+            out[config] = rate(_tf_data_batches(args.data, args.batch, args.size, detection), args.batches)
+            print(config, out[config], flush=True)
+            continue
         kind, count = config[0], int(config[1:])
         threads = count if kind == "t" else 2
         workers = count if kind == "p" else 0
@@ -58,6 +71,7 @@ def main() -> None:
             epochs=50,
             num_threads=threads,
             num_workers=workers,
+            **({"augment": Augment(crop=False), "max_objects": 4} if detection else {}),
         )
         out[config] = rate(ds, args.batches)
         print(config, out[config], flush=True)
