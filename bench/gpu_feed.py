@@ -28,7 +28,9 @@ keras.applications backbone behind a rescaling layer, fed two ways:
 - grain: `shardfeed.grain_dataset` (simplejpeg decode, random-resized crop and flip on as many
   threads as the process has cores); `--cores 4,8` adds it pinned to that many cores and threads;
 - grain-workers: the same in Grain worker processes (`num_workers` = cores - 1, 2 threads each);
-  CPU per image is the host's (all processes, /proc/stat), so the workers' is counted.
+  CPU per image is the host's (all processes, /proc/stat), so the workers' is counted;
+- load (only with `--feeds load`, TensorFlow installed): `shardfeed.load`'s tf.data pipeline on
+  the CPU read as numpy batches, as Keras reads a tf.data.Dataset on JAX or PyTorch.
 
 `--models retinanet` (with `--backend jax` or `torch`, KerasHub installed) measures detection:
 `train`'s detector (training/detector.py) fed uint8 images and xyxy boxes (padded to 4) by
