@@ -1,7 +1,7 @@
 """A Hugging Face dataset, two ways: `datasets`' own TensorFlow path against `shardfeed.load` after
 converting it, and converting it from Parquet against converting the same images as a folder.
 
-    .venv/bin/python bench/bench_hub.py [--images 4000] [--rounds 3] [--json bench/results/bench_hub.json]
+    .venv/bin/python bench/bench_hub.py [--images 4000] [--rounds 3] [--only convert] [--json FILE]
 
 The images: real-photo JPEGs (bench/corpus.py), written by the `datasets` library as a
 DatasetDict (`Image` and `ClassLabel` features, image bytes) with `save_to_disk`, and as
@@ -9,13 +9,16 @@ Hub-layout Parquet (`to_parquet`). Training reads at 224 px, batch 64, one epoch
 split after 2 warm-up batches, each pipeline in a fresh process, rounds interleaved:
 `hf_tf_dataset` (load_from_disk + a decode/random-crop/flip transform + to_tf_dataset, as the
 `datasets` docs do it) and `shardfeed` (`load` on the converted folder, augmentation on). Then
-`shardfeed convert` of the Parquet folder and of the image folder (fresh processes,
-interleaved; the staging of the Parquet images included).
+`shardfeed convert` of the Parquet folder, of the image folder, and of the same images as
+WebDataset tars (4 uncompressed tars, `NNNNNN.jpg` + `NNNNNN.cls`: read in place) and gzipped
+(`.tar.gz`: staged as files), fresh processes, interleaved, the staging included.
+`--only convert` skips the reads.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import shutil
 import statistics
@@ -56,6 +59,27 @@ def _hub_copies(folder: str, work: Path) -> tuple[str, str]:
     return str(saved), str(hub)
 
 
+def _tars(folder: str, work: Path, gzipped: bool) -> str:
+    """The image folder as 4 WebDataset tars (sorted order, class ids in .cls members)."""
+    import tarfile
+
+    classes = sorted(p.name for p in Path(folder).iterdir())
+    files = sorted(Path(folder).rglob("*.jpg"))
+    out = work / ("webdataset-gz" if gzipped else "webdataset")
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    for t in range(4):
+        name = out / (f"train-{t:06d}.tar" + (".gz" if gzipped else ""))
+        with tarfile.open(name, "w:gz" if gzipped else "w") as archive:
+            for i in range(t, len(files), 4):
+                archive.add(files[i], f"{i:06d}.jpg")
+                label = str(classes.index(files[i].parent.name)).encode()
+                info = tarfile.TarInfo(f"{i:06d}.cls")
+                info.size = len(label)
+                archive.addfile(info, io.BytesIO(label))
+    return str(out)
+
+
 def _convert(source: str, out: Path) -> float:
     shutil.rmtree(out, ignore_errors=True)
     start = time.perf_counter()
@@ -69,12 +93,39 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=4000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--work", default="/tmp/bench_hub")
+    parser.add_argument("--only", choices=("convert",))
     parser.add_argument("--json")
     args = parser.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     folder = build_corpus(str(work / "images"), args.images)
     saved, hub = _hub_copies(folder, work)
+    reads = {} if args.only == "convert" else _reads(saved, work, args.rounds)
+    sources = {"parquet": hub, "folder": folder, "webdataset": _tars(folder, work, False)}
+    sources["webdataset-gz"] = _tars(folder, work, True)
+    converts: dict[str, list[float]] = {name: [] for name in sources}
+    for r in range(args.rounds):
+        for name, source in list(sources.items())[:: 1 if r % 2 == 0 else -1]:
+            print(f"round {r}: convert the {name}", file=sys.stderr, flush=True)
+            converts[name].append(_convert(source, work / f"out-{name}"))
+    walls = {name: {"best": min(w), "median": statistics.median(w), "runs": w} for name, w in converts.items()}
+    for name in sources:
+        walls[name]["folder_over_it"] = walls["folder"]["median"] / walls[name]["median"]
+    emit(
+        {
+            "bench": "hub",
+            "images": args.images,
+            "rounds": args.rounds,
+            "load_average": os.getloadavg(),
+            "reads": reads,
+            "convert_wall_s": walls,
+        },
+        args.json,
+    )
+
+
+def _reads(saved: str, work: Path, rounds: int) -> dict[str, Any]:
+    """`datasets`' TensorFlow path against `load` on the converted folder, rounds interleaved."""
     converted = work / "converted"
     _convert(saved, converted)
     specs = {
@@ -82,31 +133,13 @@ def main() -> None:
         "shardfeed": PipelineSpec("shardfeed", str(converted), read={"drop_remainder": True}),
     }
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in specs}
-    for r in range(args.rounds):
+    for r in range(rounds):
         for name, spec in specs.items() if r % 2 == 0 else reversed(specs.items()):
             print(f"round {r}: {name}", file=sys.stderr, flush=True)
             runs[name].append(run_fresh(spec))
     reads = {name: summary(rs) for name, rs in runs.items()}
     reads["shardfeed"]["vs_hf_tf_dataset"] = ratio(reads["shardfeed"], reads["hf_tf_dataset"])
-    converts: dict[str, list[float]] = {"parquet": [], "folder": []}
-    for r in range(args.rounds):
-        for name, source in (
-            (("parquet", hub), ("folder", folder)) if r % 2 == 0 else (("folder", folder), ("parquet", hub))
-        ):
-            print(f"round {r}: convert the {name}", file=sys.stderr, flush=True)
-            converts[name].append(_convert(source, work / f"out-{name}"))
-    emit(
-        {
-            "bench": "hub",
-            "images": args.images,
-            "rounds": args.rounds,
-            "reads": reads,
-            "convert_wall_s": {
-                name: {"best": min(w), "median": statistics.median(w), "runs": w} for name, w in converts.items()
-            },
-        },
-        args.json,
-    )
+    return reads
 
 
 if __name__ == "__main__":

@@ -29,6 +29,38 @@ def test_beam_output_is_byte_identical_to_local(odd_tree: Path, tmp_path: Path) 
     assert not (tmp_path / "beam" / ".shardfeed").exists()
 
 
+def test_beam_reads_tar_members_in_place_as_the_local_runner_does(photo_tree: Path, tmp_path: Path) -> None:
+    """A WebDataset tar's images travel to Beam's workers as spans of the tar (no staging)."""
+    import io
+    import tarfile
+
+    classes = sorted(p.name for p in photo_tree.iterdir())
+    with tarfile.open(tmp_path / "data.tar", "w") as archive:
+        for i, photo in enumerate(sorted(photo_tree.rglob("*.*"))):
+            for name, data in (
+                (f"{i:04d}{photo.suffix}", photo.read_bytes()),
+                (f"{i:04d}.cls", b"%d" % classes.index(photo.parent.name)),
+            ):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+    options = ConvertOptions(shards=2, seed=3)
+    local = convert(str(tmp_path / "data.tar"), str(tmp_path / "local"), options, workers=2, progress=False)
+    convert(
+        str(tmp_path / "data.tar"),
+        str(tmp_path / "beam"),
+        options,
+        runner="beam",
+        beam_options="--direct_num_workers=2 --direct_running_mode=multi_threading",
+        progress=False,
+    )
+    assert local.manifest.data["source"]["kind"] == "webdataset"
+    from shardfeed.tools import info
+
+    assert info(str(tmp_path / "local"))["records"] == len(list(photo_tree.rglob("*.*")))
+    assert shard_bytes(tmp_path / "beam") == shard_bytes(tmp_path / "local")
+
+
 def test_beam_via_cli_says_what_the_local_runner_says_and_rerun_is_a_no_op(photo_tree: Path, tmp_path: Path) -> None:
     """Offline and quiet: no Prism download attempt, none of Beam's import or runner notes; the
     same lines as the local runner (but the seconds and the folder name)."""

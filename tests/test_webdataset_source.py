@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import shard_bytes
 
 from shardfeed import ConvertOptions, convert
 from shardfeed.format import schema
@@ -117,3 +118,43 @@ def test_a_folder_of_tars_with_sidecars_is_webdataset(photo_tree: Path, tmp_path
     source = WebDatasetSource(str(shards), class_names=str(shards / "classes.txt"))
     named = convert(source, str(tmp_path / "named"), ConvertOptions(split="train=1"), workers=1, progress=False)
     assert named.manifest.labels == ["astronaut", "chelsea", "coffee", "rocket"]
+
+
+def test_a_local_tar_is_read_in_place_byte_identical_to_staging(
+    photo_tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An uncompressed local tar's images are read from their spans in the tar: nothing is
+    staged on disk, and the shards are byte for byte those the staged route (compressed and
+    remote tars) writes for the same tar, with the keys and classes written."""
+    from shardfeed.write.sources import webdataset
+
+    photos = _photos(photo_tree)
+    samples = [{"__key__": f"k{i:04d}", ext: data, "cls": label} for i, (data, label, ext) in enumerate(photos)]
+    (tmp_path / "src").mkdir()
+    _write(tmp_path / "src" / "data.tar", samples)
+    staged = tmp_path / "cache" / "shardfeed" / "staged"
+    options = ConvertOptions(shards=3, seed=7)
+    convert(str(tmp_path / "src"), str(tmp_path / "in_place"), options, workers=2, progress=False)
+    assert not staged.exists(), "an uncompressed local tar was staged"
+    monkeypatch.setattr(webdataset, "_readable_in_place", lambda tar: False)
+    convert(str(tmp_path / "src"), str(tmp_path / "staged"), options, workers=2, progress=False)
+    assert staged.exists(), "the staged route was not taken"
+    in_place, via_staging = shard_bytes(tmp_path / "in_place"), shard_bytes(tmp_path / "staged")
+    assert sum(name.startswith(("train-", "validation-")) for name in in_place) == 6 and in_place == via_staging
+    expected = Counter((hashlib.sha256(d).hexdigest(), label) for d, label, _ in photos)
+    assert sum(_converted(tmp_path / "in_place").values(), Counter()) == expected
+
+
+def test_a_tar_cut_inside_an_image_read_in_place_is_one_error(photo_tree: Path, tmp_path: Path) -> None:
+    """Seeking over the images finds no cut by itself: a tar that ends inside its last image is
+    refused at listing, naming it, as the streamed read refuses it."""
+    from shardfeed.errors import SourceError
+
+    photos = _photos(photo_tree)[:3]
+    samples = [{"__key__": f"k{i}", "cls": label, ext: data} for i, (data, label, ext) in enumerate(photos)]
+    _write(tmp_path / "data.tar", samples)
+    whole = (tmp_path / "data.tar").read_bytes()
+    last_image = whole.rindex(photos[-1][0][:64])
+    (tmp_path / "cut.tar").write_bytes(whole[: last_image + 100])
+    with pytest.raises(SourceError, match=r"cut.tar is cut short or damaged after member 'k2\.\w+'"):
+        convert(str(tmp_path / "cut.tar"), str(tmp_path / "out"), workers=1, progress=False)

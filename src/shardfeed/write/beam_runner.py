@@ -82,6 +82,7 @@ def write_shards(pending: list[ShardPlan], target: WriteTarget, beam_options: li
                 i.mask_key,
                 i.labels,
                 dataclasses.asdict(i.objects) if i.objects is not None else None,
+                list(i.span) if i.span else None,
             ]
             for i in plan.items
         ]
@@ -201,8 +202,10 @@ class _ShardWriter:
         split, file = task
         rows = json.loads(fileio.read_bytes(fileio.join(self.target.work_dir, layout.PLANS_DIR, file + ".json")))
         items = [
-            Item(k, label, s, size, tuple(a) if a else None, mtime, m, tuple(ls), _objects(o))
-            for k, label, s, size, a, mtime, m, ls, o in rows
+            Item(
+                k, label, s, size, tuple(a) if a else None, mtime, m, tuple(ls), _objects(o), tuple(sp) if sp else None
+            )
+            for k, label, s, size, a, mtime, m, ls, o, sp in rows
         ]
         self.target.write_items(split, file, items)
         return file

@@ -104,6 +104,9 @@ def read_source_bytes(item: Item, location: str, image: images.ImageOptions) -> 
     if item.array_key is not None:
         array = load_array(location, item.array_key[0])[item.array_key[1]]
         return f"{array.shape}".encode() + array.tobytes()
+    if item.span is not None:
+        _, offset, size = item.span
+        return fileio.read_range(location, offset, size)
     return fileio.read_regular(location, image_limits.max_file_bytes(image.max_pixels))
 
 

@@ -36,6 +36,9 @@ class Item:
             is then -1); empty otherwise.
         objects: for a detection source, the image's annotations as listed (checked when the
             image is encoded); None otherwise.
+        span: for an image read in place from inside a container file (a member of an
+            uncompressed tar): (the container's path, the byte offset of the image, its size);
+            None otherwise.
     """
 
     key: str
@@ -47,6 +50,7 @@ class Item:
     mask_key: str | None = None
     labels: tuple[int, ...] = ()
     objects: SourceObjects | None = None
+    span: tuple[str, int, int] | None = None
 
 
 @dataclass
@@ -117,7 +121,10 @@ def annotation_digest(item: Item, mask: bytes | None = None) -> str | None:
 
 
 def locate(base: str, item: Item) -> str:
-    """Where an item's bytes are: its file below `base`, or for array items the array file."""
+    """Where an item's bytes are: its file below `base`, for array items the array file, for an
+    image inside a container the container."""
+    if item.span is not None:
+        return item.span[0]
     return base if item.array_key is not None else fileio.join(base, item.key)
 
 

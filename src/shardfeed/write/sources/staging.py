@@ -47,6 +47,9 @@ class Extracted:
     presplit: bool = False
     task: str = CLASSIFICATION
     objects: dict[str, dict[str, Any]] = field(default_factory=dict)  # detection: key -> its SourceObjects' fields
+    spans: dict[str, tuple[str, int, int]] = field(
+        default_factory=dict
+    )  # read in place: key -> (container, offset, size)
 
 
 class Staged:

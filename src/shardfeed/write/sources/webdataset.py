@@ -10,13 +10,17 @@ name: names then become the classes, sorted). Class names come from `class_names
 file with one per line, in id order) when given, else from the ids. Tars whose names or folders start with a
 split name (`train-000000.tar`, `val/000000.tar`) keep their splits.
 
-Each tar is streamed once (one member in memory at a time) and its images staged as files
-(write/sources/staging.py). A sample without an image or a label is reported with its tar and members.
+Local uncompressed tars are read in place: listing reads each tar's member headers and labels
+(seeking over the images), and each image is read later from its byte span in the tar, with no
+copy on disk. Compressed tars and tars in a bucket are streamed once (one member in memory at a
+time) and their images staged as files (write/sources/staging.py). A sample without an image or a
+label is reported with its tar and members.
 """
 
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import logging
 import re
@@ -27,7 +31,7 @@ from collections.abc import Iterator
 
 from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio, image_limits, manifest, storage
-from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, sorted_labels
+from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, Item, sorted_labels
 from shardfeed.write.sources.staging import Extracted, Staged, Writer
 
 log = logging.getLogger("shardfeed")
@@ -106,9 +110,23 @@ class WebDatasetSource:
         missing = [t for t in tars if not fileio.exists(t)]
         if missing:
             raise SourceError(f"{len(missing)} tar shards do not exist, e.g. {storage.redact(missing[0])}")
+        if all(_readable_in_place(t) for t in tars):
+            try:
+                found = self._extract(tars, None)
+            except _NeedsStaging:  # a sparse image member: its bytes are not one span
+                pass
+            else:
+                return self._in_place(found)
         self.staged = Staged(tars)
         found = self.staged.extracted(lambda writer: self._extract(tars, writer))
         return self.staged.discovery(self.kind, self.path, found)
+
+    def _in_place(self, found: Extracted) -> Discovery:
+        """What was found, its images read later from their spans in the tars."""
+        items = [
+            Item(key, label, split, found.spans[key][2], span=found.spans[key]) for key, label, split in found.images
+        ]
+        return Discovery(self.kind, self.path, items, self.path, found.class_names, found.skipped, found.presplit)
 
     def finished(self) -> None:
         if self.staged is not None:
@@ -123,7 +141,8 @@ class WebDatasetSource:
         prefix = _SPLIT_PREFIX.match(rel.rsplit("/", 1)[-1])
         return prefix["split"] if prefix and prefix["split"].lower() in SPLIT_FOLDER_NAMES else None
 
-    def _extract(self, tars: list[str], writer: Writer) -> Extracted:
+    def _extract(self, tars: list[str], writer: Writer | None) -> Extracted:
+        """Lists the tars' samples: images staged by `writer`, or (None) their spans noted."""
         splits = [self._split_of(t) for t in tars]
         found = Extracted(presplit=all(s is not None for s in splits))
         staged: dict[str, tuple[str, int | None]] = {}  # staged key -> (where, its image index if staged)
@@ -132,13 +151,16 @@ class WebDatasetSource:
         max_bytes = image_limits.max_file_bytes(image_limits.DEFAULT_MAX_PIXELS)
         for tar, split in zip(tars, splits, strict=True):
             name = tar.rsplit("/", 1)[-1]
-            for sample in _samples(tar, wanted, max_bytes):
+            in_place = frozenset(self.image_exts) if writer is None else frozenset()
+            for sample in _samples(tar, wanted, max_bytes, in_place):
                 where, key = f"{name}:{sample.key}", f"{split or 'all'}/{name}/{sample.key}"
                 if key in staged:  # the same key twice in a tar: which label goes with which bytes?
                     earlier, index = staged[key]
                     repeated = "key repeated in the tar: its samples are never merged, none is converted"
                     if index is not None:
-                        writer.remove(found.images[index][0])
+                        if writer is not None:
+                            writer.remove(found.images[index][0])
+                        found.spans.pop(found.images[index][0], None)
                         raw_labels.pop(index)
                         found.skipped.append((earlier, repeated))
                         staged[key] = (earlier, None)
@@ -160,16 +182,17 @@ class WebDatasetSource:
         where: str,
         key: str,
         split: str | None,
-        writer: Writer,
+        writer: Writer | None,
         found: Extracted,
         raw_labels: dict[int, object],
     ) -> int | None:
-        """Stages the sample's image and returns its index in `found.images`, or None when the
-        sample is reported instead (a refused member, no image, no label)."""
+        """Stages the sample's image (or, without a writer, notes its span) and returns its index
+        in `found.images`, or None when the sample is reported instead (a refused member, no
+        image, no label)."""
         if sample.problem:
             found.skipped.append((where, sample.problem))
             return None
-        image_ext = next((e for e in self.image_exts if e in sample.members), None)
+        image_ext = next((e for e in self.image_exts if e in sample.members or e in sample.spans), None)
         raw = self._label(sample.members, where, found)
         listed = ", ".join(sorted(n.rpartition("/")[2].split(".", 1)[1] for n in sample.names))
         if image_ext is None:
@@ -179,7 +202,10 @@ class WebDatasetSource:
             if not any(r == where for r, _ in found.skipped):
                 found.skipped.append((where, f"no .{self.label_ext} label ({listed})"))
             return None
-        writer.put(f"{key}.{image_ext}", sample.members[image_ext])
+        if writer is None:
+            found.spans[f"{key}.{image_ext}"] = sample.spans[image_ext]
+        else:
+            writer.put(f"{key}.{image_ext}", sample.members[image_ext])
         raw_labels[len(found.images)] = raw
         found.images.append((f"{key}.{image_ext}", -1, split))
         return len(found.images) - 1
@@ -229,36 +255,60 @@ class WebDatasetSource:
 
 
 MAX_SIDECAR_BYTES = 1024 * 1024  # a .cls or .json member: a label, never megabytes
+SIDECARS = ("cls", "json", "txt")
+
+
+class _NeedsStaging(Exception):
+    """An image member whose bytes are not one span of the tar (a sparse member)."""
+
+
+def _readable_in_place(tar: str) -> bool:
+    """A local tar that is not compressed (its images can be read from their spans): a .tar
+    whose first 512-byte header says ustar/GNU at byte 257, as an uncompressed tar's does."""
+    if fileio.is_remote(tar) or not tar.lower().endswith(".tar"):
+        return False
+    try:
+        with fileio.open_binary(tar, "rb") as f:
+            header = f.read(512)
+    except OSError:
+        return False  # staging's read says why
+    return header[257:262] == b"ustar"
 
 
 class _Sample:
-    """One sample as the tar holds it: its key, the members read (extension -> bytes), the names
-    of every member, and why it cannot be used (None when it can)."""
+    """One sample as the tar holds it: its key, the members read (extension -> bytes; images
+    read in place: extension -> (tar, offset, size) in `spans`), the names of every member, and
+    why it cannot be used (None when it can)."""
 
     def __init__(self, key: str) -> None:
         self.key = key
         self.members: dict[str, bytes] = {}
+        self.spans: dict[str, tuple[str, int, int]] = {}
         self.names: list[str] = []
         self.problem: str | None = None
 
 
-def _samples(tar: str, wanted: set[str], max_image_bytes: int | None) -> Iterator[_Sample]:
+def _samples(
+    tar: str, wanted: set[str], max_image_bytes: int | None, in_place: frozenset[str] = frozenset()
+) -> Iterator[_Sample]:
     """Each sample of `tar`, streaming it once. Only the members whose extensions are `wanted`
     are read, each after its declared size is checked (a 40 KB sparse tar can declare a 2 GiB
     member); a member whose name leaves the tar's folder, a link and a special file are never
     used, and a sample whose key or extension repeats is reported rather than merged (its label
-    could go with other bytes).
+    could go with other bytes). `in_place`: the tar is seekable and uncompressed, and members of
+    these extensions (the images) are not read but their spans noted; the reader seeks over them.
 
     Raises:
         SourceError: the tar is cut short (a partial download) or damaged, naming it and the last
             member read: what follows the cut cannot be listed, so not reported item by item.
+        _NeedsStaging: `in_place` and an image member is sparse.
     """
-    last = ""
+    last, end, container = "", 0, fileio.absolute(tar)
     try:
-        with fileio.open_binary(tar, "rb") as f, tarfile.open(fileobj=f, mode="r|*") as archive:
+        with fileio.open_binary(tar, "rb") as f, tarfile.open(fileobj=f, mode="r:" if in_place else "r|*") as archive:
             sample: _Sample | None = None
             for member in archive:
-                last = member.name
+                last, end = member.name, max(end, member.offset_data + member.size)
                 if member.isdir():
                     continue
                 folder, _, base = member.name.rpartition("/")
@@ -271,7 +321,10 @@ def _samples(tar: str, wanted: set[str], max_image_bytes: int | None) -> Iterato
                         yield sample
                     sample = _Sample(this)
                 sample.names.append(member.name)
-                _take(archive, member, ext.lower(), wanted, max_image_bytes, sample)
+                span = container if ext.lower() in in_place else None
+                _take(archive, member, ext.lower(), wanted, max_image_bytes, sample, span)
+            if in_place and end > f.seek(0, io.SEEK_END):  # seeking over the images finds no cut
+                raise tarfile.ReadError("unexpected end of data")
             if sample is not None:
                 yield sample
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
@@ -288,15 +341,24 @@ def _take(
     wanted: set[str],
     max_bytes: int | None,
     sample: _Sample,
+    in_place: str | None = None,
 ) -> None:
-    """Reads one member into its sample, or marks the sample with why it cannot be used."""
+    """Reads one member into its sample (one to be read in place from the tar `in_place`: notes
+    its span), or marks the sample with why it cannot be used."""
     refusal = confinement.entry_refusal(member.name.removeprefix("./"))
     if refusal:
         sample.problem = f"unsafe member name (path traversal): {refusal}; not extracted"
     elif not member.isfile():
         sample.problem = f"member {member.name!r} is {_kind(member)}: links and special files are never extracted"
-    elif ext in sample.members:
+    elif ext in sample.members or ext in sample.spans:
         sample.problem = f"member {member.name!r} repeats .{ext}: a sample's members are never merged"
+    elif in_place is not None:
+        if max_bytes is not None and member.size > max_bytes:
+            sample.problem = f"member {member.name!r} declares {member.size:,} bytes, more than {max_bytes:,}: not read"
+        elif member.issparse():
+            raise _NeedsStaging(member.name)
+        else:
+            sample.spans[ext] = (in_place, member.offset_data, member.size)
     elif ext in wanted:
         sample.members[ext] = _read_member(archive, member, ext, max_bytes, sample)
 
@@ -314,7 +376,7 @@ def _read_member(
 ) -> bytes:
     """The member's bytes, or b'' (the sample then reported) when its declared size is over the
     bound for its kind: read only after the check, so memory is bounded by the bound."""
-    bound = MAX_SIDECAR_BYTES if ext in ("cls", "json", "txt") else max_image_bytes
+    bound = MAX_SIDECAR_BYTES if ext in SIDECARS else max_image_bytes
     if bound is not None and member.size > bound:
         sample.problem = f"member {member.name!r} declares {member.size:,} bytes, more than {bound:,}: not read"
         return b""
