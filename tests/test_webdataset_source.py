@@ -158,3 +158,27 @@ def test_a_tar_cut_inside_an_image_read_in_place_is_one_error(photo_tree: Path, 
     (tmp_path / "cut.tar").write_bytes(whole[: last_image + 100])
     with pytest.raises(SourceError, match=r"cut.tar is cut short or damaged after member 'k2\.\w+'"):
         convert(str(tmp_path / "cut.tar"), str(tmp_path / "out"), workers=1, progress=False)
+
+
+def test_an_append_reads_again_only_the_images_of_a_tar_written_since(photo_tree: Path, tmp_path: Path) -> None:
+    """Images read in place are listed with their tar's modification time: an append that finds
+    a new tar reads none of the converted images again, and after one tar is touched it reads
+    that tar's images again (same bytes: none changed)."""
+    import os
+
+    photos = _photos(photo_tree)
+    (tmp_path / "src").mkdir()
+    for n, chunk in enumerate((photos[:20], photos[20:40], photos[40:])):
+        samples = [{"__key__": f"{n}{i:04d}", ext: data, "cls": label} for i, (data, label, ext) in enumerate(chunk)]
+        _write(tmp_path / f"data-{n}.tar", samples)
+    for n in range(2):
+        os.replace(tmp_path / f"data-{n}.tar", tmp_path / "src" / f"data-{n}.tar")
+    options = ConvertOptions(shards=1, split_rule="hash", append=True)
+    convert(str(tmp_path / "src"), str(tmp_path / "out"), options, workers=1, progress=False)
+    os.replace(tmp_path / "data-2.tar", tmp_path / "src" / "data-2.tar")
+    grown = convert(str(tmp_path / "src"), str(tmp_path / "out"), options, workers=1, progress=False).appended
+    assert grown is not None and (grown.known, grown.reread, sum(grown.added.values())) == (40, 0, len(photos) - 40)
+    first = tmp_path / "src" / "data-0.tar"
+    os.utime(first, ns=(first.stat().st_atime_ns, first.stat().st_mtime_ns + 10**9))
+    touched = convert(str(tmp_path / "src"), str(tmp_path / "out"), options, workers=1, progress=False).appended
+    assert touched is not None and (touched.reread, touched.changed, touched.added) == (20, [], {})

@@ -122,10 +122,13 @@ class WebDatasetSource:
         return self.staged.discovery(self.kind, self.path, found)
 
     def _in_place(self, found: Extracted) -> Discovery:
-        """What was found, its images read later from their spans in the tars."""
-        items = [
-            Item(key, label, split, found.spans[key][2], span=found.spans[key]) for key, label, split in found.images
-        ]
+        """What was found, its images read later from their spans in the tars. An image's
+        modification time is its tar's (an append re-reads the images of a tar written since)."""
+        mtimes = {tar: fileio.size_and_mtime(tar)[1] for tar, _, _ in found.spans.values()}
+        items = []
+        for key, label, split in found.images:
+            span = found.spans[key]
+            items.append(Item(key, label, split, span[2], mtime_ns=mtimes[span[0]], span=span))
         return Discovery(self.kind, self.path, items, self.path, found.class_names, found.skipped, found.presplit)
 
     def finished(self) -> None:
