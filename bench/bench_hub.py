@@ -9,7 +9,8 @@ Hub-layout Parquet (`to_parquet`). Training reads at 224 px, batch 64, one epoch
 split after 2 warm-up batches, each pipeline in a fresh process, rounds interleaved:
 `hf_tf_dataset` (load_from_disk + a decode/random-crop/flip transform + to_tf_dataset, as the
 `datasets` docs do it) and `shardfeed` (`load` on the converted folder, augmentation on). Then
-`shardfeed convert` of the Parquet folder, of the image folder, and of the same images as
+`shardfeed convert` of the Parquet folder, of the save_to_disk folder (Arrow: read in place), of
+the image folder, and of the same images as
 WebDataset tars (4 uncompressed tars, `NNNNNN.jpg` + `NNNNNN.cls`: read in place) and gzipped
 (`.tar.gz`: staged as files), fresh processes, interleaved, the staging included.
 `--only convert` skips the reads.
@@ -101,7 +102,7 @@ def main() -> None:
     folder = build_corpus(str(work / "images"), args.images)
     saved, hub = _hub_copies(folder, work)
     reads = {} if args.only == "convert" else _reads(saved, work, args.rounds)
-    sources = {"parquet": hub, "folder": folder, "webdataset": _tars(folder, work, False)}
+    sources = {"parquet": hub, "arrow": saved, "folder": folder, "webdataset": _tars(folder, work, False)}
     sources["webdataset-gz"] = _tars(folder, work, True)
     converts: dict[str, list[float]] = {name: [] for name in sources}
     for r in range(args.rounds):

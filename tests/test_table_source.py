@@ -5,6 +5,7 @@ written."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import subprocess
@@ -114,6 +115,76 @@ def test_save_to_disk_of_a_dataset_dict(photo_tree: Path, names: list[str], tmp_
     result = convert(str(saved), str(tmp_path / "out"), ConvertOptions(shards=2), workers=1, progress=False)
     assert result.manifest.data["source"]["kind"] == "arrow"
     assert _converted(tmp_path / "out") == _expected(rows, names)
+
+
+def test_save_to_disk_tables_are_read_in_place_byte_identical_to_staging(
+    photo_tree: Path, names: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save_to_disk dataset's images are read from their spans in its Arrow files: nothing is
+    staged, each item's span holds exactly its image's bytes, a row without an image is
+    reported as before, and the shards are byte for byte those of the staged route."""
+    from conftest import shard_bytes
+
+    from shardfeed.write.sources import table_rows
+
+    rows = _rows(photo_tree)
+    empty = datasets.Dataset.from_dict(
+        {"image": [None], "label": [0]},
+        features=datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=names)}),
+    )
+    train = datasets.concatenate_datasets([_dataset(rows["train"], names), empty])
+    saved = tmp_path / "saved"
+    datasets.DatasetDict({"train": train, "test": _dataset(rows["test"], names)}).save_to_disk(str(saved))
+    discovery = resolve_source(str(saved)).discover()
+    images = {b for r in rows.values() for b, _ in r}
+    assert all(i.span is not None for i in discovery.items) and len(discovery.items) == len(images)
+    for item in discovery.items:
+        assert item.span is not None and item.span[0].endswith(".arrow")
+        with open(item.span[0], "rb") as f:
+            f.seek(item.span[1])
+            assert f.read(item.span[2]) in images
+    options = ConvertOptions(shards=2, seed=5)
+    convert(str(saved), str(tmp_path / "in_place"), options, workers=2, progress=False)
+    staged = tmp_path / "cache" / "shardfeed" / "staged"
+    assert not staged.exists(), "a local Arrow table was staged"
+    assert _converted(tmp_path / "in_place") == _expected(rows, names)
+    report = json.loads((tmp_path / "in_place" / "report.json").read_text())
+    assert [s["reason"] for s in report["skipped"]] == ["no image in the row (empty or null)"]
+
+    def not_in_place(*args: object) -> object:
+        raise table_rows.NotInPlace("the staged route, for the comparison")
+
+    monkeypatch.setattr(table_rows, "in_place_rows", not_in_place)
+    convert(str(saved), str(tmp_path / "staged"), options, workers=2, progress=False)
+    assert staged.exists(), "the staged route was not taken"
+    in_place, via_staging = shard_bytes(tmp_path / "in_place"), shard_bytes(tmp_path / "staged")
+    listed = [json.loads(gzip.decompress(f.pop("index/inputs-g0000.json.gz"))) for f in (in_place, via_staging)]
+    assert in_place == via_staging
+    # the inputs list: the same but for each image's listing time (the Arrow file's, or when it was staged)
+    assert [[*r[:4], *r[5:]] for r in listed[0]] == [[*r[:4], *r[5:]] for r in listed[1]]
+    assert all(r[4] == (saved / r[0].rsplit("/", 1)[0]).stat().st_mtime_ns for r in listed[0])
+
+
+def test_a_compressed_arrow_stream_is_staged_and_converted(photo_tree: Path, names: list[str], tmp_path: Path) -> None:
+    """Compressed record batches do not hold the images as they are: that table is staged
+    (the in-place read notices the buffers are not in the file) and converts the same."""
+    import pyarrow as pa
+
+    rows = _rows(photo_tree)["train"]
+    table = pa.table({"image": [b for b, _ in rows], "label": [c for _, c in rows]})
+    path = tmp_path / "z.arrow"
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+        writer.write_table(table, max_chunksize=10)
+    from shardfeed.write.sources import table_rows
+
+    with pytest.raises(table_rows.NotInPlace, match="compressed"):
+        list(table_rows.in_place_rows(str(path), "image", "label"))
+    discovery = resolve_source(str(path)).discover()
+    assert len(discovery.items) == len(rows) and all(i.span is None for i in discovery.items)
+    convert(str(path), str(tmp_path / "out"), ConvertOptions(shards=1), workers=1, progress=False)
+    merged = sum(_converted(tmp_path / "out").values(), Counter())
+    assert Counter(h for h, _ in merged) == Counter(hashlib.sha256(b).hexdigest() for b, _ in rows)
 
 
 def test_one_parquet_file_is_split_by_the_fractions_and_bad_rows_reported(
@@ -262,9 +333,9 @@ def test_a_row_group_larger_than_the_bound_is_refused_from_the_footer(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from shardfeed.write.sources import tables as table_source
+    from shardfeed.write.sources import table_rows
 
-    monkeypatch.setattr(table_source, "MAX_ROW_GROUP_BYTES", 8 << 20)
+    monkeypatch.setattr(table_rows, "MAX_ROW_GROUP_BYTES", 8 << 20)
     table = tmp_path / "bomb.parquet"
     cells = [bytes(10 << 20) + bytes([i]) for i in range(2)]  # two distinct 10 MB cells
     pq.write_table(pa.table({"image": cells, "label": [0, 1]}), table, compression="zstd", use_dictionary=False)

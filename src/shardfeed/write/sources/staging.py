@@ -1,5 +1,7 @@
 """Images that live inside container files (Parquet, Arrow, tar), extracted once into a local
-folder that the conversion then reads like any folder of images.
+folder that the conversion then reads like any folder of images, or, where the container keeps
+each image's bytes as they are (an uncompressed tar, an Arrow stream), read in place from their
+spans (`in_place_discovery`).
 
 Converting shuffles records across shards, so images are read in a seeded random order; read
 straight from a Parquet row group or a compressed tar, each image would cost a whole row group or
@@ -31,7 +33,7 @@ from shardfeed.format import confinement, fileio
 from shardfeed.format.annotations import SourceObjects
 from shardfeed.format.folder_lock import process_alive
 from shardfeed.format.schema import CLASSIFICATION, DETECTION
-from shardfeed.write.items import Discovery, file_item
+from shardfeed.write.items import Discovery, Item, file_item
 
 LISTING = "listing.json"
 
@@ -147,3 +149,16 @@ class Writer:
             os.link(source, path)
         except OSError:
             shutil.copyfile(source, path)
+
+
+def in_place_discovery(kind: str, root: str, found: Extracted) -> Discovery:
+    """What a source found whose images are read where they are, from their spans in the
+    containers (`found.spans`) rather than staged. An image's modification time is its
+    container's: an append reads again the images of a container written since."""
+    mtimes = {container: fileio.size_and_mtime(container)[1] for container, _, _ in found.spans.values()}
+    items = []
+    for key, label, split in found.images:
+        span = found.spans[key]
+        objects = SourceObjects.of_json(found.objects[key]) if found.task == DETECTION else None
+        items.append(Item(key, label, split, span[2], mtime_ns=mtimes[span[0]], objects=objects, span=span))
+    return Discovery(kind, root, items, root, found.class_names, found.skipped, found.presplit, found.task)

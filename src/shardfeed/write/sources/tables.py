@@ -15,19 +15,18 @@ from their names and types; `image_column` / `label_column` override. A table wi
 column of boxes and categories (the Hub's detection layout) is a detection source instead
 (write/sources/table_objects.py). An image is stored as its
 bytes (`{bytes, path}`); one given by path only is read from that path, relative to the dataset.
-Tables are read with pyarrow (`pip install 'shardfeed[hub]'`), a record batch at a time, and the
-images extracted once into a staging folder (write/sources/staging.py). Each image's key (report.json,
-image/filename) is its table and row: `data/train-00000-of-00002.parquet/0000123.jpg`.
+Tables are read with pyarrow (`pip install 'shardfeed[hub]'`), a record batch at a time. Local
+Arrow tables' images are read in place, from their spans in the file (write/sources/table_rows.py);
+Parquet's (compressed pages) are extracted once into a staging folder (write/sources/staging.py).
+Each image's key (report.json, image/filename) is its table and row: `data/train-00000-of-00002.parquet/0000123.jpg`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import re
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 from shardfeed.errors import SourceError
@@ -36,25 +35,12 @@ from shardfeed.format.annotations import SourceObjects, key_number
 from shardfeed.format.image_format import sniff_format
 from shardfeed.format.schema import DETECTION
 from shardfeed.write.items import Discovery
-from shardfeed.write.sources import table_objects
-from shardfeed.write.sources.staging import Extracted, Staged, Writer
+from shardfeed.write.sources import table_objects, table_rows
+from shardfeed.write.sources.staging import Extracted, Staged, Writer, in_place_discovery
 
 IMAGE_NAMES = ("image", "img", "picture", "photo", "jpg", "png", "image_bytes")
 LABEL_NAMES = ("label", "labels", "class", "category", "target", "fine_label")
-BATCH_ROWS = 64  # rows in memory at a time
-MAX_ROW_GROUP_BYTES = 2 * 2**30  # a Parquet row group's image and label columns, read whole by pyarrow
 _HUB_FILE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-\d{5}-of-\d{5}\.parquet$")
-
-
-def pyarrow() -> Any:
-    """pyarrow, or a SourceError naming the extra that installs it."""
-    try:
-        import pyarrow as pa
-        import pyarrow.ipc
-        import pyarrow.parquet
-    except ImportError as e:
-        raise SourceError("reading Parquet or Arrow needs pyarrow: pip install 'shardfeed[hub]'") from e
-    return pa
 
 
 def looks_like_table(path: str) -> bool:
@@ -142,10 +128,15 @@ class TableSource:
         return out
 
     def discover(self) -> Discovery:
-        pyarrow()
+        table_rows.pyarrow()
         tables = self.tables()
         if not tables:
             raise SourceError(f"{storage.redact(self.path)}: no Parquet or Arrow tables found")
+        if self.kind == "arrow" and not any(fileio.is_remote(t) for t, _ in tables):
+            try:
+                return in_place_discovery(self.kind, self.path, self._extract(tables, None))
+            except table_rows.NotInPlace:
+                pass  # staged instead
         self.staged = Staged([t for t, _ in tables])
         found = self.staged.extracted(lambda writer: self._extract(tables, writer))
         return self.staged.discovery(self.kind, self.path, found)
@@ -155,13 +146,13 @@ class TableSource:
         if self.staged is not None:
             self.staged.remove()
 
-    def _extract(self, tables: list[tuple[str, str | None]], writer: Writer) -> Extracted:
-        """Streams every table once, staging its images (see the module docstring)."""
+    def _extract(self, tables: list[tuple[str, str | None]], writer: Writer | None) -> Extracted:
+        """Streams every table once, staging its images, or (no writer) noting their spans."""
         found = Extracted(presplit=all(split is not None for _, split in tables))
         columns: tuple[str, str | None] | None = None
         names: dict[str, int] = {}
         for table, split in tables:
-            schema = self._schema(table)
+            schema = table_rows.schema(table, self.kind)
             image, label, class_names = self._columns(table, schema)
             if (objects := table_objects.objects_column(_features(schema), list(schema.names))) is not None:
                 label, class_names = objects  # a detection table: its objects instead of a label
@@ -174,7 +165,12 @@ class TableSource:
             if class_names is not None:
                 found.class_names = class_names
             rel = table.removeprefix(self.path + "/") if table != self.path else table.rsplit("/", 1)[-1]
-            for row, (value, label_value) in enumerate(self._rows(table, image, label)):
+            rows = (
+                table_rows.in_place_rows(table, image, label)
+                if writer is None
+                else table_rows.rows(table, self.kind, image, label)
+            )
+            for row, (value, label_value) in enumerate(rows):
                 where = f"{rel} row {row}"
                 key_base = f"{rel}/{row:07d}"  # the table and row: how report.json and image/filename name it
                 if found.task == DETECTION:  # source_id: a number from the row's key
@@ -195,7 +191,7 @@ class TableSource:
     def _stage_row(
         self,
         found: Extracted,
-        writer: Writer,
+        writer: Writer | None,
         names: dict[str, int],
         where: str,
         key_base: str,
@@ -237,7 +233,10 @@ class TableSource:
                 found.skipped.append((where, f"label {label} is not an id of the ClassLabel's {count} names"))
                 return
         key = key_base + "." + (sniff_format(data) or "bin").replace("jpeg", "jpg")
-        writer.put(key, data)
+        if isinstance(value, table_rows.InPlace):
+            found.spans[key] = value.span
+        elif writer is not None:
+            writer.put(key, data)
         found.images.append((key, label, split))
         if key_base in found.objects:  # filed under the staged file's key
             found.objects[key] = found.objects.pop(key_base)
@@ -273,13 +272,6 @@ class TableSource:
     def _root(self) -> str:
         return self.path if fileio.isdir(self.path) else self.path.rsplit("/", 1)[0]
 
-    def _schema(self, table: str) -> Any:
-        pa = pyarrow()
-        with _readable(table, self.kind), fileio.open_binary(table, "rb") as f:
-            if self.kind == "parquet":
-                return pa.parquet.read_schema(f)
-            return pa.ipc.open_stream(f).schema
-
     def _columns(self, table: str, schema: Any) -> tuple[str, str | None, list[str] | None]:
         """(image column, label column or None, ClassLabel names or None) of a table."""
         features = _features(schema)
@@ -298,57 +290,6 @@ class TableSource:
             raise SourceError(f"{storage.redact(table)}: no column {label!r} among {names}")
         class_names = features.get(label or "", {}).get("names") if label else None
         return image, label, class_names
-
-    def _rows(self, table: str, image: str, label: str | None) -> Iterator[tuple[Any, Any]]:
-        """(image value, label value) of each row, BATCH_ROWS at a time."""
-        pa = pyarrow()
-        columns = [image] + ([label] if label else [])
-        with _readable(table, self.kind), fileio.open_binary(table, "rb") as f:
-            if self.kind == "parquet":
-                parquet = pa.parquet.ParquetFile(f)
-                _check_row_groups(table, parquet.metadata, columns)
-                batches = parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns)
-            else:
-                batches = iter(pa.ipc.open_stream(f))
-            for batch in batches:
-                images = batch.column(batch.schema.get_field_index(image)).to_pylist()
-                labels = (
-                    batch.column(batch.schema.get_field_index(label)).to_pylist() if label else [None] * len(images)
-                )
-                yield from zip(images, labels, strict=True)
-
-
-@contextlib.contextmanager
-def _readable(table: str, kind: str) -> Iterator[None]:
-    """Turns pyarrow's complaint about a damaged or foreign file ('Parquet magic bytes not found
-    in footer', which names no file) into a SourceError naming the table."""
-    pa = pyarrow()
-    try:
-        yield
-    except (pa.ArrowException, EOFError) as e:
-        what = "Parquet" if kind == "parquet" else "Arrow stream"
-        raise SourceError(
-            f"{storage.redact(table)} is not a readable {what} file ({e}); download or write it again"
-        ) from None
-
-
-def _check_row_groups(table: str, metadata: Any, columns: list[str]) -> None:
-    """Refuses a Parquet file whose row groups would take more than MAX_ROW_GROUP_BYTES once
-    read (pyarrow reads a row group's column chunk whole): what the footer declares is checked
-    before anything is read, so a few MB of compressed zeros cannot take the machine's memory."""
-    for group in range(metadata.num_row_groups):
-        meta = metadata.row_group(group)
-        size = sum(
-            meta.column(i).total_uncompressed_size
-            for i in range(meta.num_columns)
-            if meta.column(i).path_in_schema.split(".")[0] in columns
-        )
-        if size > MAX_ROW_GROUP_BYTES:
-            raise SourceError(
-                f"{storage.redact(table)}: row group {group} declares {size:,} bytes of {columns} once read, more than "
-                f"{MAX_ROW_GROUP_BYTES:,}: refused before reading (write it with smaller row groups, as the Hub's "
-                "files are: about 100 images each)"
-            )
 
 
 def _id_names(top: int, column: str) -> list[str]:
@@ -372,7 +313,10 @@ def _features(schema: Any) -> dict[str, dict[str, Any]]:
 
 
 def _image_value(value: Any) -> tuple[bytes | None, str | None]:
-    """(bytes, path) of an image cell: datasets' {bytes, path} struct, or plain bytes."""
+    """(bytes, path) of an image cell: datasets' {bytes, path} struct, or plain bytes (an image
+    read in place: its first bytes)."""
+    if isinstance(value, table_rows.InPlace):
+        return value.head, None
     if isinstance(value, dict):
         return value.get("bytes"), value.get("path")
     if isinstance(value, (bytes, bytearray)):

@@ -31,8 +31,8 @@ from collections.abc import Iterator
 
 from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio, image_limits, manifest, storage
-from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, Item, sorted_labels
-from shardfeed.write.sources.staging import Extracted, Staged, Writer
+from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, sorted_labels
+from shardfeed.write.sources.staging import Extracted, Staged, Writer, in_place_discovery
 
 log = logging.getLogger("shardfeed")
 DEFAULT_IMAGE_EXTS = "jpg;png;jpeg;webp"
@@ -116,20 +116,10 @@ class WebDatasetSource:
             except _NeedsStaging:  # a sparse image member: its bytes are not one span
                 pass
             else:
-                return self._in_place(found)
+                return in_place_discovery(self.kind, self.path, found)
         self.staged = Staged(tars)
         found = self.staged.extracted(lambda writer: self._extract(tars, writer))
         return self.staged.discovery(self.kind, self.path, found)
-
-    def _in_place(self, found: Extracted) -> Discovery:
-        """What was found, its images read later from their spans in the tars. An image's
-        modification time is its tar's (an append re-reads the images of a tar written since)."""
-        mtimes = {tar: fileio.size_and_mtime(tar)[1] for tar, _, _ in found.spans.values()}
-        items = []
-        for key, label, split in found.images:
-            span = found.spans[key]
-            items.append(Item(key, label, split, span[2], mtime_ns=mtimes[span[0]], span=span))
-        return Discovery(self.kind, self.path, items, self.path, found.class_names, found.skipped, found.presplit)
 
     def finished(self) -> None:
         if self.staged is not None:
