@@ -59,6 +59,15 @@ def _expected(rows: dict[str, list[tuple[bytes, int]]], names: list[str]) -> dic
     return {s: Counter((hashlib.sha256(b).hexdigest(), names[c]) for b, c in r) for s, r in rows.items()}
 
 
+def _staged(item: object) -> bytes:
+    """The bytes a staged item's span holds in the staging folder's images file."""
+    span = getattr(item, "span", None)
+    assert span is not None and span[0].endswith("images.bin"), span
+    with open(span[0], "rb") as f:
+        f.seek(span[1])
+        return f.read(span[2])
+
+
 @pytest.fixture(scope="module")
 def names(photo_tree: Path) -> list[str]:
     return sorted(p.name for p in photo_tree.iterdir())
@@ -81,11 +90,15 @@ def test_hub_parquet_layout_keeps_splits_labels_and_bytes(photo_tree: Path, name
     assert result.manifest.labels == names  # ClassLabel's names, in its id order
     assert _converted(tmp_path / "out") == _expected(rows, names)
     assert list((tmp_path / "cache" / "shardfeed" / "staged").iterdir()) == []  # removed once converted
-    staged = Path(resolve_source(str(hub)).discover().base)  # what a conversion stages
-    assert sorted(p.name for p in (staged / "data").iterdir()) == [
-        "test-00000-of-00001.parquet",
-        "train-00000-of-00001.parquet",
+    discovery = resolve_source(str(hub)).discover()  # what a conversion stages: one file of images
+    assert sorted(p.name for p in Path(discovery.base).iterdir()) == ["images.bin", "listing.json"]
+    assert sorted({i.key.rsplit("/", 1)[0] for i in discovery.items}) == [
+        "data/test-00000-of-00001.parquet",
+        "data/train-00000-of-00001.parquet",
     ]
+    assert Counter(hashlib.sha256(_staged(i)).hexdigest() for i in discovery.items) == sum(
+        (Counter(h for h, _ in c) for c in _expected(rows, names).values()), Counter()
+    )
 
 
 def test_one_hub_file_alone_keeps_its_split_as_in_its_folder(
@@ -181,7 +194,8 @@ def test_a_compressed_arrow_stream_is_staged_and_converted(photo_tree: Path, nam
     with pytest.raises(table_rows.NotInPlace, match="compressed"):
         list(table_rows.in_place_rows(str(path), "image", "label"))
     discovery = resolve_source(str(path)).discover()
-    assert len(discovery.items) == len(rows) and all(i.span is None for i in discovery.items)
+    assert len(discovery.items) == len(rows)
+    assert all(i.span is not None and i.span[0] == str(Path(discovery.base) / "images.bin") for i in discovery.items)
     convert(str(path), str(tmp_path / "out"), ConvertOptions(shards=1), workers=1, progress=False)
     merged = sum(_converted(tmp_path / "out").values(), Counter())
     assert Counter(h for h, _ in merged) == Counter(hashlib.sha256(b).hexdigest() for b, _ in rows)
@@ -218,7 +232,7 @@ def test_images_given_by_path_are_read_relative_to_the_dataset(photo_tree: Path,
     pq.write_table(table, hub / "train.parquet")
     discovery = resolve_source(str(hub / "train.parquet")).discover()
     assert len(discovery.items) == 6 and discovery.class_names == ["x", "y"]
-    staged = Counter(hashlib.sha256((Path(discovery.base) / i.key).read_bytes()).hexdigest() for i in discovery.items)
+    staged = Counter(hashlib.sha256(_staged(i)).hexdigest() for i in discovery.items)
     assert staged == Counter(hashlib.sha256((hub / "images" / p).read_bytes()).hexdigest() for p in paths)
 
 
