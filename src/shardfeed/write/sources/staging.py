@@ -1,5 +1,5 @@
-"""Images that live inside container files (Parquet, Arrow, tar), extracted once into a local
-folder that the conversion then reads like any folder of images, or, where the container keeps
+"""Images that live inside container files (Parquet, Arrow, tar), extracted once into one local
+file that the conversion reads each image back from by its span, or, where the container keeps
 each image's bytes as they are (an uncompressed tar, an Arrow stream), read in place from their
 spans (`in_place_discovery`).
 
@@ -12,7 +12,6 @@ its span there (a file per image cost 4,000 file creations for 4,000 images, 0.4
 
     $XDG_CACHE_HOME/shardfeed/staged/<id>/images.bin   id: a hash of the containers' paths, sizes
                                                        and modification times
-    .../<id>/<key>                                     an image a table row names by path (linked)
     .../<id>/listing.json                              what was found: keys, labels, splits, skips,
                                                        each appended image's span
 
@@ -105,7 +104,8 @@ class Staged:
 
     def discovery(self, kind: str, root: str, found: Extracted) -> Discovery:
         """What a source found, as the conversion takes it: appended images read from their
-        spans in this folder's images file, linked ones as files below it."""
+        spans in this folder's images file (an earlier version's staging, a file per key, as
+        files below it)."""
         items = [
             file_item(self.folder, key, label, split)
             if (span := found.spans.get(key)) is None
@@ -162,15 +162,6 @@ class Writer:
         if refusal:
             raise SourceError(f"a staging key from the data was refused: {refusal}")
         return os.path.join(self.folder, key)
-
-    def link(self, key: str, source: str) -> None:
-        """Stages the file `source` (an image a table names by path) under `key`."""
-        path = self._path(key)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        try:
-            os.link(source, path)
-        except OSError:
-            shutil.copyfile(source, path)
 
 
 def in_place_discovery(kind: str, root: str, found: Extracted) -> Discovery:
