@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -126,7 +129,7 @@ def test_a_local_tar_is_read_in_place_byte_identical_to_staging(
     """An uncompressed local tar's images are read from their spans in the tar: nothing is
     staged on disk, and the shards are byte for byte those the staged route (compressed and
     remote tars) writes for the same tar, with the keys and classes written."""
-    from shardfeed.write.sources import webdataset
+    from shardfeed.write.sources import tar_members
 
     photos = _photos(photo_tree)
     samples = [{"__key__": f"k{i:04d}", ext: data, "cls": label} for i, (data, label, ext) in enumerate(photos)]
@@ -136,7 +139,7 @@ def test_a_local_tar_is_read_in_place_byte_identical_to_staging(
     options = ConvertOptions(shards=3, seed=7)
     convert(str(tmp_path / "src"), str(tmp_path / "in_place"), options, workers=2, progress=False)
     assert not staged.exists(), "an uncompressed local tar was staged"
-    monkeypatch.setattr(webdataset, "_readable_in_place", lambda tar: False)
+    monkeypatch.setattr(tar_members, "readable_in_place", lambda tar: False)
     convert(str(tmp_path / "src"), str(tmp_path / "staged"), options, workers=2, progress=False)
     assert staged.exists(), "the staged route was not taken"
     in_place, via_staging = shard_bytes(tmp_path / "in_place"), shard_bytes(tmp_path / "staged")
@@ -158,6 +161,26 @@ def test_a_tar_cut_inside_an_image_read_in_place_is_one_error(photo_tree: Path, 
     (tmp_path / "cut.tar").write_bytes(whole[: last_image + 100])
     with pytest.raises(SourceError, match=r"cut.tar is cut short or damaged after member 'k2\.\w+'"):
         convert(str(tmp_path / "cut.tar"), str(tmp_path / "out"), workers=1, progress=False)
+    # several tars are listed in worker processes (forked: a fresh `convert` without TensorFlow
+    # loaded): the error comes back whole, as its one line
+    (tmp_path / "both").mkdir()
+    (tmp_path / "both" / "a.tar").write_bytes(whole)
+    (tmp_path / "both" / "b.tar").write_bytes(whole[: last_image + 100])
+    cli = [sys.executable, "-m", "shardfeed", "convert", str(tmp_path / "both"), str(tmp_path / "out2")]
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert re.search(r"b.tar is cut short or damaged after member 'k2\.\w+'", done.stderr.splitlines()[-1])
+    split_tars = tmp_path / "good"
+    split_tars.mkdir()
+    for name in ("a.tar", "b.tar"):
+        (split_tars / name).write_bytes(whole)
+    done = subprocess.run(
+        [*cli[:4], str(split_tars), str(tmp_path / "out3")], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    from shardfeed.tools import info
+
+    assert info(str(tmp_path / "out3"))["records"] == 6
 
 
 def test_an_append_reads_again_only_the_images_of_a_tar_written_since(photo_tree: Path, tmp_path: Path) -> None:

@@ -25,8 +25,7 @@ class WorkerPool:
     def __init__(self, workers: int) -> None:
         self.pool: ProcessPoolExecutor | None = None
         if workers > 1:
-            # fork is fast and safe while TensorFlow (and its threads) is not loaded here.
-            method = "fork" if sys.platform == "linux" and "tensorflow" not in sys.modules else "spawn"
+            method = "fork" if fork_is_safe() else "spawn"
             # Start the workers now, while this process is small: forked later, each would carry
             # a copy of the item list, and worker memory would grow with the dataset. SIGINT is
             # blocked meanwhile, so the workers start with it blocked (fork and exec keep the mask)
@@ -47,6 +46,12 @@ class WorkerPool:
     def __exit__(self, *exc: object) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def fork_is_safe() -> bool:
+    """Whether worker processes can be forked: fast, and safe while TensorFlow (and its threads)
+    is not loaded here."""
+    return sys.platform == "linux" and "tensorflow" not in sys.modules
 
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
