@@ -99,6 +99,25 @@ def test_read_regular_refuses_a_device_and_an_oversized_file(tmp_path: Path) -> 
     assert fileio.read_regular(str(big), 5000) == bytes(5000)
 
 
+def test_an_image_read_from_its_span_is_bounded_as_a_file_is(tmp_path: Path) -> None:
+    """An image inside a container (a staged images file, an Arrow table) declares its size in
+    its span: one larger than any allowed image is refused before anything is read, with the
+    reason a file that large gets, and reported, never converted."""
+    from shardfeed.write.encode import EncodingSpec, SkippedItem, encode_item
+    from shardfeed.write.items import Discovery, Item
+
+    container = tmp_path / "images.bin"
+    container.write_bytes(jpeg_bytes(photos()["rocket"]) * 2)
+    with pytest.raises(fileio.UnusableFileError, match="file too large"):
+        fileio.read_range(str(container), 0, 5000, 4999)
+    assert fileio.read_range(str(container), 0, 5000, 5000) == container.read_bytes()[:5000]
+    declared = image_limits.max_file_bytes(image_limits.DEFAULT_MAX_PIXELS) + 1  # ~770 MB: never read
+    items = [Item("big.jpg", 0, None, declared, span=(str(container), 0, declared))]
+    spec = EncodingSpec.of(Discovery("webdataset", str(tmp_path), items, str(tmp_path), ["a"]), ConvertOptions())
+    skipped = encode_item(items[0], spec)
+    assert isinstance(skipped, SkippedItem) and skipped.reason.startswith("file too large"), skipped
+
+
 def test_max_file_bytes_fits_any_allowed_image() -> None:
     assert image_limits.max_file_bytes(None) is None
     assert image_limits.max_file_bytes(1000) == 8000 + 64 * 1024 * 1024

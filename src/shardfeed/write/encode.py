@@ -106,7 +106,7 @@ def read_source_bytes(item: Item, location: str, image: images.ImageOptions) -> 
         return f"{array.shape}".encode() + array.tobytes()
     if item.span is not None:
         _, offset, size = item.span
-        return fileio.read_range(location, offset, size)
+        return fileio.read_range(location, offset, size, image_limits.max_file_bytes(image.max_pixels))
     return fileio.read_regular(location, image_limits.max_file_bytes(image.max_pixels))
 
 
