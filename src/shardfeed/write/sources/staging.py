@@ -106,12 +106,10 @@ class Staged:
         """What a source found, as the conversion takes it: appended images read from their
         spans in this folder's images file (an earlier version's staging, a file per key, as
         files below it)."""
-        items = [
-            file_item(self.folder, key, label, split)
-            if (span := found.spans.get(key)) is None
-            else Item(key, label, split, span[2], span=(os.path.join(self.folder, span[0]), span[1], span[2]))
-            for key, label, split in found.images
-        ]
+        if found.spans or not found.images:
+            spans = {key: (os.path.join(self.folder, name), at, size) for key, (name, at, size) in found.spans.items()}
+            return in_place_discovery(kind, root, dataclasses.replace(found, spans=spans), base=self.folder)
+        items = [file_item(self.folder, key, label, split) for key, label, split in found.images]
         if found.task == DETECTION:
             items = [dataclasses.replace(i, objects=SourceObjects.of_json(found.objects[i.key])) for i in items]
         return Discovery(kind, root, items, self.folder, found.class_names, found.skipped, found.presplit, found.task)
@@ -147,7 +145,7 @@ class Writer:
         self._images.close()
 
     def put(self, key: str, data: bytes) -> None:
-        self._path(key)  # a key that could not be a file name there is refused all the same
+        _check_key(key)
         self.spans[key] = (IMAGES, self._images.tell(), len(data))
         self._images.write(data)
 
@@ -155,23 +153,25 @@ class Writer:
         """Takes back what `put` staged under `key` (its bytes stay in the file, unread)."""
         del self.spans[key]
 
-    def _path(self, key: str) -> str:
-        """Where `key` is staged. Keys come from data (tar members, table rows): one that would
-        leave the staging folder is a bug in its source, refused here as the last line."""
-        refusal = confinement.entry_refusal(key)
-        if refusal:
-            raise SourceError(f"a staging key from the data was refused: {refusal}")
-        return os.path.join(self.folder, key)
+
+def _check_key(key: str) -> None:
+    """Keys come from data (tar members, table rows): one that could not name a file inside the
+    staging folder is a bug in its source, refused here as the last line (staged images are no
+    longer files of their own, but the keys name records and reports all the same)."""
+    refusal = confinement.entry_refusal(key)
+    if refusal:
+        raise SourceError(f"a staging key from the data was refused: {refusal}")
 
 
-def in_place_discovery(kind: str, root: str, found: Extracted) -> Discovery:
-    """What a source found whose images are read where they are, from their spans in the
-    containers (`found.spans`) rather than staged. An image's modification time is its
-    container's: an append reads again the images of a container written since."""
+def in_place_discovery(kind: str, root: str, found: Extracted, base: str | None = None) -> Discovery:
+    """What a source found whose images are read from their spans in files (`found.spans`): the
+    containers themselves, or a staging folder's images file (`base`, that folder). An image's
+    modification time is its file's: an append reads again the images of a container written
+    since (staged ones always: each staging is a new file)."""
     mtimes = {container: fileio.size_and_mtime(container)[1] for container, _, _ in found.spans.values()}
     items = []
     for key, label, split in found.images:
         span = found.spans[key]
         objects = SourceObjects.of_json(found.objects[key]) if found.task == DETECTION else None
         items.append(Item(key, label, split, span[2], mtime_ns=mtimes[span[0]], objects=objects, span=span))
-    return Discovery(kind, root, items, root, found.class_names, found.skipped, found.presplit, found.task)
+    return Discovery(kind, root, items, base or root, found.class_names, found.skipped, found.presplit, found.task)
