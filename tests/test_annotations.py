@@ -22,8 +22,9 @@ from conftest import photos
 from PIL import Image
 
 from shardfeed.format import annotations, schema
-from shardfeed.format.annotations import check_objects, object_features, read_objects
-from shardfeed.format.example_proto import parse_example, serialize_example
+from shardfeed.format.annotations import object_features, read_objects
+from shardfeed.format.example_proto import Example, parse_example, serialize_example
+from shardfeed.format.object_checks import check_objects, clean_object_features
 
 RED, BLUE = (255, 0, 0), (0, 0, 255)
 # (colour, class, box in pixels (xmin, ymin, xmax, ymax)) pasted on skimage's chelsea (451 x 300)
@@ -232,6 +233,81 @@ def test_an_image_of_clean_boxes_is_kept_as_the_per_box_check_keeps_it() -> None
         boxes[-1][2] = width + 2.5  # past the right edge: clipped and counted, whichever path looks
         sticking_out = check_objects(boxes, classes, width=width, height=height, num_classes=3)
         assert sticking_out.clipped == 1 and float(sticking_out.objects.boxes[-1, 2]) == width
+
+
+def test_clean_objects_make_the_record_the_checked_path_makes() -> None:
+    """`clean_object_features` (the shortcut for images whose annotations all pass as they are)
+    must write the very bytes the per-annotation path writes (`check_objects` then
+    `object_features`), with the values float32 arithmetic gives, worked out here with NumPy:
+    fractional pixel coordinates, areas given, missing or mixed, class ids past one varint
+    byte, attributes, no objects at all."""
+    rng = np.random.default_rng(11)
+    names = [f"class {i}" for i in range(300)]
+    for trial in range(80):
+        count = 0 if trial % 10 == 0 else int(rng.integers(1, 7))
+        width, height = int(rng.integers(20, 2000)), int(rng.integers(20, 2000))
+        x0, y0 = rng.uniform(0, width - 1, count), rng.uniform(0, height - 1, count)
+        x1, y1 = rng.uniform(x0 + 0.5, width), rng.uniform(y0 + 0.5, height)
+        boxes = tuple((float(a), float(b), float(c), float(d)) for a, b, c, d in zip(x0, y0, x1, y1, strict=True))
+        if trial % 3 == 0:  # whole pixels, as VOC's and most COCO files' boxes are
+            boxes = tuple((math.floor(a), math.floor(b), math.ceil(c), math.ceil(d)) for a, b, c, d in boxes)
+        classes = tuple(rng.integers(0, 300, count).tolist())
+        given = rng.uniform(1, 1e5, count).tolist()
+        areas = tuple(a if trial % 4 == 1 or (trial % 4 == 2 and rng.random() < 0.5) else None for a in given)
+        crowd = tuple((rng.random(count) < 0.3).tolist())
+        flags = tuple(rng.integers(0, 2, count).tolist())
+        source = annotations.SourceObjects(
+            boxes, classes, crowd, areas, tuple(range(count)), source_id=trial, attributes=(("difficult", flags),)
+        )
+        offset = 1 if trial % 2 else 0
+        clean = clean_object_features(source, width=width, height=height, class_names=names, label_offset=offset)
+        checked = check_objects(
+            boxes, classes, width=width, height=height, num_classes=300, is_crowd=crowd, areas=areas,
+            attributes={"difficult": flags},
+        )  # fmt: skip
+        careful = object_features(
+            checked.objects, width=width, height=height, class_names=names, label_offset=offset, source_id=trial
+        )
+        assert clean is not None and serialize_example(clean) == serialize_example(careful)
+        record = Example.FromString(serialize_example(clean)).features.feature
+        stored = np.array(boxes, np.float32).reshape(-1, 4)
+        scale = np.array([width, height, width, height], np.float32)
+        for column, key in enumerate((schema.BOX_XMIN, schema.BOX_YMIN, schema.BOX_XMAX, schema.BOX_YMAX)):
+            assert record[key].WhichOneof("kind") == "float_list"
+            assert np.array_equal(np.array(record[key].float_list.value, np.float32), stored[:, column] / scale[column])
+        box_areas = (stored[:, 2] - stored[:, 0]) * (stored[:, 3] - stored[:, 1])
+        expected = np.array([a if a is not None else b for a, b in zip(areas, box_areas, strict=True)], np.float32)
+        assert np.array_equal(np.array(record[schema.OBJECT_AREA].float_list.value, np.float32), expected)
+        assert list(record[schema.OBJECT_LABEL].int64_list.value) == [c + offset for c in classes]
+        assert list(record[schema.OBJECT_TEXT].bytes_list.value) == [names[c].encode() for c in classes]
+        assert list(record[schema.OBJECT_IS_CROWD].int64_list.value) == [int(c) for c in crowd]
+        assert record[schema.OBJECT_TEXT].WhichOneof("kind") == "bytes_list"  # even with no objects
+        assert record[schema.OBJECT_IS_CROWD].WhichOneof("kind") == "int64_list"
+
+
+def test_clean_objects_decline_what_needs_a_look() -> None:
+    """Whatever `check_objects` would clip, skip or turn into masks, and boxes given as fractions,
+    go the per-annotation way (None)."""
+    box = (10.0, 10.0, 50.0, 40.0)
+
+    def source(**changes: object) -> annotations.SourceObjects:
+        fields: dict[str, object] = {
+            "boxes": (box,), "classes": (0,), "is_crowd": (False,), "areas": (None,), "ids": (1,), "source_id": 1,
+        }  # fmt: skip
+        return annotations.SourceObjects(**(fields | changes))  # type: ignore[arg-type]
+
+    def clean(objects: annotations.SourceObjects) -> object:
+        return clean_object_features(objects, width=100, height=50, class_names=NAMES, label_offset=0)
+
+    assert clean(source()) is not None
+    assert clean(source(boxes=((10.0, 10.0, 101.0, 40.0),))) is None  # sticks out: clipped
+    assert clean(source(boxes=((10.0, 10.0, 10.0, 40.0),))) is None  # empty
+    assert clean(source(boxes=((math.nan, 10.0, 50.0, 40.0),))) is None
+    assert clean(source(classes=(2,))) is None  # no such class
+    assert clean(source(areas=(-1.0,))) is None
+    assert clean(source(is_crowd=(False, True))) is None  # lists of other lengths
+    assert clean(source(normalised=True, boxes=((0.1, 0.2, 0.5, 0.8),))) is None
+    assert clean(source(segmentations=("[[10, 10, 50, 10, 50, 40]]",))) is None
 
 
 def test_a_mask_must_match_its_image() -> None:

@@ -423,3 +423,36 @@ def test_a_conversion_that_writes_no_image_is_an_error_naming_the_reasons(tmp_pa
     ):
         convert(str(tmp_path / "src"), str(tmp_path / "out"), ConvertOptions(split="train=1"), workers=1)
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_images_are_read_a_group_ahead_of_their_records_in_order(
+    photo_tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`encode_unhashed` reads READ_AHEAD images before it makes their records (fewer once they
+    hold READ_AHEAD_BYTES), and the records come out as one image at a time makes them, in
+    order, an unusable image among them included."""
+    from shardfeed.write import encode
+    from shardfeed.write.sources import FolderSource
+
+    source = tmp_path / "source"
+    shutil.copytree(photo_tree, source)
+    (source / "astronaut" / "broken.jpg").write_bytes(b"\xff\xd8\xff not a jpeg")
+    discovery = FolderSource(str(source)).discover()
+    items = sorted(discovery.items, key=lambda i: i.key)[:20]
+    assert any(i.key.endswith("broken.jpg") for i in items)
+    spec = encode.EncodingSpec.of(discovery, ConvertOptions(near_radius=None))
+    one_at_a_time = [encode.encode_items([item], spec)[0] for item in items]
+    assert isinstance(one_at_a_time[[i.key for i in items].index("astronaut/broken.jpg")], encode.SkippedItem)
+
+    steps: list[str] = []
+    read, record = encode.read_image, encode.encode_read
+    monkeypatch.setattr(encode, "read_image", lambda *a: steps.append("read") or read(*a))
+    monkeypatch.setattr(encode, "encode_read", lambda *a: steps.append("record") or record(*a))
+    for ahead, budget, pattern in ((3, 1 << 30, "RRRWWW"), (8, 1, "RW")):
+        monkeypatch.setattr(encode, "READ_AHEAD", ahead)
+        monkeypatch.setattr(encode, "READ_AHEAD_BYTES", budget)
+        steps.clear()
+        made_records = [u.record if isinstance(u, encode.Unhashed) else u for u in encode.encode_unhashed(items, spec)]
+        assert made_records == one_at_a_time
+        made = "".join("R" if s == "read" else "W" for s in steps)
+        assert made.startswith(pattern * 2) and made.count("R") == len(items)

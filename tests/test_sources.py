@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from shardfeed.write.items import Discovery
 from shardfeed.write.sources import (
     ArraySource,
     CsvSource,
@@ -15,6 +17,7 @@ from shardfeed.write.sources import (
     FolderSource,
     SourceError,
     UnlabeledSource,
+    listed,
     resolve_source,
 )
 
@@ -163,3 +166,27 @@ def test_resolve_source_by_path(photo_tree: Path, tmp_path: Path) -> None:
         resolve_source(str(photo_tree), labels_from="magic")
     with pytest.raises(SourceError, match="does not exist"):
         FolderSource(str(tmp_path / "nope")).discover()
+
+
+def test_listing_pauses_the_cycle_collector_and_restores_it(photo_tree: Path, tmp_path: Path) -> None:
+    """`listed` lists with Python's cycle collector off, and leaves it as it found it, on or off,
+    after a listing that fails too."""
+    seen: list[bool] = []
+
+    class Watched(FolderSource):
+        def discover(self) -> Discovery:
+            seen.append(gc.isenabled())
+            return super().discover()
+
+    assert gc.isenabled()
+    try:
+        assert len(listed(Watched(str(photo_tree))).items) == len(FolderSource(str(photo_tree)).discover().items)
+        assert gc.isenabled()
+        gc.disable()
+        listed(Watched(str(photo_tree)))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with pytest.raises(SourceError):
+        listed(CsvSource(str(tmp_path / "missing.csv")))
+    assert gc.isenabled() and seen == [False, False]

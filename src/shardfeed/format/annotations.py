@@ -1,6 +1,6 @@
-"""One image's objects as a record stores them: checked against the image, written under the
-keys the TF Model Garden's and the Object Detection API's decoders read (format/schema.py), and
-read back.
+"""One image's objects as a record stores them: written under the keys the TF Model Garden's
+and the Object Detection API's decoders read (format/schema.py), and read back. What is written
+of a source's annotations is checked first (format/object_checks.py).
 
 In memory (`Objects`), for N objects of an image W pixels wide and H high, as stored:
 
@@ -14,28 +14,18 @@ In memory (`Objects`), for N objects of an image W pixels wide and H high, as st
 In the record, boxes are normalised by W and H (as Model Garden and the OD API expect), the
 classes come with their names (`image/object/class/text`), and `image/source_id` holds the
 image's number as a numeric string (COCO evaluation matches detections to images by it).
-
-What `check_objects` does with each annotation before it is written (nothing is dropped
-silently: every skip comes back with its index and reason, for report.json):
-
-    a box partly outside the image          clipped to it, and counted
-    a box wholly outside, empty, inverted   skipped ("outside the image", "empty", "inverted")
-    a coordinate that is NaN or infinite    skipped ("not a number")
-    a class outside 0..K-1                  skipped
-    a mask of another size than the image   skipped
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import math
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from PIL import Image
 
 from shardfeed.format import schema
 from shardfeed.format.example_proto import FeatureValue
@@ -161,185 +151,59 @@ def moved_boxes(
     return (boxes - np.array([left, top, left, top])) * scale
 
 
-@dataclass(frozen=True)
-class SkippedAnnotation:
-    """An annotation that was not written: its index in the source's list for the image, and why."""
-
-    index: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class CheckedObjects:
-    """What `check_objects` kept, what it skipped, and how many kept boxes it clipped."""
-
-    objects: Objects
-    skipped: tuple[SkippedAnnotation, ...]
-    clipped: int
-
-
-def check_objects(
-    boxes: Sequence[Sequence[float]],
-    classes: Sequence[int],
-    *,
-    width: int,
-    height: int,
-    num_classes: int,
-    is_crowd: Sequence[bool] | None = None,
-    areas: Sequence[float | None] | None = None,
-    masks: Sequence[np.ndarray | str | None] | None = None,
-    attributes: Mapping[str, Sequence[int]] | None = None,
-) -> CheckedObjects:
-    """The annotations of one W x H image that can be written, clipped to it where they stick out.
-
-    Args:
-        boxes: (xmin, ymin, xmax, ymax) in pixels, one per annotation.
-        classes: class ids 0..num_classes-1, one per annotation.
-        is_crowd, areas, masks, attributes: per annotation, when the source has them (an area
-            of None: the clipped box's; a mask: a 2-D array, nonzero inside the object, or the
-            reason it could not be made).
-    """
-    if _all_clean(boxes, classes, width, height, num_classes, masks, areas):  # the common case: nothing to clip or skip
-        return CheckedObjects(_kept(list(range(len(boxes))), boxes, classes, is_crowd, areas, None, attributes), (), 0)
-    kept: list[int] = []
-    out_boxes: list[list[float]] = []
-    skipped: list[SkippedAnnotation] = []
-    clipped = 0
-    masked = masks is not None and any(m is not None for m in masks)
-    for index, (box, label) in enumerate(zip(boxes, classes, strict=True)):
-        mask = masks[index] if masks is not None else None
-        area = areas[index] if areas is not None else None
-        reason = _refusal(box, int(label), width, height, num_classes, mask, masked, area)
-        if reason is not None:
-            skipped.append(SkippedAnnotation(index, reason))
-            continue
-        inside = [min(max(float(box[0]), 0.0), width), min(max(float(box[1]), 0.0), height)]
-        inside += [min(max(float(box[2]), 0.0), width), min(max(float(box[3]), 0.0), height)]
-        clipped += int(inside != [float(v) for v in box])
-        kept.append(index)
-        out_boxes.append(inside)
-    return CheckedObjects(_kept(kept, out_boxes, classes, is_crowd, areas, masks, attributes), tuple(skipped), clipped)
-
-
-def _all_clean(
-    boxes: Sequence[Sequence[float]],
-    classes: Sequence[int],
-    width: int,
-    height: int,
-    num_classes: int,
-    masks: Sequence[np.ndarray | str | None] | None,
-    areas: Sequence[float | None] | None,
-) -> bool:
-    """Whether every annotation is written as it is (finite, inside the image, not empty, its
-    class in range, its area, if given, a number of pixels, no masks to check): then
-    `check_objects` keeps them all as they are, else it looks at each one. A plain loop: an
-    image has a few boxes, too few for array operations."""
-    if masks is not None or len(boxes) != len(classes):
-        return False
-    try:
-        for (xmin, ymin, xmax, ymax), label in zip(boxes, classes, strict=True):
-            # NaN fails every comparison, so a box with one is not clean
-            if not (0 <= xmin < xmax <= width and 0 <= ymin < ymax <= height and 0 <= label < num_classes):
-                return False
-        return areas is None or all(a is None or is_pixel_area(a) for a in areas)
-    except (ValueError, TypeError):  # a box of another length than 4, a class that is not a number
-        return False
-
-
-def _refusal(
-    box: Sequence[float],
-    label: int,
-    width: int,
-    height: int,
-    num_classes: int,
-    mask: np.ndarray | str | None,
-    masked: bool,
-    area: float | None = None,
-) -> str | None:
-    """Why one annotation cannot be written, or None (`masked`: the image's objects have masks;
-    `area`: the source's, None when it gives none)."""
-    if len(box) != 4:
-        return f"a box has 4 coordinates, this one {len(box)}"
-    xmin, ymin, xmax, ymax = (float(v) for v in box)
-    if not all(math.isfinite(v) for v in (xmin, ymin, xmax, ymax)):
-        return f"box {list(box)}: a coordinate is not a number"
-    if xmax < xmin or ymax < ymin:
-        return f"box {list(box)}: inverted (xmax < xmin or ymax < ymin)"
-    if xmax <= 0 or ymax <= 0 or xmin >= width or ymin >= height:
-        return f"box {list(box)}: wholly outside the {width} x {height} image"
-    if min(xmax, width) - max(xmin, 0) <= 0 or min(ymax, height) - max(ymin, 0) <= 0:
-        return f"box {list(box)}: empty (no width or no height)"
-    if not 0 <= label < num_classes:
-        return f"class {label} is outside 0..{num_classes - 1}"
-    if area is not None and not is_pixel_area(area):
-        return f"area {area!r}: not a finite, non-negative number of pixels"
-    if isinstance(mask, str):
-        return f"mask: {mask}"
-    if masked and mask is None:
-        return "no mask, where the image's other objects have one"
-    if mask is not None and tuple(np.shape(mask)) != (height, width):
-        return f"mask of shape {tuple(np.shape(mask))} for a {width} x {height} image (shape ({height}, {width}))"
-    return None
-
-
-def _kept(
-    kept: list[int],
-    boxes: Sequence[Sequence[float]],
-    classes: Sequence[int],
-    is_crowd: Sequence[bool] | None,
-    areas: Sequence[float | None] | None,
-    masks: Sequence[np.ndarray | str | None] | None,
-    attributes: Mapping[str, Sequence[int]] | None,
-) -> Objects:
-    """The kept annotations (`kept`: their indices; `boxes`: their boxes, clipped) as `Objects`
-    (areas: the source's, else the clipped box's)."""
-    box_array = np.array(boxes, np.float32).reshape(-1, 4)
-    given = [areas[i] for i in kept] if areas is not None else []
-    if given and all(a is not None for a in given):
-        area_array = np.array(given, np.float32)
-    else:
-        area_array = (box_array[:, 2] - box_array[:, 0]) * (box_array[:, 3] - box_array[:, 1])
-        for at, area in enumerate(given):
-            if area is not None:
-                area_array[at] = area
-    has_masks = masks is not None and any(m is not None for m in masks)
-    return Objects(
-        boxes=box_array,
-        classes=np.array([int(classes[i]) for i in kept], np.int64),
-        is_crowd=np.array([bool(is_crowd[i]) if is_crowd is not None else False for i in kept], bool),
-        areas=area_array,
-        masks=tuple(_mask_png(masks[i]) for i in kept) if has_masks and masks is not None else None,
-        attributes={name: np.array([int(v[i]) for i in kept], np.int64) for name, v in (attributes or {}).items()},
-    )
-
-
-def _mask_png(mask: np.ndarray | str | None) -> bytes:
-    """One object's mask as a PNG of 0 and 1 (what Model Garden and the OD API decode)."""
-    out = io.BytesIO()
-    Image.fromarray((np.asarray(mask) != 0).astype(np.uint8), mode="L").save(out, format="PNG")
-    return out.getvalue()
-
-
 def object_features(
     objects: Objects, *, width: int, height: int, class_names: Sequence[str], label_offset: int, source_id: int
 ) -> dict[str, FeatureValue]:
     """The record features of one image's objects (the image's own features are written beside them)."""
-    xmin, ymin, xmax, ymax = (objects.boxes / np.array([width, height, width, height], np.float32)).T
+    return record_features(
+        array("f", objects.boxes.astype(np.float32).tobytes()),
+        objects.classes.tolist(),
+        objects.is_crowd.tolist(),
+        array("f", objects.areas.astype(np.float32).tobytes()),
+        objects.masks,
+        {name: values.tolist() for name, values in objects.attributes.items()},
+        size=(width, height),
+        class_names=class_names,
+        label_offset=label_offset,
+        source_id=source_id,
+    )
+
+
+_NO_BYTES = np.zeros(0, dtype=object)  # an empty BytesList: a list says its type by its first value
+
+
+def record_features(
+    boxes: array[float],
+    classes: list[int],
+    is_crowd: list[bool],
+    areas: array[float],
+    masks: Sequence[bytes] | None,
+    attributes: Mapping[str, list[int]],
+    *,
+    size: tuple[int, int],
+    class_names: Sequence[str],
+    label_offset: int,
+    source_id: int,
+) -> dict[str, FeatureValue]:
+    """The record features of N objects: `boxes` (xmin, ymin, xmax, ymax, ... in pixels of the
+    stored image, float32) normalised by its (width, height) `size` as float32 division rounds
+    them (a double quotient of float32 values rounds to the same float32)."""
+    width, height = size
     features: dict[str, FeatureValue] = {
         schema.SOURCE_ID: str(source_id),
-        schema.BOX_XMIN: xmin,
-        schema.BOX_YMIN: ymin,
-        schema.BOX_XMAX: xmax,
-        schema.BOX_YMAX: ymax,
-        schema.OBJECT_LABEL: objects.classes + label_offset,
-        schema.OBJECT_TEXT: np.array([class_names[c].encode() for c in objects.classes.tolist()], dtype=object),
-        schema.OBJECT_AREA: objects.areas,
-        schema.OBJECT_IS_CROWD: objects.is_crowd,
+        schema.BOX_XMIN: array("f", [v / width for v in boxes[0::4]]),
+        schema.BOX_YMIN: array("f", [v / height for v in boxes[1::4]]),
+        schema.BOX_XMAX: array("f", [v / width for v in boxes[2::4]]),
+        schema.BOX_YMAX: array("f", [v / height for v in boxes[3::4]]),
+        schema.OBJECT_LABEL: array("q", [c + label_offset for c in classes]),
+        schema.OBJECT_TEXT: [class_names[c].encode() for c in classes] or _NO_BYTES,
+        schema.OBJECT_AREA: areas,
+        schema.OBJECT_IS_CROWD: array("q", is_crowd),
     }
-    if objects.masks is not None:
-        features[schema.OBJECT_MASK] = np.array(objects.masks, dtype=object)
-    for name, values in objects.attributes.items():
-        features[schema.OBJECT_ATTRIBUTE.format(name=name)] = values
+    if masks is not None:
+        features[schema.OBJECT_MASK] = list(masks) or _NO_BYTES
+    for name, values in attributes.items():
+        features[schema.OBJECT_ATTRIBUTE.format(name=name)] = array("q", values)
     return features
 
 

@@ -7,7 +7,8 @@ clashes with TensorFlow's own copy when both are loaded in one process.
 
 from __future__ import annotations
 
-from typing import Any
+from array import array
+from typing import Any, TypeAlias
 
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -74,15 +75,17 @@ _POOL = descriptor_pool.DescriptorPool()
 _POOL.Add(_file_descriptor())
 Example: Any = message_factory.GetMessageClass(_POOL.FindMessageTypeByName("tensorflow.Example"))
 
-FeatureValue = bytes | str | int | float | list[bytes] | list[int] | list[float] | np.ndarray
+# a string: array.array takes a type parameter only in annotations before Python 3.12
+FeatureValue: TypeAlias = "bytes | str | int | float | list[bytes] | list[int] | list[float] | np.ndarray | array[Any]"
 
 
 def serialize_example(features: dict[str, FeatureValue]) -> bytes:
     """Serializes a flat feature dict as a `tf.train.Example`, deterministically.
 
     bytes/str values become a BytesList, ints an Int64List and floats a FloatList; a list takes
-    the type of its first element, a NumPy array its dtype's (so an empty one still says its
-    type, as readers' VarLenFeature check: an image without objects). Keys are written in sorted
+    the type of its first element, a NumPy array its dtype's and an `array.array` its typecode's
+    (so an empty one still says its type, as readers' VarLenFeature check: an image without
+    objects). Keys are written in sorted
     order so equal inputs give equal bytes whatever the dict order.
     """
     example = Example()
@@ -98,6 +101,9 @@ def serialize_example(features: dict[str, FeatureValue]) -> bytes:
             feature.int64_list.value.append(value)
         elif isinstance(value, float):
             feature.float_list.value.append(value)
+        elif isinstance(value, array):  # 'f' or 'd': floats, else ints; present even when empty
+            target = feature.float_list if value.typecode in "fd" else feature.int64_list
+            target.value.extend(value) if value else target.SetInParent()
         elif isinstance(value, np.ndarray):
             _typed(feature, value)
         elif value and isinstance(value[0], (bytes, str)):

@@ -34,7 +34,7 @@ from shardfeed.write.items import Discovery
 from shardfeed.write.options import ConvertOptions
 from shardfeed.write.planning import ShardPlan, plan_shards
 from shardfeed.write.shards import WriteTarget
-from shardfeed.write.sources import Source, empty_source_hint, resolve_source
+from shardfeed.write.sources import Source, empty_source_hint, listed, resolve_source
 from shardfeed.write.splits import GroupMoves
 
 RUNNERS = ("local", "beam", "dask")
@@ -237,7 +237,7 @@ class _Conversion:
         # The pool first: workers forked after the lock is taken would inherit it, and outlive a
         # killed run holding it (its re-run was refused naming a dead pid).
         with WorkerPool(self.run_settings.workers) as pool, folder_lock.hold(self.output_dir):
-            discovery = self.source.discover().with_safe_names()
+            discovery = listed(self.source).with_safe_names()
             if not discovery.items:
                 raise SourceError(
                     f"no images found in {discovery.root!r} ({len(discovery.skipped)} files could not be used)"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -17,18 +18,21 @@ import numpy as np
 from shardfeed.format import fileio, image_limits, schema
 from shardfeed.format.annotations import (
     SourceObjects,
-    check_objects,
     moved_boxes,
     object_features,
     size_name,
     turned_boxes,
 )
 from shardfeed.format.example_proto import FeatureValue, serialize_example
+from shardfeed.format.object_checks import check_objects, clean_object_features
 from shardfeed.write import images, perceptual_hash
 from shardfeed.write.images import masks
 from shardfeed.write.items import Discovery, Item, annotation_digest, locate
 from shardfeed.write.options import ConvertOptions
 from shardfeed.write.sources.arrays import load_array
+
+READ_AHEAD = 8  # images read and checked before their records are made (encode_unhashed)
+READ_AHEAD_BYTES = 16 << 20  # fewer once the images read hold this many bytes: memory stays bounded
 
 
 @dataclass(frozen=True)
@@ -133,15 +137,48 @@ def encode_item(item: Item, spec: EncodingSpec) -> EncodedRecord | SkippedItem:
 def encode_items(items: list[Item], spec: EncodingSpec) -> list[EncodedRecord | SkippedItem]:
     """`encode_item` over a chunk (the unit of work sent to a worker process), whose perceptual
     hashes are made after all its images."""
-    encoded = [encode_unhashed(item, spec) for item in items]
+    encoded = list(encode_unhashed(items, spec))
     hashes = iter(perceptual_hash.of_sources([e.source for e in encoded if isinstance(e, Unhashed) and e.source]))
     return [
         e if isinstance(e, SkippedItem) else e.record if e.source is None else e.hashed(next(hashes)) for e in encoded
     ]
 
 
-def encode_unhashed(item: Item, spec: EncodingSpec) -> Unhashed | SkippedItem:
-    """`encode_item` but for the perceptual hash (`Unhashed`)."""
+def encode_unhashed(items: Iterable[Item], spec: EncodingSpec) -> Iterator[Unhashed | SkippedItem]:
+    """`encode_item` of each item but for the perceptual hash (`Unhashed`), in order; READ_AHEAD
+    images are read and checked before their records are made: decoding churns the CPU's caches,
+    and the records' Python work (annotations, serialising) runs faster done together than each
+    after its decode (~20 us a COCO record, docs/benchmarks/convert.md)."""
+    group: list[tuple[Item, ReadImage | SkippedItem]] = []
+    held = 0  # bytes of the group's images: a few large images make a group of their own
+    for item in items:
+        image = read_image(item, spec)
+        group.append((item, image))
+        held += len(image.raw_data or b"") if isinstance(image, ReadImage) else 0
+        if len(group) == READ_AHEAD or held >= READ_AHEAD_BYTES:
+            yield from _records(group, spec)
+            group, held = [], 0
+    yield from _records(group, spec)
+
+
+def _records(group: list[tuple[Item, ReadImage | SkippedItem]], spec: EncodingSpec) -> Iterator[Unhashed | SkippedItem]:
+    """The records of a group of items whose images were read (`encode_unhashed`)."""
+    for item, image in group:
+        yield image if isinstance(image, SkippedItem) else encode_read(item, spec, image)
+
+
+class ReadImage(NamedTuple):
+    """An item's image read and checked (`read_image`): its source bytes (None for an array),
+    their SHA-256, and the image as it is stored."""
+
+    raw_data: bytes | None
+    source_sha: str
+    prepared: images.PreparedImage
+
+
+def read_image(item: Item, spec: EncodingSpec) -> ReadImage | SkippedItem:
+    """Reads an item's image, checks it and transforms it as asked (write/images/), or says why it
+    cannot be used."""
     raw_data: bytes | None = None
     location = locate(spec.base, item)
     try:
@@ -165,6 +202,13 @@ def encode_unhashed(item: Item, spec: EncodingSpec) -> Unhashed | SkippedItem:
             prepared = images.prepare_file_image(raw_data, item.key, spec.image, phash=spec.phash)
     except images.BadImageError as e:
         return SkippedItem(item.key, str(e))
+    return ReadImage(raw_data, source_sha, prepared)
+
+
+def encode_read(item: Item, spec: EncodingSpec, image: ReadImage) -> Unhashed | SkippedItem:
+    """The record of an item whose image `read_image` read: the image's features, its labels,
+    objects or mask, serialized."""
+    raw_data, source_sha, prepared = image
     features: dict[str, FeatureValue] = {
         spec.keys.image_key: prepared.data,
         schema.FORMAT: prepared.format,
@@ -231,6 +275,16 @@ def place_objects(
     re-encoded, resized and cropped: write/images/transforms.py), then checked against the
     stored image (format/annotations.py)."""
     size, orientation = images.source_frame(image_data, prepared)
+    if orientation == 1 and not spec.image.transforms:  # the boxes stay where the source puts them
+        clean = clean_object_features(
+            objects,
+            width=prepared.width,
+            height=prepared.height,
+            class_names=spec.class_names or [],
+            label_offset=spec.label_offset,
+        )
+        if clean is not None:  # every annotation written as it is (most images)
+            return _placed(clean, [int(c) for c in objects.classes], clean[schema.OBJECT_AREA], (), 0)
     boxes: Any = objects.boxes  # as the source gives them: pixels of the file's image as it is
     area_scale = 1.0
     if objects.normalised or orientation != 1 or spec.image.transforms:
@@ -273,9 +327,19 @@ def place_objects(
     )
     skipped = tuple((objects.ids[s.index], s.reason) for s in checked.skipped)
     kept = checked.objects
-    classes = kept.classes.tolist()
-    written = tuple((c, size_name(a)) for c, a in zip(classes, kept.areas.tolist(), strict=True))
-    return PlacedObjects(features, tuple(sorted(set(classes))), skipped, checked.clipped, written)
+    return _placed(features, kept.classes.tolist(), kept.areas.tolist(), skipped, checked.clipped)
+
+
+def _placed(
+    features: dict[str, FeatureValue],
+    classes: list[int],
+    areas: Any,
+    skipped: tuple[tuple[int, str], ...],
+    clipped: int,
+) -> PlacedObjects:
+    """`PlacedObjects` of the objects written with `features` (their `classes` and `areas`)."""
+    written = tuple((c, size_name(a)) for c, a in zip(classes, areas, strict=True))
+    return PlacedObjects(features, tuple(sorted(set(classes))), skipped, clipped, written)
 
 
 def _segmentation(

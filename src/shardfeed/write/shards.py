@@ -220,7 +220,7 @@ class WriteTarget:
     def write_items(self, split: str, file_name: str, items: Sequence[Item]) -> ShardResult:
         """Encodes `items` here, one at a time, and writes them as `file_name` (the per-shard work
         of a Beam worker or of a local worker given a whole shard)."""
-        return self.write(split, file_name, (encode_unhashed(item, self.spec) for item in items))
+        return self.write(split, file_name, encode_unhashed(items, self.spec))
 
     def committed(self, file_name: str) -> ShardResult | None:
         """The shard's partial manifest (`without_records`), or None if it is not committed."""
