@@ -84,6 +84,8 @@ def _voc(photo_tree: Path, out: Path) -> Path:
 
 
 def test_every_kind_reads_its_data_in_a_fresh_process(shards: Path, photo_tree: Path, tmp_path: Path) -> None:
+    from bench.bench_peers import tfds_copy
+
     saved = _saved_to_disk(photo_tree, tmp_path / "saved")
     voc = _voc(photo_tree, tmp_path / "voc")
     for kind in KINDS:
@@ -93,6 +95,8 @@ def test_every_kind_reads_its_data_in_a_fresh_process(shards: Path, photo_tree: 
         )
         if kind in ("keras_hub_voc", "keras_layers_voc"):
             folder, images = voc, 8
+        if kind == "tfds_expert":  # a TFDS dataset of the tree's JPEGs, as bench/bench_peers.py writes it
+            folder, images = Path(tfds_copy(str(photo_tree), tmp_path / "tfds")), 40
         spec = PipelineSpec(kind, str(folder), batch_size=4, image_size=(32, 32), training=False, warmup_batches=0)
         result = run_fresh(spec, timeout=300)
         assert result["images"] == images, (kind, result)

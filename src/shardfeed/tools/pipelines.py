@@ -17,6 +17,8 @@ The kinds:
   hf_tf_dataset   Hugging Face's own TensorFlow path on a `save_to_disk` folder: `load_from_disk`,
                   a transform that decodes, random-crops (training) or centre-crops to the size and
                   flips, then `to_tf_dataset` (shuffled for training)
+  tfds_expert     a prepared TFDS dataset read as the TF Model Garden reads ImageNet: SkipDecoding,
+                  then the same crop-window decode, resize and flip as plain_tfdata
   decode_ceiling  the folder's JPEG bytes already in memory, decoded by `load`'s own per-image
                   code with map(AUTOTUNE): what reading and parsing could at best reach
   parse           `load`'s reading and parsing (records/s, no decode)
@@ -47,6 +49,7 @@ KINDS = (
     "plain_tfdata",
     "keras_folder",
     "hf_tf_dataset",
+    "tfds_expert",
     "decode_ceiling",
     "parse",
     "raw_parse",
@@ -107,6 +110,7 @@ def build(spec: PipelineSpec) -> Any:
         "plain_tfdata": plain_tfdata,
         "keras_folder": _keras_folder,
         "hf_tf_dataset": _hf_tf_dataset,
+        "tfds_expert": _tfds_expert,
         "decode_ceiling": _decode_ceiling,
         "parse": _parse,
         "raw_parse": _raw_parse,
@@ -143,24 +147,11 @@ def plain_tfdata(spec: PipelineSpec) -> Any:
     tf = tensorflow()
     from shardfeed.read import shardset
 
-    size = spec.image_size
     features = {ENCODED: tf.io.FixedLenFeature([], tf.string), LABEL: tf.io.FixedLenFeature([], tf.int64)}
-    crop = Augment()
 
     def one(record: Any, seed: Any) -> Any:
         parsed = tf.io.parse_single_example(record, features)
-        data = parsed[ENCODED]
-        shape = tf.io.extract_jpeg_shape(data)
-        if spec.training:
-            window = random_crop_window(shape, seed, crop)
-        else:
-            side = tf.cast(tf.cast(tf.minimum(shape[0], shape[1]), tf.float32) * 0.875, tf.int32)
-            window = tf.stack([(shape[0] - side) // 2, (shape[1] - side) // 2, side, side])
-        image = tf.io.decode_and_crop_jpeg(data, window, channels=3)
-        image = tf.image.resize(image, size)
-        if spec.training:
-            image = tf.image.stateless_random_flip_left_right(image, seed)
-        return tf.cast(image, tf.uint8), parsed[LABEL]
+        return _cropped_jpeg(parsed[ENCODED], seed, spec), parsed[LABEL]
 
     files = shardset.from_manifest(spec.path, spec.split).files
     ds = tf.data.Dataset.from_tensor_slices(files)
@@ -173,6 +164,43 @@ def plain_tfdata(spec: PipelineSpec) -> Any:
         ds = ds.shuffle(4096)
     ds = tf.data.Dataset.zip((ds, tf.data.Dataset.random(seed=0).batch(2)))
     ds = ds.map(one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=not spec.training)
+    return ds.batch(spec.batch_size, drop_remainder=spec.training)
+
+
+def _cropped_jpeg(data: Any, seed: Any, spec: PipelineSpec) -> Any:
+    """A JPEG decoded the way the TF reference models' input code does it: only the crop window
+    (random-resized for training, the centre 87.5% for evaluation), resized, flipped at random."""
+    tf = tensorflow()
+    shape = tf.io.extract_jpeg_shape(data)
+    if spec.training:
+        window = random_crop_window(shape, seed, Augment())
+    else:
+        side = tf.cast(tf.cast(tf.minimum(shape[0], shape[1]), tf.float32) * 0.875, tf.int32)
+        window = tf.stack([(shape[0] - side) // 2, (shape[1] - side) // 2, side, side])
+    image = tf.image.resize(tf.io.decode_and_crop_jpeg(data, window, channels=3), spec.image_size)
+    if spec.training:
+        image = tf.image.stateless_random_flip_left_right(image, seed)
+    return tf.cast(image, tf.uint8)
+
+
+def _tfds_expert(spec: PipelineSpec) -> Any:
+    """TFDS read as its experts read it (the TF Model Garden's ImageNet input): a prepared TFDS
+    dataset (`spec.path`: its version folder) opened with `builder_from_directory`, the image
+    left undecoded (`SkipDecoding`), files shuffled, then `_cropped_jpeg` in a parallel map."""
+    tf = tensorflow()
+    import tensorflow_datasets as tfds  # a benchmark's peer (dev install), as hf_tf_dataset's datasets
+
+    ds = tfds.builder_from_directory(spec.path).as_dataset(
+        split=spec.split, shuffle_files=spec.training, decoders={"image": tfds.decode.SkipDecoding()}
+    )
+    if spec.training:
+        ds = ds.shuffle(4096)
+    ds = tf.data.Dataset.zip((ds, tf.data.Dataset.random(seed=0).batch(2)))
+    ds = ds.map(
+        lambda example, seed: (_cropped_jpeg(example["image"], seed, spec), example["label"]),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=not spec.training,
+    )
     return ds.batch(spec.batch_size, drop_remainder=spec.training)
 
 

@@ -1,0 +1,164 @@
+"""`load` against every peer of the speed issue's table, in one command.
+
+    .venv/bin/python bench/bench_peers.py [--images 4000] [--rounds 3] [--threads 2] \
+        [--json bench/results/bench_peers.json]
+
+The same real-photo JPEGs (bench/corpus.py, 200-500 px), one training epoch at 224 px, batch 64,
+random-resized crop and flip; each pipeline in its own fresh process, rounds interleaved (the
+order reversed every other round); best and median images/s and CPU ms an image; the machine's
+load average before and after. The pipelines:
+
+  shardfeed       `load` on the folder converted with `shardfeed convert` (bytes kept)
+  plain_tfdata    the per-record tf.data pipeline written by hand on the same shards
+  tfds_expert     the same images as a prepared TFDS dataset (written here by a TFDS builder),
+                  read as the TF Model Garden reads ImageNet: SkipDecoding, decode_and_crop_jpeg
+  keras_folder    `image_dataset_from_directory` on the image folder
+  hf_tf_dataset   Hugging Face `datasets`' documented TensorFlow path on a save_to_disk copy
+  grain_dataset   shardfeed's TensorFlow-free feed (`--threads` threads, no worker processes)
+  decode_limit    every JPEG decoded whole from memory by simplejpeg on `--threads` threads:
+                  no reading, cropping, resizing or batching (the decode's own cost)
+  decode_fastdct  the same with simplejpeg's fast DCT and upsampling
+
+FFCV, the table's other peer, is not among them: its only release (1.0.2) is built from source
+against OpenCV's and libjpeg-turbo's headers (conda), which these machines lack, so no FFCV code
+here could ever have been run; the results say so under `not_run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.bench_grain import _grain
+from bench.bench_hub import _hub_copies
+from bench.bench_load import convert_once
+from bench.corpus import build_corpus
+from bench.report import emit
+from shardfeed.tools.fresh_runs import ratio, run_fresh, summary
+from shardfeed.tools.pipelines import PipelineSpec
+
+TFDS_BUILDER = """import json, os, sys
+import tensorflow_datasets as tfds
+folder, data_dir = sys.argv[1], sys.argv[2]
+classes = sorted(d for d in os.listdir(folder) if os.path.isdir(os.path.join(folder, d)))
+
+class PeerPhotos(tfds.core.GeneratorBasedBuilder):
+    VERSION = tfds.core.Version("1.0.0")
+
+    def _info(self):
+        image, label = tfds.features.Image(encoding_format="jpeg"), tfds.features.ClassLabel(names=classes)
+        features = tfds.features.FeaturesDict({"image": image, "label": label})
+        return tfds.core.DatasetInfo(builder=self, features=features)
+
+    def _split_generators(self, dl_manager):
+        return {"train": self._generate_examples()}
+
+    def _generate_examples(self):
+        for label in classes:
+            for name in sorted(f for f in os.listdir(os.path.join(folder, label)) if f.endswith((".jpg", ".jpeg"))):
+                yield f"{label}/{name}", {"image": os.path.join(folder, label, name), "label": label}
+
+builder = PeerPhotos(data_dir=data_dir)
+builder.download_and_prepare(file_format="tfrecord")
+print(json.dumps({"data_dir": builder.data_dir}))
+"""
+
+DECODE_LIMIT = """import json, os, sys, time
+from concurrent.futures import ThreadPoolExecutor
+import simplejpeg
+folder, threads, fast = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "fast"
+data = [open(os.path.join(d, f), "rb").read() for d, _, fs in sorted(os.walk(folder)) for f in sorted(fs)]
+decode = lambda b: simplejpeg.decode_jpeg(b, fastdct=fast, fastupsample=fast).shape
+with ThreadPoolExecutor(threads) as pool:
+    list(pool.map(decode, data[:256]))  # warm-up
+    start, cpu0 = time.perf_counter(), time.process_time()
+    list(pool.map(decode, data, chunksize=16))
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
+print(json.dumps({"images": len(data), "images_per_second": len(data) / wall, "cpu_cores_used": cpu / wall}))
+"""
+
+
+def _script(code: str, *args: str) -> dict[str, Any]:
+    """The last line a bench script printed, as JSON (its own fresh process)."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, check=True)
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def tfds_copy(folder: str, work: Path) -> str:
+    """The image folder's JPEGs as a prepared TFDS dataset (their bytes as they are); its version folder."""
+    data_dir = work / "tfds"
+    found = sorted(data_dir.glob("peer_photos/1.0.0"))
+    if found and (found[0] / "dataset_info.json").exists():
+        return str(found[0])
+    return str(_script(TFDS_BUILDER, folder, str(data_dir))["data_dir"])
+
+
+def runners(corpus: str, work: Path, images: int, threads: int) -> dict[str, Callable[[], dict[str, Any]]]:
+    """Every pipeline compared, as a function that measures it once in a fresh process."""
+    shards = convert_once(corpus, str(work / f"keep{images}"), None)
+    saved = str(work / "hub" / "saved")
+    if not os.path.exists(os.path.join(saved, "dataset_dict.json")):
+        saved, _ = _hub_copies(corpus, work / "hub")
+    specs = {
+        "shardfeed": PipelineSpec("shardfeed", shards),
+        "plain_tfdata": PipelineSpec("plain_tfdata", shards),
+        "tfds_expert": PipelineSpec("tfds_expert", tfds_copy(corpus, work)),
+        "keras_folder": PipelineSpec("keras_folder", corpus),
+        "hf_tf_dataset": PipelineSpec("hf_tf_dataset", saved),
+    }
+    out: dict[str, Callable[[], dict[str, Any]]] = {name: (lambda s=spec: run_fresh(s)) for name, spec in specs.items()}
+    out["grain_dataset"] = lambda: _grain(shards, threads)
+    out["decode_limit"] = lambda: _script(DECODE_LIMIT, corpus, str(threads), "exact")
+    out["decode_fastdct"] = lambda: _script(DECODE_LIMIT, corpus, str(threads), "fast")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", type=int, default=4000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2, help="grain_dataset's and the decode limit's threads")
+    parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "shardfeed_bench_peers"))
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args()
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    corpus = build_corpus(str(work / f"corpus{args.images}"), args.images)
+    measure = runners(corpus, work, args.images, args.threads)
+    load_before = list(os.getloadavg())
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in measure}
+    names = list(measure)
+    for r in range(args.rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            print(f"round {r + 1}/{args.rounds}: {name}", file=sys.stderr, flush=True)
+            runs[name].append(measure[name]())
+    results = {name: summary(rs) for name, rs in runs.items()}
+    for name in names:
+        results[name]["shardfeed_vs_it"] = ratio(results["shardfeed"], results[name])
+    unavailable = {"ffcv": "not measured: built from source against OpenCV's and libjpeg-turbo's headers, absent here"}
+    settings = {
+        "images": args.images,
+        "rounds": args.rounds,
+        "threads": args.threads,
+        "batch_size": 64,
+        "image_size": 224,
+    }
+    emit(
+        {"bench": "peers", **settings, "load_average_before": load_before, "load_average_after": list(os.getloadavg()),
+         "not_run": unavailable, **results},
+        args.json,
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
