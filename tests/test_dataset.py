@@ -516,3 +516,28 @@ def test_map_fn_takes_images_and_labels_and_file_names_pass_by(photo_shards: Pat
         assert np.array_equal(names.numpy(), m_names.numpy())
         assert np.array_equal(labels.numpy() + 100, m_labels.numpy())
         np.testing.assert_allclose(images.numpy() / 255.0, m_images.numpy(), rtol=1e-6)
+
+
+def test_the_flip_is_a_fair_coin_apart_from_the_crop_and_photometric_flips_alike() -> None:
+    """`flip_seed` (one xor, where a fold_in and a split took four ops) must still give a
+    fair coin, unrelated to the record's crop (drawn from the seed pair itself), for the seed
+    pairs both readers make: (seed, position) by index, random pairs by shard; and the flip
+    inside `photometric` (other augmentation on) must flip the same records as the flip alone."""
+    import tensorflow as tf
+
+    from shardfeed.read.augment import flip_seed, photometric, random_crop_window
+
+    rng = np.random.default_rng(5)
+    pairs = [(11, p) for p in range(1500)] + [tuple(rng.integers(-(2**62), 2**62, 2).tolist()) for _ in range(1500)]
+    seeds = tf.constant(pairs, tf.int64)
+    flips = np.array([bool(tf.random.stateless_uniform([], seed=flip_seed(s)) < 0.5) for s in seeds])
+    shape = tf.constant([300, 400, 3])
+    lefts = np.array([int(random_crop_window(shape, s, Augment())[1]) for s in seeds])
+    for part in (slice(0, 1500), slice(1500, None)):
+        assert 0.45 < flips[part].mean() < 0.55
+        assert abs(np.corrcoef(flips[part], lefts[part])[0, 1]) < 0.1
+    ramp = tf.constant([[[0.0], [255.0]]])  # dark on the left: flipped when the left is bright
+    for s, flipped in zip(seeds[:64], flips[:64], strict=True):
+        alone = tf.image.stateless_random_flip_left_right(ramp, flip_seed(s))
+        jittered = photometric(ramp, s, Augment(flip=True, color_jitter=0.1))
+        assert bool(alone[0, 0, 0] > alone[0, 1, 0]) == flipped == bool(jittered[0, 0, 0] > jittered[0, 1, 0])

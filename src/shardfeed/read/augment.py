@@ -86,12 +86,27 @@ def random_crop_window(shape: Any, seed: Any, options: Augment) -> Any:
     return tf.stack([begin[0], begin[1], size[0], size[1]])
 
 
-def photometric(image: Any, seed: Any, options: Augment) -> Any:
-    """Flip, rotation/shift, colour jitter and noise on a float32 image in 0..255."""
+FLIP_KEY = (0x2545F4914F6CDD1D, 0x5851F42D4C957F2D)  # xor-ed into a record's seed pair for its flip
+
+
+def flip_seed(seed: Any) -> Any:
+    """The seed a record's flip draws from (its image's, boxes' and mask's alike): the record's
+    seed pair xor-ed with FLIP_KEY, one op where a fold_in and a split took four (a gain within
+    the noise of `load`'s CPU an image, docs/benchmarks/load.md). No other draw of the record
+    uses that key: the crop draws from the pair itself (a pair xor-ed on its first word never
+    equals another record's pair sharing that word), the other photometric steps from a split of
+    fold_in(seed, 1); Philox's streams under distinct keys are independent."""
     tf = tensorflow()
-    seeds = tf.random.experimental.stateless_split(seed, 6)
+    return tf.bitwise.bitwise_xor(seed, tf.constant(FLIP_KEY, seed.dtype))
+
+
+def photometric(image: Any, seed: Any, options: Augment) -> Any:
+    """Flip, rotation/shift, colour jitter and noise on a float32 image in 0..255 (`seed`: the
+    record's seed pair)."""
+    tf = tensorflow()
+    seeds = tf.random.experimental.stateless_split(tf.random.experimental.stateless_fold_in(seed, 1), 6)
     if options.flip:
-        image = tf.image.stateless_random_flip_left_right(image, seeds[0])
+        image = tf.image.stateless_random_flip_left_right(image, flip_seed(seed))
     if options.rotate or options.translate:
         image = _rotate_and_shift(image, seeds[1], options.rotate, options.translate)
     if options.color_jitter:

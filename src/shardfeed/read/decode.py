@@ -16,7 +16,7 @@ from typing import Any
 
 from shardfeed.format.schema import BOX_KEYS, IGNORED_LABEL, OBJECT_LABEL, TEXT, Schema
 from shardfeed.lazy import tensorflow
-from shardfeed.read.augment import Augment, photometric, random_crop_window
+from shardfeed.read.augment import Augment, flip_seed, photometric, random_crop_window
 from shardfeed.read.boxes import box_columns
 from shardfeed.read.options import DecodeOptions
 
@@ -142,11 +142,11 @@ def decode_one(
     image.set_shape([*options.image_size, options.config.channels])
     augment, uint8 = options.augment, options.config.dtype == "uint8"
     if augment is not None and (augment.rotate or augment.translate or augment.color_jitter or augment.noise):
-        image = photometric(image, tf.random.experimental.stateless_fold_in(seed, 1), augment)
+        image = photometric(image, seed, augment)
         return tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8) if uint8 else image
     # Flip alone: a bilinear resize of 0..255 pixels stays in 0..255 (no clip needed), and the
-    # flip commutes with rounding, so it runs on the 4x smaller uint8 image, with the same
-    # seed as photometric's flip: the same pixels, less work.
+    # flip commutes with rounding, so it runs on the 4x smaller uint8 image, with the seed
+    # photometric's flip uses (`flip_seed`): the same pixels, less work.
     image = tf.cast(tf.round(image), tf.uint8) if uint8 else tf.clip_by_value(image, 0.0, 255.0)
     if augment is not None and augment.flip:
         image = tf.image.stateless_random_flip_left_right(image, flip_seed(seed))
@@ -243,12 +243,6 @@ def decode_mask(data: Any, seed: Any, options: Preprocess) -> Any:
         mask = tf.image.stateless_random_flip_left_right(mask, flip_seed(seed))
     mask.set_shape([*options.image_size, 1])
     return mask[..., 0]
-
-
-def flip_seed(seed: Any) -> Any:
-    """The seed `photometric` flips with, for a record's seed pair."""
-    tf = tensorflow()
-    return tf.random.experimental.stateless_split(tf.random.experimental.stateless_fold_in(seed, 1), 6)[0]
 
 
 def _window(shape: Any, seed: Any, options: Preprocess) -> Any:
