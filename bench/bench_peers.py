@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -38,6 +37,7 @@ from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.bench_convert import _python
 from bench.bench_grain import _grain
 from bench.bench_hub import _hub_copies
 from bench.bench_load import convert_once
@@ -88,10 +88,8 @@ print(json.dumps({"images": len(data), "images_per_second": len(data) / wall, "c
 
 
 def _script(code: str, *args: str) -> dict[str, Any]:
-    """The last line a bench script printed, as JSON (its own fresh process)."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, check=True)
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    """The JSON line a bench script printed last (its own fresh process: bench_convert's runner)."""
+    return dict(json.loads(_python(code, *args)))
 
 
 def tfds_copy(folder: str, work: Path) -> str:
