@@ -85,8 +85,8 @@ def serialize_example(features: dict[str, FeatureValue]) -> bytes:
     bytes/str values become a BytesList, ints an Int64List and floats a FloatList; a list takes
     the type of its first element, a NumPy array its dtype's and an `array.array` its typecode's
     (so an empty one still says its type, as readers' VarLenFeature check: an image without
-    objects). Keys are written in sorted
-    order so equal inputs give equal bytes whatever the dict order.
+    objects). Keys are written in sorted order so equal inputs give equal bytes whatever the
+    dict order.
     """
     example = Example()
     feature_map = example.features.feature
