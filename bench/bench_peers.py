@@ -15,6 +15,13 @@ load average before and after. The pipelines:
   keras_folder    `image_dataset_from_directory` on the image folder
   hf_tf_dataset   Hugging Face `datasets`' documented TensorFlow path on a save_to_disk copy
   grain_dataset   shardfeed's TensorFlow-free feed (`--threads` threads, no worker processes)
+  keras_grain     Keras' own Grain-backed folder loader, `image_dataset_from_directory(...,
+                  format="grain")`, on its PyTorch backend (whole images resized, no crop; on
+                  the JAX backend it recompiles its resize for each new image size)
+  torch_loader    a PyTorch DataLoader over `IndexedRecords` (`--threads` worker processes,
+                  the global-order sampler), each record decoded and augmented as torchvision's
+                  ImageNet recipe does on PIL images (pil_loader, RandomResizedCrop's
+                  parameters, crop + bilinear resize, random flip)
   decode_limit    every JPEG decoded whole from memory by simplejpeg on `--threads` threads:
                   no reading, cropping, resizing or batching (the decode's own cost)
   decode_fastdct  the same with simplejpeg's fast DCT and upsampling
@@ -87,6 +94,71 @@ print(json.dumps({"images": len(data), "images_per_second": len(data) / wall, "c
 """
 
 
+KERAS_GRAIN = """import json, os, sys, time
+os.environ["KERAS_BACKEND"] = "torch"
+import keras
+ds = keras.utils.image_dataset_from_directory(sys.argv[1], format="grain", batch_size=64, image_size=(224, 224), seed=0)
+it = iter(ds)
+for _ in range(2):
+    next(it)
+start, cpu0, images = time.perf_counter(), time.process_time(), 0
+for x, y in it:
+    images += len(x)
+wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
+print(json.dumps({"images": images, "images_per_second": images / wall, "cpu_cores_used": cpu / wall}))
+"""
+
+TORCH_LOADER = """import io, json, math, os, random, sys, time
+import numpy as np, torch
+from PIL import Image
+from shardfeed import IndexedRecords
+
+def host_cpu():  # the DataLoader's workers are other processes: the host's busy CPU (/proc/stat)
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+def window(height, width):  # torchvision's RandomResizedCrop.get_params, scale (0.08, 1), ratio (3/4, 4/3)
+    area = height * width
+    for _ in range(10):
+        target = area * random.uniform(0.08, 1.0)
+        ratio = math.exp(random.uniform(math.log(3 / 4), math.log(4 / 3)))
+        w, h = round(math.sqrt(target * ratio)), round(math.sqrt(target / ratio))
+        if 0 < w <= width and 0 < h <= height:
+            return random.randint(0, height - h), random.randint(0, width - w), h, w
+    side = min(height, width)
+    return (height - side) // 2, (width - side) // 2, side, side
+
+class Photos(torch.utils.data.Dataset):
+    def __init__(self, records):
+        self.records = records
+    def __len__(self):
+        return len(self.records)
+    def __getitem__(self, index):
+        data, label = self.records.encoded(index)
+        image = Image.open(io.BytesIO(data)).convert("RGB")  # torchvision's pil_loader
+        top, left, h, w = window(image.height, image.width)
+        image = image.resize((224, 224), Image.Resampling.BILINEAR, box=(left, top, left + w, top + h))
+        if random.random() < 0.5:
+            image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        return torch.from_numpy(np.asarray(image)), label
+
+records = IndexedRecords(sys.argv[1], split="train")
+workers = int(sys.argv[2])
+loader = torch.utils.data.DataLoader(
+    Photos(records), batch_size=64, sampler=records.sampler(seed=0), num_workers=workers, drop_last=True
+)
+it = iter(loader)
+for _ in range(2):
+    next(it)
+start, cpu0, images = time.perf_counter(), host_cpu(), 0
+for x, y in it:
+    images += len(x)
+wall, cpu = time.perf_counter() - start, host_cpu() - cpu0
+print(json.dumps({"images": images, "images_per_second": images / wall, "cpu_cores_used": cpu / wall}))
+"""
+
+
 def _script(code: str, *args: str) -> dict[str, Any]:
     """The JSON line a bench script printed last (its own fresh process: bench_convert's runner)."""
     return dict(json.loads(_python(code, *args)))
@@ -116,6 +188,8 @@ def runners(corpus: str, work: Path, images: int, threads: int) -> dict[str, Cal
     }
     out: dict[str, Callable[[], dict[str, Any]]] = {name: (lambda s=spec: run_fresh(s)) for name, spec in specs.items()}
     out["grain_dataset"] = lambda: _grain(shards, threads)
+    out["keras_grain"] = lambda: _script(KERAS_GRAIN, corpus)
+    out["torch_loader"] = lambda: _script(TORCH_LOADER, shards, str(threads))
     out["decode_limit"] = lambda: _script(DECODE_LIMIT, corpus, str(threads), "exact")
     out["decode_fastdct"] = lambda: _script(DECODE_LIMIT, corpus, str(threads), "fast")
     return out

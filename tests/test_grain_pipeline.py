@@ -79,6 +79,38 @@ def test_evaluation_reads_every_record_in_file_order(data: Path) -> None:
     assert all((a[0] == b[0]).all() for a, b in zip(batches, again, strict=True))  # no randomness
 
 
+@pytest.mark.parametrize("antialias", [False, True])
+def test_evaluation_pixels_are_loads(data: Path, antialias: bool) -> None:
+    """The centre crops, resized as `load` resizes them (bilinear, half-pixel centres; Pillow's
+    widened filter as TensorFlow's `antialias=True`), are `load`'s pixels (TensorFlow's decoder
+    and resize, computed independently) but for rounding: libjpeg-turbo's chroma upsampling
+    differs by a few levels at colour edges between the two builds, OpenCV's weights are fixed
+    point. A window one pixel off, or a row left unwritten, is tens of levels on average."""
+    from shardfeed import DecodeOptions
+
+    split = dict(split="validation", batch_size=4, image_size=160)  # windows < 2x160: no DCT scaling in either
+    ours = np.concatenate([x for x, _ in _epochs(grain_dataset(str(data), antialias=antialias, **split))])  # type: ignore[arg-type]
+    theirs = np.concatenate([x.numpy() for x, _ in load(str(data), decode=DecodeOptions(antialias=antialias), **split)])  # type: ignore[arg-type]
+    assert ours.shape == theirs.shape == (11, 160, 160, 3)
+    diff = np.abs(ours.astype(int) - theirs.astype(int))
+    assert diff.mean() < 0.3 and (diff > 1).mean() < 0.005, (diff.mean(), (diff > 1).mean())
+
+
+def test_the_flip_mirrors_the_image_exactly(data: Path) -> None:
+    """Flip alone (no crop): each image is the unflipped run's or its exact mirror, both occur."""
+    from shardfeed import Augment
+
+    options = dict(batch_size=4, image_size=48, seed=2)
+    plain = np.concatenate(
+        [x for x, _ in _epochs(grain_dataset(str(data), augment=Augment(crop=False, flip=False), **options))]
+    )  # type: ignore[arg-type]
+    flips = np.concatenate([x for x, _ in _epochs(grain_dataset(str(data), augment=Augment(crop=False), **options))])  # type: ignore[arg-type]
+    same = [(a == b).all() for a, b in zip(flips, plain, strict=True)]
+    mirrored = [(a == b[:, ::-1]).all() for a, b in zip(flips, plain, strict=True)]
+    assert all(s != m for s, m in zip(same, mirrored, strict=True))  # one or the other (no symmetric image)
+    assert 0 < sum(mirrored) < len(flips)
+
+
 def test_worker_processes_make_the_same_batches_in_the_same_order(data: Path) -> None:
     """Two Grain worker processes (each every other batch) give the batches threads give, and a
     restart at (epoch 1, step 2) under workers is the uninterrupted run from there."""

@@ -170,3 +170,27 @@ def test_the_beam_extra_converts_on_beams_local_runner(wheel: Path, photo_tree: 
     _run([cli, "convert", str(photo_tree), str(tmp_path / "local"), "--seed", "0"], cwd=tmp_path)
     shards = sorted(p.name for p in (tmp_path / "local").glob("train-*"))
     assert shards and all((tmp_path / "beam" / n).read_bytes() == (tmp_path / "local" / n).read_bytes() for n in shards)
+
+
+GRAIN_BATCHES = """import sys
+import shardfeed
+ds = shardfeed.grain_dataset(sys.argv[1], batch_size=4, image_size=32, seed=0)
+shapes = {(x.shape, x.dtype.name, y.shape) for x, y in ds}
+print(sorted(shapes), ds.steps_per_epoch, "tensorflow" in sys.modules)
+"""
+
+
+def test_the_grain_extra_feeds_batches_without_tensorflow(
+    wheel: Path, user_env: Path, photo_tree: Path, tmp_path: Path
+) -> None:
+    """`shardfeed[grain]` alone (no TensorFlow): convert, then `grain_dataset`'s batches; the
+    `cpu` install without it is told in one line which extra to add."""
+    python = str(_extra_env(wheel, "grain", tmp_path) / "bin" / "python")
+    data = tmp_path / "data"
+    _run([python, "-m", "shardfeed", "convert", str(photo_tree), str(data), "--split", "train=1"], cwd=tmp_path)
+    printed = _run([python, "-c", GRAIN_BATCHES, str(data)], cwd=tmp_path)  # stdout, then stderr (Grain's notes)
+    assert "[((4, 32, 32, 3), 'uint8', (4,))] 11 False\n" in printed, printed
+    missing = subprocess.run(
+        [str(user_env / "bin" / "python"), "-c", GRAIN_BATCHES, str(data)], capture_output=True, text=True, timeout=120
+    )
+    assert missing.returncode == 1 and "pip install 'shardfeed[grain]'" in missing.stderr, missing.stderr[-2000:]

@@ -39,6 +39,19 @@ def coco_eval() -> Any:
     return types.SimpleNamespace(COCO=coco.COCO, COCOeval=cocoeval.COCOeval)
 
 
+_GRAIN_HINT = "pip install 'shardfeed[grain]' (Grain, and OpenCV's resize)"
+
+
+def grain() -> Any:
+    """Grain: `grain_dataset`'s pipeline (threads or worker processes)."""
+    return _import("grain", _GRAIN_HINT)
+
+
+def opencv() -> Any:
+    """OpenCV (`cv2`): `grain_dataset`'s bilinear resize and flip, written into the batch."""
+    return _import("cv2", _GRAIN_HINT)
+
+
 KERAS_HUB_HINT = (
     "pip install 'shardfeed[detection]', or without the tensorflow-text its wheel asks for (its detectors do "
     "not use it): pip install regex tokenizers && pip install --no-deps keras-hub"

@@ -13,7 +13,8 @@ global batch numbers: batch g is step g % steps of epoch g // steps, so
                    the last partial batch is dropped when training, as `load` drops it
     decode         JPEG with simplejpeg at the DCT scale that keeps the crop at least the output
                    size (only what is needed is decoded, as `decode_and_crop_jpeg` does), other
-                   formats with Pillow; resized bilinearly (antialiased) to the output size
+                   formats with Pillow; resized bilinearly to the output size as `load` resizes
+                   (no antialiasing unless asked), by OpenCV, straight into the batch
     augmentation   training: the random-resized crop (`Augment`'s area and aspect ranges, 10
                    tries, else the centre crop) and the horizontal flip; evaluation: the centre
                    crop of `crop_fraction` of the shorter side (0.875, as `load`); detection
@@ -22,19 +23,22 @@ global batch numbers: batch g is step g % steps of epoch g // steps, so
                    so a run started at (start_epoch, start_step) makes exactly the batches an
                    uninterrupted run makes from there (exact resume without a checkpoint of state)
 
-Batches are made on `num_threads` threads (simplejpeg and Pillow release the GIL while decoding),
-in this process or, with `num_workers`, in each of that many Grain worker processes: threads stop
-at ~1,850 images/s on any core count (the per-record Python holds the GIL), processes scale with
-cores (15 workers on 16 cores: 8,577 images/s steady, docs/benchmarks/gpu.md). Each worker makes every
-`num_workers`-th batch and Grain hands them back in turn, so the order, the pixels and exact
+Batches are made on `num_threads` threads (simplejpeg, OpenCV and Pillow release the GIL),
+in this process or, with `num_workers`, in each of that many Grain worker processes: threads
+stopped at ~1,850 images/s on 4-16 cores with the earlier Pillow resize (the per-record Python
+holds the GIL; not re-measured on many cores since), processes scale with cores (15 workers on
+16 cores: 8,577 images/s steady, docs/benchmarks/gpu.md). Each worker makes every `num_workers`-th
+batch and Grain hands them back in turn, so the order, the pixels and exact
 resume are the same with workers as without. A script that leaves such an iteration early (or
 never finishes it) exits cleanly: the iterators still open are closed, their workers stopped and
 their shared memory released, before the interpreter tears down (`_close_at_exit`); Grain's own
 clean-up at that point found its modules gone and left shared memory for the resource tracker to
 report. Worker processes are spawned, so a script that starts them needs the usual
 `if __name__ == "__main__":` guard (as PyTorch's DataLoader does).
-The pixels are not TensorFlow's (its JPEG decoder and resize differ in rounding), the records,
-their order and the crop windows' distribution are `load`'s.
+The records, their order and the crop windows' distribution are `load`'s; the pixels are its
+but for rounding (libjpeg-turbo's chroma upsampling differs by a few levels at colour edges
+between TensorFlow's build and simplejpeg's, OpenCV's weights are fixed point: tested within one
+level for 99.5% of values).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
+from shardfeed import lazy
 from shardfeed.errors import OptionError
 from shardfeed.format.image_format import sniff_format
 from shardfeed.read.augment import Augment, resolve_augment
@@ -90,13 +95,14 @@ class _Batches:
         targets = []
         for row, position in enumerate(positions):
             data, target = self.records.encoded(int(order[position]))
-            images[row], view = self._image(data, iter(randoms[row]))
+            view = self._image(data, iter(randoms[row]), images[row])
             targets.append(self.targets.placed(target, view))
         return images, self.targets.batched(targets)
 
-    def _image(self, data: bytes, draws: Iterator[float]) -> tuple[np.ndarray, View]:
-        """One record's image: cropped (randomly when augmenting), resized (or letterboxed),
-        maybe flipped, and the `View` that made it; `draws`: its numbers in [0, 1)."""
+    def _image(self, data: bytes, draws: Iterator[float], out: np.ndarray) -> View:
+        """Writes one record's image into `out` (its row of the batch): cropped (randomly when
+        augmenting), resized (or letterboxed), maybe flipped; returns the `View` that made it.
+        `draws`: the record's numbers in [0, 1)."""
         height, width = _image_size(data)
         if self.augment is not None and self.augment.crop:
             window = _random_window(height, width, draws, self.augment)
@@ -107,15 +113,11 @@ class _Batches:
             window = ((height - side) // 2, (width - side) // 2, side, side)
         cut = _decoded_window(data, (height, width), window, self.size, exact=self.targets.exact)
         frame = self.targets.frame(window, self.size, self.augment)
-        im = cut.resize((frame[1], frame[0]), Image.Resampling.BILINEAR)
-        if frame[:2] == self.size:
-            pixels = np.asarray(im, np.uint8)
-        else:  # letterboxed: the picture on black
-            pixels = np.zeros((*self.size, 3), np.uint8)
-            pixels[frame[2] : frame[2] + frame[0], frame[3] : frame[3] + frame[1]] = np.asarray(im, np.uint8)
+        _resize_into(cut, frame, out, antialias=self.targets.decode.antialias)
         flipped = self.augment is not None and self.augment.flip and next(draws) < 0.5
-        view = View((height, width), window, frame, self.size, flipped)
-        return (pixels[:, ::-1] if flipped else pixels), view
+        if flipped:
+            _cv2().flip(out, 1, dst=out)  # in place, in C (NumPy's reversed copy of 3-byte pixels is ~6x slower)
+        return View((height, width), window, frame, self.size, flipped)
 
 
 @functools.lru_cache(maxsize=4)
@@ -149,11 +151,11 @@ def _random_window(height: int, width: int, draws: Iterator[float], augment: Aug
 
 def _decoded_window(
     data: bytes, shape: tuple[int, int], window: tuple[int, int, int, int], size: tuple[int, int], *, exact: bool
-) -> Image.Image:
-    """The window of the image (of `shape`, from its header) as RGB: a JPEG decoded at the
-    smallest DCT scale that keeps the window at least `size` (1/2, 1/4, 1/8; not when `exact`:
-    boxes and masks are placed on the full-resolution window, as `load` cuts them), anything
-    else decoded by Pillow."""
+) -> np.ndarray:
+    """The window of the image (of `shape`, from its header) as RGB pixels (a view of the
+    decoded image): a JPEG decoded at the smallest DCT scale that keeps the window at least
+    `size` (1/2, 1/4, 1/8; not when `exact`: boxes and masks are placed on the full-resolution
+    window, as `load` cuts them), anything else decoded by Pillow."""
     top, left, h, w = window
     if sniff_format(data) == "jpeg":
         scales = () if exact else (8, 4, 2)
@@ -162,10 +164,37 @@ def _decoded_window(
         pixels = simplejpeg.decode_jpeg(data, "RGB", min_height=-(-height // scale), min_width=-(-width // scale))
         fy, fx = pixels.shape[0] / height, pixels.shape[1] / width
         x0, y0 = int(left * fx), int(top * fy)
-        box = (x0, y0, max(x0 + 1, int((left + w) * fx)), max(y0 + 1, int((top + h) * fy)))
-        return Image.fromarray(pixels).crop(box)
+        return pixels[y0 : max(y0 + 1, int((top + h) * fy)), x0 : max(x0 + 1, int((left + w) * fx))]
     with Image.open(io.BytesIO(data)) as im:
-        return im.convert("RGB").crop((left, top, left + w, top + h))
+        return np.asarray(im.convert("RGB"))[top : top + h, left : left + w]
+
+
+def _resize_into(cut: np.ndarray, frame: tuple[int, int, int, int], out: np.ndarray, *, antialias: bool) -> None:
+    """`cut` resized bilinearly into its frame of `out` ([height, width, top, left]: all of
+    `out`, or letterboxed on black). By default as `load` resizes (`tf.image.resize`, bilinear,
+    half-pixel centres, no antialiasing): OpenCV's INTER_LINEAR, the same two taps a side in
+    fixed point (within one level of TensorFlow's), written straight into the batch;
+    `antialias`: Pillow's bilinear filter widened to the scale, as `antialias=True`."""
+    height, width, top, left = frame
+    whole = (height, width) == out.shape[:2]
+    if antialias:
+        resized = np.asarray(
+            Image.fromarray(np.ascontiguousarray(cut)).resize((width, height), Image.Resampling.BILINEAR)
+        )
+    elif whole:
+        _cv2().resize(cut, (width, height), dst=out, interpolation=_cv2().INTER_LINEAR)
+        return
+    else:
+        resized = _cv2().resize(cut, (width, height), interpolation=_cv2().INTER_LINEAR)
+    if not whole:  # letterboxed: the picture on black
+        out[...] = 0
+    out[top : top + height, left : left + width] = resized
+
+
+@functools.cache
+def _cv2() -> Any:
+    """OpenCV, imported once (in each worker process too)."""
+    return lazy.opencv()
 
 
 def grain_dataset(
@@ -185,12 +214,14 @@ def grain_dataset(
     letterbox: bool = False,
     bounding_box_format: str = "xyxy",
     max_objects: int | None = None,
+    antialias: bool = False,
 ) -> Any:
     """A Grain dataset of `epochs` epochs of batches of `split` (see the module docstring),
     starting at (start_epoch, start_step); `.steps_per_epoch` tells Keras the epoch's length.
     `num_workers` > 0 makes the batches in that many worker processes (`num_threads` threads
-    each); a many-core host wants about one per core. `letterbox`, `bounding_box_format` and
-    `max_objects` are `DecodeOptions`' (read/grain_targets.py: what each task's batches hold).
+    each); a many-core host wants about one per core. `letterbox`, `bounding_box_format`,
+    `max_objects` and `antialias` are `DecodeOptions`' (read/grain_targets.py: what each task's
+    batches hold).
 
     The read is resolved by the same plan as `load` and `steps_per_epoch` (read/plan.py): the
     same split, training default (`split == "train"`), batches per epoch, and seed rule: without
@@ -201,8 +232,8 @@ def grain_dataset(
             without a seed, a negative `num_workers` or fewer than one thread, a box format
             KerasHub does not name, an `Augment` asking for more than the crop and the flip.
     """
-    import grain
-
+    grain = lazy.grain()
+    _cv2()  # the resize's library: missing, one line now rather than an error in a worker
     if num_workers < 0 or num_threads < 1:
         raise OptionError(f"num_workers {num_workers}, num_threads {num_threads}: workers >= 0, threads >= 1")
     read = ReadOptions(shuffle="global", epoch=start_epoch, start_step=start_step)
@@ -221,7 +252,9 @@ def grain_dataset(
             "color_jitter= are load's"
         )
     records = IndexedRecords(path, split=split)
-    decode = DecodeOptions(letterbox=letterbox, bounding_box_format=bounding_box_format, max_objects=max_objects)
+    decode = DecodeOptions(
+        letterbox=letterbox, bounding_box_format=bounding_box_format, max_objects=max_objects, antialias=antialias
+    )
     least = augmenting.min_visible if augmenting is not None and augmenting.crop else 0.0
     targets = Targets(records.manifest.header.task, decode, least)
     make = _Batches(records, batch_size, size, plan.base_seed, plan.training, augmenting, steps, targets)  # type: ignore[arg-type]
