@@ -1,9 +1,10 @@
 """`load` against every peer of the speed issue's table, in one command.
 
-    .venv/bin/python bench/bench_peers.py [--images 4000] [--rounds 3] [--threads 2] \
+    .venv/bin/python bench/bench_peers.py [--images 4000] [--rounds 3] [--threads 2] [--corpus photos] \
         [--json bench/results/bench_peers.json]
 
-The same real-photo JPEGs (bench/corpus.py, 200-500 px), one training epoch at 224 px, batch 64,
+The same real-photo JPEGs (bench/corpus.py: `photos` 200-500 px, `coco_sized` 640 px on the long
+side as COCO's and about ImageNet's, `large` phone-sized 3-12 MP), one training epoch at 224 px, batch 64,
 random-resized crop and flip; each pipeline in its own fresh process, rounds interleaved (the
 order reversed every other round); best and median images/s and CPU ms an image; the machine's
 load average before and after. The pipelines:
@@ -48,7 +49,7 @@ from bench.bench_convert import _python
 from bench.bench_grain import _grain
 from bench.bench_hub import _hub_copies
 from bench.bench_load import convert_once
-from bench.corpus import build_corpus
+from bench.corpus import build_coco_sized_corpus, build_corpus, build_large_corpus
 from bench.report import emit
 from shardfeed.tools.fresh_runs import ratio, run_fresh, summary
 from shardfeed.tools.pipelines import PipelineSpec
@@ -159,6 +160,9 @@ print(json.dumps({"images": images, "images_per_second": images / wall, "cpu_cor
 """
 
 
+CORPORA = {"photos": build_corpus, "coco_sized": build_coco_sized_corpus, "large": build_large_corpus}
+
+
 def _script(code: str, *args: str) -> dict[str, Any]:
     """The JSON line a bench script printed last (its own fresh process: bench_convert's runner)."""
     return dict(json.loads(_python(code, *args)))
@@ -175,7 +179,7 @@ def tfds_copy(folder: str, work: Path) -> str:
 
 def runners(corpus: str, work: Path, images: int, threads: int) -> dict[str, Callable[[], dict[str, Any]]]:
     """Every pipeline compared, as a function that measures it once in a fresh process."""
-    shards = convert_once(corpus, str(work / f"keep{images}"), None)
+    shards = convert_once(corpus, str(work / "keep"), None)
     saved = str(work / "hub" / "saved")
     if not os.path.exists(os.path.join(saved, "dataset_dict.json")):
         saved, _ = _hub_copies(corpus, work / "hub")
@@ -198,14 +202,15 @@ def runners(corpus: str, work: Path, images: int, threads: int) -> dict[str, Cal
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=4000)
+    parser.add_argument("--corpus", choices=sorted(CORPORA), default="photos", help="the JPEGs' sizes (above)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2, help="grain_dataset's and the decode limit's threads")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "shardfeed_bench_peers"))
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
-    work = Path(args.workdir)
+    work = Path(args.workdir) / f"{args.corpus}{args.images}"  # its copies (shards, TFDS, Hub) beside it
     work.mkdir(parents=True, exist_ok=True)
-    corpus = build_corpus(str(work / f"corpus{args.images}"), args.images)
+    corpus = CORPORA[args.corpus](str(work / "corpus"), args.images)
     measure = runners(corpus, work, args.images, args.threads)
     load_before = list(os.getloadavg())
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in measure}
@@ -220,6 +225,7 @@ def main() -> None:
     unavailable = {"ffcv": "not measured: built from source against OpenCV's and libjpeg-turbo's headers, absent here"}
     settings = {
         "images": args.images,
+        "corpus": args.corpus,
         "rounds": args.rounds,
         "threads": args.threads,
         "batch_size": 64,
