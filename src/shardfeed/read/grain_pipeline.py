@@ -11,10 +11,11 @@ global batch numbers: batch g is step g % steps of epoch g // steps, so
     order          each epoch reads `order.global_order(N, seed, epoch)`, the permutation `load`'s
                    global shuffle reads (evaluation: file order), from the split's index files;
                    the last partial batch is dropped when training, as `load` drops it
-    decode         JPEG with simplejpeg at the DCT scale that keeps the crop at least the output
-                   size (only what is needed is decoded, as `decode_and_crop_jpeg` does), other
-                   formats with Pillow; resized bilinearly to the output size as `load` resizes
-                   (no antialiasing unless asked), by OpenCV, straight into the batch
+    decode         JPEG with simplejpeg, the whole image at the DCT scale that keeps the crop at
+                   least the output size (simplejpeg has no crop-window decode, which
+                   `decode_and_crop_jpeg` has), other formats with Pillow; resized bilinearly
+                   to the output size as `load` resizes (no antialiasing unless asked), by
+                   OpenCV, straight into the batch
     augmentation   training: the random-resized crop (`Augment`'s area and aspect ranges, 10
                    tries, else the centre crop) and the horizontal flip; evaluation: the centre
                    crop of `crop_fraction` of the shorter side (0.875, as `load`); detection
