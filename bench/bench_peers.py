@@ -109,15 +109,12 @@ wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
 print(json.dumps({"images": images, "images_per_second": images / wall, "cpu_cores_used": cpu / wall}))
 """
 
-TORCH_LOADER = """import io, json, math, os, random, sys, time
+TORCH_LOADER = """import io, json, math, random, sys, time
 import numpy as np, torch
 from PIL import Image
 from shardfeed import IndexedRecords
-
-def host_cpu():  # the DataLoader's workers are other processes: the host's busy CPU (/proc/stat)
-    with open("/proc/stat") as f:
-        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, sys.argv[3])  # the repository: its DataLoader workers are other processes, so
+from bench.report import host_cpu_seconds  # the host's busy CPU (/proc/stat) counts theirs
 
 def window(height, width):  # torchvision's RandomResizedCrop.get_params, scale (0.08, 1), ratio (3/4, 4/3)
     area = height * width
@@ -152,14 +149,15 @@ loader = torch.utils.data.DataLoader(
 it = iter(loader)
 for _ in range(2):
     next(it)
-start, cpu0, images = time.perf_counter(), host_cpu(), 0
+start, cpu0, images = time.perf_counter(), host_cpu_seconds(), 0
 for x, y in it:
     images += len(x)
-wall, cpu = time.perf_counter() - start, host_cpu() - cpu0
+wall, cpu = time.perf_counter() - start, host_cpu_seconds() - cpu0
 print(json.dumps({"images": images, "images_per_second": images / wall, "cpu_cores_used": cpu / wall}))
 """
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPORA = {"photos": build_corpus, "coco_sized": build_coco_sized_corpus, "large": build_large_corpus}
 
 
@@ -193,7 +191,7 @@ def runners(corpus: str, work: Path, images: int, threads: int) -> dict[str, Cal
     out: dict[str, Callable[[], dict[str, Any]]] = {name: (lambda s=spec: run_fresh(s)) for name, spec in specs.items()}
     out["grain_dataset"] = lambda: _grain(shards, threads)
     out["keras_grain"] = lambda: _script(KERAS_GRAIN, corpus)
-    out["torch_loader"] = lambda: _script(TORCH_LOADER, shards, str(threads))
+    out["torch_loader"] = lambda: _script(TORCH_LOADER, shards, str(threads), ROOT)
     out["decode_limit"] = lambda: _script(DECODE_LIMIT, corpus, str(threads), "exact")
     out["decode_fastdct"] = lambda: _script(DECODE_LIMIT, corpus, str(threads), "fast")
     return out
