@@ -100,7 +100,8 @@ def samples(
         with fileio.open_binary(tar, "rb") as f, contextlib.ExitStack() as stack:
             members: Iterable[tarfile.TarInfo] | None = plain_headers(f) if in_place else None
             if members is None:
-                f.seek(0)
+                if in_place:
+                    f.seek(0)  # back from what `plain_headers` read (a stream is never sought)
                 archive = stack.enter_context(tarfile.open(fileobj=f, mode="r:" if in_place else "r|*"))
                 members, read = archive, functools.partial(_extracted, archive)
             else:
