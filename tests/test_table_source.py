@@ -59,13 +59,26 @@ def _expected(rows: dict[str, list[tuple[bytes, int]]], names: list[str]) -> dic
     return {s: Counter((hashlib.sha256(b).hexdigest(), names[c]) for b, c in r) for s, r in rows.items()}
 
 
+def pq_row_groups(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_row_groups
+
+
+def _span_bytes(item: object) -> bytes:
+    """The bytes an item's span holds (in a table, or in a staging folder's images file)."""
+    span = getattr(item, "span", None)
+    assert span is not None, item
+    with open(span[0], "rb") as f:
+        f.seek(span[1])
+        return f.read(span[2])
+
+
 def _staged(item: object) -> bytes:
     """The bytes a staged item's span holds in the staging folder's images file."""
     span = getattr(item, "span", None)
     assert span is not None and span[0].endswith("images.bin"), span
-    with open(span[0], "rb") as f:
-        f.seek(span[1])
-        return f.read(span[2])
+    return _span_bytes(item)
 
 
 @pytest.fixture(scope="module")
@@ -89,15 +102,94 @@ def test_hub_parquet_layout_keeps_splits_labels_and_bytes(photo_tree: Path, name
     assert result.manifest.data["source"]["kind"] == "parquet"
     assert result.manifest.labels == names  # ClassLabel's names, in its id order
     assert _converted(tmp_path / "out") == _expected(rows, names)
-    assert list((tmp_path / "cache" / "shardfeed" / "staged").iterdir()) == []  # removed once converted
-    discovery = resolve_source(str(hub)).discover()  # what a conversion stages: one file of images
-    assert sorted(p.name for p in Path(discovery.base).iterdir()) == ["images.bin", "listing.json"]
+    assert not (tmp_path / "cache" / "shardfeed" / "staged").exists()  # datasets' Parquet: read in place
+    discovery = resolve_source(str(hub)).discover()
     assert sorted({i.key.rsplit("/", 1)[0] for i in discovery.items}) == [
         "data/test-00000-of-00001.parquet",
         "data/train-00000-of-00001.parquet",
     ]
-    assert Counter(hashlib.sha256(_staged(i)).hexdigest() for i in discovery.items) == sum(
+    assert Counter(hashlib.sha256(_span_bytes(i)).hexdigest() for i in discovery.items) == sum(
         (Counter(h for h, _ in c) for c in _expected(rows, names).values()), Counter()
+    )
+    assert {i.span[0] for i in discovery.items if i.span} == {str(p) for p in (hub / "data").iterdir()}
+
+
+def test_hub_parquet_is_read_in_place_byte_identical_to_staging(
+    photo_tree: Path, names: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parquet as `datasets` writes it for the Hub (image pages uncompressed, PLAIN) is read
+    from its spans: nothing is staged, each span holds exactly its image's bytes (several row
+    groups and pages, a row without an image among them), and the shards are byte for byte
+    those of the staged route."""
+    from conftest import shard_bytes
+
+    from shardfeed.write.sources import table_rows
+
+    rows = _rows(photo_tree)
+    empty = datasets.Dataset.from_dict(
+        {"image": [None], "label": [0]},
+        features=datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=names)}),
+    )
+    train = datasets.concatenate_datasets(
+        [_dataset(rows["train"][:9], names), empty, _dataset(rows["train"][9:], names)]
+    )
+    hub = tmp_path / "hub"
+    (hub / "data").mkdir(parents=True)
+    train.to_parquet(str(hub / "data" / "train-00000-of-00001.parquet"), batch_size=7)  # row groups of 7 rows
+    _dataset(rows["test"], names).to_parquet(str(hub / "data" / "test-00000-of-00001.parquet"))
+    assert pq_row_groups(hub / "data" / "train-00000-of-00001.parquet") > 2
+    options = ConvertOptions(shards=2, seed=5)
+    convert(str(hub), str(tmp_path / "in_place"), options, workers=2, progress=False)
+    staged = tmp_path / "cache" / "shardfeed" / "staged"
+    assert not staged.exists(), "a Hub Parquet file was staged"
+    assert _converted(tmp_path / "in_place") == _expected(rows, names)
+    report = json.loads((tmp_path / "in_place" / "report.json").read_text())
+    assert [(s["file"], s["reason"]) for s in report["skipped"]] == [
+        ("data/train-00000-of-00001.parquet row 9", "no image in the row (empty or null)")
+    ]
+
+    def not_in_place(*args: object) -> object:
+        raise table_rows.NotInPlace("the staged route, for the comparison")
+
+    monkeypatch.setattr(table_rows, "in_place_rows", not_in_place)
+    convert(str(hub), str(tmp_path / "staged"), options, workers=2, progress=False)
+    assert staged.exists(), "the staged route was not taken"
+    in_place, via_staging = shard_bytes(tmp_path / "in_place"), shard_bytes(tmp_path / "staged")
+    listed = [json.loads(gzip.decompress(f.pop("index/inputs-g0000.json.gz"))) for f in (in_place, via_staging)]
+    assert in_place == via_staging
+    assert [[*r[:4], *r[5:]] for r in listed[0]] == [[*r[:4], *r[5:]] for r in listed[1]]
+
+
+@pytest.mark.parametrize(
+    ("written", "why"),
+    [
+        ({}, "snappy"),  # pyarrow's and pandas' default
+        ({"compression": "none"}, "dictionary-encoded"),  # a dictionary page: values are indices
+        (
+            {"compression": "none", "use_dictionary": False, "column_encoding": {"image": "DELTA_LENGTH_BYTE_ARRAY"}},
+            "not PLAIN",
+        ),
+    ],
+)
+def test_parquet_not_stored_as_it_is_is_staged_and_converted(
+    photo_tree: Path, tmp_path: Path, written: dict[str, object], why: str
+) -> None:
+    """Compressed or encoded image pages do not hold the images as they are: that table is
+    staged, said by the in-place read, and converts the same."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shardfeed.write.sources import table_rows
+
+    rows = _rows(photo_tree)["train"]
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"image": [b for b, _ in rows], "label": [c for _, c in rows]}), path, **written)
+    with pytest.raises(table_rows.NotInPlace, match=why):
+        list(table_rows.in_place_rows(str(path), "parquet", "image", "label"))
+    discovery = resolve_source(str(path)).discover()
+    assert all(i.span is not None and i.span[0] == str(Path(discovery.base) / "images.bin") for i in discovery.items)
+    assert Counter(hashlib.sha256(_staged(i)).hexdigest() for i in discovery.items) == Counter(
+        hashlib.sha256(b).hexdigest() for b, _ in rows
     )
 
 
@@ -192,7 +284,7 @@ def test_a_compressed_arrow_stream_is_staged_and_converted(photo_tree: Path, nam
     from shardfeed.write.sources import table_rows
 
     with pytest.raises(table_rows.NotInPlace, match="compressed"):
-        list(table_rows.in_place_rows(str(path), "image", "label"))
+        list(table_rows.in_place_rows(str(path), "arrow", "image", "label"))
     discovery = resolve_source(str(path)).discover()
     assert len(discovery.items) == len(rows)
     assert all(i.span is not None and i.span[0] == str(Path(discovery.base) / "images.bin") for i in discovery.items)

@@ -1,18 +1,24 @@
 """How a table's rows are read: Parquet a few row batches at a time, Arrow streams a record batch
-at a time, and, from a local Arrow stream (`datasets`' save_to_disk tables), the images as byte
-spans of the file.
+at a time, and, from a local table whose images are stored as they are, the images as byte spans
+of the file.
 
-An uncompressed Arrow stream keeps each binary value contiguous in the file: memory-mapped, a
-value's buffer address less the map's start is its offset in the file. The conversion then reads
-each image from the table itself (`Item.span`) instead of a staged copy. A table whose buffers
-are not in the map (compressed record batches) or whose rows name image files instead of
-holding them is not read this way (`NotInPlace`): the caller stages it as before.
+An uncompressed Arrow stream (`datasets`' save_to_disk tables) keeps each binary value contiguous
+in the file: memory-mapped, a value's buffer address less the map's start is its offset in the
+file. A Parquet column chunk written uncompressed and PLAIN (as `datasets` writes image columns
+for the Hub: `compression="none"`, no dictionary, so that the Hub's content-defined chunks
+deduplicate) holds each value as its 4-byte length and its bytes: found there after the one
+before and checked byte for byte against what pyarrow read. The conversion then reads each image
+from the table itself (`Item.span`) instead of a staged copy. A table whose images are not in the
+file as they are (compressed record batches or pages, dictionary or other encodings) or whose
+rows name image files instead of holding them is not read this way (`NotInPlace`): the caller
+stages it as before.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import mmap
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -36,34 +42,119 @@ class NotInPlace(Exception):
     """The table's images cannot all be read as spans of it (the message says why)."""
 
 
-def in_place_rows(table: str, image: str, label: str | None) -> Iterator[tuple[InPlace | None, Any]]:
+def in_place_rows(table: str, kind: str, image: str, label: str | None) -> Iterator[tuple[InPlace | None, Any]]:
     """(the row's image, or None when it holds none; its label value) of each row of the local
-    Arrow stream `table`, in order.
+    table `table` ('arrow' stream or 'parquet'), in order.
 
     Raises:
-        NotInPlace: a record batch's image bytes are not in the file as they are, or a row names
-            an image file.
+        NotInPlace: the table's image bytes are not in the file as they are (compressed record
+            batches or pages, dictionary-encoded values), or a row names an image file.
     """
     pa = pyarrow()
     path = fileio.absolute(table)
-    with readable(table, "arrow"), pa.memory_map(path) as mapped:
+    with readable(table, kind):
+        yield from (_parquet_rows if kind == "parquet" else _arrow_rows)(pa, path, table, image, label)
+
+
+def _arrow_rows(pa: Any, path: str, table: str, image: str, label: str | None) -> Iterator[tuple[InPlace | None, Any]]:
+    """An Arrow stream's rows: each value's buffer address less the map's start is its offset."""
+    with pa.memory_map(path) as mapped:
         whole = mapped.read_buffer()
         mapped.seek(0)
         for batch in pa.ipc.open_stream(mapped):
-            column = batch.column(batch.schema.get_field_index(image))
-            values, names = _bytes_and_paths(pa, column)
+            values, names = _bytes_and_paths(pa, batch.column(batch.schema.get_field_index(image)))
             spans = _spans(values, whole)
-            labels = batch.column(batch.schema.get_field_index(label)).to_pylist() if label else [None] * len(values)
-            for i, (start, size) in enumerate(spans):
-                if size:
-                    yield (
-                        InPlace(whole.slice(start, min(size, HEAD_BYTES)).to_pybytes(), (path, start, size)),
-                        labels[i],
-                    )
-                elif names is not None and names[i].is_valid:
-                    raise NotInPlace(f"row {i} of a record batch names an image file")
-                else:
-                    yield None, labels[i]
+            yield from _batch_rows(
+                path, batch, label, spans, names, lambda at: whole.slice(at, HEAD_BYTES).to_pybytes()
+            )
+
+
+def _parquet_rows(
+    pa: Any, path: str, table: str, image: str, label: str | None
+) -> Iterator[tuple[InPlace | None, Any]]:
+    """A Parquet file's rows, where its image column chunks are stored uncompressed and PLAIN
+    (as `datasets` writes image columns since it chunks files for the Hub's deduplication): each
+    value is then its 4-byte length and its bytes, as they are, between page headers and levels.
+    pyarrow reads the values; each is found in the file after the one before, from its length
+    and first bytes, and its whole span is compared with what pyarrow read (so a span holds
+    exactly its image, or the table is staged)."""
+    parquet = pa.parquet.ParquetFile(path, memory_map=True)
+    columns = [image] + ([label] if label else [])
+    check_row_groups(table, parquet.metadata, columns)
+    chunks = [_plain_chunk(parquet.metadata.row_group(g), image) for g in range(parquet.metadata.num_row_groups)]
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)  # closed when the last view of it goes
+    whole = np.frombuffer(mapped, dtype=np.uint8)
+    for group, (cursor, end) in enumerate(chunks):
+        for batch in parquet.iter_batches(batch_size=BATCH_ROWS, row_groups=[group], columns=columns):
+            values, names = _bytes_and_paths(pa, batch.column(batch.schema.get_field_index(image)))
+            spans, cursor = _found_spans(values, mapped, whole, cursor, end)
+            yield from _batch_rows(path, batch, label, spans, names, lambda at: mapped[at : at + HEAD_BYTES])
+
+
+def _plain_chunk(row_group: Any, image: str) -> tuple[int, int]:
+    """(start, end) in the file of a row group's image-bytes column chunk, or NotInPlace when
+    its values are not stored as they are."""
+    for i in range(row_group.num_columns):
+        chunk = row_group.column(i)
+        if chunk.path_in_schema not in (image, f"{image}.bytes"):
+            continue
+        if chunk.compression != "UNCOMPRESSED" or chunk.has_dictionary_page:
+            raise NotInPlace(f"its image pages are {chunk.compression.lower()} or dictionary-encoded")
+        if not set(chunk.encodings) <= {"PLAIN", "RLE", "BIT_PACKED"}:
+            raise NotInPlace(f"its image values are encoded {'/'.join(chunk.encodings)}, not PLAIN")
+        return chunk.data_page_offset, chunk.data_page_offset + chunk.total_compressed_size
+    raise NotInPlace("the image column holds no bytes")
+
+
+def _found_spans(
+    values: Any, mapped: mmap.mmap, whole: np.ndarray, cursor: int, end: int
+) -> tuple[list[tuple[int, int]], int]:
+    """(offset in the file, size) of each PLAIN value (size 0 for a null or empty one), each
+    found at or after `cursor` and checked byte for byte; and the cursor after the last."""
+    kind = str(values.type)
+    if kind not in ("binary", "large_binary"):
+        raise NotInPlace(f"the image column is {kind}, not binary")
+    _, offsets_buffer, data = values.buffers()
+    count = len(values)
+    if data is None or count == 0:
+        return [(0, 0)] * count, cursor
+    width = np.int64 if kind == "large_binary" else np.int32
+    offsets = np.frombuffer(offsets_buffer, dtype=width)[values.offset : values.offset + count + 1].tolist()
+    valid = values.is_valid().to_numpy(zero_copy_only=False) if values.null_count else np.ones(count, bool)
+    read = np.frombuffer(data, dtype=np.uint8)
+    spans = []
+    for i in range(count):
+        at, size = offsets[i], offsets[i + 1] - offsets[i]
+        if not valid[i] or size == 0:
+            spans.append((0, 0))
+            continue
+        found = mapped.find(size.to_bytes(4, "little") + read[at : at + HEAD_BYTES].tobytes(), cursor, end) + 4
+        if found < 4 or not np.array_equal(whole[found : found + size], read[at : at + size]):
+            raise NotInPlace("an image value is not in the file as it is")
+        spans.append((found, size))
+        cursor = found + size
+    return spans, cursor
+
+
+def _batch_rows(
+    path: str,
+    batch: Any,
+    label: str | None,
+    spans: list[tuple[int, int]],
+    names: Any,
+    head: Callable[[int], bytes],
+) -> Iterator[tuple[InPlace | None, Any]]:
+    """A record batch's rows from their images' spans: (InPlace, label), or (None, label) for a
+    row without an image; NotInPlace for a row that names an image file instead."""
+    labels = batch.column(batch.schema.get_field_index(label)).to_pylist() if label else [None] * len(spans)
+    for i, (start, size) in enumerate(spans):
+        if size:
+            yield InPlace(head(start)[:size], (path, start, size)), labels[i]
+        elif names is not None and names[i].is_valid:
+            raise NotInPlace(f"row {i} of a record batch names an image file")
+        else:
+            yield None, labels[i]
 
 
 def _bytes_and_paths(pa: Any, column: Any) -> tuple[Any, Any]:

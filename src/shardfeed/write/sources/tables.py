@@ -16,8 +16,10 @@ column of boxes and categories (the Hub's detection layout) is a detection sourc
 (write/sources/table_objects.py). An image is stored as its
 bytes (`{bytes, path}`); one given by path only is read from that path, relative to the dataset.
 Tables are read with pyarrow (`pip install 'shardfeed[hub]'`), a record batch at a time. Local
-Arrow tables' images are read in place, from their spans in the file (write/sources/table_rows.py);
-Parquet's (compressed pages) are extracted once into a staging folder (write/sources/staging.py).
+tables' images are read in place, from their spans in the file (write/sources/table_rows.py:
+Arrow streams, and Parquet written as `datasets` writes it for the Hub, image pages uncompressed);
+others (remote tables, snappy-compressed Parquet pages, images given by path) are extracted once
+into a staging folder (write/sources/staging.py).
 Each image's key (report.json, image/filename) is its table and row: `data/train-00000-of-00002.parquet/0000123.jpg`.
 """
 
@@ -132,7 +134,7 @@ class TableSource:
         tables = self.tables()
         if not tables:
             raise SourceError(f"{storage.redact(self.path)}: no Parquet or Arrow tables found")
-        if self.kind == "arrow" and not any(fileio.is_remote(t) for t, _ in tables):
+        if not any(fileio.is_remote(t) for t, _ in tables):
             try:
                 return in_place_discovery(self.kind, self.path, self._extract(tables, None))
             except table_rows.NotInPlace:
@@ -166,7 +168,7 @@ class TableSource:
                 found.class_names = class_names
             rel = table.removeprefix(self.path + "/") if table != self.path else table.rsplit("/", 1)[-1]
             rows = (
-                table_rows.in_place_rows(table, image, label)
+                table_rows.in_place_rows(table, self.kind, image, label)
                 if writer is None
                 else table_rows.rows(table, self.kind, image, label)
             )
