@@ -9,8 +9,10 @@ Hub-layout Parquet (`to_parquet`). Training reads at 224 px, batch 64, one epoch
 split after 2 warm-up batches, each pipeline in a fresh process, rounds interleaved:
 `hf_tf_dataset` (load_from_disk + a decode/random-crop/flip transform + to_tf_dataset, as the
 `datasets` docs do it) and `shardfeed` (`load` on the converted folder, augmentation on). Then
-`shardfeed convert` of the Parquet folder, of the save_to_disk folder (Arrow: read in place), of
-the image folder, and of the same images as
+`shardfeed convert` of the Parquet folder (image pages uncompressed, as `datasets` writes them: read
+in place), of the same Parquet snappy-compressed in row groups of 100 (older files, pyarrow's
+default: staged), of the save_to_disk folder (Arrow: read in place), of the image folder, and of the
+same images as
 WebDataset tars (4 uncompressed tars, `NNNNNN.jpg` + `NNNNNN.cls`: read in place) and gzipped
 (`.tar.gz`: staged as files), fresh processes, interleaved, the staging included.
 `--only convert` skips the reads.
@@ -60,6 +62,19 @@ def _hub_copies(folder: str, work: Path) -> tuple[str, str]:
     return str(saved), str(hub)
 
 
+def _snappy_parquet(hub: str, work: Path) -> str:
+    """The Hub Parquet rewritten as older `datasets` versions and pyarrow's defaults write it:
+    snappy-compressed pages, row groups of 100 images (staged, not read in place)."""
+    import pyarrow.parquet as pq
+
+    out = work / "hub-snappy"
+    shutil.rmtree(out, ignore_errors=True)
+    (out / "data").mkdir(parents=True)
+    name = "data/train-00000-of-00001.parquet"
+    pq.write_table(pq.read_table(f"{hub}/{name}"), out / name, compression="snappy", row_group_size=100)
+    return str(out)
+
+
 def _tars(folder: str, work: Path, gzipped: bool) -> str:
     """The image folder as 4 WebDataset tars (sorted order, class ids in .cls members)."""
     import tarfile
@@ -103,6 +118,7 @@ def main() -> None:
     saved, hub = _hub_copies(folder, work)
     reads = {} if args.only == "convert" else _reads(saved, work, args.rounds)
     sources = {"parquet": hub, "arrow": saved, "folder": folder, "webdataset": _tars(folder, work, False)}
+    sources["parquet-snappy"] = _snappy_parquet(hub, work)
     sources["webdataset-gz"] = _tars(folder, work, True)
     converts: dict[str, list[float]] = {name: [] for name in sources}
     for r in range(args.rounds):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -146,6 +147,60 @@ def test_a_local_tar_is_read_in_place_byte_identical_to_staging(
     assert sum(name.startswith(("train-", "validation-")) for name in in_place) == 6 and in_place == via_staging
     expected = Counter((hashlib.sha256(d).hexdigest(), label) for d, label, _ in photos)
     assert sum(_converted(tmp_path / "in_place").values(), Counter()) == expected
+
+
+STAGE_AND_CONVERT = """
+import hashlib, json, os, sys
+from shardfeed import ConvertOptions, convert, parallel
+from shardfeed.write.sources.webdataset import WebDatasetSource
+source, out, route = sys.argv[1:]
+if route == "here":  # as where TensorFlow is loaded: no forking, the tars streamed one by one here
+    parallel.fork_is_safe = lambda: False
+found = WebDatasetSource(source).discover()
+held = {}  # each image's bytes as its span in the staging folder holds them (the folder goes after `convert`)
+for item in found.items:
+    with open(item.span[0], "rb") as f:
+        f.seek(item.span[1])
+        held[item.key] = hashlib.sha256(f.read(item.span[2])).hexdigest()
+print(json.dumps({"files": sorted(os.listdir(found.base)), "held": held, "tf": "tensorflow" in sys.modules}))
+convert(WebDatasetSource(source), out, ConvertOptions(shards=3, seed=7), workers=2, progress=False)
+"""
+
+
+def test_gzipped_tars_are_staged_in_worker_processes_byte_identical(photo_tree: Path, tmp_path: Path) -> None:
+    """Gzipped tars are inflated and staged by worker processes, each into a file of its own in
+    the staging folder, each image's span there holding its bytes; the shards are byte for byte
+    those of staging the tars one after another in the converting process."""
+    photos = _photos(photo_tree)
+    (tmp_path / "src").mkdir()
+    for t in range(3):
+        samples = [
+            {"__key__": f"k{i:04d}", ext: data, "cls": label}
+            for i, (data, label, ext) in enumerate(photos)
+            if i % 3 == t
+        ]
+        _write(tmp_path / "src" / f"data-{t:06d}.tar.gz", samples)
+    listed = {}
+    for route in ("workers", "here"):
+        run = subprocess.run(
+            [sys.executable, "-c", STAGE_AND_CONVERT, str(tmp_path / "src"), str(tmp_path / route), route],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / f"cache-{route}")},
+        )
+        listed[route] = json.loads(run.stdout.splitlines()[-1])
+    assert not listed["workers"]["tf"]
+    assert listed["workers"]["files"] == ["images-00000.bin", "images-00001.bin", "images-00002.bin", "listing.json"]
+    assert listed["here"]["files"] == ["images.bin", "listing.json"]
+    by_key = {
+        f"all/data-{i % 3:06d}.tar.gz/k{i:04d}.{e}": hashlib.sha256(d).hexdigest() for i, (d, _, e) in enumerate(photos)
+    }
+    assert listed["workers"]["held"] == by_key and listed["here"]["held"] == by_key
+    assert shard_bytes(tmp_path / "workers") == shard_bytes(tmp_path / "here")
+    assert not list((tmp_path / "cache-workers" / "shardfeed" / "staged").iterdir())  # removed once converted
+    expected = Counter((hashlib.sha256(d).hexdigest(), label) for d, label, _ in photos)
+    assert sum(_converted(tmp_path / "workers").values(), Counter()) == expected
 
 
 def test_a_tar_cut_inside_an_image_read_in_place_is_one_error(photo_tree: Path, tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ import os
 import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio
@@ -136,21 +136,30 @@ class Writer:
         self.folder = folder
         os.makedirs(folder, exist_ok=True)
         self.spans: dict[str, tuple[str, int, int]] = {}
-        self._images = open(os.path.join(folder, IMAGES), "wb")  # noqa: SIM115 (closed by __exit__)
+        self._images: BinaryIO | None = None  # opened by the first `put`
 
     def __enter__(self) -> Writer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._images.close()
+        if self._images is not None:
+            self._images.close()
 
     def put(self, key: str, data: bytes) -> None:
         _check_key(key)
+        if self._images is None:
+            self._images = open(os.path.join(self.folder, IMAGES), "wb")  # noqa: SIM115 (closed by __exit__)
         self.spans[key] = (IMAGES, self._images.tell(), len(data))
         self._images.write(data)
 
+    def note(self, key: str, span: tuple[str, int, int]) -> None:
+        """Lists an image another process staged in a file of this folder: (the file's name,
+        offset, size)."""
+        _check_key(key)
+        self.spans[key] = span
+
     def remove(self, key: str) -> None:
-        """Takes back what `put` staged under `key` (its bytes stay in the file, unread)."""
+        """Takes back what `put` or `note` staged under `key` (its bytes stay in the file, unread)."""
         del self.spans[key]
 
 

@@ -13,7 +13,8 @@ split name (`train-000000.tar`, `val/000000.tar`) keep their splits.
 Local uncompressed tars are read in place: listing reads each tar's member headers and labels
 (seeking over the images), and each image is read later from its byte span in the tar, with no
 copy on disk. Compressed tars and tars in a bucket are streamed once (one member in memory at a
-time) and their images staged as files (write/sources/staging.py). A sample without an image or a
+time) and their images staged into files of one staging folder (write/sources/staging.py), several
+tars at once in worker processes (write/sources/tar_members.py). A sample without an image or a
 label is reported with its tar and members.
 """
 
@@ -139,9 +140,9 @@ class WebDatasetSource:
         wanted = {*self.image_exts, self.label_ext, "json"}
         max_bytes = image_limits.max_file_bytes(image_limits.DEFAULT_MAX_PIXELS)
         in_place = frozenset(self.image_exts) if writer is None else frozenset()
-        for tar, split, samples in zip(
-            tars, splits, tar_members.listings(tars, wanted, max_bytes, in_place), strict=True
-        ):
+        stage_in = writer.folder if writer is not None else None
+        listed = tar_members.listings(tars, wanted, max_bytes, in_place, stage_in, frozenset(self.image_exts))
+        for tar, split, samples in zip(tars, splits, listed, strict=True):
             name = tar.rsplit("/", 1)[-1]
             for sample in samples:
                 where, key = f"{name}:{sample.key}", f"{split or 'all'}/{name}/{sample.key}"
@@ -195,6 +196,8 @@ class WebDatasetSource:
             return None
         if writer is None:
             found.spans[f"{key}.{image_ext}"] = sample.spans[image_ext]
+        elif image_ext in sample.spans:  # staged by a worker process, in a file of its own
+            writer.note(f"{key}.{image_ext}", sample.spans[image_ext])
         else:
             writer.put(f"{key}.{image_ext}", sample.members[image_ext])
         raw_labels[len(found.images)] = raw
