@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import shard_bytes
 
 from shardfeed import ConvertOptions, convert
 from shardfeed.errors import SourceError
@@ -291,6 +292,75 @@ def test_a_compressed_arrow_stream_is_staged_and_converted(photo_tree: Path, nam
     convert(str(path), str(tmp_path / "out"), ConvertOptions(shards=1), workers=1, progress=False)
     merged = sum(_converted(tmp_path / "out").values(), Counter())
     assert Counter(h for h, _ in merged) == Counter(hashlib.sha256(b).hexdigest() for b, _ in rows)
+
+
+STAGE_AND_CONVERT = """
+import hashlib, json, os, sys
+from shardfeed import ConvertOptions, convert, parallel
+from shardfeed.write.sources.tables import TableSource
+source, out, route = sys.argv[1:]
+if route == "here":  # as where TensorFlow is loaded: no forking, the tables read one by one here
+    parallel.fork_is_safe = lambda: False
+found = TableSource(source).discover()
+held = {}  # each image's bytes as its span in the staging folder holds them (the folder goes after `convert`)
+for item in found.items:
+    with open(item.span[0], "rb") as f:
+        f.seek(item.span[1])
+        held[item.key] = hashlib.sha256(f.read(item.span[2])).hexdigest()
+print(json.dumps({"files": sorted(os.listdir(found.base)), "held": held, "tf": "tensorflow" in sys.modules}))
+convert(TableSource(source), out, ConvertOptions(shards=2, seed=3), workers=2, progress=False)
+"""
+
+
+def test_compressed_parquet_is_staged_by_worker_processes_byte_identical(photo_tree: Path, tmp_path: Path) -> None:
+    """Snappy-compressed Parquet (two files, row groups of 4 rows) is read and staged by worker
+    processes, runs of row groups each into a file of its own; rows without image bytes (a null,
+    one naming an image file) come back as they were and are read or reported here; the shards
+    are byte for byte those of staging in the converting process."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [r for split in _rows(photo_tree).values() for r in split]
+    hub = tmp_path / "hub"
+    (hub / "data").mkdir(parents=True)
+    (hub / "named.jpg").write_bytes(rows[0][0])
+    cells = [{"bytes": b, "path": None} for b, _ in rows]
+    cells[3] = {"bytes": None, "path": "named.jpg"}
+    cells[5] = None
+    half = len(cells) // 2
+    for name, part in (("00000-of-00002", slice(0, half)), ("00001-of-00002", slice(half, None))):
+        table = pa.table({"image": cells[part], "label": [c for _, c in rows][part]})
+        pq.write_table(table, hub / "data" / f"train-{name}.parquet", row_group_size=4)  # snappy: staged
+    listed = {}
+    for route in ("workers", "here"):
+        run = subprocess.run(
+            [sys.executable, "-c", STAGE_AND_CONVERT, str(hub), str(tmp_path / route), route],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / f"cache-{route}")},
+        )
+        listed[route] = json.loads(run.stdout.splitlines()[-1])
+    assert not listed["workers"]["tf"] and listed["here"]["files"] == ["images.bin", "listing.json"]
+    assert len([f for f in listed["workers"]["files"] if f.startswith("images-")]) == 2 * min(8, -(-half // 4))
+    assert "images.bin" in listed["workers"]["files"]  # the row naming a file: read and staged here
+    expected = {}
+    for i, (data, _) in enumerate(rows):
+        table = f"data/train-{'00000' if i < half else '00001'}-of-00002.parquet"
+        held = rows[0][0] if i == 3 else data  # row 3 names a copy of the first image
+        ext = "png" if held.startswith(b"\x89PNG") else "jpg"
+        if i != 5:
+            expected[f"{table}/{i if i < half else i - half:07d}.{ext}"] = hashlib.sha256(held).hexdigest()
+    assert listed["workers"]["held"] == expected and listed["here"]["held"] == expected
+    by_workers, here = shard_bytes(tmp_path / "workers"), shard_bytes(tmp_path / "here")
+    listed_inputs = [json.loads(gzip.decompress(f.pop("index/inputs-g0000.json.gz"))) for f in (by_workers, here)]
+    assert by_workers == here
+    # the inputs list: the same but for each image's listing time (when it was staged)
+    assert [[*r[:4], *r[5:]] for r in listed_inputs[0]] == [[*r[:4], *r[5:]] for r in listed_inputs[1]]
+    report = json.loads((tmp_path / "workers" / "report.json").read_text())
+    assert [s["file"] for s in report["skipped"]] == ["data/train-00000-of-00002.parquet row 5"]
 
 
 def test_one_parquet_file_is_split_by_the_fractions_and_bad_rows_reported(

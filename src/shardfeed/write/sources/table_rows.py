@@ -18,11 +18,16 @@ from __future__ import annotations
 
 import contextlib
 import mmap
-from collections.abc import Callable, Iterator
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from itertools import repeat
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from shardfeed import parallel
 from shardfeed.errors import SourceError
 from shardfeed.format import fileio, storage
 
@@ -206,21 +211,89 @@ def schema(table: str, kind: str) -> Any:
         return pa.ipc.open_stream(f).schema
 
 
-def rows(table: str, kind: str, image: str, label: str | None) -> Iterator[tuple[Any, Any]]:
-    """(image value, label value) of each row, BATCH_ROWS at a time."""
+def rows(
+    table: str, kind: str, image: str, label: str | None, row_groups: range | None = None
+) -> Iterator[tuple[Any, Any]]:
+    """(image value, label value) of each row (of these Parquet `row_groups`: all when None),
+    BATCH_ROWS at a time."""
     pa = pyarrow()
     columns = [image] + ([label] if label else [])
     with readable(table, kind), fileio.open_binary(table, "rb") as f:
         if kind == "parquet":
             parquet = pa.parquet.ParquetFile(f)
             check_row_groups(table, parquet.metadata, columns)
-            batches = parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns)
+            groups = None if row_groups is None else list(row_groups)
+            batches = parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns, row_groups=groups)
         else:
             batches = iter(pa.ipc.open_stream(f))
         for batch in batches:
             images = batch.column(batch.schema.get_field_index(image)).to_pylist()
             labels = batch.column(batch.schema.get_field_index(label)).to_pylist() if label else [None] * len(images)
             yield from zip(images, labels, strict=True)
+
+
+def staged_rows(
+    tables: list[str], kind: str, image: str, label: str | None, stage_in: str | None
+) -> Iterator[Iterable[tuple[Any, Any]]]:
+    """Each table's `rows`, table after table. With `stage_in` (a local staging folder), several
+    tables, or Parquet row groups, are read at once by worker processes, each writing its rows'
+    image bytes to a file of its own there (`_staged_part`): a row's image then comes as an
+    `InPlace` naming that file, its span in it. Otherwise (or where forking is not safe: the
+    process holds TensorFlow) the rows are read here, their images as bytes."""
+    parts = [(t, groups) for t in tables for groups in _parts(t, kind)] if stage_in is not None else []
+    if len(parts) < 2 or not parallel.fork_is_safe():
+        yield from (rows(t, kind, image, label) for t in tables)
+        return
+    files = [os.path.join(stage_in or "", f"images-{i:05d}.bin") for i in range(len(parts))]
+    workers = min(len(parts), os.cpu_count() or 1)
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=parallel.worker_setup) as pool:
+        done = pool.map(
+            _staged_part,
+            [t for t, _ in parts],
+            repeat(kind),
+            repeat(image),
+            repeat(label),
+            [g for _, g in parts],
+            files,
+        )
+        for table in tables:
+            yield [row for t, _ in parts if t == table for row in next(done)]
+
+
+PARTS_PER_TABLE = 8  # a Parquet table's row groups, read in this many tasks (balance against overhead)
+
+
+def _parts(table: str, kind: str) -> list[range | None]:
+    """The row-group ranges a table is read in by workers: a Parquet file's row groups in up
+    to PARTS_PER_TABLE runs, an Arrow stream whole (None)."""
+    if kind != "parquet":
+        return [None]
+    pa = pyarrow()
+    with readable(table, kind), fileio.open_binary(table, "rb") as f:
+        count = pa.parquet.ParquetFile(f).metadata.num_row_groups
+    step = max(1, -(-count // PARTS_PER_TABLE))
+    return [range(start, min(start + step, count)) for start in range(0, count, step)] or [None]
+
+
+def _staged_part(
+    table: str, kind: str, image: str, label: str | None, row_groups: range | None, file: str
+) -> list[tuple[Any, Any]]:
+    """`rows` of a table's `row_groups`, each image's bytes written to `file` and the row's image
+    value replaced by an `InPlace` (its first bytes; the file's name, offset, size); a row
+    without image bytes (null, empty, a path) kept as read (a worker process's task: what it
+    returns is small)."""
+    out: list[tuple[Any, Any]] = []
+    name = os.path.basename(file)
+    with open(file, "wb") as sink:
+        for value, label_value in rows(table, kind, image, label, row_groups):
+            data = value.get("bytes") if isinstance(value, dict) else value
+            if isinstance(data, (bytes, bytearray)) and data:
+                out.append((InPlace(bytes(data[:HEAD_BYTES]), (name, sink.tell(), len(data))), label_value))
+                sink.write(data)
+            else:
+                out.append((value, label_value))
+    return out
 
 
 @contextlib.contextmanager

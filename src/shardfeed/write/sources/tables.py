@@ -29,6 +29,7 @@ import dataclasses
 import json
 import re
 import warnings
+from collections.abc import Iterable
 from typing import Any
 
 from shardfeed.errors import SourceError
@@ -151,9 +152,41 @@ class TableSource:
     def _extract(self, tables: list[tuple[str, str | None]], writer: Writer | None) -> Extracted:
         """Streams every table once, staging its images, or (no writer) noting their spans."""
         found = Extracted(presplit=all(split is not None for _, split in tables))
-        columns: tuple[str, str | None] | None = None
+        image, label = self._common_columns([t for t, _ in tables], found)
         names: dict[str, int] = {}
-        for table, split in tables:
+        paths = [t for t, _ in tables]
+        if writer is None:
+            per_table: Iterable[Iterable[tuple[Any, Any]]] = (
+                table_rows.in_place_rows(t, self.kind, image, label) for t in paths
+            )
+        else:
+            local = not any(fileio.is_remote(t) for t in paths)  # a bucket's tables: read here
+            per_table = table_rows.staged_rows(paths, self.kind, image, label, writer.folder if local else None)
+        for (table, split), rows in zip(tables, per_table, strict=True):
+            rel = table.removeprefix(self.path + "/") if table != self.path else table.rsplit("/", 1)[-1]
+            for row, (value, label_value) in enumerate(rows):
+                where = f"{rel} row {row}"
+                key_base = f"{rel}/{row:07d}"  # the table and row: how report.json and image/filename name it
+                if found.task == DETECTION:  # source_id: a number from the row's key
+                    label_value = table_objects.row_objects(label_value, key_number(key_base))
+                self._stage_row(found, writer, names, where, key_base, split, value, label_value, label)
+        if found.task == DETECTION:
+            top = max((c for o in found.objects.values() for c in o["classes"]), default=0)
+            found.class_names = found.class_names or _id_names(top, f"{label}.category")
+            return found
+        if found.class_names is None and names:
+            found.class_names = sorted(names, key=names.__getitem__)
+        elif found.class_names is None and label is not None and found.images:
+            found.class_names = _id_names(max(i for _, i, _ in found.images), label)
+        if label is None:
+            found.class_names = None
+        return found
+
+    def _common_columns(self, tables: list[str], found: Extracted) -> tuple[str, str | None]:
+        """The (image, label) columns every table has, from their schemas (the `objects` column
+        for a detection table); the class names and the task noted in `found`."""
+        columns: tuple[str, str | None] | None = None
+        for table in tables:
             schema = table_rows.schema(table, self.kind)
             image, label, class_names = self._columns(table, schema)
             if (objects := table_objects.objects_column(_features(schema), list(schema.names))) is not None:
@@ -166,29 +199,9 @@ class TableSource:
             columns = (image, label)
             if class_names is not None:
                 found.class_names = class_names
-            rel = table.removeprefix(self.path + "/") if table != self.path else table.rsplit("/", 1)[-1]
-            rows = (
-                table_rows.in_place_rows(table, self.kind, image, label)
-                if writer is None
-                else table_rows.rows(table, self.kind, image, label)
-            )
-            for row, (value, label_value) in enumerate(rows):
-                where = f"{rel} row {row}"
-                key_base = f"{rel}/{row:07d}"  # the table and row: how report.json and image/filename name it
-                if found.task == DETECTION:  # source_id: a number from the row's key
-                    label_value = table_objects.row_objects(label_value, key_number(key_base))
-                self._stage_row(found, writer, names, where, key_base, split, value, label_value, label)
-        if found.task == DETECTION:
-            top = max((c for o in found.objects.values() for c in o["classes"]), default=0)
-            found.class_names = found.class_names or _id_names(top, f"{columns[1] if columns else ''}.category")
-            return found
-        if found.class_names is None and names:
-            found.class_names = sorted(names, key=names.__getitem__)
-        elif found.class_names is None and columns is not None and columns[1] is not None and found.images:
-            found.class_names = _id_names(max(label for _, label, _ in found.images), columns[1])
-        if columns is not None and columns[1] is None:
-            found.class_names = None
-        return found
+        if columns is None:
+            raise SourceError(f"{storage.redact(self.path)}: no Parquet or Arrow tables found")
+        return columns
 
     def _stage_row(
         self,
@@ -235,7 +248,9 @@ class TableSource:
                 found.skipped.append((where, f"label {label} is not an id of the ClassLabel's {count} names"))
                 return
         key = key_base + "." + (sniff_format(data) or "bin").replace("jpeg", "jpg")
-        if isinstance(value, table_rows.InPlace):
+        if isinstance(value, table_rows.InPlace) and writer is not None:  # staged by a worker process
+            writer.note(key, value.span)
+        elif isinstance(value, table_rows.InPlace):
             found.spans[key] = value.span
         elif writer is not None:
             writer.put(key, data)

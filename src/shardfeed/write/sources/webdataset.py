@@ -13,8 +13,8 @@ split name (`train-000000.tar`, `val/000000.tar`) keep their splits.
 Local uncompressed tars are read in place: listing reads each tar's member headers and labels
 (seeking over the images), and each image is read later from its byte span in the tar, with no
 copy on disk. Compressed tars and tars in a bucket are streamed once (one member in memory at a
-time) and their images staged into files of one staging folder (write/sources/staging.py), several
-tars at once in worker processes (write/sources/tar_members.py). A sample without an image or a
+time) and their images staged into files of one staging folder (write/sources/staging.py), local
+ones several at once in worker processes (write/sources/tar_members.py). A sample without an image or a
 label is reported with its tar and members.
 """
 
@@ -140,7 +140,8 @@ class WebDatasetSource:
         wanted = {*self.image_exts, self.label_ext, "json"}
         max_bytes = image_limits.max_file_bytes(image_limits.DEFAULT_MAX_PIXELS)
         in_place = frozenset(self.image_exts) if writer is None else frozenset()
-        stage_in = writer.folder if writer is not None else None
+        local = not any(fileio.is_remote(t) for t in tars)  # bucket tars: streamed here (not tried in forks)
+        stage_in = writer.folder if writer is not None and local else None
         listed = tar_members.listings(tars, wanted, max_bytes, in_place, stage_in, frozenset(self.image_exts))
         for tar, split, samples in zip(tars, splits, listed, strict=True):
             name = tar.rsplit("/", 1)[-1]
