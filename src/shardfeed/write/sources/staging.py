@@ -1,19 +1,22 @@
-"""Images that live inside container files (Parquet, Arrow, tar), extracted once into one local
-file that the conversion reads each image back from by its span, or, where the container keeps
-each image's bytes as they are (an uncompressed tar, an Arrow stream, Parquet with uncompressed
-PLAIN image pages), read in place from their spans (`in_place_discovery`).
+"""Images that live inside container files (Parquet, Arrow, tar), extracted once into local files
+that the conversion reads each image back from by its span, or, where the container keeps each
+image's bytes as they are (an uncompressed tar, an Arrow stream, Parquet with uncompressed PLAIN
+image pages), read in place from their spans (`in_place_discovery`).
 
 Converting shuffles records across shards, so images are read in a seeded random order; read
 straight from a compressed Parquet row group or a compressed tar, each image would cost a whole
-row group or a seek from the tar's start. Instead the containers are streamed once, in order (one row group or
-tar member in memory at a time), and every image is appended to one file, read back later from
-its span there (a file per image cost 4,000 file creations for 4,000 images, 0.4-2.6 s of a
-3.8 s conversion here):
+row group or a seek from the tar's start. Instead the containers are streamed once, in order (one
+row group or tar member in memory at a time), and every image is appended to a file, read back
+later from its span there (a file per image cost 4,000 file creations for 4,000 images, 0.4-2.6 s
+of a 3.8 s conversion here). Local containers are streamed by worker processes, several at once
+(a tar, or a run of a Parquet file's row groups, each into a file of its own: `Writer.note`);
+otherwise one process appends to images.bin (`Writer.put`):
 
     $XDG_CACHE_HOME/shardfeed/staged/<id>/images.bin   id: a hash of the containers' paths, sizes
                                                        and modification times
+    .../<id>/images-00000.bin, ...                     what each worker's task staged
     .../<id>/listing.json                              what was found: keys, labels, splits, skips,
-                                                       each appended image's span
+                                                       each staged image's span
 
 An extraction is written under `<id>.partial-<pid>` and renamed when complete, so a killed one is
 never taken for whole; a re-run (a resume after a kill, or a finished conversion run again)
