@@ -180,7 +180,7 @@ def in_place_discovery(kind: str, root: str, found: Extracted, base: str | None 
     containers themselves, or a staging folder's images file (`base`, that folder). An image's
     modification time is its file's: an append reads again the images of a container written
     since (staged ones always: each staging is a new file)."""
-    mtimes = {container: fileio.size_and_mtime(container)[1] for container, _, _ in found.spans.values()}
+    mtimes = {container: fileio.size_and_mtime(container)[1] for container in {c for c, _, _ in found.spans.values()}}
     items = []
     for key, label, split in found.images:
         span = found.spans[key]

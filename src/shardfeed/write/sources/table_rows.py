@@ -89,7 +89,7 @@ def _parquet_rows(
     chunks = [_plain_chunk(parquet.metadata.row_group(g), image) for g in range(parquet.metadata.num_row_groups)]
     with open(path, "rb") as f:
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)  # closed when the last view of it goes
-    whole = np.frombuffer(mapped, dtype=np.uint8)
+    whole = pa.py_buffer(mapped)
     for group, (cursor, end) in enumerate(chunks):
         for batch in parquet.iter_batches(batch_size=BATCH_ROWS, row_groups=[group], columns=columns):
             values, names = _bytes_and_paths(pa, batch.column(batch.schema.get_field_index(image)))
@@ -113,10 +113,11 @@ def _plain_chunk(row_group: Any, image: str) -> tuple[int, int]:
 
 
 def _found_spans(
-    values: Any, mapped: mmap.mmap, whole: np.ndarray, cursor: int, end: int
+    values: Any, mapped: mmap.mmap, whole: Any, cursor: int, end: int
 ) -> tuple[list[tuple[int, int]], int]:
     """(offset in the file, size) of each PLAIN value (size 0 for a null or empty one), each
-    found at or after `cursor` and checked byte for byte; and the cursor after the last."""
+    found at or after `cursor` and compared byte for byte with what pyarrow read (`whole`: the
+    file as a pyarrow buffer); and the cursor after the last."""
     kind = str(values.type)
     if kind not in ("binary", "large_binary"):
         raise NotInPlace(f"the image column is {kind}, not binary")
@@ -126,16 +127,16 @@ def _found_spans(
         return [(0, 0)] * count, cursor
     width = np.int64 if kind == "large_binary" else np.int32
     offsets = np.frombuffer(offsets_buffer, dtype=width)[values.offset : values.offset + count + 1].tolist()
-    valid = values.is_valid().to_numpy(zero_copy_only=False) if values.null_count else np.ones(count, bool)
-    read = np.frombuffer(data, dtype=np.uint8)
+    valid = values.is_valid().to_numpy(zero_copy_only=False).tolist() if values.null_count else [True] * count
     spans = []
     for i in range(count):
         at, size = offsets[i], offsets[i + 1] - offsets[i]
         if not valid[i] or size == 0:
             spans.append((0, 0))
             continue
-        found = mapped.find(size.to_bytes(4, "little") + read[at : at + HEAD_BYTES].tobytes(), cursor, end) + 4
-        if found < 4 or not np.array_equal(whole[found : found + size], read[at : at + size]):
+        value = data.slice(at, size)
+        found = mapped.find(size.to_bytes(4, "little") + value.slice(0, HEAD_BYTES).to_pybytes(), cursor, end) + 4
+        if found < 4 or not value.equals(whole.slice(found, size)):
             raise NotInPlace("an image value is not in the file as it is")
         spans.append((found, size))
         cursor = found + size
