@@ -161,6 +161,32 @@ def test_hub_parquet_is_read_in_place_byte_identical_to_staging(
     assert [[*r[:4], *r[5:]] for r in listed[0]] == [[*r[:4], *r[5:]] for r in listed[1]]
 
 
+@pytest.mark.parametrize("kind", ["arrow", "parquet"])
+def test_values_shorter_than_a_head_read_in_place(photo_tree: Path, tmp_path: Path, kind: str) -> None:
+    """A value shorter than the bytes an image's format is told from (a 3-byte cell), the
+    table's last, is read in place as it is: its head is the value, its span exactly it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shardfeed.write.sources import table_rows
+
+    values = [p.read_bytes() for p in sorted(photo_tree.rglob("*.jpg"))[:3]] + [b"abc"]
+    table, path = pa.table({"image": values, "label": [0, 1, 0, 1]}), tmp_path / f"t.{kind}"
+    if kind == "parquet":
+        pq.write_table(table, path, compression="none", use_dictionary=False)
+    else:
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+    found = list(table_rows.in_place_rows(str(path), kind, "image", "label"))
+    assert [label for _, label in found] == [0, 1, 0, 1] and found[-1][0] is not None
+    assert found[-1][0].head == b"abc"
+    for (image, _), value in zip(found, values, strict=True):
+        assert image is not None
+        with open(image.span[0], "rb") as f:
+            f.seek(image.span[1])
+            assert f.read(image.span[2]) == value
+
+
 @pytest.mark.parametrize(
     ("written", "why"),
     [

@@ -70,7 +70,7 @@ def _arrow_rows(pa: Any, path: str, table: str, image: str, label: str | None) -
             values, names = _bytes_and_paths(pa, batch.column(batch.schema.get_field_index(image)))
             spans = _spans(values, whole)
             yield from _batch_rows(
-                path, batch, label, spans, names, lambda at: whole.slice(at, HEAD_BYTES).to_pybytes()
+                path, batch, label, spans, names, lambda at, size: whole.slice(at, min(size, HEAD_BYTES)).to_pybytes()
             )
 
 
@@ -94,7 +94,9 @@ def _parquet_rows(
         for batch in parquet.iter_batches(batch_size=BATCH_ROWS, row_groups=[group], columns=columns):
             values, names = _bytes_and_paths(pa, batch.column(batch.schema.get_field_index(image)))
             spans, cursor = _found_spans(values, mapped, whole, cursor, end)
-            yield from _batch_rows(path, batch, label, spans, names, lambda at: mapped[at : at + HEAD_BYTES])
+            yield from _batch_rows(
+                path, batch, label, spans, names, lambda at, size: mapped[at : at + min(size, HEAD_BYTES)]
+            )
 
 
 def _plain_chunk(row_group: Any, image: str) -> tuple[int, int]:
@@ -135,7 +137,10 @@ def _found_spans(
             spans.append((0, 0))
             continue
         value = data.slice(at, size)
-        found = mapped.find(size.to_bytes(4, "little") + value.slice(0, HEAD_BYTES).to_pybytes(), cursor, end) + 4
+        found = (
+            mapped.find(size.to_bytes(4, "little") + value.slice(0, min(size, HEAD_BYTES)).to_pybytes(), cursor, end)
+            + 4
+        )
         if found < 4 or not value.equals(whole.slice(found, size)):
             raise NotInPlace("an image value is not in the file as it is")
         spans.append((found, size))
@@ -149,14 +154,14 @@ def _batch_rows(
     label: str | None,
     spans: list[tuple[int, int]],
     names: Any,
-    head: Callable[[int], bytes],
+    head: Callable[[int, int], bytes],
 ) -> Iterator[tuple[InPlace | None, Any]]:
     """A record batch's rows from their images' spans: (InPlace, label), or (None, label) for a
     row without an image; NotInPlace for a row that names an image file instead."""
     labels = batch.column(batch.schema.get_field_index(label)).to_pylist() if label else [None] * len(spans)
     for i, (start, size) in enumerate(spans):
         if size:
-            yield InPlace(head(start)[:size], (path, start, size)), labels[i]
+            yield InPlace(head(start, size), (path, start, size)), labels[i]
         elif names is not None and names[i].is_valid:
             raise NotInPlace(f"row {i} of a record batch names an image file")
         else:
