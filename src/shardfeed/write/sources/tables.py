@@ -156,9 +156,7 @@ class TableSource:
         names: dict[str, int] = {}
         paths = [t for t, _ in tables]
         if writer is None:
-            per_table: Iterable[Iterable[tuple[Any, Any]]] = (
-                table_rows.in_place_rows(t, self.kind, image, label) for t in paths
-            )
+            per_table: Iterable[Iterable[tuple[Any, Any]]] = table_rows.in_place_tables(paths, self.kind, image, label)
         else:
             local = not any(fileio.is_remote(t) for t in paths)  # a bucket's tables: read here
             per_table = table_rows.staged_rows(paths, self.kind, image, label, writer.folder if local else None)
