@@ -389,39 +389,6 @@ def test_compressed_parquet_is_staged_by_worker_processes_byte_identical(photo_t
     assert [s["file"] for s in report["skipped"]] == ["data/train-00000-of-00002.parquet row 5"]
 
 
-def test_hub_parquet_files_are_listed_in_place_by_worker_processes(
-    photo_tree: Path, names: list[str], tmp_path: Path
-) -> None:
-    """Several Hub Parquet files read in place are listed by worker processes, a file each: the
-    spans (in the files themselves, nothing staged) and the shards are those of listing them
-    one after another in the converting process."""
-    import os
-
-    rows = _rows(photo_tree)["train"]
-    hub = tmp_path / "hub"
-    (hub / "data").mkdir(parents=True)
-    for n in range(3):
-        _dataset(rows[n::3], names).to_parquet(str(hub / "data" / f"train-{n:05d}-of-00003.parquet"))  # type: ignore[attr-defined]
-    listed = {}
-    for route in ("workers", "here"):
-        run = subprocess.run(
-            [sys.executable, "-c", STAGE_AND_CONVERT, str(hub), str(tmp_path / route), route],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / f"cache-{route}")},
-        )
-        listed[route] = json.loads(run.stdout.splitlines()[-1])
-    assert not listed["workers"]["tf"] and listed["workers"]["files"] == ["data"]  # the folder itself
-    expected = {}
-    for i, (data, _) in enumerate(rows):
-        ext = "png" if data.startswith(b"\x89PNG") else "jpg"
-        expected[f"data/train-{i % 3:05d}-of-00003.parquet/{i // 3:07d}.{ext}"] = hashlib.sha256(data).hexdigest()
-    assert listed["workers"]["held"] == expected and listed["here"]["held"] == expected
-    assert not (tmp_path / "cache-workers" / "shardfeed" / "staged").exists()
-    assert shard_bytes(tmp_path / "workers") == shard_bytes(tmp_path / "here")
-
-
 def test_one_parquet_file_is_split_by_the_fractions_and_bad_rows_reported(
     photo_tree: Path, names: list[str], tmp_path: Path
 ) -> None:

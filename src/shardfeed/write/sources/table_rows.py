@@ -61,27 +61,6 @@ def in_place_rows(table: str, kind: str, image: str, label: str | None) -> Itera
         yield from (_parquet_rows if kind == "parquet" else _arrow_rows)(pa, path, table, image, label)
 
 
-def in_place_tables(
-    tables: list[str], kind: str, image: str, label: str | None
-) -> Iterator[Iterable[tuple[InPlace | None, Any]]]:
-    """Each table's `in_place_rows`, table after table: several Parquet files listed at once by
-    worker processes where forking is safe (a Parquet listing reads every image value once to
-    find and check its span; what comes back is the spans and labels), else here. Arrow
-    streams are listed here: their listing reads only the offsets."""
-    if kind != "parquet" or len(tables) < 2 or not parallel.fork_is_safe():
-        yield from (in_place_rows(t, kind, image, label) for t in tables)
-        return
-    workers = min(len(tables), os.cpu_count() or 1)
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=parallel.worker_setup) as pool:
-        yield from pool.map(_listed_in_place, tables, repeat(kind), repeat(image), repeat(label))
-
-
-def _listed_in_place(table: str, kind: str, image: str, label: str | None) -> list[tuple[InPlace | None, Any]]:
-    """`in_place_rows` of one table as a list (a worker process's task)."""
-    return list(in_place_rows(table, kind, image, label))
-
-
 def _arrow_rows(pa: Any, path: str, table: str, image: str, label: str | None) -> Iterator[tuple[InPlace | None, Any]]:
     """An Arrow stream's rows: each value's buffer address less the map's start is its offset."""
     with pa.memory_map(path) as mapped:

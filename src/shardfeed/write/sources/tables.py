@@ -156,7 +156,9 @@ class TableSource:
         names: dict[str, int] = {}
         paths = [t for t, _ in tables]
         if writer is None:
-            per_table: Iterable[Iterable[tuple[Any, Any]]] = table_rows.in_place_tables(paths, self.kind, image, label)
+            per_table: Iterable[Iterable[tuple[Any, Any]]] = (
+                table_rows.in_place_rows(t, self.kind, image, label) for t in paths
+            )
         else:
             local = not any(fileio.is_remote(t) for t in paths)  # a bucket's tables: read here
             per_table = table_rows.staged_rows(paths, self.kind, image, label, writer.folder if local else None)
