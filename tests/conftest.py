@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -351,3 +352,38 @@ def string_constants(path: Path) -> list[tuple[int, str]]:
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
     ]
+
+
+DISCOVER_AND_CONVERT = """
+import hashlib, importlib, json, os, sys
+from shardfeed import ConvertOptions, convert, parallel
+source_class, source, out, route = sys.argv[1:]
+module, name = source_class.rsplit(".", 1)
+Source = getattr(importlib.import_module(module), name)
+if route == "here":  # as where TensorFlow is loaded: no forking, the containers read one by one here
+    parallel.fork_is_safe = lambda: False
+found = Source(source).discover()
+held = {}  # each image's bytes as its span holds them (a staging folder goes after `convert`)
+for item in found.items:
+    with open(item.span[0], "rb") as f:
+        f.seek(item.span[1])
+        held[item.key] = hashlib.sha256(f.read(item.span[2])).hexdigest()
+print(json.dumps({"files": sorted(os.listdir(found.base)), "held": held, "tf": "tensorflow" in sys.modules}))
+convert(Source(source), out, ConvertOptions(shards=2, seed=3), workers=2, progress=False)
+"""
+
+
+def discovered_and_converted(source_class: str, source: Path, out: Path, route: str, cache: Path) -> dict[str, object]:
+    """A container source (`source_class`, e.g. 'shardfeed.write.sources.tables.TableSource')
+    discovered and converted in a fresh process, where TensorFlow is not loaded and worker
+    processes may fork (route 'workers'), or as if they may not ('here'): what its discovery's
+    base folder holds ('files'), the SHA-256 of the bytes each item's span holds ('held'), and
+    whether TensorFlow was loaded ('tf')."""
+    run = subprocess.run(
+        [sys.executable, "-c", DISCOVER_AND_CONVERT, source_class, str(source), str(out), route],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "XDG_CACHE_HOME": str(cache)},
+    )
+    return json.loads(run.stdout.splitlines()[-1])  # type: ignore[no-any-return]

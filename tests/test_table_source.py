@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import shard_bytes
+from conftest import discovered_and_converted, shard_bytes
 
 from shardfeed import ConvertOptions, convert
 from shardfeed.errors import SourceError
@@ -25,6 +25,7 @@ from shardfeed.write.sources import resolve_source
 datasets = pytest.importorskip("datasets")
 
 CLASSES = ["astronaut", "coffee", "chelsea", "rocket"]
+TABLES = "shardfeed.write.sources.tables.TableSource"
 
 
 def _rows(photo_tree: Path) -> dict[str, list[tuple[bytes, int]]]:
@@ -122,8 +123,6 @@ def test_hub_parquet_is_read_in_place_byte_identical_to_staging(
     from its spans: nothing is staged, each span holds exactly its image's bytes (several row
     groups and pages, a row without an image among them), and the shards are byte for byte
     those of the staged route."""
-    from conftest import shard_bytes
-
     from shardfeed.write.sources import table_rows
 
     rows = _rows(photo_tree)
@@ -255,8 +254,6 @@ def test_save_to_disk_tables_are_read_in_place_byte_identical_to_staging(
     """A save_to_disk dataset's images are read from their spans in its Arrow files: nothing is
     staged, each item's span holds exactly its image's bytes, a row without an image is
     reported as before, and the shards are byte for byte those of the staged route."""
-    from conftest import shard_bytes
-
     from shardfeed.write.sources import table_rows
 
     rows = _rows(photo_tree)
@@ -320,31 +317,11 @@ def test_a_compressed_arrow_stream_is_staged_and_converted(photo_tree: Path, nam
     assert Counter(h for h, _ in merged) == Counter(hashlib.sha256(b).hexdigest() for b, _ in rows)
 
 
-STAGE_AND_CONVERT = """
-import hashlib, json, os, sys
-from shardfeed import ConvertOptions, convert, parallel
-from shardfeed.write.sources.tables import TableSource
-source, out, route = sys.argv[1:]
-if route == "here":  # as where TensorFlow is loaded: no forking, the tables read one by one here
-    parallel.fork_is_safe = lambda: False
-found = TableSource(source).discover()
-held = {}  # each image's bytes as its span in the staging folder holds them (the folder goes after `convert`)
-for item in found.items:
-    with open(item.span[0], "rb") as f:
-        f.seek(item.span[1])
-        held[item.key] = hashlib.sha256(f.read(item.span[2])).hexdigest()
-print(json.dumps({"files": sorted(os.listdir(found.base)), "held": held, "tf": "tensorflow" in sys.modules}))
-convert(TableSource(source), out, ConvertOptions(shards=2, seed=3), workers=2, progress=False)
-"""
-
-
 def test_compressed_parquet_is_staged_by_worker_processes_byte_identical(photo_tree: Path, tmp_path: Path) -> None:
     """Snappy-compressed Parquet (two files, row groups of 4 rows) is read and staged by worker
     processes, runs of row groups each into a file of its own; rows without image bytes (a null,
     one naming an image file) come back as they were and are read or reported here; the shards
     are byte for byte those of staging in the converting process."""
-    import os
-
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -359,16 +336,10 @@ def test_compressed_parquet_is_staged_by_worker_processes_byte_identical(photo_t
     for name, part in (("00000-of-00002", slice(0, half)), ("00001-of-00002", slice(half, None))):
         table = pa.table({"image": cells[part], "label": [c for _, c in rows][part]})
         pq.write_table(table, hub / "data" / f"train-{name}.parquet", row_group_size=4)  # snappy: staged
-    listed = {}
-    for route in ("workers", "here"):
-        run = subprocess.run(
-            [sys.executable, "-c", STAGE_AND_CONVERT, str(hub), str(tmp_path / route), route],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / f"cache-{route}")},
-        )
-        listed[route] = json.loads(run.stdout.splitlines()[-1])
+    listed = {
+        route: discovered_and_converted(TABLES, hub, tmp_path / route, route, tmp_path / f"cache-{route}")
+        for route in ("workers", "here")
+    }
     assert not listed["workers"]["tf"] and listed["here"]["files"] == ["images.bin", "listing.json"]
     assert len([f for f in listed["workers"]["files"] if f.startswith("images-")]) == 2 * min(8, -(-half // 4))
     assert "images.bin" in listed["workers"]["files"]  # the row naming a file: read and staged here
@@ -507,7 +478,7 @@ def test_deterministic_and_resumed_after_kill_to_the_same_bytes(
     (SIGKILL) after two shards resumes, from its complete staging folder, to those bytes."""
     import os
 
-    from conftest import killed_after_two_shards, shard_bytes
+    from conftest import killed_after_two_shards
 
     rows = [row for _ in range(8) for split in _rows(photo_tree).values() for row in split]
     table = tmp_path / "many.parquet"

@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import shard_bytes
+from conftest import discovered_and_converted, shard_bytes
 
 from shardfeed import ConvertOptions, convert
 from shardfeed.format import schema
@@ -149,24 +149,6 @@ def test_a_local_tar_is_read_in_place_byte_identical_to_staging(
     assert sum(_converted(tmp_path / "in_place").values(), Counter()) == expected
 
 
-STAGE_AND_CONVERT = """
-import hashlib, json, os, sys
-from shardfeed import ConvertOptions, convert, parallel
-from shardfeed.write.sources.webdataset import WebDatasetSource
-source, out, route = sys.argv[1:]
-if route == "here":  # as where TensorFlow is loaded: no forking, the tars streamed one by one here
-    parallel.fork_is_safe = lambda: False
-found = WebDatasetSource(source).discover()
-held = {}  # each image's bytes as its span in the staging folder holds them (the folder goes after `convert`)
-for item in found.items:
-    with open(item.span[0], "rb") as f:
-        f.seek(item.span[1])
-        held[item.key] = hashlib.sha256(f.read(item.span[2])).hexdigest()
-print(json.dumps({"files": sorted(os.listdir(found.base)), "held": held, "tf": "tensorflow" in sys.modules}))
-convert(WebDatasetSource(source), out, ConvertOptions(shards=3, seed=7), workers=2, progress=False)
-"""
-
-
 def test_gzipped_tars_are_staged_in_worker_processes_byte_identical(photo_tree: Path, tmp_path: Path) -> None:
     """Gzipped tars are inflated and staged by worker processes, each into a file of its own in
     the staging folder, each image's span there holding its bytes; the shards are byte for byte
@@ -180,16 +162,11 @@ def test_gzipped_tars_are_staged_in_worker_processes_byte_identical(photo_tree: 
             if i % 3 == t
         ]
         _write(tmp_path / "src" / f"data-{t:06d}.tar.gz", samples)
-    listed = {}
-    for route in ("workers", "here"):
-        run = subprocess.run(
-            [sys.executable, "-c", STAGE_AND_CONVERT, str(tmp_path / "src"), str(tmp_path / route), route],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / f"cache-{route}")},
-        )
-        listed[route] = json.loads(run.stdout.splitlines()[-1])
+    source = "shardfeed.write.sources.webdataset.WebDatasetSource"
+    listed = {
+        route: discovered_and_converted(source, tmp_path / "src", tmp_path / route, route, tmp_path / f"cache-{route}")
+        for route in ("workers", "here")
+    }
     assert not listed["workers"]["tf"]
     assert listed["workers"]["files"] == ["images-00000.bin", "images-00001.bin", "images-00002.bin", "listing.json"]
     assert listed["here"]["files"] == ["images.bin", "listing.json"]
@@ -242,7 +219,6 @@ def test_an_append_reads_again_only_the_images_of_a_tar_written_since(photo_tree
     """Images read in place are listed with their tar's modification time: an append that finds
     a new tar reads none of the converted images again, and after one tar is touched it reads
     that tar's images again (same bytes: none changed)."""
-    import os
 
     photos = _photos(photo_tree)
     (tmp_path / "src").mkdir()

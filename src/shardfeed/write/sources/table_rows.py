@@ -120,27 +120,16 @@ def _found_spans(
     """(offset in the file, size) of each PLAIN value (size 0 for a null or empty one), each
     found at or after `cursor` and compared byte for byte with what pyarrow read (`whole`: the
     file as a pyarrow buffer); and the cursor after the last."""
-    kind = str(values.type)
-    if kind not in ("binary", "large_binary"):
-        raise NotInPlace(f"the image column is {kind}, not binary")
-    _, offsets_buffer, data = values.buffers()
-    count = len(values)
-    if data is None or count == 0:
-        return [(0, 0)] * count, cursor
-    width = np.int64 if kind == "large_binary" else np.int32
-    offsets = np.frombuffer(offsets_buffer, dtype=width)[values.offset : values.offset + count + 1].tolist()
-    valid = values.is_valid().to_numpy(zero_copy_only=False).tolist() if values.null_count else [True] * count
+    offsets, valid, data = _binary_values(values)
     spans = []
-    for i in range(count):
+    for i, ok in enumerate(valid):
         at, size = offsets[i], offsets[i + 1] - offsets[i]
-        if not valid[i] or size == 0:
+        if not ok or size == 0:
             spans.append((0, 0))
             continue
         value = data.slice(at, size)
-        found = (
-            mapped.find(size.to_bytes(4, "little") + value.slice(0, min(size, HEAD_BYTES)).to_pybytes(), cursor, end)
-            + 4
-        )
+        head = value.slice(0, min(size, HEAD_BYTES)).to_pybytes()
+        found = mapped.find(size.to_bytes(4, "little") + head, cursor, end) + 4
         if found < 4 or not value.equals(whole.slice(found, size)):
             raise NotInPlace("an image value is not in the file as it is")
         spans.append((found, size))
@@ -180,21 +169,32 @@ def _bytes_and_paths(pa: Any, column: Any) -> tuple[Any, Any]:
 
 
 def _spans(values: Any, whole: Any) -> list[tuple[int, int]]:
-    """(offset in the file, size) of each value; size 0 for a null or empty one."""
+    """(offset in the file, size) of each value of an Arrow stream's batch; size 0 for a null or
+    empty one."""
+    offsets, valid, data = _binary_values(values)
+    if data is None or not any(valid):
+        return [(0, 0)] * len(valid)
+    start = data.address - whole.address
+    if start < 0 or start + data.size > whole.size:
+        raise NotInPlace("its record batches are compressed (their bytes are not in the file as they are)")
+    return [(start + offsets[i], offsets[i + 1] - offsets[i] if ok else 0) for i, ok in enumerate(valid)]
+
+
+def _binary_values(values: Any) -> tuple[list[int], list[bool], Any]:
+    """A binary column's value offsets (one more than its values), which values are not null,
+    and its data buffer; a column without bytes (nothing but nulls and empty values) as all
+    null."""
     kind = str(values.type)
     if kind not in ("binary", "large_binary"):
         raise NotInPlace(f"the image column is {kind}, not binary")
     _, offsets_buffer, data = values.buffers()
     count = len(values)
     if data is None or count == 0:
-        return [(0, 0)] * count
-    start = data.address - whole.address
-    if start < 0 or start + data.size > whole.size:
-        raise NotInPlace("its record batches are compressed (their bytes are not in the file as they are)")
+        return [0] * (count + 1), [False] * count, data
     width = np.int64 if kind == "large_binary" else np.int32
-    offsets = np.frombuffer(offsets_buffer, dtype=width)[values.offset : values.offset + count + 1].astype(np.int64)
-    valid = values.is_valid().to_numpy(zero_copy_only=False) if values.null_count else np.ones(count, bool)
-    return [(start + int(offsets[i]), int(offsets[i + 1] - offsets[i]) if valid[i] else 0) for i in range(count)]
+    offsets = np.frombuffer(offsets_buffer, dtype=width)[values.offset : values.offset + count + 1].tolist()
+    valid = values.is_valid().to_numpy(zero_copy_only=False).tolist() if values.null_count else [True] * count
+    return offsets, valid, data
 
 
 def pyarrow() -> Any:
