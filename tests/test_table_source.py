@@ -83,6 +83,27 @@ def _staged(item: object) -> bytes:
     return _span_bytes(item)
 
 
+def _same_as_staged(
+    source: Path, tmp_path: Path, options: ConvertOptions, monkeypatch: pytest.MonkeyPatch
+) -> list[list[object]]:
+    """Converts `source` again by the staged route (reading in place refused) and checks that its
+    shards are byte for byte those in tmp_path/'in_place', and its inputs list the same but for
+    each image's listing time (its table's, or when it was staged); returns the in-place one."""
+    from shardfeed.write.sources import table_rows
+
+    def not_in_place(*args: object) -> object:
+        raise table_rows.NotInPlace("the staged route, for the comparison")
+
+    monkeypatch.setattr(table_rows, "in_place_rows", not_in_place)
+    convert(str(source), str(tmp_path / "staged"), options, workers=2, progress=False)
+    assert (tmp_path / "cache" / "shardfeed" / "staged").exists(), "the staged route was not taken"
+    in_place, via_staging = shard_bytes(tmp_path / "in_place"), shard_bytes(tmp_path / "staged")
+    listed = [json.loads(gzip.decompress(f.pop("index/inputs-g0000.json.gz"))) for f in (in_place, via_staging)]
+    assert in_place == via_staging
+    assert [[*r[:4], *r[5:]] for r in listed[0]] == [[*r[:4], *r[5:]] for r in listed[1]]
+    return listed[0]  # type: ignore[no-any-return]
+
+
 @pytest.fixture(scope="module")
 def names(photo_tree: Path) -> list[str]:
     return sorted(p.name for p in photo_tree.iterdir())
@@ -123,7 +144,6 @@ def test_hub_parquet_is_read_in_place_byte_identical_to_staging(
     from its spans: nothing is staged, each span holds exactly its image's bytes (several row
     groups and pages, a row without an image among them), and the shards are byte for byte
     those of the staged route."""
-    from shardfeed.write.sources import table_rows
 
     rows = _rows(photo_tree)
     empty = datasets.Dataset.from_dict(
@@ -147,17 +167,7 @@ def test_hub_parquet_is_read_in_place_byte_identical_to_staging(
     assert [(s["file"], s["reason"]) for s in report["skipped"]] == [
         ("data/train-00000-of-00001.parquet row 9", "no image in the row (empty or null)")
     ]
-
-    def not_in_place(*args: object) -> object:
-        raise table_rows.NotInPlace("the staged route, for the comparison")
-
-    monkeypatch.setattr(table_rows, "in_place_rows", not_in_place)
-    convert(str(hub), str(tmp_path / "staged"), options, workers=2, progress=False)
-    assert staged.exists(), "the staged route was not taken"
-    in_place, via_staging = shard_bytes(tmp_path / "in_place"), shard_bytes(tmp_path / "staged")
-    listed = [json.loads(gzip.decompress(f.pop("index/inputs-g0000.json.gz"))) for f in (in_place, via_staging)]
-    assert in_place == via_staging
-    assert [[*r[:4], *r[5:]] for r in listed[0]] == [[*r[:4], *r[5:]] for r in listed[1]]
+    _same_as_staged(hub, tmp_path, options, monkeypatch)
 
 
 @pytest.mark.parametrize("kind", ["arrow", "parquet"])
@@ -254,7 +264,6 @@ def test_save_to_disk_tables_are_read_in_place_byte_identical_to_staging(
     """A save_to_disk dataset's images are read from their spans in its Arrow files: nothing is
     staged, each item's span holds exactly its image's bytes, a row without an image is
     reported as before, and the shards are byte for byte those of the staged route."""
-    from shardfeed.write.sources import table_rows
 
     rows = _rows(photo_tree)
     empty = datasets.Dataset.from_dict(
@@ -279,19 +288,8 @@ def test_save_to_disk_tables_are_read_in_place_byte_identical_to_staging(
     assert _converted(tmp_path / "in_place") == _expected(rows, names)
     report = json.loads((tmp_path / "in_place" / "report.json").read_text())
     assert [s["reason"] for s in report["skipped"]] == ["no image in the row (empty or null)"]
-
-    def not_in_place(*args: object) -> object:
-        raise table_rows.NotInPlace("the staged route, for the comparison")
-
-    monkeypatch.setattr(table_rows, "in_place_rows", not_in_place)
-    convert(str(saved), str(tmp_path / "staged"), options, workers=2, progress=False)
-    assert staged.exists(), "the staged route was not taken"
-    in_place, via_staging = shard_bytes(tmp_path / "in_place"), shard_bytes(tmp_path / "staged")
-    listed = [json.loads(gzip.decompress(f.pop("index/inputs-g0000.json.gz"))) for f in (in_place, via_staging)]
-    assert in_place == via_staging
-    # the inputs list: the same but for each image's listing time (the Arrow file's, or when it was staged)
-    assert [[*r[:4], *r[5:]] for r in listed[0]] == [[*r[:4], *r[5:]] for r in listed[1]]
-    assert all(r[4] == (saved / r[0].rsplit("/", 1)[0]).stat().st_mtime_ns for r in listed[0])
+    listed = _same_as_staged(saved, tmp_path, options, monkeypatch)
+    assert all(r[4] == (saved / r[0].rsplit("/", 1)[0]).stat().st_mtime_ns for r in listed)
 
 
 def test_a_compressed_arrow_stream_is_staged_and_converted(photo_tree: Path, names: list[str], tmp_path: Path) -> None:
