@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import multiprocessing
+import os
 import signal
 import sys
 from collections import deque
@@ -46,6 +47,14 @@ class WorkerPool:
     def __exit__(self, *exc: object) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def forked_pool(tasks: int) -> ProcessPoolExecutor:
+    """Worker processes forked from this one for `tasks` tasks (one per task, up to the cores),
+    each set up by `worker_setup`: the sources' listing and staging tasks (call only where
+    `fork_is_safe`)."""
+    workers = min(tasks, os.cpu_count() or 1)
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=worker_setup)
 
 
 def fork_is_safe() -> bool:

@@ -131,15 +131,22 @@ class Staged:
                 shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
 
 
-class Writer:
-    """Appends extracted images to a staging folder's images file, noting each one's span under
-    its key (`spans`: key -> (the file's name in the folder, offset, size))."""
+def part_images(index: int) -> str:
+    """The images file a worker process's staging task `index` writes in the staging folder."""
+    return f"images-{index:05d}.bin"
 
-    def __init__(self, folder: str) -> None:
+
+class Writer:
+    """Appends extracted images to a staging folder's images file (`images`: IMAGES, or a
+    worker's task's `part_images`), noting each one's span under its key (`spans`: key -> (the
+    file's name in the folder, offset, size))."""
+
+    def __init__(self, folder: str, images: str = IMAGES) -> None:
         self.folder = folder
+        self.images = images
         os.makedirs(folder, exist_ok=True)
         self.spans: dict[str, tuple[str, int, int]] = {}
-        self._images: BinaryIO | None = None  # opened by the first `put`
+        self._images: BinaryIO | None = None  # opened by the first `append`
 
     def __enter__(self) -> Writer:
         return self
@@ -150,10 +157,15 @@ class Writer:
 
     def put(self, key: str, data: bytes) -> None:
         _check_key(key)
+        self.spans[key] = self.append(data)
+
+    def append(self, data: bytes) -> tuple[str, int, int]:
+        """Appends an image to the images file: its span there (the file's name, offset, size)."""
         if self._images is None:
-            self._images = open(os.path.join(self.folder, IMAGES), "wb")  # noqa: SIM115 (closed by __exit__)
-        self.spans[key] = (IMAGES, self._images.tell(), len(data))
+            self._images = open(os.path.join(self.folder, self.images), "wb")  # noqa: SIM115 (closed by __exit__)
+        span = (self.images, self._images.tell(), len(data))
         self._images.write(data)
+        return span
 
     def note(self, key: str, span: tuple[str, int, int]) -> None:
         """Lists an image another process staged in a file of this folder: (the file's name,

@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import mmap
-import multiprocessing
-import os
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from itertools import repeat
 from typing import Any, NamedTuple
 
@@ -30,6 +27,7 @@ import numpy as np
 from shardfeed import parallel
 from shardfeed.errors import SourceError
 from shardfeed.format import fileio, storage
+from shardfeed.write.sources.staging import Writer, part_images
 
 BATCH_ROWS = 64  # rows in memory at a time
 MAX_ROW_GROUP_BYTES = 2 * 2**30  # a Parquet row group's image and label columns, read whole by pyarrow
@@ -250,10 +248,7 @@ def staged_rows(
     if len(parts) < 2 or not parallel.fork_is_safe():
         yield from (rows(t, kind, image, label) for t in tables)
         return
-    files = [os.path.join(stage_in or "", f"images-{i:05d}.bin") for i in range(len(parts))]
-    workers = min(len(parts), os.cpu_count() or 1)
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=parallel.worker_setup) as pool:
+    with parallel.forked_pool(len(parts)) as pool:
         done = pool.map(
             _staged_part,
             [t for t, _ in parts],
@@ -261,7 +256,8 @@ def staged_rows(
             repeat(image),
             repeat(label),
             [g for _, g in parts],
-            files,
+            repeat(stage_in),
+            range(len(parts)),
         )
         for table in tables:
             yield [row for t, _ in parts if t == table for row in next(done)]
@@ -283,20 +279,18 @@ def _parts(table: str, kind: str) -> list[range | None]:
 
 
 def _staged_part(
-    table: str, kind: str, image: str, label: str | None, row_groups: range | None, file: str
+    table: str, kind: str, image: str, label: str | None, row_groups: range | None, folder: str, index: int
 ) -> list[tuple[Any, Any]]:
-    """`rows` of a table's `row_groups`, each image's bytes written to `file` and the row's image
-    value replaced by an `InPlace` (its first bytes; the file's name, offset, size); a row
-    without image bytes (null, empty, a path) kept as read (a worker process's task: what it
-    returns is small)."""
+    """`rows` of a table's `row_groups`, each image's bytes appended to the staging `folder`'s
+    images file of task `index` and the row's image value replaced by an `InPlace` (its first
+    bytes; the file's name, offset, size); a row without image bytes (null, empty, a path) kept
+    as read (a worker process's task: what it returns is small)."""
     out: list[tuple[Any, Any]] = []
-    name = os.path.basename(file)
-    with open(file, "wb") as sink:
+    with Writer(folder, part_images(index)) as part:
         for value, label_value in rows(table, kind, image, label, row_groups):
             data = value.get("bytes") if isinstance(value, dict) else value
             if isinstance(data, (bytes, bytearray)) and data:
-                out.append((InPlace(bytes(data[:HEAD_BYTES]), (name, sink.tell(), len(data))), label_value))
-                sink.write(data)
+                out.append((InPlace(bytes(data[:HEAD_BYTES]), part.append(bytes(data))), label_value))
             else:
                 out.append((value, label_value))
     return out

@@ -11,19 +11,17 @@ import contextlib
 import functools
 import gzip
 import io
-import multiprocessing
-import os
 import re
 import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from itertools import repeat
 from typing import BinaryIO
 
 from shardfeed import parallel
 from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio, storage
+from shardfeed.write.sources.staging import Writer, part_images
 
 MAX_SIDECAR_BYTES = 1024 * 1024  # a .cls or .json member: a label, never megabytes
 SIDECARS = ("cls", "json", "txt")
@@ -71,20 +69,25 @@ def listings(
     processes, one tar a task, where forking is safe: their listing is Python parsing tar
     headers (~30 us an image), and a listing without the images is small. Tars to stage
     (`stage_in`: the staging folder) are streamed in worker processes too, each writing the
-    members of the `images` extensions to a file of its own there (`staged_samples`): a gzipped
-    tar's inflating, or a bucket's download, is then spread over the cores. Otherwise (one tar,
-    or TensorFlow loaded) the tars are streamed here, their samples holding the images' bytes."""
+    members of the `images` extensions to a file of its own there (`_staged_samples`): a gzipped
+    tar's inflating is then spread over the cores. Otherwise (one tar, or TensorFlow loaded) the
+    tars are streamed here, their samples holding the images' bytes."""
     if len(tars) < 2 or not parallel.fork_is_safe() or (not in_place and stage_in is None):
         yield from (samples(tar, wanted, max_image_bytes, in_place) for tar in tars)
         return
-    workers = min(len(tars), os.cpu_count() or 1)
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=parallel.worker_setup) as pool:
+    with parallel.forked_pool(len(tars)) as pool:
         if in_place:
             yield from pool.map(_listed, tars, repeat(wanted), repeat(max_image_bytes), repeat(in_place))
         else:
-            files = [os.path.join(stage_in or "", f"images-{i:05d}.bin") for i in range(len(tars))]
-            yield from pool.map(staged_samples, tars, files, repeat(wanted), repeat(max_image_bytes), repeat(images))
+            yield from pool.map(
+                _staged_samples,
+                tars,
+                repeat(stage_in),
+                range(len(tars)),
+                repeat(wanted),
+                repeat(max_image_bytes),
+                repeat(images),
+            )
 
 
 def _listed(tar: str, wanted: set[str], max_image_bytes: int | None, in_place: frozenset[str]) -> list[Sample]:
@@ -92,20 +95,18 @@ def _listed(tar: str, wanted: set[str], max_image_bytes: int | None, in_place: f
     return list(samples(tar, wanted, max_image_bytes, in_place))
 
 
-def staged_samples(
-    tar: str, file: str, wanted: set[str], max_image_bytes: int | None, images: frozenset[str]
+def _staged_samples(
+    tar: str, folder: str, index: int, wanted: set[str], max_image_bytes: int | None, images: frozenset[str]
 ) -> list[Sample]:
-    """`samples` of one tar streamed once, the members of the `images` extensions written one
-    after another to `file` and each noted in its sample's `spans` as (the file's name, offset,
-    size) instead of held in `members` (a worker process's task: what it returns is small)."""
+    """`samples` of one tar streamed once, the members of the `images` extensions appended to
+    the staging `folder`'s images file of task `index` and each noted in its sample's `spans`
+    (the file's name, offset, size) instead of held in `members` (a worker process's task: what
+    it returns is small)."""
     out = []
-    name = os.path.basename(file)
-    with open(file, "wb") as sink:
+    with Writer(folder, part_images(index)) as part:
         for sample in samples(tar, wanted, max_image_bytes):
             for ext in [e for e in sample.members if e in images]:
-                data = sample.members.pop(ext)
-                sample.spans[ext] = (name, sink.tell(), len(data))
-                sink.write(data)
+                sample.spans[ext] = part.append(sample.members.pop(ext))
             out.append(sample)
     return out
 
