@@ -16,6 +16,7 @@ second from different hosts may both proceed (stated in docs/buckets.md).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import secrets
@@ -65,6 +66,16 @@ def hold(output_dir: str) -> Iterator[None]:
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)
         os.close(fd)
+
+
+@contextlib.contextmanager
+def waited(path: str) -> Iterator[None]:
+    """An exclusive flock on the local file `path` (created if absent), waited for and held for
+    the block; the kernel releases it if the process dies. For the short critical sections of
+    shared caches (the shard cache's space accounting, the fused resize op's one build)."""
+    with open(path, "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        yield
 
 
 def _open_lock_file(output_dir: str, path: str) -> int:

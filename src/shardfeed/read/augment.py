@@ -100,6 +100,14 @@ def flip_seed(seed: Any) -> Any:
     return tf.bitwise.bitwise_xor(seed, tf.constant(FLIP_KEY, seed.dtype))
 
 
+def flipped(seed: Any) -> Any:
+    """Whether a record is mirrored (a bool tensor): the draw `tf.image.stateless_random_flip_left_right`
+    makes with `flip_seed(seed)` (a uniform below 0.5), for what is flipped without that op: boxes,
+    the fused resize (read/fused_resize.py)."""
+    tf = tensorflow()
+    return tf.random.stateless_uniform([], seed=flip_seed(seed)) < 0.5
+
+
 def photometric(image: Any, seed: Any, options: Augment) -> Any:
     """Flip, rotation/shift, colour jitter and noise on a float32 image in 0..255 (`seed`: the
     record's seed pair)."""

@@ -19,6 +19,7 @@ mixes two epochs: with `repeat`, epoch after epoch of exactly `steps_per_epoch` 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -109,11 +110,19 @@ def load(
 
         ds = dali_dataset(plan, size, augmenting, decode)
         return raising(ds.map(on_images_and_labels(decode.map_fn)) if decode.map_fn is not None else ds)
-    preprocess = Preprocess(size, augmenting, decode, whole_image=plan.schema.objects)
+    preprocess = _preprocess(plan, size, augmenting, decode)
     ds = _finished(_stream(plan, preprocess), plan)
     if plan.service is not None:
         ds = service_lib.distribute(ds, plan.service)
     return raising(ds.prefetch(tensorflow().data.AUTOTUNE))  # its errors: shardfeed's own (read/raising.py)
+
+
+def _preprocess(plan: ReadPlan, size: tuple[int, int], augment: Augment | None, decode: DecodeOptions) -> Preprocess:
+    """What decides the pixels; on a tf.data service without the fused resize op, which the
+    service's workers (other processes) would not have loaded (the same pixels either way)."""
+    if plan.service is not None:
+        decode = dataclasses.replace(decode, fused_resize=False)
+    return Preprocess(size, augment, decode, whole_image=plan.schema.objects)
 
 
 def _check_masks_follow(augment: Augment | None, decode: DecodeOptions) -> None:

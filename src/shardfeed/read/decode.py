@@ -16,7 +16,8 @@ from typing import Any
 
 from shardfeed.format.schema import BOX_KEYS, IGNORED_LABEL, OBJECT_LABEL, TEXT, Schema
 from shardfeed.lazy import tensorflow
-from shardfeed.read.augment import Augment, flip_seed, photometric, random_crop_window
+from shardfeed.read import fused_resize
+from shardfeed.read.augment import Augment, flip_seed, flipped, photometric, random_crop_window
 from shardfeed.read.boxes import box_columns
 from shardfeed.read.options import DecodeOptions
 
@@ -133,6 +134,12 @@ def decode_one(
             lambda: _jpeg(data, seed, options, _may_scale(schema, options)),
             lambda: _other(data, height, width, channels, seed, options),
         )
+    augment = options.augment
+    if image.dtype == tf.uint8 and _fusable(options):  # not pixels stored as floats
+        flip = flipped(seed) if augment is not None and augment.flip else tf.constant(False)
+        fused = fused_resize.resize_flip(image, options.image_size, flip)
+        if fused is not None:
+            return tf.ensure_shape(fused, [*options.image_size, options.config.channels])
     if letterboxed(options):
         frame = letterbox_frame(tf.shape(image)[0], tf.shape(image)[1], options.image_size)
         image = tf.image.resize(image, frame[:2], method="bilinear", antialias=options.config.antialias)
@@ -140,8 +147,8 @@ def decode_one(
     else:
         image = tf.image.resize(image, options.image_size, method="bilinear", antialias=options.config.antialias)
     image.set_shape([*options.image_size, options.config.channels])
-    augment, uint8 = options.augment, options.config.dtype == "uint8"
-    if augment is not None and (augment.rotate or augment.translate or augment.color_jitter or augment.noise):
+    uint8 = options.config.dtype == "uint8"
+    if augment is not None and _photometric(augment):
         image = photometric(image, seed, augment)
         return tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8) if uint8 else image
     # Flip alone: a bilinear resize of 0..255 pixels stays in 0..255 (no clip needed), and the
@@ -151,6 +158,24 @@ def decode_one(
     if augment is not None and augment.flip:
         image = tf.image.stateless_random_flip_left_right(image, flip_seed(seed))
     return image
+
+
+def _photometric(augment: Augment | None) -> bool:
+    """Whether the augmentation goes beyond the crop and flip (float32 steps after the resize)."""
+    return augment is not None and bool(augment.rotate or augment.translate or augment.color_jitter or augment.noise)
+
+
+def _fusable(options: Preprocess) -> bool:
+    """Whether the resize, rounding and flip can be the fused op's (read/fused_resize.py): its
+    pixels are those of the uint8 path below, without antialiasing, letterbox or photometric steps."""
+    config = options.config
+    return (
+        config.fused_resize
+        and config.dtype == "uint8"
+        and not config.antialias
+        and not letterboxed(options)
+        and not _photometric(options.augment)
+    )
 
 
 def k_hot(ids: Any, classes: int, offset: int) -> Any:
@@ -190,8 +215,8 @@ def place_boxes(parsed: dict[str, Any], height: Any, width: Any, seed: Any, opti
     else:
         x0, y0, x1, y1 = x0 * out_w, y0 * out_h, x1 * out_w, y1 * out_h
     if augment is not None and augment.flip:  # the decision tf.image.stateless_random_flip_left_right takes
-        flipped = tf.random.stateless_uniform([], seed=flip_seed(seed)) < 0.5
-        x0, x1 = tf.where(flipped, out_w - x1, x0), tf.where(flipped, out_w - x0, x1)
+        mirrored = flipped(seed)
+        x0, x1 = tf.where(mirrored, out_w - x1, x0), tf.where(mirrored, out_w - x0, x1)
     boxes = box_format(x0, y0, x1, y1, options.config.bounding_box_format, (out_h, out_w))
     boxes, labels = tf.boolean_mask(boxes, keep), tf.boolean_mask(labels, keep)
     if options.config.max_objects is not None:

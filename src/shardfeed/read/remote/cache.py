@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import itertools
 import logging
@@ -32,13 +31,13 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
 from shardfeed.errors import CacheDiskFull, CorruptRecordError, OptionError
 from shardfeed.format import fileio, layout, storage
-from shardfeed.format.folder_lock import process_alive
+from shardfeed.format.folder_lock import process_alive, waited
 
 log = logging.getLogger("shardfeed")
 
@@ -243,11 +242,8 @@ class ShardCache:
                         os.remove(entry.path)
         return complete, parts, pinned
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        with open(os.path.join(self.directory, layout.CACHE_LOCK), "a+b") as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-            yield
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        return waited(os.path.join(self.directory, layout.CACHE_LOCK))
 
     def usage(self) -> int:
         """Bytes on disk in the cache folder (complete shards and fetches in flight)."""

@@ -1,0 +1,144 @@
+"""The fused resize op: TensorFlow's resize, rounding and flip bit for bit, built once, or left out."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import photos
+
+from shardfeed import DecodeOptions, load
+from shardfeed.read import fused_resize
+from shardfeed.read.augment import Augment
+
+pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None, reason="no C++ compiler")
+
+
+def _reference(image: np.ndarray, size: tuple[int, int], flip: bool) -> np.ndarray:
+    """What `load` computes without the op: TensorFlow's bilinear resize, round, cast, flip."""
+    import tensorflow as tf
+
+    out = tf.cast(tf.round(tf.image.resize(image, size)), tf.uint8)
+    return (tf.reverse(out, [1]) if flip else out).numpy()
+
+
+def test_the_op_equals_tensorflows_resize_round_and_flip() -> None:
+    """Random windows of real photos, shrunk and enlarged to square, wide, tall, odd and 1-pixel
+    sizes, 3 and 1 channels, flipped and not: every value equals TensorFlow's."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    sizes = [(224, 224), (64, 96), (333, 17), (1, 1), (500, 480), (7, 300)]
+    checked = 0
+    for photo in photos().values():
+        for channels in (3, 1):
+            image = photo if channels == 3 else photo[..., :1]
+            h, w = image.shape[:2]
+            for size in sizes:
+                ch, cw = int(rng.integers(1, h + 1)), int(rng.integers(1, w + 1))
+                y, x = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
+                window = np.ascontiguousarray(image[y : y + ch, x : x + cw])
+                for flip in (False, True):
+                    got = fused_resize.resize_flip(tf.constant(window), size, tf.constant(flip))
+                    assert got is not None, "the op did not build on a machine with a compiler"
+                    expected = _reference(window, size, flip)
+                    assert got.shape == expected.shape
+                    np.testing.assert_array_equal(got.numpy(), expected, err_msg=f"{window.shape} -> {size} {flip}")
+                    checked += 1
+    assert checked == 4 * 2 * len(sizes) * 2
+
+
+def test_load_gives_the_same_batches_with_and_without_the_op(photo_shards: Path) -> None:
+    """Training (random crops and flips) and evaluation batches, colour and grey: identical."""
+
+    def batches(fused: bool, training: bool, channels: int) -> np.ndarray:
+        ds = load(
+            str(photo_shards),
+            split="train",
+            training=training,
+            augment=Augment() if training else None,
+            batch_size=8,
+            image_size=(48, 40),
+            seed=3,
+            decode=DecodeOptions(fused_resize=fused, channels=channels),
+        )
+        return np.concatenate([images.numpy() for images, _ in ds])
+
+    for training in (True, False):
+        for channels in (3, 1):
+            with_op, without = batches(True, training, channels), batches(False, training, channels)
+            assert with_op.shape[-1] == channels
+            np.testing.assert_array_equal(with_op, without)
+    flips = batches(True, True, 3)
+    assert not np.array_equal(flips, batches(True, False, 3)), "training batches should differ from evaluation's"
+
+
+def _use_the_op(cache: Path, compiler: str) -> subprocess.CompletedProcess[str]:
+    """A fresh process resizing one image through `fused_resize` with `compiler` as $CXX."""
+    script = textwrap.dedent(
+        """
+        import numpy as np, tensorflow as tf
+        from shardfeed.read import fused_resize
+        out = fused_resize.resize_flip(tf.zeros([5, 7, 3], tf.uint8), (3, 4), tf.constant(False))
+        print("result:", None if out is None else out.shape)
+        """
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache), "CXX": compiler, "SHARDFEED_QUIET_TF": "1"}
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+
+
+def _logging_compiler(tmp_path: Path, body: str) -> tuple[str, Path]:
+    """A compiler script that notes each build (not its `--version`) in a file, then runs `body`."""
+    calls = tmp_path / "builds.txt"
+    script = tmp_path / "cxx.sh"
+    script.write_text(
+        f'#!/bin/sh\n[ "$1" = "--version" ] || echo build >> {calls}\n'
+        f'[ "$1" = "--version" ] && exec {shutil.which("c++")} --version\n{body}\n'
+    )
+    script.chmod(0o755)
+    return str(script), calls
+
+
+def test_a_failed_build_falls_back_with_one_warning_and_is_not_retried(tmp_path: Path) -> None:
+    compiler, calls = _logging_compiler(tmp_path, 'echo "fatal error: no headers here" >&2\nexit 1')
+    for _ in range(2):
+        done = _use_the_op(tmp_path / "cache", compiler)
+        assert done.returncode == 0, done.stderr
+        assert "result: None" in done.stdout
+        assert "the fused resize op did not build" in done.stderr and "TensorFlow's ops" in done.stderr
+    assert calls.read_text().split() == ["build"], "the second process should not have tried again"
+    (failed,) = (tmp_path / "cache" / "shardfeed" / "ops").glob("*/failed.txt")
+    assert "fatal error: no headers here" in failed.read_text()
+
+
+def test_no_compiler_falls_back_with_one_warning(tmp_path: Path) -> None:
+    done = _use_the_op(tmp_path / "cache", str(tmp_path / "no-such-c++"))
+    assert done.returncode == 0, done.stderr
+    assert "result: None" in done.stdout and "no C++ compiler" in done.stderr
+
+
+def test_processes_starting_together_build_once_and_later_ones_load_it(tmp_path: Path) -> None:
+    compiler, calls = _logging_compiler(tmp_path, f'exec {shutil.which("c++")} "$@"')
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "CXX": compiler, "SHARDFEED_QUIET_TF": "1"}
+    script = "import tensorflow as tf; from shardfeed.read import fused_resize as f; "
+    script += "print('result:', f.resize_flip(tf.zeros([5, 7, 3], tf.uint8), (3, 4), tf.constant(True)).shape)"
+    both = [
+        subprocess.Popen(
+            [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
+        )
+        for _ in range(2)
+    ]
+    for process in both:
+        out, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err
+        assert "result: (3, 4, 3)" in out
+    assert calls.read_text().split() == ["build"]
+    later = _use_the_op(tmp_path / "cache", compiler)
+    assert "result: (3, 4, 3)" in later.stdout and "compiling" not in later.stderr
+    assert calls.read_text().split() == ["build"]
