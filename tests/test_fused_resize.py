@@ -54,6 +54,34 @@ def test_the_op_equals_tensorflows_resize_round_and_flip() -> None:
     assert checked == 4 * 2 * len(sizes) * 2
 
 
+def test_the_build_without_avx2_gives_the_same_values(tmp_path: Path) -> None:
+    """The kernel built without its AVX2 versions (as on a CPU without AVX2, or not x86): the same
+    check in a fresh process (an op is registered once per process)."""
+    import tensorflow as tf
+
+    library = tmp_path / "portable.so"
+    command = fused_resize._command(tf, shutil.which(os.environ.get("CXX", "c++")) or "c++")
+    subprocess.run([*command, "-DSHARDFEED_PORTABLE", "-o", str(library)], check=True, capture_output=True, timeout=600)
+    script = textwrap.dedent(
+        f"""
+        import numpy as np, tensorflow as tf
+        from test_fused_resize import _reference, photos
+        op = tf.load_op_library({str(library)!r})
+        rng = np.random.default_rng(1)
+        for photo in photos().values():
+            for size, flip in (((224, 224), True), ((77, 300), False), ((400, 390), True)):
+                h, w = int(rng.integers(1, photo.shape[0])), int(rng.integers(1, photo.shape[1]))
+                window = np.ascontiguousarray(photo[:h, :w])
+                got = op.shardfeed_fused_resize(window, size, flip).numpy()
+                np.testing.assert_array_equal(got, _reference(window, size, flip))
+        print("same")
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0 and "same" in done.stdout, done.stderr[-3000:]
+
+
 def test_load_gives_the_same_batches_with_and_without_the_op(photo_shards: Path) -> None:
     """Training (random crops and flips) and evaluation batches, colour and grey: identical."""
 

@@ -15,7 +15,8 @@
 #include <emmintrin.h>
 #endif
 
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
+// SHARDFEED_PORTABLE (a test's build) leaves out the AVX2 versions, to test the others here.
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(SHARDFEED_PORTABLE)
 #include <immintrin.h>
 #define SHARDFEED_AVX2 1
 #define SHARDFEED_CLONES __attribute__((target_clones("avx2", "default")))
