@@ -11,6 +11,7 @@ report. Each must exit 0, and write what it says it writes.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -100,6 +101,29 @@ def test_everyday_commands_run_in_the_user_install(user_env: Path, photo_tree: P
     _run([cli, "report", str(data), "-o", str(tmp_path / "data.html")], cwd=tmp_path)
     _run([cli, "report", str(run), "-o", str(tmp_path / "run.html")], cwd=tmp_path)
     assert "<html" in (tmp_path / "run.html").read_text()
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
+def test_the_fused_resize_op_builds_from_the_wheels_sources(user_env: Path, tmp_path: Path) -> None:
+    """The op's C++ sources ship in the wheel and compile against the user's TensorFlow."""
+    probe = (
+        "import tensorflow as tf; from shardfeed.read import fused_resize as f; "
+        "print('shape', f.resize_flip(tf.zeros([5, 7, 3], tf.uint8), (2, 3), tf.constant(True)).shape)"
+    )
+    env_python = str(user_env / "bin" / "python")
+    done = subprocess.run(
+        [env_python, "-c", probe],
+        cwd=tmp_path,
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))},
+            "XDG_CACHE_HOME": str(tmp_path / "cache"),  # the test's own: the build is made here
+        },
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
+    assert done.returncode == 0 and "shape (2, 3, 3)" in done.stdout, done.stderr[-3000:]
+    assert list((tmp_path / "cache" / "shardfeed" / "ops").glob("*/fused_resize.so"))
 
 
 @pytest.fixture(scope="module")
