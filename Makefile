@@ -5,6 +5,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # CPU TensorFlow by default; GPU users: make install EXTRAS=gpu,dev,docs (see README).
 EXTRAS ?= cpu,dev,docs
+# load's fused resize op, compiled once per TensorFlow into ~/.cache/shardfeed/ops (src/shardfeed/read/fused_resize.py);
+# where it cannot be built, a warning, and load uses TensorFlow's ops
+FUSED_RESIZE := SHARDFEED_QUIET_TF=1 $(PY) -c "from shardfeed.read import fused_resize; fused_resize.available()"
 
 .PHONY: install demo demo-detection test lint typecheck docs bench clean dali
 
@@ -16,6 +19,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	# the detection extra's KerasHub without the tensorflow-text (and second TensorFlow) it asks for
 	$(PY) -m pip install -q regex tokenizers && $(PY) -m pip install -q --no-deps "keras-hub==0.32.0"
+	$(FUSED_RESIZE)
 	touch $(STAMP)
 
 demo: install
@@ -38,6 +42,7 @@ docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d site
 
 test: lint typecheck docs
+	$(FUSED_RESIZE)
 	$(VENV)/bin/pytest -n 2 -q
 
 # Optional: NVIDIA DALI for decoding on the GPU (decoder="dali", train --decode-on gpu); see the script.

@@ -55,6 +55,13 @@ def resize_flip(image: Any, size: tuple[int, int], flip: Any) -> Any:
     return library.shardfeed_fused_resize(image, tf.constant(size, tf.int32), flip)
 
 
+def available() -> bool:
+    """Whether the op can be used in this process: built (now, once per machine and TensorFlow,
+    if not yet) and loaded. `make install` and `make test` call it, so that the build is not
+    made in the middle of a run."""
+    return _library() is not None
+
+
 @functools.cache
 def _library() -> Any:
     """The loaded op library, built first if this machine has none for this TensorFlow; None
