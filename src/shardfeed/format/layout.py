@@ -20,10 +20,14 @@ another module spells one of these names itself.
       <any>.incomplete                 INCOMPLETE: a file being written, renamed when whole
 
 Beside other people's TFRecords (`adopt`, foreign reads) shardfeed keeps FOREIGN_COUNTS, the
-records counted per file; a shard cache folder holds CACHE_LOCK.
+records counted per file; a shard cache folder (and a build of the fused resize op) holds
+CACHE_LOCK. The user's own cache, `user_cache()`, holds the bucket shard cache (shards/),
+containers' staging copies (staged/) and the fused resize op's builds (ops/).
 """
 
 from __future__ import annotations
+
+import os
 
 SHARD_TEMPLATE = "{split}-{shard:05d}-of-{num_shards:05d}"
 BY_CLASS_TEMPLATE = "{split}-{label}-{shard:05d}-of-{num_shards:05d}"
@@ -49,6 +53,12 @@ INCOMPLETE = ".incomplete"
 
 FOREIGN_COUNTS = ".shardfeed-counts.json"
 CACHE_LOCK = ".lock"
+
+
+def user_cache(name: str) -> str:
+    """`name` in this user's shardfeed cache: $XDG_CACHE_HOME/shardfeed/NAME (~/.cache/shardfeed/NAME)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "shardfeed", name)
 
 
 def index_file(shard_file: str) -> str:

@@ -12,7 +12,7 @@ installed TensorFlow's headers (`tf.sysconfig`), ~10 s, into
     $XDG_CACHE_HOME/shardfeed/ops/<key>/fused_resize.so      (default ~/.cache/shardfeed/ops/...)
 
 where <key> hashes the sources, TensorFlow's version and flags, the compiler and the machine type:
-later processes load it. Concurrent first uses build once (a lock file beside the folder); a
+later processes load it. Concurrent first uses build once (a lock file in the folder); a
 failed build leaves `failed.txt` there, with the compiler's output, so that later processes
 do not try again (a changed source, TensorFlow or compiler is a new key). A missing compiler
 or a failed build or load logs one warning and falls back; `DecodeOptions(fused_resize=False)`
@@ -31,6 +31,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from shardfeed.format import layout
 from shardfeed.format.folder_lock import waited
 from shardfeed.lazy import tensorflow
 
@@ -73,7 +74,7 @@ def _library() -> Any:
         return None
     command = _command(tf, compiler)
     try:
-        folder = _cache_root() / _key(command)
+        folder = Path(layout.user_cache("ops")) / _key(command)
         path = _built(folder, command)
     except (OSError, subprocess.SubprocessError) as e:  # an unwritable cache, a compiler that cannot start
         log.warning("the fused resize op could not be built (%s): load resizes with TensorFlow's ops", e)
@@ -106,18 +107,13 @@ def _key(command: list[str]) -> str:
     return digest.hexdigest()[:20]
 
 
-def _cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "shardfeed" / "ops"
-
-
 def _built(folder: Path, command: list[str]) -> Path | None:
     """The library in `folder`, compiled now unless there (None: its build failed, now or before)."""
     library = folder / LIBRARY
     if library.is_file():
         return library
     folder.mkdir(parents=True, exist_ok=True)
-    with waited(str(folder.with_suffix(".lock"))):
+    with waited(str(folder / layout.CACHE_LOCK)):
         if library.is_file():  # another process built it while this one waited
             return library
         if (folder / FAILED).is_file():

@@ -50,8 +50,7 @@ _fetch_numbers = itertools.count()
 
 def default_dir() -> str:
     """$XDG_CACHE_HOME/shardfeed/shards (~/.cache/shardfeed/shards)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "shardfeed", "shards")
+    return layout.user_cache("shards")
 
 
 def copy_name(sha256: str) -> str:

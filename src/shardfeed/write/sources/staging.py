@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
 from shardfeed.errors import SourceError
-from shardfeed.format import confinement, fileio
+from shardfeed.format import confinement, fileio, layout
 from shardfeed.format.annotations import SourceObjects
 from shardfeed.format.folder_lock import process_alive
 from shardfeed.format.schema import CLASSIFICATION, DETECTION
@@ -69,8 +69,7 @@ class Staged:
         for path in containers:
             size, mtime = fileio.size_and_mtime(path)
             identity.update(f"{fileio.absolute(path)}\0{size}\0{mtime}\n".encode())
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        self.folder = os.path.join(base, "shardfeed", "staged", identity.hexdigest()[:24])
+        self.folder = os.path.join(layout.user_cache("staged"), identity.hexdigest()[:24])
 
     def extracted(self, extract: Callable[[Writer], Extracted]) -> Extracted:
         """The listing of a complete extraction, made now by `extract` unless one is here. A
