@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from shardfeed.format.schema import BOX_KEYS, IGNORED_LABEL, OBJECT_LABEL, TEXT, Schema
 from shardfeed.lazy import tensorflow
@@ -148,7 +148,7 @@ def decode_one(
         image = tf.image.resize(image, options.image_size, method="bilinear", antialias=options.config.antialias)
     image.set_shape([*options.image_size, options.config.channels])
     uint8 = options.config.dtype == "uint8"
-    if augment is not None and _photometric(augment):
+    if _photometric(augment):
         image = photometric(image, seed, augment)
         return tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8) if uint8 else image
     # Flip alone: a bilinear resize of 0..255 pixels stays in 0..255 (no clip needed), and the
@@ -160,7 +160,7 @@ def decode_one(
     return image
 
 
-def _photometric(augment: Augment | None) -> bool:
+def _photometric(augment: Augment | None) -> TypeGuard[Augment]:
     """Whether the augmentation goes beyond the crop and flip (float32 steps after the resize)."""
     return augment is not None and bool(augment.rotate or augment.translate or augment.color_jitter or augment.noise)
 
