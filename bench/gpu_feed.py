@@ -30,7 +30,9 @@ keras.applications backbone behind a rescaling layer, fed two ways:
 - grain-workers: the same in Grain worker processes (`num_workers` = cores - 1, 2 threads each);
   CPU per image is the host's (all processes, /proc/stat), so the workers' is counted;
 - load (only with `--feeds load`, TensorFlow installed): `shardfeed.load`'s tf.data pipeline on
-  the CPU read as numpy batches, as Keras reads a tf.data.Dataset on JAX or PyTorch.
+  the CPU read as numpy batches, as Keras reads a tf.data.Dataset on JAX or PyTorch;
+  load-unfused: the same with `DecodeOptions(fused_resize=False)` (TensorFlow's resize, round and
+  flip ops instead of the compiled op: the same pixels).
 
 `--models retinanet` (with `--backend jax` or `torch`, KerasHub installed) measures detection:
 `train`'s detector (training/detector.py) fed uint8 images and xyxy boxes (padded to 4) by
@@ -139,7 +141,7 @@ def one_run_keras(backend: str, feed: str, model: str, data: str, size: int, bat
     workers = threads - 1 if feed == "grain-workers" else 0
     ds = (
         None
-        if feed == "load"
+        if feed.startswith("load")
         else shardfeed.grain_dataset(
             data,
             batch_size=batch,
@@ -153,7 +155,8 @@ def one_run_keras(backend: str, feed: str, model: str, data: str, size: int, bat
             **({"augment": shardfeed.Augment(crop=False), "max_objects": 4} if detection else {}),
         )
     )
-    batches = iter(_tf_data_batches(data, batch, size, detection) if feed == "load" else ds)
+    tf_data = feed.startswith("load")
+    batches = iter(_tf_data_batches(data, batch, size, detection, fused=feed == "load") if tf_data else ds)
 
     def on_device(batch_: Any) -> Any:
         """The batch as the backend's tensors (uint8 images: the models take them as they are)."""
@@ -179,17 +182,18 @@ def one_run_keras(backend: str, feed: str, model: str, data: str, size: int, bat
     }
 
 
-def _tf_data_batches(data: str, batch: int, size: int, detection: bool) -> Any:
+def _tf_data_batches(data: str, batch: int, size: int, detection: bool, fused: bool = True) -> Any:
     """`shardfeed.load`'s tf.data pipeline (TensorFlow on the CPU) as numpy batches for a Keras
     model on another backend, as Keras' own `fit` reads a tf.data.Dataset there; uint8 images,
-    as the Grain feeds give them."""
+    as the Grain feeds give them. `fused`: with the compiled resize op (the default), else
+    TensorFlow's ops."""
     import tensorflow as tf
 
     import shardfeed
     from shardfeed.read.options import DecodeOptions
 
     tf.config.set_visible_devices([], "GPU")  # TensorFlow stays off the accelerator JAX holds
-    decode = DecodeOptions(max_objects=4) if detection else None
+    decode = DecodeOptions(fused_resize=fused, **({"max_objects": 4} if detection else {}))
     augment = shardfeed.Augment(crop=False) if detection else None
     ds = shardfeed.load(data, batch_size=batch, image_size=size, seed=0, repeat=True, augment=augment, decode=decode)
     return ds.as_numpy_iterator()

@@ -2,11 +2,13 @@
 worker processes (`IterDataset.mp_prefetch`), the input pipeline alone (no model), TensorFlow-free
 unless `load` is asked for.
 
-    python bench/grain_workers.py DATA [--size 224] [--batch 128] [--batches 30] [--configs t4,t8,t16,p8,p15,load]
+    python bench/grain_workers.py DATA [--size 224] [--batch 128] [--batches 30]
+                                  [--configs t4,t8,t16,p8,p15,load,load-unfused]
 
 `tK`: `grain_dataset(..., num_threads=K)`; `pK`: `grain_dataset(..., num_workers=K, num_threads=2)`,
 K Grain worker processes of 2 threads; `load`: `shardfeed.load`'s tf.data pipeline read as numpy
-batches, as `gpu_feed.py`'s `load` feed gives them to Keras on JAX or PyTorch. A detection folder
+batches, as `gpu_feed.py`'s `load` feed gives them to Keras on JAX or PyTorch (`load-unfused`: the
+same without the compiled resize op, `DecodeOptions(fused_resize=False)`). A detection folder
 is read as `gpu_feed.py` reads it: flips only, boxes padded to 4.
 Images/s over `--batches` batches after 3 warm-up batches, one run of each in this process, in
 the order given; `cpu_ms_per_image_host` is the whole host's busy CPU over
@@ -56,8 +58,9 @@ def main() -> None:
 
     out: dict[str, Any] = {"bench": "grain_workers", "cores": os.cpu_count(), "size": args.size, "batch": args.batch}
     for config in args.configs.split(","):
-        if config == "load":
-            out[config] = rate(_tf_data_batches(args.data, args.batch, args.size, detection), args.batches)
+        if config.startswith("load"):
+            fused = config == "load"
+            out[config] = rate(_tf_data_batches(args.data, args.batch, args.size, detection, fused), args.batches)
             print(config, out[config], flush=True)
             continue
         kind, count = config[0], int(config[1:])
