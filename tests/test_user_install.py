@@ -201,7 +201,10 @@ import shardfeed
 ds = shardfeed.grain_dataset(sys.argv[1], batch_size=4, image_size=32, seed=0)
 shapes = {(x.shape, x.dtype.name, y.shape) for x, y in ds}
 print(sorted(shapes), ds.steps_per_epoch, "tensorflow" in sys.modules)
+from shardfeed.read import window_decode  # its C source ships in the wheel: the key reads it
+print("window decoder", window_decode.available())
 """
+JPEG_HEADERS = Path("/usr/include/jpeglib.h").is_file()
 
 
 def test_the_grain_extra_feeds_batches_without_tensorflow(
@@ -214,6 +217,7 @@ def test_the_grain_extra_feeds_batches_without_tensorflow(
     _run([python, "-m", "shardfeed", "convert", str(photo_tree), str(data), "--split", "train=1"], cwd=tmp_path)
     printed = _run([python, "-c", GRAIN_BATCHES, str(data)], cwd=tmp_path)  # stdout, then stderr (Grain's notes)
     assert "[((4, 32, 32, 3), 'uint8', (4,))] 11 False\n" in printed, printed
+    assert f"window decoder {JPEG_HEADERS and shutil.which('cc') is not None}" in printed, printed
     missing = subprocess.run(
         [str(user_env / "bin" / "python"), "-c", GRAIN_BATCHES, str(data)], capture_output=True, text=True, timeout=120
     )

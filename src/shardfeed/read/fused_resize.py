@@ -8,40 +8,26 @@ nothing is written as float32, the flip is free. So using it changes no pixel, a
 cannot be had `load` runs TensorFlow's ops instead.
 
 It is compiled on first use by the machine's C++ compiler (`$CXX`, else `c++`) against the
-installed TensorFlow's headers (`tf.sysconfig`), ~10 s, into
-
-    $XDG_CACHE_HOME/shardfeed/ops/<key>/fused_resize.so      (default ~/.cache/shardfeed/ops/...)
-
-where <key> hashes the sources, TensorFlow's version and flags, the compiler and the machine type:
-later processes load it. Concurrent first uses build once (a lock file in the folder); a
-failed build leaves `failed.txt` there, with the compiler's output, so that later processes
-do not try again (a changed source, TensorFlow or compiler is a new key). A missing compiler
-or a failed build or load logs one warning and falls back; `DecodeOptions(fused_resize=False)`
-never builds.
+installed TensorFlow's headers (`tf.sysconfig`), ~10 s, into the user's cache, once per
+machine, TensorFlow and compiler (read/native_build.py: the key, the lock, `failed.txt`). A
+missing compiler or a failed build or load logs one warning and falls back;
+`DecodeOptions(fused_resize=False)` never builds.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
-import os
-import platform
-import shutil
-import subprocess
-from pathlib import Path
 from typing import Any
 
-from shardfeed.format import layout
-from shardfeed.format.folder_lock import waited
 from shardfeed.lazy import tensorflow
+from shardfeed.read import native_build
 
 log = logging.getLogger("shardfeed")
 
-SOURCES = Path(__file__).with_name("csrc")
 KERNEL, OP = "fused_resize.cc", "fused_resize_op.cc"
-LIBRARY, FAILED = "fused_resize.so", "failed.txt"
-BUILD_TIMEOUT_S = 300
+LIBRARY = "fused_resize.so"
+INSTEAD = "load resizes with TensorFlow's ops"
 # -ffp-contract=off: no fused multiply-adds, which would round differently from TensorFlow's kernel.
 OPTIMIZE = ("-O3", "-ffp-contract=off", "-fPIC", "-shared")
 
@@ -69,67 +55,23 @@ def _library() -> Any:
     """The loaded op library, built first if this machine has none for this TensorFlow; None
     (with one warning) where that fails."""
     tf = tensorflow()
-    compiler = shutil.which(os.environ.get("CXX", "c++"))
+    compiler = native_build.compiler("CXX", "c++", "C++", INSTEAD)
     if compiler is None:
-        log.warning("no C++ compiler (%s): load resizes with TensorFlow's ops", os.environ.get("CXX", "c++"))
         return None
     command = _command(tf, compiler)
-    try:
-        folder = Path(layout.user_cache("ops")) / _key(command)
-        path = _built(folder, command)
-    except (OSError, subprocess.SubprocessError) as e:  # an unwritable cache, a compiler that cannot start
-        log.warning("the fused resize op could not be built (%s): load resizes with TensorFlow's ops", e)
-        return None
+    path = native_build.built(
+        LIBRARY, command, (KERNEL, OP), what="the fused resize op", instead=INSTEAD, extra=tf.__version__
+    )
     if path is None:
-        log.warning("the fused resize op did not build (%s): load resizes with TensorFlow's ops", folder / FAILED)
         return None
     try:
         return tf.load_op_library(str(path))
     except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError, tf.errors.AlreadyExistsError) as e:
-        log.warning("the fused resize op %s did not load (%s): load resizes with TensorFlow's ops", path, e)
+        log.warning("the fused resize op %s did not load (%s): %s", path, e, INSTEAD)
         return None
 
 
 def _command(tf: Any, compiler: str) -> list[str]:
     """The compiler command, less its output path."""
     flags = tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()
-    return [compiler, *OPTIMIZE, str(SOURCES / KERNEL), str(SOURCES / OP), *flags]
-
-
-def _key(command: list[str]) -> str:
-    """What the built library depends on: the sources, the command (TensorFlow's headers and
-    flags, the compiler), TensorFlow's and the compiler's versions, the machine type."""
-    tf = tensorflow()
-    digest = hashlib.sha256()
-    for name in (KERNEL, OP):
-        digest.update((SOURCES / name).read_bytes())
-    version = subprocess.run([command[0], "--version"], capture_output=True, text=True, timeout=60).stdout
-    digest.update("\0".join([*command, tf.__version__, version, platform.machine()]).encode())
-    return digest.hexdigest()[:20]
-
-
-def _built(folder: Path, command: list[str]) -> Path | None:
-    """The library in `folder`, compiled now unless there (None: its build failed, now or before)."""
-    library = folder / LIBRARY
-    if library.is_file():
-        return library
-    folder.mkdir(parents=True, exist_ok=True)
-    with waited(str(folder / layout.CACHE_LOCK)):
-        if library.is_file():  # another process built it while this one waited
-            return library
-        if (folder / FAILED).is_file():
-            return None
-        log.warning("compiling the fused resize op for this TensorFlow once (~10 s) into %s", folder)
-        partial = folder / f"{LIBRARY}.{os.getpid()}.tmp"
-        try:
-            done = subprocess.run(
-                [*command, "-o", str(partial)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
-            )
-        except subprocess.TimeoutExpired:
-            done = subprocess.CompletedProcess(command, -1, "", f"timed out after {BUILD_TIMEOUT_S} s")
-        if done.returncode != 0:
-            (folder / FAILED).write_text(" ".join(command) + "\n" + done.stdout + done.stderr)
-            partial.unlink(missing_ok=True)
-            return None
-        os.replace(partial, library)
-        return library
+    return [compiler, *OPTIMIZE, str(native_build.SOURCES / KERNEL), str(native_build.SOURCES / OP), *flags]

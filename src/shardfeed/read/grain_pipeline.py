@@ -11,11 +11,12 @@ global batch numbers: batch g is step g % steps of epoch g // steps, so
     order          each epoch reads `order.global_order(N, seed, epoch)`, the permutation `load`'s
                    global shuffle reads (evaluation: file order), from the split's index files;
                    the last partial batch is dropped when training, as `load` drops it
-    decode         JPEG with simplejpeg, the whole image at the DCT scale that keeps the crop at
-                   least the output size (simplejpeg has no crop-window decode, which
-                   `decode_and_crop_jpeg` has), other formats with Pillow; resized bilinearly
-                   to the output size as `load` resizes (no antialiasing unless asked), by
-                   OpenCV, straight into the batch
+    decode         JPEG at the DCT scale that keeps the crop at least the output size, the
+                   crop window alone (read/window_decode.py: libjpeg's partial decode, as
+                   `decode_and_crop_jpeg` does for `load`; simplejpeg's whole decode, cut, where
+                   it cannot be built: the same pixels), other formats with Pillow; resized
+                   bilinearly to the output size as `load` resizes (no antialiasing unless
+                   asked), by OpenCV, straight into the batch
     augmentation   training: the random-resized crop (`Augment`'s area and aspect ranges, 10
                    tries, else the centre crop) and the horizontal flip; evaluation: the centre
                    crop of `crop_fraction` of the shorter side (0.875, as `load`); detection
@@ -61,6 +62,7 @@ from PIL import Image
 from shardfeed import lazy
 from shardfeed.errors import OptionError
 from shardfeed.format.image_format import sniff_format
+from shardfeed.read import window_decode
 from shardfeed.read.augment import Augment, resolve_augment
 from shardfeed.read.grain_targets import Targets, View
 from shardfeed.read.indexed import IndexedRecords
@@ -153,19 +155,25 @@ def _random_window(height: int, width: int, draws: Iterator[float], augment: Aug
 def _decoded_window(
     data: bytes, shape: tuple[int, int], window: tuple[int, int, int, int], size: tuple[int, int], *, exact: bool
 ) -> np.ndarray:
-    """The window of the image (of `shape`, from its header) as RGB pixels (a view of the
-    decoded image): a JPEG decoded at the smallest DCT scale that keeps the window at least
-    `size` (1/2, 1/4, 1/8; not when `exact`: boxes and masks are placed on the full-resolution
-    window, as `load` cuts them), anything else decoded by Pillow."""
+    """The window of the image (of `shape`, from its header) as RGB pixels: a JPEG decoded at
+    the smallest DCT scale that keeps the window at least `size` (1/2, 1/4, 1/8; not when
+    `exact`: boxes and masks are placed on the full-resolution window, as `load` cuts them),
+    the window alone where the crop-window decoder can be had (read/window_decode.py), else
+    the whole image by simplejpeg, cut; anything else decoded by Pillow."""
     top, left, h, w = window
     if sniff_format(data) == "jpeg":
         scales = () if exact else (8, 4, 2)
         scale = next((s for s in scales if h // s >= size[0] and w // s >= size[1]), 1)
         height, width = shape
-        pixels = simplejpeg.decode_jpeg(data, "RGB", min_height=-(-height // scale), min_width=-(-width // scale))
-        fy, fx = pixels.shape[0] / height, pixels.shape[1] / width
-        x0, y0 = int(left * fx), int(top * fy)
-        return pixels[y0 : max(y0 + 1, int((top + h) * fy)), x0 : max(x0 + 1, int((left + w) * fx))]
+        scaled = -(-height // scale), -(-width // scale)  # libjpeg's scaled size: rounded up
+        fy, fx = scaled[0] / height, scaled[1] / width
+        y0, x0 = int(top * fy), int(left * fx)
+        y1, x1 = max(y0 + 1, int((top + h) * fy)), max(x0 + 1, int((left + w) * fx))
+        cut = window_decode.decode_window(data, scale, (y0, x0, y1 - y0, x1 - x0))
+        if cut is not None:
+            return cut
+        pixels = simplejpeg.decode_jpeg(data, "RGB", min_height=scaled[0], min_width=scaled[1])
+        return pixels[y0:y1, x0:x1]
     with Image.open(io.BytesIO(data)) as im:
         return np.asarray(im.convert("RGB"))[top : top + h, left : left + w]
 

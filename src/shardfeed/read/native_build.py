@@ -1,0 +1,101 @@
+"""Small native libraries compiled on first use, once per machine, into the user's cache.
+
+`load`'s fused resize op (read/fused_resize.py, C++ against TensorFlow) and `grain_dataset`'s
+crop-window JPEG decoder (read/window_decode.py, C against libjpeg) are compiled by the
+machine's compiler from the sources the package ships (read/csrc/) into
+
+    $XDG_CACHE_HOME/shardfeed/ops/<key>/<library>      (default ~/.cache/shardfeed/ops/...)
+
+where <key> hashes the sources, the command (headers, flags, libraries), the compiler's
+`--version`, the machine type and what else the caller names (TensorFlow's version): later
+processes load what is there. Concurrent first uses build once (the cache's lock file in the
+folder); a failed build leaves `failed.txt` there, with the compiler's output, so that later
+processes do not try again (a changed source, library or compiler is a new key). Each caller
+falls back to its pure path, with one warning, where no library can be had.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from shardfeed.format import layout
+from shardfeed.format.folder_lock import waited
+
+log = logging.getLogger("shardfeed")
+
+SOURCES = Path(__file__).with_name("csrc")
+FAILED = "failed.txt"
+BUILD_TIMEOUT_S = 300
+
+
+def compiler(variable: str, default: str, language: str, instead: str) -> str | None:
+    """The compiler `$variable` names (else `default`) as a path; None where there is none, with
+    one warning saying what runs `instead`."""
+    name = os.environ.get(variable, default)
+    found = shutil.which(name)
+    if found is None:
+        log.warning("no %s compiler (%s): %s", language, name, instead)
+    return found
+
+
+def built(
+    library: str, command: Sequence[str], sources: Sequence[str], *, what: str, instead: str, extra: str = ""
+) -> Path | None:
+    """`library` compiled by `command` (without its output path: `-o <path>` is added) from
+    `sources` (files of read/csrc/, which the command names) into its folder of the cache, now
+    unless there; None where its build failed, now or before, or the cache cannot be written,
+    with one warning naming `what` and what runs `instead`."""
+    try:
+        folder = Path(layout.user_cache("ops")) / _key(command, sources, extra)
+        path = _built(folder / library, command, what)
+    except (OSError, subprocess.SubprocessError) as e:  # an unwritable cache, a compiler that cannot start
+        log.warning("%s could not be built (%s): %s", what, e, instead)
+        return None
+    if path is None:
+        log.warning("%s did not build (%s): %s", what, folder / FAILED, instead)
+    return path
+
+
+def _key(command: Sequence[str], sources: Sequence[str], extra: str) -> str:
+    """What a built library depends on: the sources, the command, the compiler's version, the
+    machine type, and `extra`."""
+    digest = hashlib.sha256()
+    for name in sources:
+        digest.update((SOURCES / name).read_bytes())
+    version = subprocess.run([command[0], "--version"], capture_output=True, text=True, timeout=60).stdout
+    digest.update("\0".join([*command, version, platform.machine(), extra]).encode())
+    return digest.hexdigest()[:20]
+
+
+def _built(library: Path, command: Sequence[str], what: str) -> Path | None:
+    """`library`, compiled now unless there (None: its build failed, now or before)."""
+    if library.is_file():
+        return library
+    folder = library.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    with waited(str(folder / layout.CACHE_LOCK)):
+        if library.is_file():  # another process built it while this one waited
+            return library
+        if (folder / FAILED).is_file():
+            return None
+        log.warning("compiling %s for this machine once (seconds) into %s", what, folder)
+        partial = folder / f"{library.name}.{os.getpid()}.tmp"
+        try:
+            done = subprocess.run(
+                [*command, "-o", str(partial)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
+            )
+        except subprocess.TimeoutExpired:
+            done = subprocess.CompletedProcess(command, -1, "", f"timed out after {BUILD_TIMEOUT_S} s")
+        if done.returncode != 0:
+            (folder / FAILED).write_text(" ".join(command) + "\n" + done.stdout + done.stderr)
+            partial.unlink(missing_ok=True)
+            return None
+        os.replace(partial, library)
+        return library
