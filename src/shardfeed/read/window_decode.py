@@ -43,6 +43,7 @@ def decode_window(data: bytes, scale: int, window: tuple[int, int, int, int]) ->
     if decode is None:
         return None
     top, left, height, width = window
+    data = data if isinstance(data, bytes) else bytes(data)  # ctypes passes bytes as they are
     out = np.empty((height, width + MARGIN, 3), np.uint8)
     skip, message = ctypes.c_int(), ctypes.create_string_buffer(MESSAGE_BYTES)
     failed = decode(data, len(data), scale, top, left, height, width, out.ctypes.data, out.strides[0], skip, message)
