@@ -5,9 +5,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # CPU TensorFlow by default; GPU users: make install EXTRAS=gpu,dev,docs (see README).
 EXTRAS ?= cpu,dev,docs
-# load's compiled ops (the fused resize, the JPEG decode-and-resize) and grain_dataset's crop-window JPEG decoder, compiled once into ~/.cache/shardfeed/ops
+# load's fused resize op and grain_dataset's crop-window JPEG decoder, compiled once into ~/.cache/shardfeed/ops
 # (src/shardfeed/read/native_build.py); where one cannot be built, a warning, and its pure path runs
-FUSED_RESIZE := SHARDFEED_QUIET_TF=1 $(PY) -c "from shardfeed.read import decode_resize, fused_resize, window_decode; fused_resize.available(); decode_resize.available(); window_decode.available()"
+FUSED_RESIZE := SHARDFEED_QUIET_TF=1 $(PY) -c "from shardfeed.read import fused_resize, window_decode; fused_resize.available(); window_decode.available()"
 
 .PHONY: install demo demo-detection test lint typecheck docs bench clean dali
 

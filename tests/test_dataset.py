@@ -474,8 +474,7 @@ def test_the_side_histogram_decides_whether_the_dct_scale_choice_is_built() -> N
     tenth of the images or more can decode scaled; older manifests fall back on the longest side,
     foreign files (nothing known) always build it."""
     from shardfeed.format.schema import Schema
-    from shardfeed.read.decode import _may_scale
-    from shardfeed.read.preprocess import Preprocess
+    from shardfeed.read.decode import Preprocess, _may_scale
 
     def built(schema: Schema, size: int = 224, scaling: bool = True) -> bool:
         return _may_scale(schema, Preprocess((size, size), None, DecodeOptions(dct_scaling=scaling)))

@@ -28,10 +28,9 @@ from shardfeed.lazy import tensorflow
 from shardfeed.read import index_pipeline, options, shard_pipeline
 from shardfeed.read import service as service_lib
 from shardfeed.read.augment import Augment, resolve_augment
-from shardfeed.read.decode import feature_spec, record_decoder
+from shardfeed.read.decode import Preprocess, feature_spec, record_decoder
 from shardfeed.read.options import BATCH_SIZE, IMAGE_SIZE, DecodeOptions, ReadOptions, ServiceOptions
 from shardfeed.read.plan import ReadPlan, resolve
-from shardfeed.read.preprocess import Preprocess
 from shardfeed.read.raising import raising
 from shardfeed.read.shardset import DataPath
 

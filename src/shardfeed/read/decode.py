@@ -11,17 +11,28 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from shardfeed.format.schema import BOX_KEYS, OBJECT_LABEL, TEXT, Schema
+from shardfeed.format.schema import BOX_KEYS, IGNORED_LABEL, OBJECT_LABEL, TEXT, Schema
 from shardfeed.lazy import tensorflow
-from shardfeed.read import decode_resize, fused_resize
-from shardfeed.read.augment import Augment, flip_seed, flipped, photometric
-from shardfeed.read.preprocess import Preprocess, crop_window, letterbox_frame, letterboxed
-from shardfeed.read.record_targets import decode_mask, k_hot, place_boxes
+from shardfeed.read import fused_resize
+from shardfeed.read.augment import Augment, flip_seed, flipped, photometric, random_crop_window
+from shardfeed.read.boxes import box_columns
+from shardfeed.read.options import DecodeOptions
 
 DCT_SCALES = (1, 2, 4, 8)  # the reduced sizes libjpeg decodes to directly
 SCALE_SHARE = 0.1  # images that must be able to decode scaled before the per-image choice is built
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """Everything that decides the pixels of a batch: output size, augmentation, decode config."""
+
+    image_size: tuple[int, int]
+    augment: Augment | None  # None: evaluation preprocessing (the centre crop)
+    config: DecodeOptions = field(default_factory=DecodeOptions)
+    whole_image: bool = False  # evaluation reads the whole image, not the centre crop (detection)
 
 
 def feature_spec(schema: Schema) -> dict[str, Any]:
@@ -113,29 +124,20 @@ def decode_one(
     tf = tensorflow()
     if schema.pixels_as_floats:
         image = _float_pixels(data, height, width, options.config.channels)
-        window = crop_window(tf.shape(image), seed, options)
+        window = _window(tf.shape(image), seed, options)
         image = tf.image.crop_to_bounding_box(image, window[0], window[1], window[2], window[3])
     elif schema.all_jpeg:
-        scale = _may_scale(schema, options)
-        whole = _jpeg_in_one_op(data, seed, options, scale)
-        if whole is not None:
-            return whole
-        image = _jpeg(data, seed, options, scale)
+        image = _jpeg(data, seed, options, _may_scale(schema, options))
     else:
         image = tf.cond(
             tf.equal(tf.strings.substr(data, 0, 3), b"\xff\xd8\xff"),
             lambda: _jpeg(data, seed, options, _may_scale(schema, options)),
             lambda: _other(data, height, width, channels, seed, options),
         )
-    return _resized(image, seed, options)
-
-
-def _resized(image: Any, seed: Any, options: Preprocess) -> Any:
-    """The decoded window resized to `image_size` (or letterboxed), augmented, in the output dtype."""
-    tf = tensorflow()
     augment = options.augment
     if image.dtype == tf.uint8 and _fusable(options):  # not pixels stored as floats
-        fused = fused_resize.resize_flip(image, options.image_size, _flip(seed, options))
+        flip = flipped(seed) if augment is not None and augment.flip else tf.constant(False)
+        fused = fused_resize.resize_flip(image, options.image_size, flip)
         if fused is not None:
             return tf.ensure_shape(fused, [*options.image_size, options.config.channels])
     if letterboxed(options):
@@ -158,47 +160,6 @@ def _resized(image: Any, seed: Any, options: Preprocess) -> Any:
     return image
 
 
-def _flip(seed: Any, options: Preprocess) -> Any:
-    """Whether this record is mirrored (a bool tensor), as the compiled ops take it."""
-    tf = tensorflow()
-    augment = options.augment
-    return flipped(seed) if augment is not None and augment.flip else tf.constant(False)
-
-
-def _jpeg_in_one_op(data: Any, seed: Any, options: Preprocess, scale: bool) -> Any | None:
-    """The JPEG's window decoded, resized and flipped by one compiled op (read/decode_resize.py),
-    the pixels `_jpeg` then `_resized` give; a record libjpeg refuses takes that path instead.
-    None where the op does not apply (`_fusable`) or cannot be had."""
-    if not _fusable(options):
-        return None
-    tf = tensorflow()
-    config = options.config
-    shape = tf.io.extract_jpeg_shape(data)
-    window = crop_window(shape, seed, options)
-    ratio = tf.constant(1)
-    if scale:
-        height, width = options.image_size
-        room = tf.minimum(window[2] // height, window[3] // width)  # times the window holds the output
-        ratio = tf.gather(
-            tf.constant(DCT_SCALES), tf.reduce_sum(tf.cast(room >= tf.constant(DCT_SCALES[1:]), tf.int32))
-        )
-    fast = config.dct_method == "INTEGER_FAST"
-    one = decode_resize.decode_resize(
-        data,
-        _scaled(window, shape, ratio),
-        ratio,
-        options.image_size,
-        _flip(seed, options),
-        channels=config.channels,
-        fast_dct=fast,
-    )
-    if one is None:
-        return None
-    image, ok = one
-    image = tf.cond(ok, lambda: image, lambda: _resized(_jpeg(data, seed, options, scale), seed, options))
-    return tf.ensure_shape(image, [*options.image_size, config.channels])
-
-
 def _photometric(augment: Augment | None) -> TypeGuard[Augment]:
     """Whether the augmentation goes beyond the crop and flip (float32 steps after the resize)."""
     return augment is not None and bool(augment.rotate or augment.translate or augment.color_jitter or augment.noise)
@@ -215,6 +176,110 @@ def _fusable(options: Preprocess) -> bool:
         and not letterboxed(options)
         and not _photometric(options.augment)
     )
+
+
+def k_hot(ids: Any, classes: int, offset: int) -> Any:
+    """A multi-label record's stored ids (a sparse list) as a float32 [classes] vector of 0 and 1."""
+    tf = tensorflow()
+    dense = tf.sparse.to_dense(ids) - offset
+    return tf.minimum(tf.reduce_sum(tf.one_hot(dense, classes, dtype=tf.float32), axis=0), 1.0)
+
+
+def place_boxes(parsed: dict[str, Any], height: Any, width: Any, seed: Any, options: Preprocess, offset: int) -> Any:
+    """A detection record's objects as its image is cut, resized (or letterboxed) and flipped:
+    {"boxes": [N, 4] in `DecodeOptions.bounding_box_format` (default xyxy in pixels of the
+    output), "labels": [N]}. The crop window is drawn from the image's seed and size, as the
+    image's own; boxes are clipped to it, and those with less than `Augment.min_visible` of their
+    area left inside are dropped."""
+    tf = tensorflow()
+    columns = [tf.sparse.to_dense(parsed[key]) for key in BOX_KEYS]
+    labels = tf.sparse.to_dense(parsed[OBJECT_LABEL]) - offset
+    shape = tf.cast(tf.stack([height, width, 3]), tf.int32)
+    window = tf.cast(_window(shape, seed, options), tf.float32)
+    h, w = tf.cast(height, tf.float32), tf.cast(width, tf.float32)
+    x0, y0 = (columns[0] * w - window[1]) / window[3], (columns[1] * h - window[0]) / window[2]
+    x1, y1 = (columns[2] * w - window[1]) / window[3], (columns[3] * h - window[0]) / window[2]
+    before = (x1 - x0) * (y1 - y0)
+    x0, y0, x1, y1 = (tf.clip_by_value(v, 0.0, 1.0) for v in (x0, y0, x1, y1))
+    after = (x1 - x0) * (y1 - y0)
+    augment = options.augment
+    least = augment.min_visible if augment is not None else 0.0
+    keep = tf.logical_and(after > 0, after >= least * before)
+    out_h, out_w = (float(v) for v in options.image_size)
+    if letterboxed(options):  # fractions of the window -> pixels of the picture inside the padding
+        frame = tf.cast(
+            letterbox_frame(tf.cast(height, tf.int32), tf.cast(width, tf.int32), options.image_size), tf.float32
+        )
+        x0, x1 = x0 * frame[1] + frame[3], x1 * frame[1] + frame[3]
+        y0, y1 = y0 * frame[0] + frame[2], y1 * frame[0] + frame[2]
+    else:
+        x0, y0, x1, y1 = x0 * out_w, y0 * out_h, x1 * out_w, y1 * out_h
+    if augment is not None and augment.flip:  # the decision tf.image.stateless_random_flip_left_right takes
+        mirrored = flipped(seed)
+        x0, x1 = tf.where(mirrored, out_w - x1, x0), tf.where(mirrored, out_w - x0, x1)
+    boxes = box_format(x0, y0, x1, y1, options.config.bounding_box_format, (out_h, out_w))
+    boxes, labels = tf.boolean_mask(boxes, keep), tf.boolean_mask(labels, keep)
+    if options.config.max_objects is not None:
+        boxes, labels = boxes[: options.config.max_objects], labels[: options.config.max_objects]
+    return {"boxes": boxes, "labels": labels}
+
+
+def box_format(x0: Any, y0: Any, x1: Any, y1: Any, name: str, size: tuple[float, float]) -> Any:
+    """Boxes given by their pixel edges, as [N, 4] in one of KerasHub's formats (options.BOX_FORMATS)."""
+    return tensorflow().stack(box_columns(x0, y0, x1, y1, name, size), axis=-1)
+
+
+def letterboxed(options: Preprocess) -> bool:
+    """Whether the image is letterboxed: asked for, and not randomly cropped."""
+    augment = options.augment
+    return options.config.letterbox and (augment is None or not augment.crop)
+
+
+def letterbox_frame(height: Any, width: Any, size: tuple[int, int]) -> Any:
+    """Where a `height` x `width` image lies in a letterboxed output of `size` (H, W): int32
+    [resized height, resized width, top padding, left padding], by `tf.image.resize_with_pad`'s
+    arithmetic (the image, its boxes and its mask all use these numbers)."""
+    tf = tensorflow()
+    h, w = tf.cast(height, tf.float32), tf.cast(width, tf.float32)
+    out_h, out_w = float(size[0]), float(size[1])
+    ratio = tf.maximum(w / out_w, h / out_h)
+    resized_h, resized_w = tf.floor(h / ratio), tf.floor(w / ratio)
+    top = tf.maximum(0.0, tf.floor((out_h - h / ratio) / 2))
+    left = tf.maximum(0.0, tf.floor((out_w - w / ratio) / 2))
+    return tf.cast(tf.stack([tf.maximum(resized_h, 1.0), tf.maximum(resized_w, 1.0), top, left]), tf.int32)
+
+
+def decode_mask(data: Any, seed: Any, options: Preprocess) -> Any:
+    """A record's segmentation mask [H, W] (uint8 class ids), cut and flipped as its image is:
+    the same crop window (drawn from the same seed; a mask has its image's size), resized with
+    nearest-neighbour so that every pixel stays an id, flipped with the image's flip seed."""
+    tf = tensorflow()
+    mask = tf.io.decode_png(data, channels=1)
+    window = _window(tf.shape(mask), seed, options)
+    mask = tf.image.crop_to_bounding_box(mask, window[0], window[1], window[2], window[3])
+    if letterboxed(options):  # the padding is 255: ignored, as Model Garden's ignore_label
+        frame = letterbox_frame(tf.shape(mask)[0], tf.shape(mask)[1], options.image_size)
+        mask = tf.image.resize(mask, frame[:2], method="nearest")
+        bottom, right = options.image_size[0] - frame[0] - frame[2], options.image_size[1] - frame[1] - frame[3]
+        mask = tf.pad(mask, [[frame[2], bottom], [frame[3], right], [0, 0]], constant_values=IGNORED_LABEL)
+    else:
+        mask = tf.image.resize(mask, options.image_size, method="nearest")
+    if options.augment is not None and options.augment.flip:
+        mask = tf.image.stateless_random_flip_left_right(mask, flip_seed(seed))
+    mask.set_shape([*options.image_size, 1])
+    return mask[..., 0]
+
+
+def _window(shape: Any, seed: Any, options: Preprocess) -> Any:
+    """The crop to decode: random-resized when augmenting, else the centre square."""
+    tf = tensorflow()
+    if options.augment is not None and options.augment.crop:
+        return random_crop_window(shape, seed, options.augment)
+    h, w = shape[0], shape[1]
+    if options.whole_image or options.config.letterbox:  # detection's evaluation: every object stays in view
+        return tf.stack([0, 0, h, w])
+    side = tf.maximum(1, tf.cast(tf.cast(tf.minimum(h, w), tf.float32) * options.config.crop_fraction, tf.int32))
+    return tf.stack([(h - side) // 2, (w - side) // 2, side, side])
 
 
 def _may_scale(schema: Schema, options: Preprocess) -> bool:
@@ -241,12 +306,21 @@ def _jpeg(data: Any, seed: Any, options: Preprocess, scale: bool) -> Any:
     window holds the output that many times over (`DecodeOptions.dct_scaling`)."""
     tf = tensorflow()
     shape = tf.io.extract_jpeg_shape(data)
-    window = crop_window(shape, seed, options)
+    window = _window(shape, seed, options)
     config = options.config
 
     def decode(ratio: int) -> Callable[[], Any]:
+        def crop() -> Any:
+            if ratio == 1:
+                return window
+            # With a ratio, libjpeg's crop window is in the scaled image's coordinates: the nearest
+            # scaled pixel edges (off by at most half a scaled pixel), inside the scaled image.
+            start = (window[:2] + ratio // 2) // ratio
+            end = tf.minimum((window[:2] + window[2:] + ratio // 2) // ratio, (shape[:2] + ratio - 1) // ratio)
+            return tf.concat([start, end - start], 0)
+
         return lambda: tf.io.decode_and_crop_jpeg(
-            data, _scaled(window, shape, ratio), channels=config.channels, ratio=ratio, dct_method=config.dct_method
+            data, crop(), channels=config.channels, ratio=ratio, dct_method=config.dct_method
         )
 
     if not scale:
@@ -255,18 +329,6 @@ def _jpeg(data: Any, seed: Any, options: Preprocess, scale: bool) -> Any:
     room = tf.minimum(window[2] // height, window[3] // width)  # times the window holds the output
     index = tf.reduce_sum(tf.cast(room >= tf.constant(DCT_SCALES[1:]), tf.int32))
     return tf.switch_case(index, [decode(ratio) for ratio in DCT_SCALES])
-
-
-def _scaled(window: Any, shape: Any, ratio: Any) -> Any:
-    """The crop window in the coordinates of the image decoded at 1/`ratio` (an int or a tensor):
-    the nearest scaled pixel edges (off by at most half a scaled pixel), inside the scaled image;
-    the window itself at ratio 1."""
-    tf = tensorflow()
-    if isinstance(ratio, int) and ratio == 1:
-        return window
-    start = (window[:2] + ratio // 2) // ratio
-    end = tf.minimum((window[:2] + window[2:] + ratio // 2) // ratio, (shape[:2] + ratio - 1) // ratio)
-    return tf.concat([start, end - start], 0)
 
 
 def _other(data: Any, height: Any, width: Any, channels: Any, seed: Any, options: Preprocess) -> Any:
@@ -282,7 +344,7 @@ def _other(data: Any, height: Any, width: Any, channels: Any, seed: Any, options
         return tf.io.decode_image(data, channels=options.config.channels, expand_animations=False)
 
     image = tf.cond(is_raw, raw, encoded)
-    window = crop_window(tf.shape(image), seed, options)
+    window = _window(tf.shape(image), seed, options)
     return tf.image.crop_to_bounding_box(image, window[0], window[1], window[2], window[3])
 
 

@@ -249,13 +249,11 @@ class DecodeOptions:
             always decode at full resolution.
         fused_resize: with dtype 'uint8', no antialiasing, no letterbox and no photometric
             augmentation (the default training and evaluation feeds), resize, round and flip in
-            one compiled TensorFlow op (read/fused_resize.py), and in an all-JPEG folder the
-            crop window's decode too (read/decode_resize.py, against the system's libjpeg),
-            built once per TensorFlow with the machine's C++ compiler: the same pixels, bit for
-            bit, as TensorFlow's ops at about a quarter of their CPU for the resize (0.07
-            against ~0.30 ms a 224 px image) and two thirds for the decode. Where they cannot be
+            one compiled TensorFlow op (read/fused_resize.py), built once per TensorFlow with the
+            machine's C++ compiler: the same pixels, bit for bit, as TensorFlow's ops at about a
+            quarter of their CPU (0.07 against ~0.30 ms a 224 px image). Where it cannot be
             built or loaded (one warning) and with a tf.data service (its workers would need the
-            ops), TensorFlow's ops. False: never built.
+            op), TensorFlow's ops. False: never built.
         map_fn: applied to each decoded batch, (images, labels) -> (images, labels) (unlabeled:
             images -> images); with `ReadOptions(with_filenames=True)` the file names pass by it
             unchanged.

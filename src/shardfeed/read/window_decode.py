@@ -46,8 +46,7 @@ def decode_window(data: bytes, scale: int, window: tuple[int, int, int, int]) ->
     data = data if isinstance(data, bytes) else bytes(data)  # ctypes passes bytes as they are
     out = np.empty((height, width + MARGIN, 3), np.uint8)
     skip, message = ctypes.c_int(), ctypes.create_string_buffer(MESSAGE_BYTES)
-    stride = out.strides[0]
-    failed = decode(data, len(data), scale, top, left, height, width, 3, 0, out.ctypes.data, stride, skip, message)
+    failed = decode(data, len(data), scale, top, left, height, width, out.ctypes.data, out.strides[0], skip, message)
     if failed:
         return None
     return out[:, skip.value : skip.value + width]
@@ -83,8 +82,6 @@ def _function() -> Any:
         ctypes.c_int,  # left
         ctypes.c_int,  # height
         ctypes.c_int,  # width
-        ctypes.c_int,  # channels
-        ctypes.c_int,  # flags (csrc/window_decode.c): 0, simplejpeg's pixels
         ctypes.c_void_p,  # out
         ctypes.c_ulong,  # out's row stride in bytes
         ctypes.POINTER(ctypes.c_int),  # skip (out)

@@ -346,7 +346,7 @@ def _memory_records(spec: PipelineSpec) -> Any:
 def _preprocess(spec: PipelineSpec) -> Any:
     """`load`'s per-image settings for `spec` (size, augmentation, decode options)."""
     from shardfeed.read.augment import resolve_augment
-    from shardfeed.read.preprocess import Preprocess
+    from shardfeed.read.decode import Preprocess
 
     return Preprocess(spec.image_size, resolve_augment(spec.augment, spec.training), DecodeOptions(**spec.decode))
 

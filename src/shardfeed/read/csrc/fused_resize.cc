@@ -120,9 +120,8 @@ void vertical(const float* top, const float* bottom, float t, int64_t n, uint8_t
 
 }  // namespace
 
-// `stride`: the bytes from one source row to the next (a window of a wider decode: decode_resize_op.cc).
-void shardfeed_fused_resize_rows(const uint8_t* image, int64_t stride, int64_t height, int64_t width,
-                                 int64_t channels, uint8_t* out, int64_t out_height, int64_t out_width, bool flip) {
+void shardfeed_fused_resize(const uint8_t* image, int64_t height, int64_t width, int64_t channels, uint8_t* out,
+                            int64_t out_height, int64_t out_width, bool flip) {
   const std::vector<Lerp> ys = weights(out_height, height), xs = weights(out_width, width);
   const int64_t n = out_width * channels, m = width * channels;
   std::vector<int32_t> lo(n), hi(n);
@@ -136,7 +135,7 @@ void shardfeed_fused_resize_rows(const uint8_t* image, int64_t stride, int64_t h
     }
   }
   auto lerp_row = [&](int64_t y, float* dst) {
-    to_float(image + y * stride, m, row.data());
+    to_float(image + y * m, m, row.data());
     if (channels >= 3) {
       horizontal_pixels(row.data(), lo.data(), hi.data(), t.data(), out_width, channels, dst);
     } else {
@@ -163,9 +162,4 @@ void shardfeed_fused_resize_rows(const uint8_t* image, int64_t stride, int64_t h
     }
     vertical(top, bottom, ys[y].lerp, n, out + y * n);
   }
-}
-
-void shardfeed_fused_resize(const uint8_t* image, int64_t height, int64_t width, int64_t channels, uint8_t* out,
-                            int64_t out_height, int64_t out_width, bool flip) {
-  shardfeed_fused_resize_rows(image, width * channels, height, width, channels, out, out_height, out_width, flip);
 }

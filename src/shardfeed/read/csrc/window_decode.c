@@ -1,14 +1,11 @@
-/* A window of a JPEG decoded, not the whole image: grain_dataset's crop-window decode, and the
- * decode half of load's decode-and-resize op (decode_resize_op.cc).
+/* A window of a JPEG decoded, not the whole image: grain_dataset's crop-window decode.
  *
  * libjpeg(-turbo)'s partial decompression, as TensorFlow's decode_and_crop_jpeg uses it: the rows
  * above the window are skipped (entropy-decoded, not transformed: jpeg_skip_scanlines), the
  * columns outside it are not transformed (jpeg_crop_scanline, widened to whole iMCUs), and
  * decoding stops at the window's last row. The pixels are the whole image's, decoded with the
  * same settings (the accurate integer DCT, fancy upsampling: simplejpeg's defaults), cut to the
- * window (or, with WINDOW_AS_TENSORFLOW, as TensorFlow's decode_and_crop_jpeg cuts it: the
- * columns not widened, so that the window's edge columns are upsampled as image edges, and with
- * its integer DCTs: the same values). Errors and libjpeg's warnings (corrupt data it would recover from) return non-zero
+ * window. Errors and libjpeg's warnings (corrupt data it would recover from) return non-zero
  * with the message, so that the caller decodes the whole image instead and reports as before.
  * No Python here: called through ctypes, which releases the GIL for the call.
  */
@@ -38,18 +35,14 @@ static void on_message(j_common_ptr info, int level) {
   }
 }
 
-#define WINDOW_FAST_DCT 1      /* libjpeg's fast integer IDCT (TensorFlow's 'INTEGER_FAST') */
-#define WINDOW_AS_TENSORFLOW 2 /* the window's columns cut as decode_and_crop_jpeg cuts them */
-
 /* Decodes rows [top, top + height) and columns [left, left + width) of the image scaled by
- * 1/scale (1, 2, 4 or 8) as RGB (channels 3) or grey (channels 1) into out: `height` rows of
- * `stride` bytes, the window starting *skip pixels into each (the decoded columns are widened
- * to whole iMCUs and, unless WINDOW_AS_TENSORFLOW, by one column on each side, so that the
- * window's edge columns are upsampled from their true neighbours as in the whole image).
- * Returns 0, or 1 with message set (at least JMSG_LENGTH_MAX bytes). */
+ * 1/scale (1, 2, 4 or 8) as RGB into out: `height` rows of `stride` bytes, the window starting
+ * *skip pixels into each (the decoded columns are widened to whole iMCUs, and by one column on
+ * each side, so that the window's edge columns are upsampled from their true neighbours as in
+ * the whole image). Returns 0, or 1 with message set (at least JMSG_LENGTH_MAX bytes). */
 int shardfeed_window_decode(const unsigned char *data, unsigned long size, int scale, int top, int left,
-                            int height, int width, int channels, int flags, unsigned char *out,
-                            unsigned long stride, int *skip, char *message) {
+                            int height, int width, unsigned char *out, unsigned long stride, int *skip,
+                            char *message) {
   struct jpeg_decompress_struct info;
   struct failure failure;
   memset(&failure, 0, sizeof(failure));
@@ -63,15 +56,10 @@ int shardfeed_window_decode(const unsigned char *data, unsigned long size, int s
   }
   jpeg_create_decompress(&info);
   jpeg_mem_src(&info, data, size);
-  if (channels != 1 && channels != 3) {
-    snprintf(failure.message, sizeof(failure.message), "%d channels: 1 or 3", channels);
-    longjmp(failure.jump, 1);
-  }
   jpeg_read_header(&info, TRUE);
-  info.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  info.out_color_space = JCS_RGB;
   info.scale_num = 1;
   info.scale_denom = (unsigned int)scale;
-  info.dct_method = (flags & WINDOW_FAST_DCT) ? JDCT_IFAST : JDCT_ISLOW;
   jpeg_start_decompress(&info);
   if (top < 0 || left < 0 || height < 1 || width < 1 || (JDIMENSION)(top + height) > info.output_height ||
       (JDIMENSION)(left + width) > info.output_width) {
@@ -79,12 +67,11 @@ int shardfeed_window_decode(const unsigned char *data, unsigned long size, int s
              info.output_height);
     longjmp(failure.jump, 1);
   }
-  int widen = !(flags & WINDOW_AS_TENSORFLOW);
-  JDIMENSION x = (left > 0 && widen) ? (JDIMENSION)left - 1 : (JDIMENSION)left;
-  JDIMENSION end = (JDIMENSION)(left + width) + ((JDIMENSION)(left + width) < info.output_width && widen);
+  JDIMENSION x = left > 0 ? (JDIMENSION)left - 1 : 0;
+  JDIMENSION end = (JDIMENSION)(left + width) < info.output_width ? (JDIMENSION)(left + width) + 1 : info.output_width;
   JDIMENSION columns = end - x;
   if (x > 0 || columns < info.output_width) jpeg_crop_scanline(&info, &x, &columns);
-  if ((unsigned long)columns * (unsigned long)channels > stride) {
+  if ((unsigned long)columns * 3 > stride) {
     snprintf(failure.message, sizeof(failure.message), "%u columns do not fit %lu bytes", columns, stride);
     longjmp(failure.jump, 1);
   }
