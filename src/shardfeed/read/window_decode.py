@@ -31,7 +31,6 @@ log = logging.getLogger("shardfeed")
 
 SOURCE, LIBRARY = "window_decode.c", "window_decode.so"
 INSTEAD = "grain_dataset decodes whole JPEGs with simplejpeg"
-MESSAGE_BYTES = 512  # libjpeg's JMSG_LENGTH_MAX is 200
 MARGIN = 72  # columns the decoder may add around a window: up to an iMCU (32 px at most) and one, a side
 
 
@@ -45,8 +44,8 @@ def decode_window(data: bytes, scale: int, window: tuple[int, int, int, int]) ->
     top, left, height, width = window
     data = data if isinstance(data, bytes) else bytes(data)  # ctypes passes bytes as they are
     out = np.empty((height, width + MARGIN, 3), np.uint8)
-    skip, message = ctypes.c_int(), ctypes.create_string_buffer(MESSAGE_BYTES)
-    failed = decode(data, len(data), scale, top, left, height, width, out.ctypes.data, out.strides[0], skip, message)
+    skip = ctypes.c_int()
+    failed = decode(data, len(data), scale, top, left, height, width, out.ctypes.data, out.strides[0], skip)
     if failed:
         return None
     return out[:, skip.value : skip.value + width]
@@ -85,7 +84,6 @@ def _function() -> Any:
         ctypes.c_void_p,  # out
         ctypes.c_ulong,  # out's row stride in bytes
         ctypes.POINTER(ctypes.c_int),  # skip (out)
-        ctypes.c_char_p,  # message (out)
     ]
     function.restype = ctypes.c_int
     return function
