@@ -18,6 +18,7 @@ import venv
 from pathlib import Path
 
 import pytest
+from conftest import JPEG_HEADERS
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL_TIMEOUT_S = 1200  # a fresh machine downloads TensorFlow; a warm pip cache takes ~1 min
@@ -204,7 +205,6 @@ print(sorted(shapes), ds.steps_per_epoch, "tensorflow" in sys.modules)
 from shardfeed.read import window_decode  # its C source ships in the wheel: the key reads it
 print("window decoder", window_decode.available())
 """
-JPEG_HEADERS = Path("/usr/include/jpeglib.h").is_file()
 
 
 def test_the_grain_extra_feeds_batches_without_tensorflow(

@@ -13,14 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import simplejpeg
-from conftest import photos
+from conftest import JPEG_HEADERS, photos
 from PIL import Image
 
 from shardfeed.read import window_decode
 
-HEADERS = any(Path(folder, "jpeglib.h").is_file() for folder in ("/usr/include", "/usr/local/include"))
 needs_decoder = pytest.mark.skipif(
-    not HEADERS and not window_decode.available(), reason="no libjpeg headers (jpeglib.h) on this machine"
+    not JPEG_HEADERS and not window_decode.available(), reason="no libjpeg headers (jpeglib.h) on this machine"
 )
 
 
