@@ -1,7 +1,7 @@
 """`load` against every peer of the speed issue's table, in one command.
 
     .venv/bin/python bench/bench_peers.py [--images 4000] [--rounds 3] [--threads 2] [--corpus photos] \
-        [--json bench/results/bench_peers.json]
+        [--ffcv-python /tmp/ffcv-venv/bin/python] [--json bench/results/bench_peers.json]
 
 The same real-photo JPEGs (bench/corpus.py: `photos` 200-500 px, `coco_sized` 640 px on the long
 side as COCO's and about ImageNet's, `large` phone-sized 3-12 MP), one training epoch at 224 px, batch 64,
@@ -26,10 +26,12 @@ load average before and after. The pipelines:
   decode_limit    every JPEG decoded whole from memory by simplejpeg on `--threads` threads:
                   no reading, cropping, resizing or batching (the decode's own cost)
   decode_fastdct  the same with simplejpeg's fast DCT and upsampling
+  ffcv            FFCV 1.0.2 on the JPEGs' original bytes (whole-image decode, fast DCT, OpenCV's
+                  INTER_AREA resize), `--threads` threads: bench/ffcv_peer.py run by `--ffcv-python`
+  ffcv_raw        the same on decoded pixels stored raw (FFCV's write_mode="raw"; ~11x the disk)
 
-FFCV, the table's other peer, is not among them: its only release (1.0.2) is built from source
-against OpenCV's and libjpeg-turbo's headers (conda), which these machines lack, so no FFCV code
-here could ever have been run; the results say so under `not_run`.
+FFCV is a bench-only peer built from source (bench/ffcv_peer.py says how); without
+`--ffcv-python` the two are left out and the results say so under `not_run`.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -175,7 +178,17 @@ def tfds_copy(folder: str, work: Path) -> str:
     return str(_script(TFDS_BUILDER, folder, str(data_dir))["data_dir"])
 
 
-def runners(corpus: str, work: Path, images: int, threads: int) -> dict[str, Callable[[], dict[str, Any]]]:
+def _ffcv(python: str, corpus: str, work: Path, mode: str, threads: int) -> dict[str, Any]:
+    """FFCV measured once by bench/ffcv_peer.py in a fresh process of FFCV's own interpreter."""
+    script = os.path.join(ROOT, "bench", "ffcv_peer.py")
+    args = [python, script, corpus, str(work / "ffcv"), mode, str(threads)]
+    done = subprocess.run(args, capture_output=True, text=True, check=True)
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def runners(
+    corpus: str, work: Path, images: int, threads: int, ffcv_python: str | None = None
+) -> dict[str, Callable[[], dict[str, Any]]]:
     """Every pipeline compared, as a function that measures it once in a fresh process."""
     shards = convert_once(corpus, str(work / "keep"), None)
     saved = str(work / "hub" / "saved")
@@ -194,6 +207,9 @@ def runners(corpus: str, work: Path, images: int, threads: int) -> dict[str, Cal
     out["torch_loader"] = lambda: _script(TORCH_LOADER, shards, str(threads), ROOT)
     out["decode_limit"] = lambda: _script(DECODE_LIMIT, corpus, str(threads), "exact")
     out["decode_fastdct"] = lambda: _script(DECODE_LIMIT, corpus, str(threads), "fast")
+    if ffcv_python:
+        out["ffcv"] = lambda: _ffcv(ffcv_python, corpus, work, "jpeg", threads)
+        out["ffcv_raw"] = lambda: _ffcv(ffcv_python, corpus, work, "raw", threads)
     return out
 
 
@@ -204,12 +220,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2, help="grain_dataset's and the decode limit's threads")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "shardfeed_bench_peers"))
+    parser.add_argument("--ffcv-python", help="an interpreter with FFCV 1.0.2 built (bench/ffcv_peer.py)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     work = Path(args.workdir) / f"{args.corpus}{args.images}"  # its copies (shards, TFDS, Hub) beside it
     work.mkdir(parents=True, exist_ok=True)
     corpus = CORPORA[args.corpus](str(work / "corpus"), args.images)
-    measure = runners(corpus, work, args.images, args.threads)
+    measure = runners(corpus, work, args.images, args.threads, args.ffcv_python)
     load_before = list(os.getloadavg())
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in measure}
     names = list(measure)
@@ -220,7 +237,7 @@ def main() -> None:
     results = {name: summary(rs) for name, rs in runs.items()}
     for name in names:
         results[name]["shardfeed_vs_it"] = ratio(results["shardfeed"], results[name])
-    unavailable = {"ffcv": "not measured: built from source against OpenCV's and libjpeg-turbo's headers, absent here"}
+    unavailable = {} if args.ffcv_python else {"ffcv": "not measured: no --ffcv-python given (bench/ffcv_peer.py)"}
     settings = {
         "images": args.images,
         "corpus": args.corpus,

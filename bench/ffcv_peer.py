@@ -1,0 +1,120 @@
+"""FFCV 1.0.2 on bench_peers' corpus: one training epoch measured, run by an interpreter that has FFCV.
+
+    FFCV_PYTHON bench/ffcv_peer.py CORPUS BETON_DIR {jpeg,raw} THREADS
+
+bench/bench_peers.py runs this in a fresh process per round when given `--ffcv-python`; it is
+not part of the project's environment (FFCV is a bench-only peer, never installed by CI). FFCV's
+only release is built from source against OpenCV's and libjpeg-turbo's headers; on this Debian
+machine (the commands that built the one measured in docs/benchmarks/load.md):
+
+    apt-get install -y --no-install-recommends libopencv-dev libturbojpeg0-dev pkg-config
+    python3.11 -m venv /tmp/ffcv-venv
+    /tmp/ffcv-venv/bin/pip install torch==2.13.0 numpy numba terminaltables pytorch_pfn_extras \
+        fastargs opencv-python-headless assertpy tqdm psutil pillow setuptools wheel
+    /tmp/ffcv-venv/bin/pip install --no-deps --no-build-isolation ffcv==1.0.2
+
+(`--no-deps`: FFCV's metadata also asks for `opencv-python`, which the headless wheel stands in
+for.) The dataset file is written once into BETON_DIR and kept for later rounds:
+
+  jpeg  every JPEG's original bytes, as `load`'s shards keep them (FFCV's own `RGBImageField`
+        always re-encodes at quality 90: a subclass here stores the bytes as they are); FFCV
+        decodes each whole (libjpeg-turbo, fast DCT), crops and resizes with OpenCV's INTER_AREA
+  raw   decoded pixels (FFCV's `write_mode="raw"`): no decode when reading, a file ~13x the JPEGs
+
+Read as FFCV's ImageNet example reads: `RandomResizedCropRGBImageDecoder((224, 224))` (scale
+0.08-1, ratio 3/4-4/3, as `load`'s), `RandomHorizontalFlip`, `ToTensor`, batch 64, random order,
+THREADS threads (FFCV's `num_workers` are threads of this process, so its CPU time counts them).
+The first two batches (numba compiles FFCV's pipeline then) are not timed, as bench_peers' other
+pipelines skip two. Prints one JSON line: images, images_per_second, cpu_cores_used.
+"""
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+from ffcv.fields import IntField, RGBImageField
+from ffcv.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
+from ffcv.fields.rgb_image import IMAGE_MODES
+from ffcv.loader import Loader, OrderOption
+from ffcv.transforms import RandomHorizontalFlip, ToTensor
+from ffcv.writer import DatasetWriter
+from PIL import Image
+
+
+class OriginalJpegField(RGBImageField):
+    """An `RGBImageField` that stores a JPEG file's bytes as they are (no decode, no re-encode)."""
+
+    def encode(self, destination, path, malloc):
+        with Image.open(path) as image:
+            width, height = image.size
+        data = np.fromfile(path, dtype=np.uint8)
+        destination["mode"] = IMAGE_MODES["jpg"]
+        destination["height"], destination["width"] = height, width
+        destination["data_ptr"], storage = malloc(data.nbytes)
+        storage[:] = data
+
+
+class Photos:
+    """The corpus' JPEGs (one folder a class) as FFCV's writer takes an indexed dataset."""
+
+    def __init__(self, folder: str, mode: str):
+        classes = sorted(d for d in os.listdir(folder) if os.path.isdir(os.path.join(folder, d)))
+        self.items = [
+            (os.path.join(folder, label, name), index)
+            for index, label in enumerate(classes)
+            for name in sorted(os.listdir(os.path.join(folder, label)))
+        ]
+        self.mode = mode
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, index):
+        path, label = self.items[index]
+        if self.mode == "jpeg":
+            return path, label
+        with Image.open(path) as image:
+            return np.asarray(image.convert("RGB")), label
+
+
+def beton(folder: str, out_dir: str, mode: str, threads: int) -> str:
+    """The corpus as an FFCV dataset file, written once."""
+    path = os.path.join(out_dir, f"{mode}.beton")
+    if not os.path.exists(path):
+        os.makedirs(out_dir, exist_ok=True)
+        field = OriginalJpegField() if mode == "jpeg" else RGBImageField(write_mode="raw")
+        writer = DatasetWriter(path + ".partial", {"image": field, "label": IntField()}, num_workers=threads)
+        writer.from_indexed_dataset(Photos(folder, mode))
+        os.replace(path + ".partial", path)
+    return path
+
+
+def main() -> None:
+    folder, out_dir, mode, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    loader = Loader(
+        beton(folder, out_dir, mode, threads),
+        batch_size=64,
+        num_workers=threads,
+        order=OrderOption.RANDOM,
+        drop_last=True,
+        seed=0,
+        custom_fields={"image": OriginalJpegField} if mode == "jpeg" else {},
+        pipelines={
+            "image": [RandomResizedCropRGBImageDecoder((224, 224)), RandomHorizontalFlip(), ToTensor()],
+            "label": [IntDecoder(), ToTensor()],
+        },
+    )
+    it = iter(loader)
+    for _ in range(2):
+        next(it)
+    start, cpu0, images = time.perf_counter(), time.process_time(), 0
+    for x, _ in it:
+        images += len(x)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    print(json.dumps({"images": images, "images_per_second": images / wall, "cpu_cores_used": cpu / wall}))
+
+
+if __name__ == "__main__":
+    main()
