@@ -160,6 +160,7 @@ print(json.dumps({"images": images, "images_per_second": images / wall, "cpu_cor
 """
 
 
+FFCV_TIMEOUT = 3600  # seconds: writing a corpus' FFCV file, then one epoch (a hang fails the round)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPORA = {"photos": build_corpus, "coco_sized": build_coco_sized_corpus, "large": build_large_corpus}
 
@@ -182,7 +183,7 @@ def _ffcv(python: str, corpus: str, work: Path, mode: str, threads: int) -> dict
     """FFCV measured once by bench/ffcv_peer.py in a fresh process of FFCV's own interpreter."""
     script = os.path.join(ROOT, "bench", "ffcv_peer.py")
     args = [python, script, corpus, str(work / "ffcv"), mode, str(threads)]
-    done = subprocess.run(args, capture_output=True, text=True, check=True)
+    done = subprocess.run(args, capture_output=True, text=True, check=True, timeout=FFCV_TIMEOUT)
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 

@@ -79,14 +79,30 @@ class Photos:
             return np.asarray(image.convert("RGB")), label
 
 
+def page_size(photos: Photos) -> int:
+    """FFCV's page size for these images: a power of two holding the largest stored image twice
+    over (FFCV's writer waits forever on an image larger than a page; its default is 8 MiB, less
+    than one raw phone photo)."""
+    largest = 0
+    for path, _ in photos.items:
+        if photos.mode == "jpeg":
+            largest = max(largest, os.path.getsize(path))
+        else:
+            with Image.open(path) as image:
+                largest = max(largest, image.size[0] * image.size[1] * 3)
+    return max(1 << 23, 1 << (2 * largest).bit_length())
+
+
 def beton(folder: str, out_dir: str, mode: str, threads: int) -> str:
     """The corpus as an FFCV dataset file, written once."""
     path = os.path.join(out_dir, f"{mode}.beton")
     if not os.path.exists(path):
         os.makedirs(out_dir, exist_ok=True)
         field = OriginalJpegField() if mode == "jpeg" else RGBImageField(write_mode="raw")
-        writer = DatasetWriter(path + ".partial", {"image": field, "label": IntField()}, num_workers=threads)
-        writer.from_indexed_dataset(Photos(folder, mode))
+        photos = Photos(folder, mode)
+        fields = {"image": field, "label": IntField()}
+        writer = DatasetWriter(path + ".partial", fields, page_size=page_size(photos), num_workers=threads)
+        writer.from_indexed_dataset(photos)
         os.replace(path + ".partial", path)
     return path
 
