@@ -98,26 +98,21 @@ print(json.dumps({"images": len(data), "images_per_second": len(data) / wall, "c
 """
 
 
-KERAS_GRAIN = """import json, os, sys, time
+KERAS_GRAIN = """import json, os, sys
 os.environ["KERAS_BACKEND"] = "torch"
 import keras
+sys.path.insert(0, sys.argv[2])  # the repository
+from bench.report import epoch_rate
 ds = keras.utils.image_dataset_from_directory(sys.argv[1], format="grain", batch_size=64, image_size=(224, 224), seed=0)
-it = iter(ds)
-for _ in range(2):
-    next(it)
-start, cpu0, images = time.perf_counter(), time.process_time(), 0
-for x, y in it:
-    images += len(x)
-wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
-print(json.dumps({"images": images, "images_per_second": images / wall, "cpu_cores_used": cpu / wall}))
+print(json.dumps(epoch_rate(ds)))
 """
 
-TORCH_LOADER = """import io, json, math, random, sys, time
+TORCH_LOADER = """import io, json, math, random, sys
 import numpy as np, torch
 from PIL import Image
 from shardfeed import IndexedRecords
 sys.path.insert(0, sys.argv[3])  # the repository: its DataLoader workers are other processes, so
-from bench.report import host_cpu_seconds  # the host's busy CPU (/proc/stat) counts theirs
+from bench.report import epoch_rate, host_cpu_seconds  # the host's busy CPU (/proc/stat) counts theirs
 
 def window(height, width):  # torchvision's RandomResizedCrop.get_params, scale (0.08, 1), ratio (3/4, 4/3)
     area = height * width
@@ -149,14 +144,7 @@ workers = int(sys.argv[2])
 loader = torch.utils.data.DataLoader(
     Photos(records), batch_size=64, sampler=records.sampler(seed=0), num_workers=workers, drop_last=True
 )
-it = iter(loader)
-for _ in range(2):
-    next(it)
-start, cpu0, images = time.perf_counter(), host_cpu_seconds(), 0
-for x, y in it:
-    images += len(x)
-wall, cpu = time.perf_counter() - start, host_cpu_seconds() - cpu0
-print(json.dumps({"images": images, "images_per_second": images / wall, "cpu_cores_used": cpu / wall}))
+print(json.dumps(epoch_rate(loader, host_cpu_seconds)))
 """
 
 
@@ -204,7 +192,7 @@ def runners(
     }
     out: dict[str, Callable[[], dict[str, Any]]] = {name: (lambda s=spec: run_fresh(s)) for name, spec in specs.items()}
     out["grain_dataset"] = lambda: _grain(shards, threads)
-    out["keras_grain"] = lambda: _script(KERAS_GRAIN, corpus)
+    out["keras_grain"] = lambda: _script(KERAS_GRAIN, corpus, ROOT)
     out["torch_loader"] = lambda: _script(TORCH_LOADER, shards, str(threads), ROOT)
     out["decode_limit"] = lambda: _script(DECODE_LIMIT, corpus, str(threads), "exact")
     out["decode_fastdct"] = lambda: _script(DECODE_LIMIT, corpus, str(threads), "fast")

@@ -19,19 +19,19 @@ for.) The dataset file is written once into BETON_DIR and kept for later rounds:
   jpeg  every JPEG's original bytes, as `load`'s shards keep them (FFCV's own `RGBImageField`
         always re-encodes at quality 90: a subclass here stores the bytes as they are); FFCV
         decodes each whole (libjpeg-turbo, fast DCT), crops and resizes with OpenCV's INTER_AREA
-  raw   decoded pixels (FFCV's `write_mode="raw"`): no decode when reading, a file ~13x the JPEGs
+  raw   decoded pixels (FFCV's `write_mode="raw"`): no decode when reading, a file ~11x the JPEGs
 
 Read as FFCV's ImageNet example reads: `RandomResizedCropRGBImageDecoder((224, 224))` (scale
 0.08-1, ratio 3/4-4/3, as `load`'s), `RandomHorizontalFlip`, `ToTensor`, batch 64, random order,
 THREADS threads (FFCV's `num_workers` are threads of this process, so its CPU time counts them).
-The first two batches (numba compiles FFCV's pipeline then) are not timed, as bench_peers' other
-pipelines skip two. Prints one JSON line: images, images_per_second, cpu_cores_used.
+The first two batches (numba compiles FFCV's pipeline then) are not timed: bench/report.py's
+`epoch_rate`, as bench_peers' other script pipelines. Prints one JSON line: images,
+images_per_second, cpu_cores_used.
 """
 
 import json
 import os
 import sys
-import time
 
 import numpy as np
 from ffcv.fields import IntField, RGBImageField
@@ -41,6 +41,9 @@ from ffcv.loader import Loader, OrderOption
 from ffcv.transforms import RandomHorizontalFlip, ToTensor
 from ffcv.writer import DatasetWriter
 from PIL import Image
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
+from bench.report import epoch_rate  # standard library only: importable from FFCV's venv
 
 
 class OriginalJpegField(RGBImageField):
@@ -122,14 +125,7 @@ def main() -> None:
             "label": [IntDecoder(), ToTensor()],
         },
     )
-    it = iter(loader)
-    for _ in range(2):
-        next(it)
-    start, cpu0, images = time.perf_counter(), time.process_time(), 0
-    for x, _ in it:
-        images += len(x)
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
-    print(json.dumps({"images": images, "images_per_second": images / wall, "cpu_cores_used": cpu / wall}))
+    print(json.dumps(epoch_rate(loader)))
 
 
 if __name__ == "__main__":
