@@ -293,7 +293,9 @@ def test_verify_checks_the_boxes_and_show_draws_them(coco: Path, tmp_path: Path)
 def test_exact_box_coordinates_without_and_with_a_flip(coco: Path, tmp_path: Path) -> None:
     """Read at the stored size, without a crop: boxes are COCO's own pixels (the blue one clipped
     at the right edge), or, where the image was flipped, those mirrored: W - x. Whether an image
-    was flipped is read off its pixels (where the red square is)."""
+    was flipped is read off its pixels (where the red square is). Seeds are tried until both
+    cases were seen (the first six all flip chelsea where no global seed is set; another test's
+    `tf.random.set_seed` in the same process changes the draws)."""
     out = tmp_path / "out"
     convert(
         CocoSource(str(coco), str(coco.parent / "images")), str(out), ConvertOptions(split="train=1"), progress=False
@@ -302,7 +304,9 @@ def test_exact_box_coordinates_without_and_with_a_flip(coco: Path, tmp_path: Pat
     mirrored = [[451 - 120.0, 30.0, 451 - 40.0, 100.0], [0.0, 150.0, 451 - 300.0, 260.0]]
     flips = set()
     read = ReadOptions(with_filenames=True)
-    for seed in range(6):
+    for seed in range(32):
+        if flips == {True, False}:
+            break
         augment = Augment(crop=False, flip=True)
         ds = load(str(out), batch_size=3, image_size=(300, 451), seed=seed, training=True, augment=augment, read=read)
         for images, targets, names in ds:
