@@ -10,8 +10,9 @@ same (serialized record, seed pair) elements for one epoch:
 then adds the shared tail to each epoch on its own (what flows through each stage), so a batch never
 mixes two epochs: with `repeat`, epoch after epoch of exactly `steps_per_epoch` batches each:
 
-    (record, seed)     -> optional filter on parsed features
-    decoded images     -> parse_single_example + decode/crop/augment per record (decode.py),
+    (record, seed)     -> the record's features, parsed where it was read (a chunk at a time);
+                          with a filter_fn, the serialized record, filtered, then parsed alone
+    decoded images     -> decode/crop/augment per record (decode.py),
                           with the record's own seed pair, fused with the batching by tf.data;
                           the last partial batch of the epoch dropped when training
                        -> optional map hook; epochs repeated; known cardinality; prefetch(AUTOTUNE)
@@ -28,7 +29,7 @@ from shardfeed.lazy import tensorflow
 from shardfeed.read import index_pipeline, options, shard_pipeline
 from shardfeed.read import service as service_lib
 from shardfeed.read.augment import Augment, resolve_augment
-from shardfeed.read.decode import Preprocess, feature_spec, record_decoder
+from shardfeed.read.decode import Preprocess, feature_spec, record_decoder, record_parser
 from shardfeed.read.options import BATCH_SIZE, IMAGE_SIZE, DecodeOptions, ReadOptions, ServiceOptions
 from shardfeed.read.plan import ReadPlan, resolve
 from shardfeed.read.raising import raising
@@ -144,6 +145,8 @@ def _stream(plan: ReadPlan, preprocess: Preprocess) -> Any:
     trains on in each of its epochs, and what an exact resume restarts from."""
     tf = tensorflow()
     decoder = record_decoder(plan.schema, preprocess)  # built once, out here: it may hold a lookup table
+    parse = record_parser(plan.schema)
+    read_parse = parse if plan.read.filter_fn is None else None
     map_fn = on_images_and_labels(preprocess.config.map_fn) if preprocess.config.map_fn is not None else None
 
     def batches(ds: Any) -> Any:
@@ -152,6 +155,8 @@ def _stream(plan: ReadPlan, preprocess: Preprocess) -> Any:
         if filter_fn is not None:
             spec = feature_spec(plan.schema)
             ds = ds.filter(lambda record, _: filter_fn(tf.io.parse_single_example(record, spec)))
+            # filter_fn sees the record's every feature; what passes is parsed as the readers parse
+            ds = ds.map(lambda record, seed: (parse(tf.expand_dims(record, 0)), tf.expand_dims(seed, 0))).unbatch()
         ds = ds.map(decoder, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
         if plan.schema.objects:  # a different number of objects per image: padded with -1, never ragged
             ds = ds.padded_batch(
@@ -168,9 +173,9 @@ def _stream(plan: ReadPlan, preprocess: Preprocess) -> Any:
 
     if plan.by_index:
         epoch = index_pipeline.IndexedEpochs(plan)
-        batched = tf.autograph.experimental.do_not_convert(lambda e: batches(epoch(e)))
+        batched = tf.autograph.experimental.do_not_convert(lambda e: batches(epoch(e, read_parse)))
         return index_pipeline.epoch_numbers(plan).flat_map(batched)
-    ds = batches(shard_pipeline.shard_records(plan))
+    ds = batches(shard_pipeline.shard_records(plan, read_parse))
     return ds.repeat() if plan.repeat else ds
 
 

@@ -6,7 +6,8 @@ splits (the same record count on every worker). `load` maps each epoch number to
 fetches INDEXED_CHUNK records at once through `IndexedRecords`:
 
     epoch number         -> chunk starts of this worker's share of the epoch
-    chunk start          -> INDEXED_CHUNK serialized records in this epoch's order
+    chunk start          -> INDEXED_CHUNK serialized records in this epoch's order, parsed
+                            together (decode.record_parser) unless a filter_fn needs them whole
     (record, seed)       -> seed pair (seed, epoch * N + position), made in the same Python call:
                             a pure function, so a resumed run augments identically
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -105,8 +107,9 @@ class IndexedEpochs:
         keys = epoch * self.n + chosen
         return blobs, np.stack([np.full_like(keys, self.plan.base_seed), keys], axis=1)
 
-    def __call__(self, epoch_number: Any) -> Any:
-        """The dataset of epoch `epoch_number` (a scalar int64 tensor)."""
+    def __call__(self, epoch_number: Any, parse: Callable[[Any], Any] | None = None) -> Any:
+        """The dataset of epoch `epoch_number` (a scalar int64 tensor); each chunk of records
+        parsed by `parse` before it is split, where given (as `shard_pipeline.checked_records`)."""
         tf = tensorflow()
         is_first = tf.equal(epoch_number, self.first)
         begin = tf.where(is_first, tf.constant(self.skip, tf.int64), tf.constant(0, tf.int64))
@@ -114,7 +117,8 @@ class IndexedEpochs:
 
         def read_chunks(begin: Any) -> tuple[Any, Any]:
             out = tf.numpy_function(self._read_chunk, [epoch_number, begin], (tf.string, tf.int64), stateful=False)
-            return tf.ensure_shape(out[0], [None]), tf.ensure_shape(out[1], [None, 2])
+            records = tf.ensure_shape(out[0], [None])
+            return parse(records) if parse is not None else records, tf.ensure_shape(out[1], [None, 2])
 
         # chunk starts, each read by one Python call of INDEXED_CHUNK records. A numpy_function
         # map, not from_generator: the generator source cost ~75% more CPU per image here, even

@@ -326,18 +326,20 @@ def _memory_decode(spec: PipelineSpec) -> Any:
 
 
 def _memory_records(spec: PipelineSpec) -> Any:
-    """The split's serialized records (IN_MEMORY of them) from memory through `load`'s own
-    per-record decoder (parse, crop-window decode, resize, flip), batched: `load` without its
-    reading, order, seeds per epoch and hand-off."""
+    """The split's records (IN_MEMORY of them), parsed once up front as `load`'s readers parse
+    them, from memory through `load`'s own per-record decoder (crop-window decode, resize, flip),
+    batched: `load` without its reading, parsing, order, seeds per epoch and hand-off."""
     tf = tensorflow()
     from shardfeed.read import shardset
-    from shardfeed.read.decode import record_decoder
+    from shardfeed.read.decode import record_decoder, record_parser
     from shardfeed.read.indexed import IndexedRecords
 
     records = IndexedRecords(spec.path, split=spec.split)
     serialized = [records.record(i) for i in range(min(len(records), IN_MEMORY))]
     _, schema = shardset.open_split(spec.path, spec.split)
-    decoded = _with_seed_pairs(serialized).map(
+    parsed = record_parser(schema)(tf.constant(serialized))  # in memory already: parsed once, up front
+    pairs = tf.data.Dataset.zip((tf.data.Dataset.from_tensor_slices(parsed), tf.data.Dataset.random(seed=0).batch(2)))
+    decoded = pairs.map(
         record_decoder(schema, _preprocess(spec)), num_parallel_calls=tf.data.AUTOTUNE, deterministic=False
     )
     return decoded.batch(spec.batch_size, drop_remainder=spec.training)
