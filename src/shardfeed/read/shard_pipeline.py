@@ -116,23 +116,7 @@ def checked_records(
         @tf.autograph.experimental.do_not_convert
         def step(count: Any, batch: Any) -> Any:
             short = tf.logical_and(_is_end(batch), tf.not_equal(count, expected))
-            message = tf.strings.join(
-                [
-                    "shard ",
-                    path,
-                    " is corrupt or truncated: read ",
-                    tf.strings.as_string(count),
-                    " of its ",
-                    tf.strings.as_string(expected),
-                    " records; ",
-                    tf.where(
-                        count < expected,
-                        tf.strings.join(["the damage is at record ", tf.strings.as_string(count), " (from 0)"]),
-                        "it holds more records than the manifest says",
-                    ),
-                    " (run `shardfeed verify` for every problem)",
-                ]
-            )
+            message = _shortfall(path, count, expected)
             if skip_corrupt:
                 check = tf.cond(
                     short,
@@ -153,6 +137,28 @@ def checked_records(
     if parse is not None:
         batches = batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     return batches.unbatch()
+
+
+def _shortfall(path: Any, count: Any, expected: Any) -> Any:
+    """The error of a shard that ended after `count` of its `expected` records (or held more)."""
+    tf = tensorflow()
+    return tf.strings.join(
+        [
+            "shard ",
+            path,
+            " is corrupt or truncated: read ",
+            tf.strings.as_string(count),
+            " of its ",
+            tf.strings.as_string(expected),
+            " records; ",
+            tf.where(
+                count < expected,
+                tf.strings.join(["the damage is at record ", tf.strings.as_string(count), " (from 0)"]),
+                "it holds more records than the manifest says",
+            ),
+            " (run `shardfeed verify` for every problem)",
+        ]
+    )
 
 
 def _is_end(batch: Any) -> Any:

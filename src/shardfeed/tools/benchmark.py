@@ -105,7 +105,7 @@ BREAKDOWN = {
     "raw_read": "shards read by TFRecordDataset alone (no CRC check, no parse)",
     "parse": "load's checked reading (CRC, framing) and parsing, no decode",
     "memory_decode": "the stored images decoded whole from memory: the decode limit",
-    "memory_records": "records parsed up front, from memory through load's per-record decoder (crop-window decode, resize, flip)",
+    "memory_records": "records parsed up front, then load's per-record decoder in memory (crop-window decode, resize)",
     "shardfeed": "load, all of it",
 }
 
