@@ -47,7 +47,8 @@ class ReadOptions:
         deterministic: keep element order fixed; default True when a seed is given or when not
             training (evaluation and prediction outputs then line up with the records).
         drop_remainder: drop the last partial batch; default True when training.
-        cache: keep the serialized records in memory (True) or in a cache file (a path).
+        cache: keep the records as read (images still encoded) in memory (True) or in a cache
+            file (a path).
         epoch, start_step: with shuffle='global', start at this epoch and skip this many batches
             of it (exact mid-epoch resume; see `shardfeed.training.fit_resumable`).
         start_record: with shuffle='global', the records of `epoch` that all workers together

@@ -7,7 +7,8 @@ shard file names   -> shuffled per epoch (training), whole shards per worker (th
 serialized records -> parallel interleave across shards, each shard's record count checked
                       against the manifest (`checked_records`); parsed there, 64 at a time
                       (`decode.record_parser`; not when a filter_fn needs the records whole)
-                   -> optional cache; shuffle buffer over the cheap serialized records
+                   -> optional cache; shuffle buffer over the cheap records (still encoded
+                      images: their features, or serialized for a filter_fn)
 (record, seed)     -> a seeded random seed pair per record, new each iteration (records have no
                       stable position here; the index pipeline's pairs are (seed, position))
 """

@@ -338,8 +338,7 @@ def _memory_records(spec: PipelineSpec) -> Any:
     serialized = [records.record(i) for i in range(min(len(records), IN_MEMORY))]
     _, schema = shardset.open_split(spec.path, spec.split)
     parsed = record_parser(schema)(tf.constant(serialized))  # in memory already: parsed once, up front
-    pairs = tf.data.Dataset.zip((tf.data.Dataset.from_tensor_slices(parsed), tf.data.Dataset.random(seed=0).batch(2)))
-    decoded = pairs.map(
+    decoded = _with_seed_pairs(parsed).map(
         record_decoder(schema, _preprocess(spec)), num_parallel_calls=tf.data.AUTOTUNE, deterministic=False
     )
     return decoded.batch(spec.batch_size, drop_remainder=spec.training)
@@ -353,9 +352,9 @@ def _preprocess(spec: PipelineSpec) -> Any:
     return Preprocess(spec.image_size, resolve_augment(spec.augment, spec.training), DecodeOptions(**spec.decode))
 
 
-def _with_seed_pairs(values: list[bytes]) -> Any:
-    """(value, seed pair) elements: in-memory bytes beside a seeded stream of random pairs, as
-    `load` gives each record its own seed."""
+def _with_seed_pairs(values: Any) -> Any:
+    """(value, seed pair) elements: in-memory values (bytes, or parsed records' features) beside
+    a seeded stream of random pairs, as `load` gives each record its own seed."""
     tf = tensorflow()
     return tf.data.Dataset.zip((tf.data.Dataset.from_tensor_slices(values), tf.data.Dataset.random(seed=0).batch(2)))
 
