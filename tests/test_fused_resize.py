@@ -30,28 +30,38 @@ def _reference(image: np.ndarray, size: tuple[int, int], flip: bool) -> np.ndarr
 
 def test_the_op_equals_tensorflows_resize_round_and_flip() -> None:
     """Random windows of real photos, shrunk and enlarged to square, wide, tall, odd and 1-pixel
-    sizes, 3 and 1 channels, flipped and not: every value equals TensorFlow's."""
-    import tensorflow as tf
-
+    sizes, 3, 1 and 4 channels, flipped and not; and windows whose rows and columns fall on
+    source pixels (the same size, three times as large) or end at the photo's last row and
+    column (where the op reads rows from a copy): every value equals TensorFlow's."""
     rng = np.random.default_rng(0)
     sizes = [(224, 224), (64, 96), (333, 17), (1, 1), (500, 480), (7, 300)]
     checked = 0
     for photo in photos().values():
-        for channels in (3, 1):
-            image = photo if channels == 3 else photo[..., :1]
+        alpha = (np.arange(photo.shape[0] * photo.shape[1]) % 251).reshape(*photo.shape[:2], 1).astype(np.uint8)
+        for image in (photo, photo[..., :1], np.concatenate([photo, alpha], axis=-1)):
             h, w = image.shape[:2]
             for size in sizes:
                 ch, cw = int(rng.integers(1, h + 1)), int(rng.integers(1, w + 1))
                 y, x = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
-                window = np.ascontiguousarray(image[y : y + ch, x : x + cw])
-                for flip in (False, True):
-                    got = fused_resize.resize_flip(tf.constant(window), size, tf.constant(flip))
-                    assert got is not None, "the op did not build on a machine with a compiler"
-                    expected = _reference(window, size, flip)
-                    assert got.shape == expected.shape
-                    np.testing.assert_array_equal(got.numpy(), expected, err_msg=f"{window.shape} -> {size} {flip}")
-                    checked += 1
-    assert checked == 4 * 2 * len(sizes) * 2
+                checked += _check(image[y : y + ch, x : x + cw], size)
+            checked += _check(image[h - 150 :, w - 160 :], (150, 160))  # the same size
+            checked += _check(image[h - 50 :, w - 40 :], (150, 120))  # three times as large
+            checked += _check(image[h - 1 :, w - 1 :], (5, 9))  # the last pixel alone
+    assert checked == 4 * 3 * (len(sizes) + 3) * 2
+
+
+def _check(window: np.ndarray, size: tuple[int, int]) -> int:
+    """Asserts that the op's output for `window` equals TensorFlow's, flipped and not: 2 checks."""
+    import tensorflow as tf
+
+    window = np.ascontiguousarray(window)
+    for flip in (False, True):
+        got = fused_resize.resize_flip(tf.constant(window), size, tf.constant(flip))
+        assert got is not None, "the op did not build on a machine with a compiler"
+        expected = _reference(window, size, flip)
+        assert got.shape == expected.shape
+        np.testing.assert_array_equal(got.numpy(), expected, err_msg=f"{window.shape} -> {size} {flip}")
+    return 2
 
 
 def test_the_build_without_avx2_gives_the_same_values(tmp_path: Path) -> None:
@@ -69,11 +79,13 @@ def test_the_build_without_avx2_gives_the_same_values(tmp_path: Path) -> None:
         op = tf.load_op_library({str(library)!r})
         rng = np.random.default_rng(1)
         for photo in photos().values():
-            for size, flip in (((224, 224), True), ((77, 300), False), ((400, 390), True)):
-                h, w = int(rng.integers(1, photo.shape[0])), int(rng.integers(1, photo.shape[1]))
-                window = np.ascontiguousarray(photo[:h, :w])
-                got = op.shardfeed_fused_resize(window, size, flip).numpy()
-                np.testing.assert_array_equal(got, _reference(window, size, flip))
+            alpha = np.full((*photo.shape[:2], 1), 200, np.uint8)
+            for image in (photo, np.concatenate([photo, alpha], axis=-1)):
+                for size, flip in (((224, 224), True), ((77, 300), False), ((400, 390), True)):
+                    h, w = int(rng.integers(1, photo.shape[0])), int(rng.integers(1, photo.shape[1]))
+                    window = np.ascontiguousarray(image[-h:, -w:])
+                    got = op.shardfeed_fused_resize(window, size, flip).numpy()
+                    np.testing.assert_array_equal(got, _reference(window, size, flip))
         print("same")
         """
     )

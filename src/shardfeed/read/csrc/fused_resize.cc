@@ -4,11 +4,13 @@
 // (interpolation weights, the two rows' horizontal lerps, then the vertical lerp), so the
 // result equals tf.cast(tf.round(tf.image.resize(image, size)), tf.uint8), flipped, bit for bit.
 // Faster because each source row is lerped horizontally once (not once per output row that
-// uses it), four channels at a time, nothing is written as float32, and the flip is an order
-// of the output columns. No TensorFlow header here (fused_resize_op.cc is the op around it).
+// uses it), a pixel's channels at a time, read as bytes and widened in registers (one 8-byte
+// read gives both pixels of a lerp), nothing is written as float32 but the two rows' lerps, and
+// the flip is an order of the output columns. No TensorFlow header here (fused_resize_op.cc is the op around it).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 #include <vector>
 #if defined(__SSE2__)
@@ -62,19 +64,70 @@ void horizontal_values(const float* __restrict f, const int32_t* __restrict lo, 
   }
 }
 
-// Three or four channels: a pixel's channels lerped as one 4-lane vector (a 3-channel pixel's
-// fourth lane is overwritten by the next pixel's; the buffers have a float to spare).
-void horizontal_pixels(const float* __restrict f, const int32_t* __restrict lo, const int32_t* __restrict hi,
-                       const float* __restrict t, int64_t ow, int64_t channels, float* __restrict out) {
+// Three or four channels, a pixel at a time: its two source pixels are adjacent (the upper
+// column is the lower one or the next; where it is the lower one, the weight is 0, which gives
+// the lower pixel's values exactly, as a lerp between a pixel and itself does), so one 8-byte
+// read at the lower pixel holds both, widened to float32 in registers: a = its first four
+// bytes, b = the four from the next pixel on. A 3-channel pixel's fourth lane is the next
+// pixel's first channel, overwritten by the next output pixel (the output buffers have a float
+// to spare; the rows read have 8 bytes to spare after them).
+inline int64_t eight_bytes(const uint8_t* p) {
+  int64_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+template <int C>
+void horizontal_pairs_sse2(const uint8_t* __restrict row, const int32_t* __restrict offset,
+                           const float* __restrict weight, int64_t from, int64_t ow, float* __restrict out) {
+  for (int64_t p = from; p < ow; ++p) {
 #if defined(__SSE2__)
-  for (int64_t p = 0; p < ow; ++p) {
-    const int64_t j = p * channels;
-    const __m128 a = _mm_loadu_ps(f + lo[j]), b = _mm_loadu_ps(f + hi[j]);
-    _mm_storeu_ps(out + j, _mm_add_ps(a, _mm_mul_ps(_mm_sub_ps(b, a), _mm_set1_ps(t[j]))));
-  }
+    const __m128i zero = _mm_setzero_si128();
+    const __m128i x = _mm_cvtsi64_si128(eight_bytes(row + offset[p]));
+    const __m128i ab = _mm_unpacklo_epi8(_mm_unpacklo_epi32(x, _mm_srli_epi64(x, 8 * C)), zero);
+    const __m128 a = _mm_cvtepi32_ps(_mm_unpacklo_epi16(ab, zero)), b = _mm_cvtepi32_ps(_mm_unpackhi_epi16(ab, zero));
+    _mm_storeu_ps(out + p * C, _mm_add_ps(a, _mm_mul_ps(_mm_sub_ps(b, a), _mm_set1_ps(weight[p]))));
 #else
-  horizontal_values(f, lo, hi, t, ow * channels, out);
+    for (int c = 0; c < C; ++c) {
+      const float a = row[offset[p] + c], b = row[offset[p] + C + c];
+      out[p * C + c] = a + (b - a) * weight[p];
+    }
 #endif
+  }
+}
+
+#if SHARDFEED_AVX2
+// The same, two pixels at a time in the two halves of a 256-bit vector.
+template <int C>
+__attribute__((target("avx2"))) void horizontal_pairs_avx2(const uint8_t* __restrict row,
+                                                           const int32_t* __restrict offset,
+                                                           const float* __restrict weight, int64_t ow,
+                                                           float* __restrict out) {
+  const __m256i halves = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+  int64_t p = 0;
+  for (; p + 2 <= ow; p += 2) {
+    const __m128i x0 = _mm_cvtsi64_si128(eight_bytes(row + offset[p]));
+    const __m128i x1 = _mm_cvtsi64_si128(eight_bytes(row + offset[p + 1]));
+    const __m256 a = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpacklo_epi32(x0, x1)));
+    const __m256 b = _mm256_cvtepi32_ps(
+        _mm256_cvtepu8_epi32(_mm_unpacklo_epi32(_mm_srli_epi64(x0, 8 * C), _mm_srli_epi64(x1, 8 * C))));
+    const __m256 w = _mm256_permutevar8x32_ps(
+        _mm256_castps128_ps256(_mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(weight + p)))),
+        halves);
+    const __m256 r = _mm256_add_ps(a, _mm256_mul_ps(_mm256_sub_ps(b, a), w));
+    _mm_storeu_ps(out + p * C, _mm256_castps256_ps128(r));
+    _mm_storeu_ps(out + (p + 1) * C, _mm256_extractf128_ps(r, 1));
+  }
+  horizontal_pairs_sse2<C>(row, offset, weight, p, ow, out);
+}
+#endif
+
+template <int C>
+void horizontal_pairs(const uint8_t* row, const int32_t* offset, const float* weight, int64_t ow, float* out) {
+#if SHARDFEED_AVX2
+  if (__builtin_cpu_supports("avx2")) return horizontal_pairs_avx2<C>(row, offset, weight, ow, out);
+#endif
+  horizontal_pairs_sse2<C>(row, offset, weight, 0, ow, out);
 }
 
 // The vertical lerp of two lerped rows, rounded half to even (adding 1.5 * 2^23 leaves the
@@ -124,22 +177,35 @@ void shardfeed_fused_resize(const uint8_t* image, int64_t height, int64_t width,
                             int64_t out_height, int64_t out_width, bool flip) {
   const std::vector<Lerp> ys = weights(out_height, height), xs = weights(out_width, width);
   const int64_t n = out_width * channels, m = width * channels;
-  std::vector<int32_t> lo(n), hi(n);
-  std::vector<float> t(n), row(m + 1), rows(2 * (n + 1));
+  const bool pairs = channels >= 3;  // 3 or 4 channels: horizontal_pairs, else value by value
+  std::vector<int32_t> offset(out_width), lo(pairs ? 0 : n), hi(pairs ? 0 : n);
+  std::vector<float> weight(out_width + 1), t(pairs ? 0 : n), row(pairs ? 0 : m), rows(2 * (n + 1));
+  std::vector<uint8_t> copy(pairs ? m + 8 : 0);  // a row near the image's end, with 8 bytes to spare
   for (int64_t p = 0; p < out_width; ++p) {
     const Lerp& x = xs[flip ? out_width - 1 - p : p];  // the flip: output column p reads column x
-    for (int64_t c = 0; c < channels; ++c) {
+    offset[p] = static_cast<int32_t>(x.lower * channels);
+    weight[p] = x.upper == x.lower ? 0.0f : x.lerp;  // else upper is lower + 1
+    for (int64_t c = 0; !pairs && c < channels; ++c) {
       lo[p * channels + c] = static_cast<int32_t>(x.lower * channels + c);
       hi[p * channels + c] = static_cast<int32_t>(x.upper * channels + c);
       t[p * channels + c] = x.lerp;
     }
   }
   auto lerp_row = [&](int64_t y, float* dst) {
-    to_float(image + y * m, m, row.data());
-    if (channels >= 3) {
-      horizontal_pixels(row.data(), lo.data(), hi.data(), t.data(), out_width, channels, dst);
-    } else {
+    const uint8_t* source = image + y * m;
+    if (!pairs) {
+      to_float(source, m, row.data());
       horizontal_values(row.data(), lo.data(), hi.data(), t.data(), n, dst);
+      return;
+    }
+    if ((y + 1) * m + 8 > height * m) {  // the 8-byte reads would pass the image's end
+      std::memcpy(copy.data(), source, m);
+      source = copy.data();
+    }
+    if (channels == 3) {
+      horizontal_pairs<3>(source, offset.data(), weight.data(), out_width, dst);
+    } else {
+      horizontal_pairs<4>(source, offset.data(), weight.data(), out_width, dst);
     }
   };
   float* top = rows.data();
@@ -155,6 +221,10 @@ void shardfeed_fused_resize(const uint8_t* image, int64_t height, int64_t width,
         lerp_row(lower, top);
         top_row = lower;
       }
+    }
+    if (upper == lower) {  // one source row (an edge, or an output row on a source row): lerped once
+      vertical(top, top, ys[y].lerp, n, out + y * n);
+      continue;
     }
     if (bottom_row != upper) {
       lerp_row(upper, bottom);
