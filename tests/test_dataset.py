@@ -474,10 +474,10 @@ def test_the_side_histogram_decides_whether_the_dct_scale_choice_is_built() -> N
     tenth of the images or more can decode scaled; older manifests fall back on the longest side,
     foreign files (nothing known) always build it."""
     from shardfeed.format.schema import Schema
-    from shardfeed.read.decode import Preprocess, _may_scale
+    from shardfeed.read.decode import Preprocess, may_scale
 
     def built(schema: Schema, size: int = 224, scaling: bool = True) -> bool:
-        return _may_scale(schema, Preprocess((size, size), None, DecodeOptions(dct_scaling=scaling)))
+        return may_scale(schema, Preprocess((size, size), None, DecodeOptions(dct_scaling=scaling)))
 
     small = Schema(all_jpeg=True, max_side=499, short_sides=((256, 95), (384, 5)))
     assert not built(small)  # its longest side alone (499 >= 2 x 224) would have built it

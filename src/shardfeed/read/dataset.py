@@ -29,7 +29,8 @@ from shardfeed.lazy import tensorflow
 from shardfeed.read import index_pipeline, options, shard_pipeline
 from shardfeed.read import service as service_lib
 from shardfeed.read.augment import Augment, resolve_augment
-from shardfeed.read.decode import Preprocess, feature_spec, record_decoder, record_parser
+from shardfeed.read.decode import Preprocess, feature_spec, record_parser
+from shardfeed.read.decoders import batch_decodable, batch_decoder, record_decoder, record_preparer
 from shardfeed.read.options import BATCH_SIZE, IMAGE_SIZE, DecodeOptions, ReadOptions, ServiceOptions
 from shardfeed.read.plan import ReadPlan, resolve
 from shardfeed.read.raising import raising
@@ -144,7 +145,9 @@ def _stream(plan: ReadPlan, preprocess: Preprocess) -> Any:
     `batches_per_pass()` batches (`repeat` or not): what `steps_per_epoch` counts, what Keras
     trains on in each of its epochs, and what an exact resume restarts from."""
     tf = tensorflow()
-    decoder = record_decoder(plan.schema, preprocess)  # built once, out here: it may hold a lookup table
+    by_batch = batch_decodable(plan.schema, preprocess)
+    # built once, out here: they may hold a lookup table
+    decoder = record_preparer(plan.schema, preprocess) if by_batch else record_decoder(plan.schema, preprocess)
     parse = record_parser(plan.schema)
     read_parse = parse if plan.read.filter_fn is None else None
     map_fn = on_images_and_labels(preprocess.config.map_fn) if preprocess.config.map_fn is not None else None
@@ -167,6 +170,8 @@ def _stream(plan: ReadPlan, preprocess: Preprocess) -> Any:
             )
         else:
             ds = ds.batch(plan.batch_size, drop_remainder=plan.drop_remainder)
+        if by_batch:  # the batch's JPEGs decoded into it by one op (read/batch_decode.py)
+            ds = ds.map(batch_decoder(preprocess), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
         if map_fn is not None:
             ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
         return ds

@@ -16,11 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from shardfeed.format.schema import BOX_KEYS, IGNORED_LABEL, OBJECT_LABEL, TEXT, Schema
+from shardfeed.format.schema import BOX_KEYS, OBJECT_LABEL, TEXT, Schema
 from shardfeed.lazy import tensorflow
 from shardfeed.read import fused_resize
 from shardfeed.read.augment import Augment, flip_seed, flipped, photometric, random_crop_window
-from shardfeed.read.boxes import box_columns
 from shardfeed.read.options import DecodeOptions
 
 DCT_SCALES = (1, 2, 4, 8)  # the reduced sizes libjpeg decodes to directly
@@ -83,51 +82,6 @@ def record_parser(schema: Schema) -> Callable[[Any], Any]:
     return tf.autograph.experimental.do_not_convert(lambda serialized: tf.io.parse_example(serialized, spec))
 
 
-def record_decoder(schema: Schema, options: Preprocess) -> Callable[..., Any]:
-    """A function (one record's features from `record_parser`, seed pair) -> (image [H, W, C],
-    label[, filename]).
-
-    Mapped per record (then batched): tf.data fuses the map into the batch and decodes records in
-    parallel on its own threads. A batch-wide decode in `map_fn` measured 0.1-0.2 ms more CPU per
-    image (docs/benchmarks/load.md): its while loop and TensorArray cost more than decoding
-    records one by one.
-    """
-    tf = tensorflow()
-    schema = parsed_schema(schema)
-    by_name = _name_table(schema.label_names) if schema.label_names else None
-
-    @tf.autograph.experimental.do_not_convert  # explicit tf.cond throughout; nothing to convert
-    def decode_record(parsed: Any, seed: Any) -> Any:
-        data = parsed[schema.image_key]
-        zero = tf.constant(0, tf.int64)
-        height, width, channels = (
-            parsed[k] if k else zero for k in (schema.height_key, schema.width_key, schema.channels_key)
-        )
-        out: tuple[Any, ...] = (decode_one(data, height, width, channels, seed, schema=schema, options=options),)
-        if schema.mask_key is not None:
-            out += (decode_mask(parsed[schema.mask_key], seed, options),)
-        elif schema.objects:
-            out += (place_boxes(parsed, height, width, seed, options, schema.label_offset),)
-        elif schema.multi_hot and schema.label_key is not None:
-            out += (k_hot(parsed[schema.label_key], schema.multi_hot, schema.label_offset),)
-        elif by_name is not None:
-            out += (by_name.lookup(parsed[TEXT]),)
-        elif schema.label_key is not None:
-            out += (parsed[schema.label_key] - schema.label_offset,)
-        if schema.filename_key is not None:
-            out += (parsed[schema.filename_key],)
-        return out if len(out) > 1 else out[0]
-
-    return decode_record
-
-
-def _name_table(names: tuple[str, ...]) -> Any:
-    """Class name -> id in `names` (-1 for a name not there: a record of no class of the map)."""
-    tf = tensorflow()
-    keys, ids = tf.constant(list(names)), tf.range(len(names), dtype=tf.int64)
-    return tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, ids), default_value=-1)
-
-
 def decode_one(
     data: Any, height: Any, width: Any, channels: Any, seed: Any, *, schema: Schema, options: Preprocess
 ) -> Any:
@@ -135,18 +89,18 @@ def decode_one(
     tf = tensorflow()
     if schema.pixels_as_floats:
         image = _float_pixels(data, height, width, options.config.channels)
-        window = _window(tf.shape(image), seed, options)
+        window = crop_window(tf.shape(image), seed, options)
         image = tf.image.crop_to_bounding_box(image, window[0], window[1], window[2], window[3])
     elif schema.all_jpeg:
-        image = _jpeg(data, seed, options, _may_scale(schema, options))
+        image = _jpeg(data, seed, options, may_scale(schema, options))
     else:
         image = tf.cond(
             tf.equal(tf.strings.substr(data, 0, 3), b"\xff\xd8\xff"),
-            lambda: _jpeg(data, seed, options, _may_scale(schema, options)),
+            lambda: _jpeg(data, seed, options, may_scale(schema, options)),
             lambda: _other(data, height, width, channels, seed, options),
         )
     augment = options.augment
-    if image.dtype == tf.uint8 and _fusable(options):  # not pixels stored as floats
+    if image.dtype == tf.uint8 and fusable(options):  # not pixels stored as floats
         flip = flipped(seed) if augment is not None and augment.flip else tf.constant(False)
         fused = fused_resize.resize_flip(image, options.image_size, flip)
         if fused is not None:
@@ -176,7 +130,7 @@ def _photometric(augment: Augment | None) -> TypeGuard[Augment]:
     return augment is not None and bool(augment.rotate or augment.translate or augment.color_jitter or augment.noise)
 
 
-def _fusable(options: Preprocess) -> bool:
+def fusable(options: Preprocess) -> bool:
     """Whether the resize, rounding and flip can be the fused op's (read/fused_resize.py): its
     pixels are those of the uint8 path below, without antialiasing, letterbox or photometric steps."""
     config = options.config
@@ -187,56 +141,6 @@ def _fusable(options: Preprocess) -> bool:
         and not letterboxed(options)
         and not _photometric(options.augment)
     )
-
-
-def k_hot(ids: Any, classes: int, offset: int) -> Any:
-    """A multi-label record's stored ids (a 1-D list) as a float32 [classes] vector of 0 and 1."""
-    tf = tensorflow()
-    return tf.minimum(tf.reduce_sum(tf.one_hot(ids - offset, classes, dtype=tf.float32), axis=0), 1.0)
-
-
-def place_boxes(parsed: dict[str, Any], height: Any, width: Any, seed: Any, options: Preprocess, offset: int) -> Any:
-    """A detection record's objects as its image is cut, resized (or letterboxed) and flipped:
-    {"boxes": [N, 4] in `DecodeOptions.bounding_box_format` (default xyxy in pixels of the
-    output), "labels": [N]}. The crop window is drawn from the image's seed and size, as the
-    image's own; boxes are clipped to it, and those with less than `Augment.min_visible` of their
-    area left inside are dropped."""
-    tf = tensorflow()
-    columns = [parsed[key] for key in BOX_KEYS]
-    labels = parsed[OBJECT_LABEL] - offset
-    shape = tf.cast(tf.stack([height, width, 3]), tf.int32)
-    window = tf.cast(_window(shape, seed, options), tf.float32)
-    h, w = tf.cast(height, tf.float32), tf.cast(width, tf.float32)
-    x0, y0 = (columns[0] * w - window[1]) / window[3], (columns[1] * h - window[0]) / window[2]
-    x1, y1 = (columns[2] * w - window[1]) / window[3], (columns[3] * h - window[0]) / window[2]
-    before = (x1 - x0) * (y1 - y0)
-    x0, y0, x1, y1 = (tf.clip_by_value(v, 0.0, 1.0) for v in (x0, y0, x1, y1))
-    after = (x1 - x0) * (y1 - y0)
-    augment = options.augment
-    least = augment.min_visible if augment is not None else 0.0
-    keep = tf.logical_and(after > 0, after >= least * before)
-    out_h, out_w = (float(v) for v in options.image_size)
-    if letterboxed(options):  # fractions of the window -> pixels of the picture inside the padding
-        frame = tf.cast(
-            letterbox_frame(tf.cast(height, tf.int32), tf.cast(width, tf.int32), options.image_size), tf.float32
-        )
-        x0, x1 = x0 * frame[1] + frame[3], x1 * frame[1] + frame[3]
-        y0, y1 = y0 * frame[0] + frame[2], y1 * frame[0] + frame[2]
-    else:
-        x0, y0, x1, y1 = x0 * out_w, y0 * out_h, x1 * out_w, y1 * out_h
-    if augment is not None and augment.flip:  # the decision tf.image.stateless_random_flip_left_right takes
-        mirrored = flipped(seed)
-        x0, x1 = tf.where(mirrored, out_w - x1, x0), tf.where(mirrored, out_w - x0, x1)
-    boxes = box_format(x0, y0, x1, y1, options.config.bounding_box_format, (out_h, out_w))
-    boxes, labels = tf.boolean_mask(boxes, keep), tf.boolean_mask(labels, keep)
-    if options.config.max_objects is not None:
-        boxes, labels = boxes[: options.config.max_objects], labels[: options.config.max_objects]
-    return {"boxes": boxes, "labels": labels}
-
-
-def box_format(x0: Any, y0: Any, x1: Any, y1: Any, name: str, size: tuple[float, float]) -> Any:
-    """Boxes given by their pixel edges, as [N, 4] in one of KerasHub's formats (options.BOX_FORMATS)."""
-    return tensorflow().stack(box_columns(x0, y0, x1, y1, name, size), axis=-1)
 
 
 def letterboxed(options: Preprocess) -> bool:
@@ -259,28 +163,7 @@ def letterbox_frame(height: Any, width: Any, size: tuple[int, int]) -> Any:
     return tf.cast(tf.stack([tf.maximum(resized_h, 1.0), tf.maximum(resized_w, 1.0), top, left]), tf.int32)
 
 
-def decode_mask(data: Any, seed: Any, options: Preprocess) -> Any:
-    """A record's segmentation mask [H, W] (uint8 class ids), cut and flipped as its image is:
-    the same crop window (drawn from the same seed; a mask has its image's size), resized with
-    nearest-neighbour so that every pixel stays an id, flipped with the image's flip seed."""
-    tf = tensorflow()
-    mask = tf.io.decode_png(data, channels=1)
-    window = _window(tf.shape(mask), seed, options)
-    mask = tf.image.crop_to_bounding_box(mask, window[0], window[1], window[2], window[3])
-    if letterboxed(options):  # the padding is 255: ignored, as Model Garden's ignore_label
-        frame = letterbox_frame(tf.shape(mask)[0], tf.shape(mask)[1], options.image_size)
-        mask = tf.image.resize(mask, frame[:2], method="nearest")
-        bottom, right = options.image_size[0] - frame[0] - frame[2], options.image_size[1] - frame[1] - frame[3]
-        mask = tf.pad(mask, [[frame[2], bottom], [frame[3], right], [0, 0]], constant_values=IGNORED_LABEL)
-    else:
-        mask = tf.image.resize(mask, options.image_size, method="nearest")
-    if options.augment is not None and options.augment.flip:
-        mask = tf.image.stateless_random_flip_left_right(mask, flip_seed(seed))
-    mask.set_shape([*options.image_size, 1])
-    return mask[..., 0]
-
-
-def _window(shape: Any, seed: Any, options: Preprocess) -> Any:
+def crop_window(shape: Any, seed: Any, options: Preprocess) -> Any:
     """The crop to decode: random-resized when augmenting, else the centre square."""
     tf = tensorflow()
     if options.augment is not None and options.augment.crop:
@@ -292,7 +175,7 @@ def _window(shape: Any, seed: Any, options: Preprocess) -> Any:
     return tf.stack([(h - side) // 2, (w - side) // 2, side, side])
 
 
-def _may_scale(schema: Schema, options: Preprocess) -> bool:
+def may_scale(schema: Schema, options: Preprocess) -> bool:
     """Whether to build the per-image DCT-scale choice: only when enough images can pay for it.
 
     The choice (a `switch_case` around the decode) costs ~8% of a 200-500 px photo's decode
@@ -316,29 +199,36 @@ def _jpeg(data: Any, seed: Any, options: Preprocess, scale: bool) -> Any:
     window holds the output that many times over (`DecodeOptions.dct_scaling`)."""
     tf = tensorflow()
     shape = tf.io.extract_jpeg_shape(data)
-    window = _window(shape, seed, options)
+    window = crop_window(shape, seed, options)
     config = options.config
 
     def decode(ratio: int) -> Callable[[], Any]:
-        def crop() -> Any:
-            if ratio == 1:
-                return window
-            # With a ratio, libjpeg's crop window is in the scaled image's coordinates: the nearest
-            # scaled pixel edges (off by at most half a scaled pixel), inside the scaled image.
-            start = (window[:2] + ratio // 2) // ratio
-            end = tf.minimum((window[:2] + window[2:] + ratio // 2) // ratio, (shape[:2] + ratio - 1) // ratio)
-            return tf.concat([start, end - start], 0)
-
+        crop = window if ratio == 1 else scaled_window(window, shape, ratio)
         return lambda: tf.io.decode_and_crop_jpeg(
-            data, crop(), channels=config.channels, ratio=ratio, dct_method=config.dct_method
+            data, crop, channels=config.channels, ratio=ratio, dct_method=config.dct_method
         )
 
     if not scale:
         return decode(1)()
-    height, width = options.image_size
-    room = tf.minimum(window[2] // height, window[3] // width)  # times the window holds the output
-    index = tf.reduce_sum(tf.cast(room >= tf.constant(DCT_SCALES[1:]), tf.int32))
-    return tf.switch_case(index, [decode(ratio) for ratio in DCT_SCALES])
+    return tf.switch_case(dct_index(window, options.image_size), [decode(ratio) for ratio in DCT_SCALES])
+
+
+def dct_index(window: Any, size: tuple[int, int]) -> Any:
+    """Which of `DCT_SCALES` to decode `window` at: the largest the window holds the output
+    `size` that many times over (int32 scalar index)."""
+    tf = tensorflow()
+    room = tf.minimum(window[2] // size[0], window[3] // size[1])  # times the window holds the output
+    return tf.reduce_sum(tf.cast(room >= tf.constant(DCT_SCALES[1:]), tf.int32))
+
+
+def scaled_window(window: Any, shape: Any, ratio: Any) -> Any:
+    """`window` in the pixels of the image decoded at 1/`ratio` (libjpeg's crop window is in the
+    scaled image's coordinates): the nearest scaled pixel edges (off by at most half a scaled
+    pixel), inside the scaled image. At ratio 1, `window` itself."""
+    tf = tensorflow()
+    start = (window[:2] + ratio // 2) // ratio
+    end = tf.minimum((window[:2] + window[2:] + ratio // 2) // ratio, (shape[:2] + ratio - 1) // ratio)
+    return tf.concat([start, end - start], 0)
 
 
 def _other(data: Any, height: Any, width: Any, channels: Any, seed: Any, options: Preprocess) -> Any:
@@ -354,7 +244,7 @@ def _other(data: Any, height: Any, width: Any, channels: Any, seed: Any, options
         return tf.io.decode_image(data, channels=options.config.channels, expand_animations=False)
 
     image = tf.cond(is_raw, raw, encoded)
-    window = _window(tf.shape(image), seed, options)
+    window = crop_window(tf.shape(image), seed, options)
     return tf.image.crop_to_bounding_box(image, window[0], window[1], window[2], window[3])
 
 

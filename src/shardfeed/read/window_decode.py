@@ -45,7 +45,7 @@ def decode_window(data: bytes, scale: int, window: tuple[int, int, int, int]) ->
     data = data if isinstance(data, bytes) else bytes(data)  # ctypes passes bytes as they are
     out = np.empty((height, width + MARGIN, 3), np.uint8)
     skip = ctypes.c_int()
-    failed = decode(data, len(data), scale, top, left, height, width, out.ctypes.data, out.strides[0], skip)
+    failed = decode(data, len(data), scale, top, left, height, width, 3, 0, out.ctypes.data, out.strides[0], skip)
     if failed:
         return None
     return out[:, skip.value : skip.value + width]
@@ -81,6 +81,8 @@ def _function() -> Any:
         ctypes.c_int,  # left
         ctypes.c_int,  # height
         ctypes.c_int,  # width
+        ctypes.c_int,  # channels
+        ctypes.c_int,  # flags (csrc/window_decode.c): 0, simplejpeg's pixels
         ctypes.c_void_p,  # out
         ctypes.c_ulong,  # out's row stride in bytes
         ctypes.POINTER(ctypes.c_int),  # skip (out)

@@ -331,7 +331,8 @@ def _memory_records(spec: PipelineSpec) -> Any:
     batched: `load` without its reading, parsing, order, seeds per epoch and hand-off."""
     tf = tensorflow()
     from shardfeed.read import shardset
-    from shardfeed.read.decode import record_decoder, record_parser
+    from shardfeed.read.decode import record_parser
+    from shardfeed.read.decoders import record_decoder
     from shardfeed.read.indexed import IndexedRecords
 
     records = IndexedRecords(spec.path, split=spec.split)

@@ -173,8 +173,10 @@ void vertical(const float* top, const float* bottom, float t, int64_t n, uint8_t
 
 }  // namespace
 
-void shardfeed_fused_resize(const uint8_t* image, int64_t height, int64_t width, int64_t channels, uint8_t* out,
-                            int64_t out_height, int64_t out_width, bool flip) {
+// `stride`: the bytes from one source row to the next (at least width * channels: a window of a
+// wider decode, decode_resize_batch_op.cc; the last row ends the buffer).
+void shardfeed_fused_resize_rows(const uint8_t* image, int64_t stride, int64_t height, int64_t width,
+                                 int64_t channels, uint8_t* out, int64_t out_height, int64_t out_width, bool flip) {
   const std::vector<Lerp> ys = weights(out_height, height), xs = weights(out_width, width);
   const int64_t n = out_width * channels, m = width * channels;
   const bool pairs = channels >= 3;  // 3 or 4 channels: horizontal_pairs, else value by value
@@ -192,13 +194,13 @@ void shardfeed_fused_resize(const uint8_t* image, int64_t height, int64_t width,
     }
   }
   auto lerp_row = [&](int64_t y, float* dst) {
-    const uint8_t* source = image + y * m;
+    const uint8_t* source = image + y * stride;
     if (!pairs) {
       to_float(source, m, row.data());
       horizontal_values(row.data(), lo.data(), hi.data(), t.data(), n, dst);
       return;
     }
-    if ((y + 1) * m + 8 > height * m) {  // the 8-byte reads would pass the image's end
+    if ((height - 1 - y) * stride < 8) {  // the 8-byte reads would pass the last row's end
       std::memcpy(copy.data(), source, m);
       source = copy.data();
     }
@@ -232,4 +234,9 @@ void shardfeed_fused_resize(const uint8_t* image, int64_t height, int64_t width,
     }
     vertical(top, bottom, ys[y].lerp, n, out + y * n);
   }
+}
+
+void shardfeed_fused_resize(const uint8_t* image, int64_t height, int64_t width, int64_t channels, uint8_t* out,
+                            int64_t out_height, int64_t out_width, bool flip) {
+  shardfeed_fused_resize_rows(image, width * channels, height, width, channels, out, out_height, out_width, flip);
 }
