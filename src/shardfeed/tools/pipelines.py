@@ -327,22 +327,27 @@ def _memory_decode(spec: PipelineSpec) -> Any:
 
 def _memory_records(spec: PipelineSpec) -> Any:
     """The split's records (IN_MEMORY of them), parsed once up front as `load`'s readers parse
-    them, from memory through `load`'s own per-record decoder (crop-window decode, resize, flip),
-    batched: `load` without its reading, parsing, order, seeds per epoch and hand-off."""
+    them, from memory through `load`'s own decoder (crop-window decode, resize, flip: per record,
+    or by batch where `load` decodes by batch), batched: `load` without its reading, parsing,
+    order, seeds per epoch and hand-off."""
     tf = tensorflow()
     from shardfeed.read import shardset
     from shardfeed.read.decode import record_parser
-    from shardfeed.read.decoders import record_decoder
+    from shardfeed.read.decoders import batch_decodable, batch_decoder, record_decoder, record_preparer
     from shardfeed.read.indexed import IndexedRecords
 
     records = IndexedRecords(spec.path, split=spec.split)
     serialized = [records.record(i) for i in range(min(len(records), IN_MEMORY))]
     _, schema = shardset.open_split(spec.path, spec.split)
     parsed = record_parser(schema)(tf.constant(serialized))  # in memory already: parsed once, up front
-    decoded = _with_seed_pairs(parsed).map(
-        record_decoder(schema, _preprocess(spec)), num_parallel_calls=tf.data.AUTOTUNE, deterministic=False
-    )
-    return decoded.batch(spec.batch_size, drop_remainder=spec.training)
+    preprocess = _preprocess(spec)
+    by_batch = batch_decodable(schema, preprocess)
+    per_record = record_preparer(schema, preprocess) if by_batch else record_decoder(schema, preprocess)
+    decoded = _with_seed_pairs(parsed).map(per_record, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+    batches = decoded.batch(spec.batch_size, drop_remainder=spec.training)
+    if by_batch:
+        return batches.map(batch_decoder(preprocess), num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+    return batches
 
 
 def _preprocess(spec: PipelineSpec) -> Any:
