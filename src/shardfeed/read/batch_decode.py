@@ -20,13 +20,10 @@ data, CMYK), that record takes TensorFlow's ops (read/decoders.py), which report
 from __future__ import annotations
 
 import functools
-import logging
 from typing import Any
 
 from shardfeed.lazy import tensorflow
 from shardfeed.read import fused_resize, native_build
-
-log = logging.getLogger("shardfeed")
 
 SOURCES = ("window_decode.c", "fused_resize.cc", "decode_resize_batch_op.cc")
 LIBRARY = "decode_resize_batch.so"
@@ -69,12 +66,4 @@ def _library() -> Any:
     c, cc, op = (str(native_build.SOURCES / name) for name in SOURCES)
     flags = tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()
     command = [compiler, *fused_resize.OPTIMIZE, "-x", "c", c, "-x", "c++", cc, op, *flags, "-ljpeg"]
-    what = "the JPEG batch decode op"
-    path = native_build.built(LIBRARY, command, SOURCES, what=what, instead=INSTEAD, extra=tf.__version__)
-    if path is None:
-        return None
-    try:
-        return tf.load_op_library(str(path))
-    except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError, tf.errors.AlreadyExistsError) as e:
-        log.warning("%s %s did not load (%s): %s", what, path, e, INSTEAD)
-        return None
+    return native_build.op_library(LIBRARY, command, SOURCES, what="the JPEG batch decode op", instead=INSTEAD)

@@ -17,13 +17,10 @@ missing compiler or a failed build or load logs one warning and falls back;
 from __future__ import annotations
 
 import functools
-import logging
 from typing import Any
 
 from shardfeed.lazy import tensorflow
 from shardfeed.read import native_build
-
-log = logging.getLogger("shardfeed")
 
 KERNEL, OP = "fused_resize.cc", "fused_resize_op.cc"
 LIBRARY = "fused_resize.so"
@@ -59,16 +56,7 @@ def _library() -> Any:
     if compiler is None:
         return None
     command = _command(tf, compiler)
-    path = native_build.built(
-        LIBRARY, command, (KERNEL, OP), what="the fused resize op", instead=INSTEAD, extra=tf.__version__
-    )
-    if path is None:
-        return None
-    try:
-        return tf.load_op_library(str(path))
-    except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError, tf.errors.AlreadyExistsError) as e:
-        log.warning("the fused resize op %s did not load (%s): %s", path, e, INSTEAD)
-        return None
+    return native_build.op_library(LIBRARY, command, (KERNEL, OP), what="the fused resize op", instead=INSTEAD)
 
 
 def _command(tf: Any, compiler: str) -> list[str]:

@@ -1,6 +1,7 @@
 """Small native libraries compiled on first use, once per machine, into the user's cache.
 
-`load`'s fused resize op (read/fused_resize.py, C++ against TensorFlow) and `grain_dataset`'s
+`load`'s fused resize op (read/fused_resize.py, C++ against TensorFlow), its batch decode op
+(read/batch_decode.py, C and C++ against TensorFlow and libjpeg) and `grain_dataset`'s
 crop-window JPEG decoder (read/window_decode.py, C against libjpeg) are compiled by the
 machine's compiler from the sources the package ships (read/csrc/) into
 
@@ -24,15 +25,31 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from shardfeed.format import layout
 from shardfeed.format.folder_lock import waited
+from shardfeed.lazy import tensorflow
 
 log = logging.getLogger("shardfeed")
 
 SOURCES = Path(__file__).with_name("csrc")
 FAILED = "failed.txt"
 BUILD_TIMEOUT_S = 300
+
+
+def op_library(library: str, command: Sequence[str], sources: Sequence[str], *, what: str, instead: str) -> Any:
+    """A TensorFlow op library: `built` (keyed by TensorFlow's version too) and loaded into this
+    process; None where either fails, with one warning naming `what` and what runs `instead`."""
+    tf = tensorflow()
+    path = built(library, command, sources, what=what, instead=instead, extra=tf.__version__)
+    if path is None:
+        return None
+    try:
+        return tf.load_op_library(str(path))
+    except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError, tf.errors.AlreadyExistsError) as e:
+        log.warning("%s %s did not load (%s): %s", what, path, e, instead)
+        return None
 
 
 def compiler(variable: str, default: str, language: str, instead: str) -> str | None:
