@@ -157,6 +157,19 @@ def test_a_failed_build_falls_back_with_one_warning_and_is_not_retried(tmp_path:
     assert "fatal error: no headers here" in failed.read_text()
 
 
+def test_a_build_interrupted_by_a_signal_is_built_by_the_next_process(tmp_path: Path) -> None:
+    """The first process's compiler is killed (as when a run is stopped while it builds): that
+    process falls back, leaves no failed.txt, and the next process builds and uses the op."""
+    marker = tmp_path / "killed-once"
+    body = f'[ -e {marker} ] || {{ touch {marker}; kill -TERM $$; }}\nexec {shutil.which("c++")} "$@"'
+    compiler, calls = _logging_compiler(tmp_path, body)
+    first, second = (_use_the_op(tmp_path / "cache", compiler) for _ in range(2))
+    assert first.returncode == 0 and "result: None" in first.stdout, first.stderr
+    assert second.returncode == 0 and "result: (3, 4, 3)" in second.stdout, second.stderr
+    assert calls.read_text().split() == ["build", "build"]
+    assert not list((tmp_path / "cache" / "shardfeed" / "ops").glob("*/failed.txt"))
+
+
 def test_no_compiler_falls_back_with_one_warning(tmp_path: Path) -> None:
     done = _use_the_op(tmp_path / "cache", str(tmp_path / "no-such-c++"))
     assert done.returncode == 0, done.stderr

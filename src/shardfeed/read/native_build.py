@@ -11,7 +11,8 @@ where <key> hashes the sources, the command (headers, flags, libraries), the com
 `--version`, the machine type and what else the caller names (TensorFlow's version): later
 processes load what is there. Concurrent first uses build once (the cache's lock file in the
 folder); a failed build leaves `failed.txt` there, with the compiler's output, so that later
-processes do not try again (a changed source, library or compiler is a new key). Each caller
+processes do not try again (a changed source, library or compiler is a new key); a compiler
+killed by a signal (a run interrupted while it built) leaves nothing, and the next process builds. Each caller
 falls back to its pure path, with one warning, where no library can be had.
 """
 
@@ -109,9 +110,10 @@ def _built(library: Path, command: Sequence[str], what: str) -> Path | None:
                 [*command, "-o", str(partial)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
             )
         except subprocess.TimeoutExpired:
-            done = subprocess.CompletedProcess(command, -1, "", f"timed out after {BUILD_TIMEOUT_S} s")
+            done = subprocess.CompletedProcess(command, 1, "", f"timed out after {BUILD_TIMEOUT_S} s")
         if done.returncode != 0:
-            (folder / FAILED).write_text(" ".join(command) + "\n" + done.stdout + done.stderr)
+            if done.returncode > 0:  # not a compiler killed by a signal (an interrupted run: tried again)
+                (folder / FAILED).write_text(" ".join(command) + "\n" + done.stdout + done.stderr)
             partial.unlink(missing_ok=True)
             return None
         os.replace(partial, library)
