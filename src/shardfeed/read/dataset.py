@@ -12,9 +12,11 @@ mixes two epochs: with `repeat`, epoch after epoch of exactly `steps_per_epoch` 
 
     (record, seed)     -> the record's features, parsed where it was read (a chunk at a time);
                           with a filter_fn, the serialized record, filtered, then parsed alone
-    decoded images     -> decode/crop/augment per record (decode.py),
+    decoded images     -> decode/crop/augment per record (decoders.py, decode.py),
                           with the record's own seed pair, fused with the batching by tf.data;
-                          the last partial batch of the epoch dropped when training
+                          the last partial batch of the epoch dropped when training (all-JPEG
+                          folders: windows and flips per record, then each batch's JPEGs
+                          decoded into it by one compiled op, batch_decode.py)
                        -> optional map hook; epochs repeated; known cardinality; prefetch(AUTOTUNE)
 """
 

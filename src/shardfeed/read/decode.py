@@ -3,9 +3,11 @@
 Records are parsed where they are read, a chunk at a time (`record_parser`: one `parse_example`
 per 64 records in the shard reader's batches, measured 1.08x `load`'s training images/s against a
 `parse_single_example` per record). Each image is then decoded on its own (mapped per record and
-fused with the batching by tf.data: a batch-wide decode in `map_fn` measured 0.1-0.2 ms more CPU
-per image) by format, sniffed from its bytes: JPEG with `decode_and_crop_jpeg` (training: a random-resized
-crop; evaluation: the centre square), PNG/GIF/BMP fully then cropped, raw pixels reshaped from
+fused with the batching by tf.data: a batch-wide decode with TensorFlow's ops in `map_fn` measured
+0.1-0.2 ms more CPU per image; all-JPEG folders are decoded a batch at a time by a compiled op
+instead, read/decoders.py and read/batch_decode.py, with this module's windows) by format,
+sniffed from its bytes: JPEG with `decode_and_crop_jpeg` (training: a random-resized crop;
+evaluation: the centre square), PNG/GIF/BMP fully then cropped, raw pixels reshaped from
 the record's height/width/channels, float pixel lists (the MNIST/Estimator recipe) likewise.
 """
 

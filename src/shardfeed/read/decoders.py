@@ -42,9 +42,9 @@ def record_decoder(schema: Schema, options: Preprocess) -> Callable[..., Any]:
     label[, filename]).
 
     Mapped per record (then batched): tf.data fuses the map into the batch and decodes records in
-    parallel on its own threads. A batch-wide decode in `map_fn` measured 0.1-0.2 ms more CPU per
-    image (docs/benchmarks/load.md): its while loop and TensorArray cost more than decoding
-    records one by one.
+    parallel on its own threads. A batch-wide decode with TensorFlow's ops in `map_fn` measured
+    0.1-0.2 ms more CPU per image (docs/benchmarks/load.md): its while loop and TensorArray cost
+    more than decoding records one by one (the compiled batch op below has neither).
     """
     tf = tensorflow()
     schema = parsed_schema(schema)
