@@ -25,7 +25,7 @@ from typing import Any
 from shardfeed.lazy import tensorflow
 from shardfeed.read import fused_resize, native_build
 
-SOURCES = ("window_decode.c", "fused_resize.cc", "decode_resize_batch_op.cc")
+SOURCES = ("window_decode.c", "fused_resize.cc", "decode_resize_batch.cc", "decode_resize_batch_op.cc")
 LIBRARY = "decode_resize_batch.so"
 INSTEAD = "load decodes each JPEG with TensorFlow's decode_and_crop_jpeg"
 
@@ -63,7 +63,7 @@ def _library() -> Any:
     compiler = native_build.compiler("CXX", "c++", "C++", INSTEAD)
     if compiler is None:
         return None
-    c, cc, op = (str(native_build.SOURCES / name) for name in SOURCES)
+    c, *cc = (str(native_build.SOURCES / name) for name in SOURCES)
     flags = tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()
-    command = [compiler, *fused_resize.OPTIMIZE, "-x", "c", c, "-x", "c++", cc, op, *flags, "-ljpeg"]
+    command = [compiler, *fused_resize.OPTIMIZE, "-x", "c", c, "-x", "c++", *cc, *flags, "-ljpeg"]
     return native_build.op_library(LIBRARY, command, SOURCES, what="the JPEG batch decode op", instead=INSTEAD)

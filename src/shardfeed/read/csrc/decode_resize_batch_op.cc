@@ -1,12 +1,11 @@
 // load's JPEG batches in one TensorFlow op: ShardfeedDecodeResizeBatch(contents string [B],
 // windows int32 [B, 4], ratios int32 [B], flips bool [B]; height, width, channels, fast_dct)
-// -> (images uint8 [B, height, width, channels], ok bool [B]). Each record's crop window
-// (top, left, height, width at 1/ratio scale) decoded by libjpeg as decode_and_crop_jpeg
-// decodes it (window_decode.c with WINDOW_AS_TENSORFLOW: the same values), then resized, rounded
-// and flipped by the fused resize (fused_resize.cc) straight into its place in the batch: the
-// pixels of decode_and_crop_jpeg then the fused resize op, without a TensorFlow op per record,
-// TensorFlow's per-row copies, the window's tensor or the copy of each image into the batch.
-// Where libjpeg refuses or warns about a JPEG, its ok is false (its image zeros) and the caller
+// -> (images uint8 [B, height, width, channels], ok bool [B]): decode_resize_batch.cc's batch
+// (each crop window decoded as decode_and_crop_jpeg decodes it, resized by the fused resize
+// straight into the batch: the pixels of decode_and_crop_jpeg then the fused resize op, without
+// a TensorFlow op per record, TensorFlow's per-row copies, the window's tensor or the copy of
+// each image into the batch), its records spread over TensorFlow's intra-op threads. Where
+// libjpeg refuses or warns about a JPEG, its ok is false (its image zeros) and the caller
 // decodes that record with TensorFlow's op, which reports the error as before.
 // Built and loaded by read/batch_decode.py.
 #include <cstdint>
@@ -16,15 +15,14 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
 
-extern "C" int shardfeed_window_decode(const unsigned char* data, unsigned long size, int scale, int top, int left,
-                                       int height, int width, int channels, int flags, unsigned char* out,
-                                       unsigned long stride, int* skip);
-void shardfeed_fused_resize_rows(const uint8_t* image, int64_t stride, int64_t height, int64_t width,
-                                 int64_t channels, uint8_t* out, int64_t out_height, int64_t out_width, bool flip);
+extern "C" int64_t shardfeed_decode_resize_batch(int64_t count, const unsigned char* const* data,
+                                                 const uint64_t* sizes, const int32_t* windows,
+                                                 const int32_t* ratios, const uint8_t* flips, int64_t out_height,
+                                                 int64_t out_width, int channels, int flags, uint8_t* images,
+                                                 uint8_t* ok);
 
 constexpr int kFastDct = 1, kAsTensorFlow = 2;  // window_decode.c's flags
-constexpr int kMargin = 72;  // columns the decode may add before and after a window: an iMCU (32 px at most) a side
-constexpr int kSpare = 16;   // bytes after the last row, read and not used by the resize's 8-byte reads
+constexpr int64_t kCostPerRecord = 1000000;    // ~cycles to decode and resize one window: a record a shard
 
 using tensorflow::OpKernel;
 using tensorflow::OpKernelConstruction;
@@ -80,30 +78,25 @@ class ShardfeedDecodeResizeBatchOp : public OpKernel {
     OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({n, height_, width_, channels_}), &images));
     Tensor* ok = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(1, TensorShape({n}), &ok));
-    const auto window = windows.matrix<int32_t>();
-    const int64_t image_bytes = static_cast<int64_t>(height_) * width_ * channels_;
-    std::vector<uint8_t> rows;  // one record's decoded rows at a time, reused
+    std::vector<const unsigned char*> data(n);
+    std::vector<uint64_t> sizes(n);
     for (int64_t i = 0; i < n; ++i) {
-      uint8_t* out = images->flat<uint8_t>().data() + i * image_bytes;
-      const int top = window(i, 0), left = window(i, 1), height = window(i, 2), width = window(i, 3);
-      const int ratio = ratios(i);
-      bool decoded = height > 0 && width > 0 && (ratio == 1 || ratio == 2 || ratio == 4 || ratio == 8);
-      if (decoded) {
-        const int64_t stride = static_cast<int64_t>(width + 2 * kMargin) * channels_;
-        rows.resize(static_cast<size_t>(height * stride + kSpare));
-        int skip = 0;
-        decoded = shardfeed_window_decode(reinterpret_cast<const unsigned char*>(contents(i).data()),
-                                          contents(i).size(), ratio, top, left, height, width, channels_,
-                                          kAsTensorFlow | (fast_dct_ ? kFastDct : 0), rows.data(), stride,
-                                          &skip) == 0;
-        if (decoded) {
-          shardfeed_fused_resize_rows(rows.data() + static_cast<int64_t>(skip) * channels_, stride, height, width,
-                                      channels_, out, height_, width_, flips(i));
-        }
-      }
-      if (!decoded) std::fill(out, out + image_bytes, 0);
-      ok->flat<bool>()(i) = decoded;
+      data[i] = reinterpret_cast<const unsigned char*>(contents(i).data());
+      sizes[i] = contents(i).size();
     }
+    static_assert(sizeof(bool) == 1, "flips and ok are passed as a byte a record");
+    const int32_t* window = windows.flat<int32_t>().data();
+    const auto* flip = reinterpret_cast<const uint8_t*>(flips.data());
+    uint8_t* pixels = images->flat<uint8_t>().data();
+    auto* good = reinterpret_cast<uint8_t*>(ok->flat<bool>().data());
+    const int64_t image_bytes = static_cast<int64_t>(height_) * width_ * channels_;
+    const int flags = kAsTensorFlow | (fast_dct_ ? kFastDct : 0);
+    auto decode = [&](int64_t start, int64_t end) {
+      shardfeed_decode_resize_batch(end - start, data.data() + start, sizes.data() + start, window + 4 * start,
+                                    ratios.data() + start, flip + start, height_, width_, channels_, flags,
+                                    pixels + start * image_bytes, good + start);
+    };
+    context->device()->tensorflow_cpu_worker_threads()->workers->ParallelFor(n, kCostPerRecord, decode);
   }
 
  private:
