@@ -150,3 +150,52 @@ def test_load_gives_the_same_batches_by_batch_and_by_record(jpeg_shards: Path) -
                 assert a.shape == (len(a), *size, channels) and len(a) >= 25
                 np.testing.assert_array_equal(a, b)
                 np.testing.assert_array_equal(labels_a, labels_b)
+
+
+@pytest.mark.parametrize("dct_method", ["INTEGER_ACCURATE", "INTEGER_FAST"])
+def test_grains_batch_decoder_gives_the_ops_values(dct_method: str) -> None:
+    """`grain_dataset`'s ctypes call of the same loop (read/window_decode.py, built without
+    TensorFlow) on the op's random windows, ratios and flips: every value the op's (which the
+    test above holds to TensorFlow's); a CMYK JPEG among them is not ok, its image zeros."""
+    import tensorflow as tf
+
+    from shardfeed.read import window_decode
+
+    rng = np.random.default_rng(7)
+    options = Preprocess((56, 72), None, DecodeOptions(dct_method=dct_method))
+    cmyk = io.BytesIO()
+    Image.fromarray(photos()["chelsea"]).convert("CMYK").save(cmyk, "JPEG", quality=90)
+    jpegs = [_jpeg(photo) for photo in photos().values()] + [_jpeg(p, subsampling=0) for p in photos().values()]
+    # Windows on iMCU edges, upscaled (where decode_and_crop_jpeg's edge columns differ from
+    # the whole decode's, and each output column reads them), then random ones.
+    n = len(jpegs) + 1
+    edges = ([*jpegs, cmyk.getvalue()], [[16, 32, 40, 48]] * n, [1, 2] * (n // 2) + [1] * (n % 2), [False] * n)
+    for data, windows, ratios, flips in [edges, *(_batch([*jpegs, cmyk.getvalue()], rng) for _ in range(5))]:
+        expected, ok = batch_decode.decode_resize(
+            tf.constant(data), tf.constant(windows, tf.int32), tf.constant(ratios), tf.constant(flips), options
+        )
+        out = np.full((len(data), 56, 72, 3), 7, np.uint8)
+        got = window_decode.decode_resize(data, windows, ratios, np.array(flips, np.uint8), out, dct_method)
+        assert got is not None and got.tolist() == ok.numpy().tolist() == [True] * len(jpegs) + [False]
+        np.testing.assert_array_equal(out, expected.numpy())
+        assert not out[-1].any()
+
+
+def test_grains_resize_of_a_cut_gives_the_fused_resize_ops_values() -> None:
+    """`window_decode.resize_into` of windows cut from a larger image (rows a wider image's
+    apart), flipped or not, up and down: the fused resize op's values."""
+    import tensorflow as tf
+
+    from shardfeed.read import window_decode
+
+    photo = photos()["astronaut"]
+    rng = np.random.default_rng(3)
+    for size in ((56, 72), (224, 224), (7, 300)):
+        for _ in range(6):
+            h, w = int(rng.integers(1, photo.shape[0])), int(rng.integers(1, photo.shape[1]))
+            top, left = int(rng.integers(0, photo.shape[0] - h + 1)), int(rng.integers(0, photo.shape[1] - w + 1))
+            cut, flip = photo[top : top + h, left : left + w], bool(rng.integers(0, 2))
+            out = np.empty((*size, 3), np.uint8)
+            assert window_decode.resize_into(cut, out, flip)
+            expected = fused_resize.resize_flip(tf.constant(cut), size, tf.constant(flip))
+            np.testing.assert_array_equal(out, expected.numpy(), err_msg=f"{cut.shape} -> {size}, flip {flip}")

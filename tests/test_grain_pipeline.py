@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from shardfeed import ConvertOptions, IndexedRecords, ReadOptions, convert, grain_dataset, load
+from shardfeed.read import window_decode
 from shardfeed.read.order import global_order
 
 pytest.importorskip("grain")
@@ -83,15 +84,19 @@ def test_evaluation_reads_every_record_in_file_order(data: Path) -> None:
 def test_evaluation_pixels_are_loads(data: Path, antialias: bool) -> None:
     """The centre crops, resized as `load` resizes them (bilinear, half-pixel centres; Pillow's
     widened filter as TensorFlow's `antialias=True`), are `load`'s pixels (TensorFlow's decoder
-    and resize, computed independently) but for rounding: libjpeg-turbo's chroma upsampling
-    differs by a few levels at colour edges between the two builds, OpenCV's weights are fixed
-    point. A window one pixel off, or a row left unwritten, is tens of levels on average."""
+    and resize, computed independently): exactly, where the compiled batch decoder decodes them
+    (read/window_decode.py); with antialiasing (decoded whole by simplejpeg, resized by Pillow)
+    but for rounding: libjpeg-turbo's chroma upsampling differs by a few levels at colour edges
+    between the two builds, Pillow's weights are fixed point. A window one pixel off, or a row
+    left unwritten, is tens of levels on average."""
     from shardfeed import DecodeOptions
 
     split = dict(split="validation", batch_size=4, image_size=160)  # windows < 2x160: no DCT scaling in either
     ours = np.concatenate([x for x, _ in _epochs(grain_dataset(str(data), antialias=antialias, **split))])  # type: ignore[arg-type]
     theirs = np.concatenate([x.numpy() for x, _ in load(str(data), decode=DecodeOptions(antialias=antialias), **split)])  # type: ignore[arg-type]
     assert ours.shape == theirs.shape == (11, 160, 160, 3)
+    if not antialias and window_decode.available():  # the batch decoder: load's decode and resize, value for value
+        np.testing.assert_array_equal(ours, theirs)
     diff = np.abs(ours.astype(int) - theirs.astype(int))
     assert diff.mean() < 0.3 and (diff > 1).mean() < 0.005, (diff.mean(), (diff > 1).mean())
 
@@ -198,3 +203,25 @@ def test_keras_fits_it_without_tensorflow(backend: str, workers: int, data: Path
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == [backend, "2", "False"]
+
+
+def test_the_scaled_windows_and_dct_scales_are_loads() -> None:
+    """grain's window at the DCT scale (`grain_batches.scaled_window`) is `load`'s (`dct_index`,
+    `scaled_window`, TensorFlow's arithmetic) for windows of every size, place and image."""
+    import tensorflow as tf
+
+    from shardfeed.read import decode, grain_batches
+    from shardfeed.read.grain_targets import View
+
+    rng = np.random.default_rng(0)
+    size = (56, 40)
+    for _ in range(300):
+        shape = (int(rng.integers(1, 1200)), int(rng.integers(1, 1200)))
+        h, w = int(rng.integers(1, shape[0] + 1)), int(rng.integers(1, shape[1] + 1))
+        window = (int(rng.integers(0, shape[0] - h + 1)), int(rng.integers(0, shape[1] - w + 1)), h, w)
+        ours, ratio = grain_batches.scaled_window(View(shape, window, (*size, 0, 0), size, False), exact=False)
+        theirs = decode.DCT_SCALES[int(decode.dct_index(tf.constant(window), size))]
+        assert ratio == theirs, (shape, window)
+        expected = decode.scaled_window(tf.constant(window), tf.constant([*shape, 3]), tf.constant(ratio))
+        assert ours == tuple(expected.numpy().tolist()), (shape, window, ratio)
+        assert grain_batches.scaled_window(View(shape, window, (*size, 0, 0), size, False), exact=True) == (window, 1)

@@ -1,6 +1,6 @@
 """grain_dataset's crop-window JPEG decoder (read/window_decode.py): the window's pixels are the
 whole decode's, value for value, at every DCT scale and chroma layout; a JPEG libjpeg refuses
-falls back to the whole decode; without the decoder the batches are the same."""
+falls back to the whole decode; without the library the batches are within a level."""
 
 from __future__ import annotations
 
@@ -100,12 +100,14 @@ np.save(sys.argv[2], np.concatenate([images for images, _ in ds]))
 
 
 @needs_decoder
-def test_grain_batches_are_the_same_with_and_without_the_decoder(photo_shards: Path, tmp_path: Path) -> None:
-    """Two epochs of training batches (random crops and flips) in fresh processes, one whose `cc`
-    is missing (the whole-image decode, with one warning): identical."""
+def test_grain_batches_without_the_library_are_within_a_level(photo_shards: Path, tmp_path: Path) -> None:
+    """Two epochs of training batches (random crops and flips) in fresh processes, one whose `c++`
+    is missing (simplejpeg's whole decode and OpenCV's resize, with one warning): within one
+    level of the library's (which are `load`'s, tests/test_batch_decode.py) for 99.5% of values,
+    never more than a few levels off; a window one pixel off would be tens of levels on average."""
     made = {}
-    for name, compiler in (("with", "cc"), ("without", str(tmp_path / "no-such-cc"))):
-        env = {**os.environ, "CC": compiler, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    for name, compiler in (("with", "c++"), ("without", str(tmp_path / "no-such-c++"))):
+        env = {**os.environ, "CXX": compiler, "XDG_CACHE_HOME": str(tmp_path / "cache")}
         out = tmp_path / f"{name}.npy"
         done = subprocess.run(
             [sys.executable, "-c", BATCHES, str(photo_shards), str(out)], capture_output=True, text=True, env=env
@@ -113,6 +115,7 @@ def test_grain_batches_are_the_same_with_and_without_the_decoder(photo_shards: P
         assert done.returncode == 0, done.stderr
         assert f"decoder: {name == 'with'}" in done.stdout
         made[name] = np.load(out)
-    assert "no C compiler" in done.stderr and "simplejpeg" in done.stderr
+    assert "no C++ compiler" in done.stderr and "simplejpeg" in done.stderr
     assert made["with"].shape[0] >= 2 * 4 * 8  # two epochs of at least 4 batches
-    np.testing.assert_array_equal(made["with"], made["without"])
+    diff = np.abs(made["with"].astype(int) - made["without"].astype(int))
+    assert diff.mean() < 0.3 and (diff > 1).mean() < 0.005 and diff.max() <= 8, (diff.mean(), (diff > 1).mean())

@@ -23,7 +23,7 @@ import functools
 from typing import Any
 
 from shardfeed.lazy import tensorflow
-from shardfeed.read import fused_resize, native_build
+from shardfeed.read import native_build
 
 SOURCES = ("window_decode.c", "fused_resize.cc", "decode_resize_batch.cc", "decode_resize_batch_op.cc")
 LIBRARY = "decode_resize_batch.so"
@@ -65,5 +65,5 @@ def _library() -> Any:
         return None
     c, *cc = (str(native_build.SOURCES / name) for name in SOURCES)
     flags = tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()
-    command = [compiler, *fused_resize.OPTIMIZE, "-x", "c", c, "-x", "c++", *cc, *flags, "-ljpeg"]
+    command = [compiler, *native_build.OPTIMIZE, "-x", "c", c, "-x", "c++", *cc, *flags, "-ljpeg"]
     return native_build.op_library(LIBRARY, command, SOURCES, what="the JPEG batch decode op", instead=INSTEAD)

@@ -25,8 +25,6 @@ from shardfeed.read import native_build
 KERNEL, OP = "fused_resize.cc", "fused_resize_op.cc"
 LIBRARY = "fused_resize.so"
 INSTEAD = "load resizes with TensorFlow's ops"
-# -ffp-contract=off: no fused multiply-adds, which would round differently from TensorFlow's kernel.
-OPTIMIZE = ("-O3", "-ffp-contract=off", "-fPIC", "-shared")
 
 
 def resize_flip(image: Any, size: tuple[int, int], flip: Any) -> Any:
@@ -62,4 +60,10 @@ def _library() -> Any:
 def _command(tf: Any, compiler: str) -> list[str]:
     """The compiler command, less its output path."""
     flags = tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()
-    return [compiler, *OPTIMIZE, str(native_build.SOURCES / KERNEL), str(native_build.SOURCES / OP), *flags]
+    return [
+        compiler,
+        *native_build.OPTIMIZE,
+        str(native_build.SOURCES / KERNEL),
+        str(native_build.SOURCES / OP),
+        *flags,
+    ]

@@ -12,11 +12,14 @@ global batch numbers: batch g is step g % steps of epoch g // steps, so
                    global shuffle reads (evaluation: file order), from the split's index files;
                    the last partial batch is dropped when training, as `load` drops it
     decode         JPEG at the DCT scale that keeps the crop at least the output size, the
-                   crop window alone (read/window_decode.py: libjpeg's partial decode, as
-                   `decode_and_crop_jpeg` does for `load`; simplejpeg's whole decode, cut, where
-                   it cannot be built: the same pixels), other formats with Pillow; resized
-                   bilinearly to the output size as `load` resizes (no antialiasing unless
-                   asked), by OpenCV, straight into the batch
+                   crop window alone, cut as `load`'s `decode_and_crop_jpeg` cuts it, resized
+                   bilinearly by `load`'s fused resize and flipped, straight into the batch: a
+                   whole batch's JPEGs in one call of the compiled decoder (read/window_decode.py,
+                   libjpeg's partial decode), so the pixels of a window are `load`'s, value for
+                   value; other formats decoded by Pillow, resized by the same resize. Letterboxes
+                   and `antialias` (Pillow's widened filter) go one record at a time, resized by
+                   OpenCV or Pillow; where the library cannot be built, simplejpeg decodes each
+                   image whole and OpenCV resizes it (within a level of `load`'s pixels)
     augmentation   training: the random-resized crop (`Augment`'s area and aspect ranges, 10
                    tries, else the centre crop) and the horizontal flip; evaluation: the centre
                    crop of `crop_fraction` of the shorter side (0.875, as `load`); detection
@@ -25,22 +28,21 @@ global batch numbers: batch g is step g % steps of epoch g // steps, so
                    so a run started at (start_epoch, start_step) makes exactly the batches an
                    uninterrupted run makes from there (exact resume without a checkpoint of state)
 
-Batches are made on `num_threads` threads (simplejpeg, OpenCV and Pillow release the GIL),
-in this process or, with `num_workers`, in each of that many Grain worker processes: threads
-stopped at ~1,850 images/s on 4-16 cores with the earlier Pillow resize (the per-record Python
-holds the GIL; not re-measured on many cores since), processes scale with cores (15 workers on
-16 cores: 8,577 images/s steady, docs/benchmarks/gpu.md). Each worker makes every `num_workers`-th
-batch and Grain hands them back in turn, so the order, the pixels and exact
+Batches are made on `num_threads` threads (the compiled decoder, simplejpeg, OpenCV and Pillow
+release the GIL), in this process or, with `num_workers`, in each of that many Grain worker
+processes: threads stopped at ~1,850 images/s on 4-16 cores with the earlier Pillow resize (the
+per-record Python holds the GIL; not re-measured on many cores since), processes scale with
+cores (15 workers on 16 cores: 8,577 images/s steady, docs/benchmarks/gpu.md). Each worker makes
+every `num_workers`-th batch and Grain hands them back in turn, so the order, the pixels and exact
 resume are the same with workers as without. A script that leaves such an iteration early (or
 never finishes it) exits cleanly: the iterators still open are closed, their workers stopped and
 their shared memory released, before the interpreter tears down (`_close_at_exit`); Grain's own
 clean-up at that point found its modules gone and left shared memory for the resource tracker to
 report. Worker processes are spawned, so a script that starts them needs the usual
 `if __name__ == "__main__":` guard (as PyTorch's DataLoader does).
-The records, their order and the crop windows' distribution are `load`'s; the pixels are its
-but for rounding (libjpeg-turbo's chroma upsampling differs by a few levels at colour edges
-between TensorFlow's build and simplejpeg's, OpenCV's weights are fixed point: tested within one
-level for 99.5% of values).
+The records, their order and the crop windows' distribution are `load`'s (the windows
+themselves are drawn from grain's own numbers); with the compiled library, so are the pixels of
+a given window and flip (tests/test_grain_pipeline.py, tests/test_batch_decode.py).
 """
 
 from __future__ import annotations
@@ -48,162 +50,17 @@ from __future__ import annotations
 import atexit
 import functools
 import gc
-import io
-import math
 import weakref
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
-import simplejpeg
-from PIL import Image
 
 from shardfeed import lazy
 from shardfeed.errors import OptionError
-from shardfeed.format.image_format import sniff_format
-from shardfeed.read import window_decode
 from shardfeed.read.augment import Augment, resolve_augment
-from shardfeed.read.grain_targets import Targets, View
+from shardfeed.read.grain_batches import Batches
+from shardfeed.read.grain_targets import Targets
 from shardfeed.read.indexed import IndexedRecords
 from shardfeed.read.options import BATCH_SIZE, IMAGE_SIZE, DecodeOptions, ReadOptions
-from shardfeed.read.order import global_order, record_uniforms
 from shardfeed.read.plan import resolve
-
-CROP_FRACTION = 0.875  # the evaluation centre crop, as `DecodeOptions.crop_fraction`
-CROP_TRIES = 10  # random-resized crop attempts before the whole image, as TensorFlow's sampler
-RANDOMS = 2 * CROP_TRIES + 3  # numbers drawn per record at most: the tries, the offsets, the flip
-
-
-@dataclass(frozen=True)
-class _Batches:
-    """The batch maker: global batch number -> (images, targets). Picklable for Grain's workers."""
-
-    records: IndexedRecords
-    batch_size: int
-    size: tuple[int, int]
-    seed: int
-    training: bool
-    augment: Augment | None
-    steps: int
-    targets: Targets
-
-    def __call__(self, number: int) -> tuple[np.ndarray, Any]:
-        epoch, step = divmod(int(number), self.steps)
-        n = len(self.records)
-        order = _epoch_order(n, self.seed, epoch) if self.training else np.arange(n)
-        positions = np.arange(step * self.batch_size, min((step + 1) * self.batch_size, n))
-        randoms = record_uniforms(self.seed, epoch, positions, RANDOMS)
-        images = np.empty((len(positions), *self.size, 3), np.uint8)
-        targets = []
-        for row, position in enumerate(positions):
-            data, target = self.records.encoded(int(order[position]))
-            view = self._image(data, iter(randoms[row]), images[row])
-            targets.append(self.targets.placed(target, view))
-        return images, self.targets.batched(targets)
-
-    def _image(self, data: bytes, draws: Iterator[float], out: np.ndarray) -> View:
-        """Writes one record's image into `out` (its row of the batch): cropped (randomly when
-        augmenting), resized (or letterboxed), maybe flipped; returns the `View` that made it.
-        `draws`: the record's numbers in [0, 1)."""
-        height, width = _image_size(data)
-        if self.augment is not None and self.augment.crop:
-            window = _random_window(height, width, draws, self.augment)
-        elif self.targets.whole_image:
-            window = (0, 0, height, width)
-        else:
-            side = max(1, int(min(height, width) * (CROP_FRACTION if not self.training else 1.0)))
-            window = ((height - side) // 2, (width - side) // 2, side, side)
-        cut = _decoded_window(data, (height, width), window, self.size, exact=self.targets.exact)
-        frame = self.targets.frame(window, self.size, self.augment)
-        _resize_into(cut, frame, out, antialias=self.targets.decode.antialias)
-        flipped = self.augment is not None and self.augment.flip and next(draws) < 0.5
-        if flipped:
-            _cv2().flip(out, 1, dst=out)  # in place, in C (NumPy's reversed copy of 3-byte pixels is ~6x slower)
-        return View((height, width), window, frame, self.size, flipped)
-
-
-@functools.lru_cache(maxsize=4)
-def _epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
-    """`global_order`, computed once per epoch (per thread's worth of batches, not per batch)."""
-    return global_order(n, seed, epoch)
-
-
-def _image_size(data: bytes) -> tuple[int, int]:
-    """(height, width) from the header."""
-    if sniff_format(data) == "jpeg":
-        height, width, _, _ = simplejpeg.decode_jpeg_header(data)
-        return int(height), int(width)
-    with Image.open(io.BytesIO(data)) as im:
-        return im.height, im.width
-
-
-def _random_window(height: int, width: int, draws: Iterator[float], augment: Augment) -> tuple[int, int, int, int]:
-    """[top, left, height, width] of a random-resized crop: area and aspect drawn as TensorFlow's
-    bounding-box sampler draws them; after CROP_TRIES misses, the whole image."""
-    area = height * width
-    (a_low, a_high), (r_low, r_high) = augment.area_range, augment.aspect_ratio_range
-    for _ in range(CROP_TRIES):
-        target = area * (a_low + (a_high - a_low) * next(draws))
-        ratio = math.exp(math.log(r_low) + (math.log(r_high) - math.log(r_low)) * next(draws))
-        w, h = round(math.sqrt(target * ratio)), round(math.sqrt(target / ratio))
-        if 0 < w <= width and 0 < h <= height:
-            return int(next(draws) * (height - h + 1)), int(next(draws) * (width - w + 1)), h, w
-    return 0, 0, height, width
-
-
-def _decoded_window(
-    data: bytes, shape: tuple[int, int], window: tuple[int, int, int, int], size: tuple[int, int], *, exact: bool
-) -> np.ndarray:
-    """The window of the image (of `shape`, from its header) as RGB pixels: a JPEG decoded at
-    the smallest DCT scale that keeps the window at least `size` (1/2, 1/4, 1/8; not when
-    `exact`: boxes and masks are placed on the full-resolution window, as `load` cuts them),
-    the window alone where the crop-window decoder can be had (read/window_decode.py), else
-    the whole image by simplejpeg, cut; anything else decoded by Pillow."""
-    top, left, h, w = window
-    if sniff_format(data) == "jpeg":
-        scales = () if exact else (8, 4, 2)
-        scale = next((s for s in scales if h // s >= size[0] and w // s >= size[1]), 1)
-        height, width = shape
-        scaled = -(-height // scale), -(-width // scale)  # libjpeg's scaled size: rounded up
-        fy, fx = scaled[0] / height, scaled[1] / width
-        y0, x0 = int(top * fy), int(left * fx)
-        y1, x1 = max(y0 + 1, int((top + h) * fy)), max(x0 + 1, int((left + w) * fx))
-        cut = window_decode.decode_window(data, scale, (y0, x0, y1 - y0, x1 - x0))
-        if cut is not None:
-            return cut
-        pixels = simplejpeg.decode_jpeg(data, "RGB", min_height=scaled[0], min_width=scaled[1])
-        return pixels[y0:y1, x0:x1]
-    with Image.open(io.BytesIO(data)) as im:
-        return np.asarray(im.convert("RGB"))[top : top + h, left : left + w]
-
-
-def _resize_into(cut: np.ndarray, frame: tuple[int, int, int, int], out: np.ndarray, *, antialias: bool) -> None:
-    """`cut` resized bilinearly into its frame of `out` ([height, width, top, left]: all of
-    `out`, or letterboxed on black). By default as `load` resizes (`tf.image.resize`, bilinear,
-    half-pixel centres, no antialiasing): OpenCV's INTER_LINEAR, the same two taps a side in
-    fixed point (within one level of TensorFlow's), written straight into the batch;
-    `antialias`: Pillow's bilinear filter widened to the scale, as `antialias=True`."""
-    height, width, top, left = frame
-    whole = (height, width) == out.shape[:2]
-    if antialias:
-        resized = np.asarray(
-            Image.fromarray(np.ascontiguousarray(cut)).resize((width, height), Image.Resampling.BILINEAR)
-        )
-    elif whole:
-        _cv2().resize(cut, (width, height), dst=out, interpolation=_cv2().INTER_LINEAR)
-        return
-    else:
-        resized = _cv2().resize(cut, (width, height), interpolation=_cv2().INTER_LINEAR)
-    if not whole:  # letterboxed: the picture on black
-        out[...] = 0
-    out[top : top + height, left : left + width] = resized
-
-
-@functools.cache
-def _cv2() -> Any:
-    """OpenCV, imported once (in each worker process too)."""
-    return lazy.opencv()
 
 
 def grain_dataset(
@@ -242,7 +99,7 @@ def grain_dataset(
             KerasHub does not name, an `Augment` asking for more than the crop and the flip.
     """
     grain = lazy.grain()
-    _cv2()  # the resize's library: missing, one line now rather than an error in a worker
+    lazy.opencv()  # the resize's library: missing, one line now rather than an error in a worker
     if num_workers < 0 or num_threads < 1:
         raise OptionError(f"num_workers {num_workers}, num_threads {num_threads}: workers >= 0, threads >= 1")
     read = ReadOptions(shuffle="global", epoch=start_epoch, start_step=start_step)
@@ -266,7 +123,7 @@ def grain_dataset(
     )
     least = augmenting.min_visible if augmenting is not None and augmenting.crop else 0.0
     targets = Targets(records.manifest.header.task, decode, least)
-    make = _Batches(records, batch_size, size, plan.base_seed, plan.training, augmenting, steps, targets)  # type: ignore[arg-type]
+    make = Batches(records, batch_size, size, plan.base_seed, plan.training, augmenting, steps, targets)  # type: ignore[arg-type]
     ds = grain.MapDataset.range(first, last).map(make)
     ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=2 * num_threads))
     if num_workers:

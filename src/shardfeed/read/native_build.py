@@ -37,6 +37,9 @@ log = logging.getLogger("shardfeed")
 SOURCES = Path(__file__).with_name("csrc")
 FAILED = "failed.txt"
 BUILD_TIMEOUT_S = 300
+# The fused resize's flags (and its callers'): -ffp-contract=off, no fused multiply-adds, which
+# would round differently from TensorFlow's kernel.
+OPTIMIZE = ("-O3", "-ffp-contract=off", "-fPIC", "-shared")
 
 
 def op_library(library: str, command: Sequence[str], sources: Sequence[str], *, what: str, instead: str) -> Any:

@@ -1,19 +1,28 @@
-"""`grain_dataset`'s crop-window JPEG decode: only the window's pixels, through libjpeg.
+"""`grain_dataset`'s JPEG decode: only the crop window's pixels, through libjpeg, and whole
+batches of windows decoded and resized as `load` decodes and resizes them.
 
 simplejpeg, the TensorFlow-free path's decoder, decodes the whole image; a training crop covers
 ~40% of it on average. csrc/window_decode.c asks libjpeg(-turbo) for the window only, as
 TensorFlow's `decode_and_crop_jpeg` does for `load`: rows above it skipped, columns outside it
-not transformed, decoding stopped after its last row. The pixels are the whole image's (the
-columns widened by one on each side, so that the edge columns are upsampled from their true
-neighbours): equal, value for value, to simplejpeg's whole decode cut to the window
-(tests/test_window_decode.py), in ~0.7 of its CPU on 200-500 px photos.
+not transformed, decoding stopped after its last row.
 
-It is compiled on first use by the machine's C compiler (`$CC`, else `cc`) against the system's
-libjpeg (`jpeglib.h`, `-ljpeg`: Debian's libjpeg62-turbo-dev, Fedora's libjpeg-turbo-devel),
-once per machine, into the user's cache (read/native_build.py). Where that cannot be (no
-compiler or headers), or a JPEG is one libjpeg refuses or warns about (corrupt data, CMYK), the
-caller decodes the whole image with simplejpeg as before, which reports the error as before.
-The call goes through ctypes, which releases the GIL while libjpeg works.
+    decode_resize   a batch's windows, each cut as `decode_and_crop_jpeg` cuts it, resized,
+                    rounded and flipped by `load`'s fused resize straight into the batch array
+                    (csrc/decode_resize_batch.cc, the loop `load`'s batch op runs): every value
+                    `load`'s for the same window, DCT scale and flip, in one call a batch
+    decode_window   one window (letterboxed, antialiased and exact cuts, one record at a time),
+                    its columns widened by one on each side so that the edge columns are
+                    upsampled from their true neighbours: equal, value for value, to simplejpeg's
+                    whole decode cut to the window (tests/test_window_decode.py), in ~0.7 of its
+                    CPU on 200-500 px photos
+
+The library is compiled on first use by the machine's C++ compiler (`$CXX`, else `c++`; the
+decoder is C, the resize C++) against the system's libjpeg (`jpeglib.h`, `-ljpeg`: Debian's
+libjpeg62-turbo-dev, Fedora's libjpeg-turbo-devel), once per machine, into the user's cache
+(read/native_build.py). Where that cannot be (no compiler or headers), or a JPEG is one libjpeg
+refuses or warns about (corrupt data, CMYK), the caller decodes the whole image with simplejpeg
+and resizes it with OpenCV as before (within a level of these pixels), which reports the error
+as before. The calls go through ctypes, which releases the GIL while they run.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -29,8 +39,10 @@ from shardfeed.read import native_build
 
 log = logging.getLogger("shardfeed")
 
-SOURCE, LIBRARY = "window_decode.c", "window_decode.so"
-INSTEAD = "grain_dataset decodes whole JPEGs with simplejpeg"
+SOURCES = ("window_decode.c", "fused_resize.cc", "decode_resize_batch.cc")
+LIBRARY = "window_decode.so"
+INSTEAD = "grain_dataset decodes whole JPEGs with simplejpeg and resizes them with OpenCV"
+FLAGS = {"INTEGER_ACCURATE": 2, "INTEGER_FAST": 3}  # csrc/window_decode.c's flags: as TensorFlow, fast DCT
 MARGIN = 72  # columns the decoder may add around a window: up to an iMCU (32 px at most) and one, a side
 
 
@@ -38,42 +50,99 @@ def decode_window(data: bytes, scale: int, window: tuple[int, int, int, int]) ->
     """Pixels [top, left, height, width] (RGB uint8, a view) of the JPEG `data` decoded at 1/`scale`
     (1, 2, 4, 8; the window in that scale's pixels); None where the library cannot be had or
     libjpeg refuses or warns about this JPEG: the caller then decodes it whole."""
-    decode = _function()
-    if decode is None:
+    library = _library()
+    if library is None:
         return None
     top, left, height, width = window
     data = data if isinstance(data, bytes) else bytes(data)  # ctypes passes bytes as they are
     out = np.empty((height, width + MARGIN, 3), np.uint8)
     skip = ctypes.c_int()
-    failed = decode(data, len(data), scale, top, left, height, width, 3, 0, out.ctypes.data, out.strides[0], skip)
+    failed = library.shardfeed_window_decode(
+        data, len(data), scale, top, left, height, width, 3, 0, out.ctypes.data, out.strides[0], skip
+    )
     if failed:
         return None
     return out[:, skip.value : skip.value + width]
 
 
+def decode_resize(
+    data: Sequence[bytes],
+    windows: Sequence[tuple[int, int, int, int]],
+    ratios: Sequence[int],
+    flips: np.ndarray,
+    out: np.ndarray,
+    dct_method: str = "INTEGER_ACCURATE",
+) -> np.ndarray | None:
+    """Decodes each JPEG's window [top, left, height, width] (at 1/ratio scale, in that scale's
+    pixels), resizes it to `out`'s [B, H, W, 3] and mirrors it where `flips` (uint8 [B]) says,
+    into `out` (C-contiguous uint8 [B, H, W, 3]): `load`'s pixels. Returns ok (bool [B]; false where libjpeg
+    refused or warned: that image zeros), or None where the library cannot be had."""
+    library = _library()
+    if library is None:
+        return None
+    count = len(data)
+    pointers = (ctypes.c_char_p * count)(*(d if isinstance(d, bytes) else bytes(d) for d in data))
+    sizes = np.array([len(d) for d in data], np.uint64)
+    boxes = np.ascontiguousarray(windows, np.int32).reshape(count, 4)
+    scales = np.ascontiguousarray(ratios, np.int32)
+    flips = np.ascontiguousarray(flips, np.uint8)
+    ok = np.zeros(count, np.uint8)
+    library.shardfeed_decode_resize_batch(
+        count,
+        pointers,
+        sizes.ctypes.data,
+        boxes.ctypes.data,
+        scales.ctypes.data,
+        flips.ctypes.data,
+        out.shape[1],
+        out.shape[2],
+        3,
+        FLAGS[dct_method],
+        out.ctypes.data,
+        ok.ctypes.data,
+    )
+    return ok.astype(bool)
+
+
+def resize_into(image: np.ndarray, out: np.ndarray, flip: bool) -> bool:
+    """`image` (uint8 [h, w, 3], rows may be a wider image's) resized to `out`'s [H, W, 3]
+    (C-contiguous), rounded and mirrored where `flip` holds, into `out`: `load`'s fused resize,
+    value for value. False where the library cannot be had."""
+    library = _library()
+    if library is None or image.strides[1:] != (3, 1):
+        return False
+    height, width = image.shape[:2]
+    out_height, out_width = out.shape[:2]
+    library.shardfeed_resize_into(
+        image.ctypes.data, image.strides[0], height, width, 3, out.ctypes.data, out_height, out_width, int(flip)
+    )
+    return True
+
+
 def available() -> bool:
-    """Whether the decoder can be used in this process: built (now, once per machine, if not
+    """Whether the library can be used in this process: built (now, once per machine, if not
     yet) and loaded. `make install` and `make test` call it."""
-    return _function() is not None
+    return _library() is not None
 
 
 @functools.cache
-def _function() -> Any:
-    """The library's decode function, built first if this machine has none; None (with one
-    warning) where that fails."""
-    compiler = native_build.compiler("CC", "cc", "C", INSTEAD)
+def _library() -> Any:
+    """The library, its functions' types declared, built first if this machine has none; None
+    (with one warning) where that fails."""
+    compiler = native_build.compiler("CXX", "c++", "C++", INSTEAD)
     if compiler is None:
         return None
-    command = [compiler, "-O2", "-fPIC", "-shared", str(native_build.SOURCES / SOURCE), "-ljpeg"]
-    path = native_build.built(LIBRARY, command, (SOURCE,), what="the crop-window JPEG decoder", instead=INSTEAD)
+    c, *cc = (str(native_build.SOURCES / name) for name in SOURCES)
+    command = [compiler, *native_build.OPTIMIZE, "-x", "c", c, "-x", "c++", *cc, "-ljpeg"]
+    path = native_build.built(LIBRARY, command, SOURCES, what="the crop-window JPEG decoder", instead=INSTEAD)
     if path is None:
         return None
     try:
-        function = ctypes.CDLL(str(path)).shardfeed_window_decode
+        library = ctypes.CDLL(str(path))
     except OSError as e:
         log.warning("the crop-window JPEG decoder %s did not load (%s): %s", path, e, INSTEAD)
         return None
-    function.argtypes = [
+    library.shardfeed_window_decode.argtypes = [
         ctypes.c_char_p,  # data
         ctypes.c_ulong,  # its size
         ctypes.c_int,  # scale
@@ -87,5 +156,32 @@ def _function() -> Any:
         ctypes.c_ulong,  # out's row stride in bytes
         ctypes.POINTER(ctypes.c_int),  # skip (out)
     ]
-    function.restype = ctypes.c_int
-    return function
+    library.shardfeed_window_decode.restype = ctypes.c_int
+    library.shardfeed_decode_resize_batch.argtypes = [
+        ctypes.c_int64,  # count
+        ctypes.POINTER(ctypes.c_char_p),  # each record's JPEG
+        ctypes.c_void_p,  # uint64 sizes [count]
+        ctypes.c_void_p,  # int32 windows [count, 4]
+        ctypes.c_void_p,  # int32 ratios [count]
+        ctypes.c_void_p,  # uint8 flips [count]
+        ctypes.c_int64,  # output height
+        ctypes.c_int64,  # output width
+        ctypes.c_int,  # channels
+        ctypes.c_int,  # flags
+        ctypes.c_void_p,  # uint8 images [count, height, width, channels] (out)
+        ctypes.c_void_p,  # uint8 ok [count] (out)
+    ]
+    library.shardfeed_decode_resize_batch.restype = ctypes.c_int64
+    library.shardfeed_resize_into.argtypes = [
+        ctypes.c_void_p,  # uint8 image
+        ctypes.c_int64,  # its row stride in bytes
+        ctypes.c_int64,  # height
+        ctypes.c_int64,  # width
+        ctypes.c_int64,  # channels
+        ctypes.c_void_p,  # uint8 out [out height, out width, channels]
+        ctypes.c_int64,  # out height
+        ctypes.c_int64,  # out width
+        ctypes.c_int,  # flip
+    ]
+    library.shardfeed_resize_into.restype = None
+    return library

@@ -53,3 +53,12 @@ extern "C" int64_t shardfeed_decode_resize_batch(int64_t count, const unsigned c
   }
   return decoded_count;
 }
+
+// One decoded image (rows `stride` bytes apart) resized, rounded and flipped into `out`
+// [out_height, out_width, channels] by the fused resize: grain_dataset's images of other
+// formats, with load's pixels (ctypes needs a C name).
+extern "C" void shardfeed_resize_into(const uint8_t* image, int64_t stride, int64_t height, int64_t width,
+                                      int64_t channels, uint8_t* out, int64_t out_height, int64_t out_width,
+                                      int flip) {
+  shardfeed_fused_resize_rows(image, stride, height, width, channels, out, out_height, out_width, flip != 0);
+}
