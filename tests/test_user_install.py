@@ -106,10 +106,12 @@ def test_everyday_commands_run_in_the_user_install(user_env: Path, photo_tree: P
 
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
 def test_the_fused_resize_op_builds_from_the_wheels_sources(user_env: Path, tmp_path: Path) -> None:
-    """The op's C++ sources ship in the wheel and compile against the user's TensorFlow."""
+    """The ops' C and C++ sources ship in the wheel and compile against the user's TensorFlow
+    (the batch decode op also against the system's libjpeg, where its headers are)."""
     probe = (
-        "import tensorflow as tf; from shardfeed.read import fused_resize as f; "
-        "print('shape', f.resize_flip(tf.zeros([5, 7, 3], tf.uint8), (2, 3), tf.constant(True)).shape)"
+        "import tensorflow as tf; from shardfeed.read import batch_decode, fused_resize as f; "
+        "print('shape', f.resize_flip(tf.zeros([5, 7, 3], tf.uint8), (2, 3), tf.constant(True)).shape); "
+        "print('batch op', batch_decode.available())"
     )
     env_python = str(user_env / "bin" / "python")
     done = subprocess.run(
@@ -125,6 +127,7 @@ def test_the_fused_resize_op_builds_from_the_wheels_sources(user_env: Path, tmp_
     )
     assert done.returncode == 0 and "shape (2, 3, 3)" in done.stdout, done.stderr[-3000:]
     assert list((tmp_path / "cache" / "shardfeed" / "ops").glob("*/fused_resize.so"))
+    assert f"batch op {JPEG_HEADERS}" in done.stdout, done.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +220,7 @@ def test_the_grain_extra_feeds_batches_without_tensorflow(
     _run([python, "-m", "shardfeed", "convert", str(photo_tree), str(data), "--split", "train=1"], cwd=tmp_path)
     printed = _run([python, "-c", GRAIN_BATCHES, str(data)], cwd=tmp_path)  # stdout, then stderr (Grain's notes)
     assert "[((4, 32, 32, 3), 'uint8', (4,))] 11 False\n" in printed, printed
-    assert f"window decoder {JPEG_HEADERS and shutil.which('cc') is not None}" in printed, printed
+    assert f"window decoder {JPEG_HEADERS and shutil.which('c++') is not None}" in printed, printed
     missing = subprocess.run(
         [str(user_env / "bin" / "python"), "-c", GRAIN_BATCHES, str(data)], capture_output=True, text=True, timeout=120
     )

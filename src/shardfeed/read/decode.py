@@ -202,17 +202,28 @@ def _jpeg(data: Any, seed: Any, options: Preprocess, scale: bool) -> Any:
     tf = tensorflow()
     shape = tf.io.extract_jpeg_shape(data)
     window = crop_window(shape, seed, options)
-    config = options.config
-
-    def decode(ratio: int) -> Callable[[], Any]:
-        crop = window if ratio == 1 else scaled_window(window, shape, ratio)
-        return lambda: tf.io.decode_and_crop_jpeg(
-            data, crop, channels=config.channels, ratio=ratio, dct_method=config.dct_method
+    if not scale:
+        return tf.io.decode_and_crop_jpeg(
+            data, window, channels=options.config.channels, dct_method=options.config.dct_method
         )
 
-    if not scale:
-        return decode(1)()
-    return tf.switch_case(dct_index(window, options.image_size), [decode(ratio) for ratio in DCT_SCALES])
+    def crop(ratio: int) -> Any:
+        return window if ratio == 1 else scaled_window(window, shape, ratio)
+
+    return window_at_scale(data, dct_index(window, options.image_size), crop, options.config)
+
+
+def window_at_scale(data: Any, index: Any, crop: Callable[[int], Any], config: DecodeOptions) -> Any:
+    """`decode_and_crop_jpeg` of the window `crop(ratio)` at the ratio `DCT_SCALES[index]` (a
+    `switch_case` over the four: the op takes its ratio as an attribute, not a tensor)."""
+    tf = tensorflow()
+
+    def decode(ratio: int) -> Callable[[], Any]:
+        return lambda: tf.io.decode_and_crop_jpeg(
+            data, crop(ratio), channels=config.channels, ratio=ratio, dct_method=config.dct_method
+        )
+
+    return tf.switch_case(index, [decode(ratio) for ratio in DCT_SCALES])
 
 
 def dct_index(window: Any, size: tuple[int, int]) -> Any:

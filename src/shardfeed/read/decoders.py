@@ -34,6 +34,7 @@ from shardfeed.read.decode import (
     may_scale,
     parsed_schema,
     scaled_window,
+    window_at_scale,
 )
 
 
@@ -145,15 +146,8 @@ def batch_decoder(options: Preprocess) -> Callable[..., Any]:
     config = options.config
 
     def decode_as_before(data: Any, window: Any, ratio: Any, flip: Any) -> Any:
-        def decode(scale: int) -> Callable[[], Any]:
-            return lambda: tf.io.decode_and_crop_jpeg(
-                data, window, channels=config.channels, ratio=scale, dct_method=config.dct_method
-            )
-
-        image = tf.switch_case(
-            tf.argmax(tf.cast(tf.equal(ratio, DCT_SCALES), tf.int32), output_type=tf.int32),
-            [decode(r) for r in DCT_SCALES],
-        )
+        index = tf.argmax(tf.cast(tf.equal(ratio, DCT_SCALES), tf.int32), output_type=tf.int32)
+        image = window_at_scale(data, index, lambda _: window, config)  # the window is at its ratio already
         return fused_resize.resize_flip(image, options.image_size, flip)
 
     @tf.autograph.experimental.do_not_convert
