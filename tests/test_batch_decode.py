@@ -24,9 +24,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _jpeg(image: np.ndarray, **save: object) -> bytes:
+def _jpeg(image: np.ndarray, quality: int = 90, **save: object) -> bytes:
     out = io.BytesIO()
-    Image.fromarray(image).save(out, "JPEG", quality=90, **save)
+    Image.fromarray(image).save(out, "JPEG", quality=quality, **save)
     return out.getvalue()
 
 
@@ -199,3 +199,23 @@ def test_grains_resize_of_a_cut_gives_the_fused_resize_ops_values() -> None:
             assert window_decode.resize_into(cut, out, flip)
             expected = fused_resize.resize_flip(tf.constant(cut), size, tf.constant(flip))
             np.testing.assert_array_equal(out, expected.numpy(), err_msg=f"{cut.shape} -> {size}, flip {flip}")
+
+
+def test_a_batch_of_large_jpegs_spread_over_threads_gives_the_same_values() -> None:
+    """A batch of over 16 MB of JPEG (phone-sized photos), which the op spreads over TensorFlow's
+    intra-op threads, record by record: every value TensorFlow's, each record in its own place."""
+    import tensorflow as tf
+
+    photo = np.asarray(Image.fromarray(photos()["astronaut"]).resize((3000, 2400), Image.Resampling.BICUBIC))
+    big = [_jpeg(photo, quality=100), _jpeg(photo[::-1], quality=100), _jpeg(photo[:, ::-1], quality=100)]
+    data = big * (-(-(17 << 20) // sum(len(b) for b in big)))  # at least 17 MB in all
+    rng = np.random.default_rng(5)
+    _, windows, ratios, flips = _batch(data, rng)
+    options = Preprocess((64, 48), None, DecodeOptions())
+    images, ok = batch_decode.decode_resize(
+        tf.constant(data), tf.constant(windows, tf.int32), tf.constant(ratios), tf.constant(flips), options
+    )
+    assert sum(len(d) for d in data) > 16 << 20 and bool(tf.reduce_all(ok))
+    for i in range(len(data)):
+        expected = _tensorflows(data[i], windows[i], ratios[i], flips[i], options)
+        np.testing.assert_array_equal(images[i].numpy(), expected, err_msg=f"record {i}: {windows[i]} at 1/{ratios[i]}")
