@@ -50,6 +50,10 @@ def test_random_access_matches_the_shards(by_class: Path, photo_tree: Path) -> N
         assert image.shape == (example["image/height"], example["image/width"], 3) and image.dtype == np.uint8
         assert (m.labels or [])[label] == example["image/class/text"].decode()
     assert Counter((m.labels or [])[records.label(i)] for i in range(44)) == Counter(m.split("train").class_counts)
+    for i in range(44):  # the image and class id alone (two features parsed): the whole parse's
+        example = records.example(i)
+        assert records.encoded(i) == (example["image/encoded"], records.label(i))
+        assert records.example(i, ("image/encoded", "no/such/key")) == {"image/encoded": example["image/encoded"]}
     with pytest.raises(IndexError, match="record 44 out of range for 44 records"):
         records.record(44)
 

@@ -68,6 +68,7 @@ class IndexedRecords:
     ) -> None:
         self.manifest = manifest.opened(path)
         self._task = self.manifest.header.task  # asked per record: read once
+        self._label_offset = self.manifest.label_offset
         if self.manifest.compression == "gzip":
             raise OptionError(
                 f"{self.manifest.path} has gzip-compressed shards, which cannot be read at random positions; "
@@ -161,9 +162,10 @@ class IndexedRecords:
             raise CorruptRecordError(f"{name}: cut short at byte {offset}")
         return data
 
-    def example(self, index: int) -> dict[str, Any]:
-        """Record `index` parsed: {feature: value} (single values unwrapped)."""
-        return {k: v[0] if len(v) == 1 else v for k, v in parse_example(self.record(index)).items()}
+    def example(self, index: int, keys: tuple[str, ...] | None = None) -> dict[str, Any]:
+        """Record `index` parsed: {feature: value} (single values unwrapped); only the features of
+        `keys` (stored keys) that it has, if given."""
+        return {k: v[0] if len(v) == 1 else v for k, v in parse_example(self.record(index), keys).items()}
 
     def image(self, index: int) -> np.ndarray:
         """Record `index`'s image decoded to a uint8 [H, W, C] array."""
@@ -172,6 +174,9 @@ class IndexedRecords:
     def encoded(self, index: int) -> tuple[bytes, Any]:
         """Record `index`'s stored image bytes and class id (beyond one label: its `target`),
         from one parse."""
+        if self._task == schema.CLASSIFICATION and self._keys_are_ours:  # the two features alone
+            example = self.example(index, (schema.ENCODED, schema.LABEL))
+            return example[schema.ENCODED], self._class_id(example, index)
         example = self._ours(self.example(index))
         if self._task != schema.CLASSIFICATION:
             return example[schema.ENCODED], self.target(example)
@@ -187,12 +192,12 @@ class IndexedRecords:
         return self._class_id(self._ours(self.example(index)), index)
 
     def _class_id(self, example: dict[str, Any], index: int) -> int:
-        task = self.manifest.header.task
-        if task != schema.CLASSIFICATION:
+        if self._task != schema.CLASSIFICATION:
             raise OptionError(
-                f"record {index} of {self.manifest.path} holds {task} labels, not one class id: read example({index})"
+                f"record {index} of {self.manifest.path} holds {self._task} labels, not one class id: "
+                f"read example({index})"
             )
-        return int(example[schema.LABEL]) - self.manifest.label_offset
+        return int(example[schema.LABEL]) - self._label_offset
 
     def _ours(self, example: dict[str, Any]) -> dict[str, Any]:
         """An example under our keys (records of an adopted folder may use others: `schema.canonical`)."""

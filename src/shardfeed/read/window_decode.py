@@ -42,7 +42,9 @@ log = logging.getLogger("shardfeed")
 SOURCES = ("window_decode.c", "fused_resize.cc", "decode_resize_batch.cc")
 LIBRARY = "window_decode.so"
 INSTEAD = "grain_dataset decodes whole JPEGs with simplejpeg and resizes them with OpenCV"
-FLAGS = {"INTEGER_ACCURATE": 2, "INTEGER_FAST": 3}  # csrc/window_decode.c's flags: as TensorFlow, fast DCT
+# csrc/window_decode.c's flags for each `DecodeOptions.dct_method`: cut as TensorFlow cuts, and
+# its fast DCT; "" is TensorFlow's default, libjpeg's JDCT_DEFAULT (the accurate one)
+FLAGS = {"INTEGER_ACCURATE": 2, "": 2, "INTEGER_FAST": 3}
 MARGIN = 72  # columns the decoder may add around a window: up to an iMCU (32 px at most) and one, a side
 
 
