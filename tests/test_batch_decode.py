@@ -18,6 +18,7 @@ from shardfeed.read import batch_decode, fused_resize
 from shardfeed.read.augment import Augment
 from shardfeed.read.decode import Preprocess
 from shardfeed.read.decoders import batch_decodable, batch_decoder
+from shardfeed.read.options import FAST_DCT
 
 pytestmark = pytest.mark.skipif(
     not JPEG_HEADERS and not batch_decode.available(), reason="no libjpeg headers (jpeglib.h) on this machine"
@@ -58,7 +59,7 @@ def _batch(jpegs: list[bytes], rng: np.random.Generator) -> tuple[list[bytes], l
 
 
 @pytest.mark.parametrize("channels", [3, 1])
-@pytest.mark.parametrize("dct_method", ["INTEGER_ACCURATE", "INTEGER_FAST"])
+@pytest.mark.parametrize("dct_method", ["INTEGER_ACCURATE", "INTEGER_FAST", ""])
 def test_the_op_equals_decode_and_crop_jpeg_then_the_fused_resize(channels: int, dct_method: str) -> None:
     """Real photos as 4:2:0, 4:4:4, progressive and grey JPEGs, 40 windows each: every value equal."""
     import tensorflow as tf
@@ -152,7 +153,7 @@ def test_load_gives_the_same_batches_by_batch_and_by_record(jpeg_shards: Path) -
                 np.testing.assert_array_equal(labels_a, labels_b)
 
 
-@pytest.mark.parametrize("dct_method", ["INTEGER_ACCURATE", "INTEGER_FAST"])
+@pytest.mark.parametrize("dct_method", ["INTEGER_ACCURATE", "INTEGER_FAST", ""])
 def test_grains_batch_decoder_gives_the_ops_values(dct_method: str) -> None:
     """`grain_dataset`'s ctypes call of the same loop (read/window_decode.py, built without
     TensorFlow) on the op's random windows, ratios and flips: every value the op's (which the
@@ -175,7 +176,8 @@ def test_grains_batch_decoder_gives_the_ops_values(dct_method: str) -> None:
             tf.constant(data), tf.constant(windows, tf.int32), tf.constant(ratios), tf.constant(flips), options
         )
         out = np.full((len(data), 56, 72, 3), 7, np.uint8)
-        got = window_decode.decode_resize(data, windows, ratios, np.array(flips, np.uint8), out, dct_method)
+        fast = dct_method in FAST_DCT
+        got = window_decode.decode_resize(data, windows, ratios, np.array(flips, np.uint8), out, fast)
         assert got is not None and got.tolist() == ok.numpy().tolist() == [True] * len(jpegs) + [False]
         np.testing.assert_array_equal(out, expected.numpy())
         assert not out[-1].any()

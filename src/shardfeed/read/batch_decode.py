@@ -24,6 +24,7 @@ from typing import Any
 
 from shardfeed.lazy import tensorflow
 from shardfeed.read import native_build
+from shardfeed.read.options import FAST_DCT
 
 SOURCES = ("window_decode.c", "fused_resize.cc", "decode_resize_batch.cc", "decode_resize_batch_op.cc")
 LIBRARY = "decode_resize_batch.so"
@@ -45,7 +46,7 @@ def decode_resize(data: Any, windows: Any, ratios: Any, flips: Any, options: Any
         height=height,
         width=width,
         channels=config.channels,
-        fast_dct=config.dct_method == "INTEGER_FAST",
+        fast_dct=config.dct_method in FAST_DCT,
     )
 
 

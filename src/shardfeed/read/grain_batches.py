@@ -32,6 +32,7 @@ from shardfeed.read import window_decode
 from shardfeed.read.augment import Augment
 from shardfeed.read.grain_targets import Targets, View
 from shardfeed.read.indexed import IndexedRecords
+from shardfeed.read.options import FAST_DCT
 from shardfeed.read.order import global_order, record_uniforms
 
 CROP_FRACTION = 0.875  # the evaluation centre crop, as `DecodeOptions.crop_fraction`
@@ -102,7 +103,7 @@ class Batches:
         every = len(rows) == len(views)
         out = images if every else np.empty((len(rows), *images.shape[1:]), np.uint8)
         ok = window_decode.decode_resize(
-            [data[row] for row in rows], windows, ratios, flips, out, self.targets.decode.dct_method
+            [data[row] for row in rows], windows, ratios, flips, out, self.targets.decode.dct_method in FAST_DCT
         )
         if ok is None:
             return list(range(len(views)))

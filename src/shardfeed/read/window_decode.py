@@ -42,9 +42,7 @@ log = logging.getLogger("shardfeed")
 SOURCES = ("window_decode.c", "fused_resize.cc", "decode_resize_batch.cc")
 LIBRARY = "window_decode.so"
 INSTEAD = "grain_dataset decodes whole JPEGs with simplejpeg and resizes them with OpenCV"
-# csrc/window_decode.c's flags for each `DecodeOptions.dct_method`: cut as TensorFlow cuts, and
-# its fast DCT; "" is TensorFlow's default, libjpeg's JDCT_DEFAULT (the accurate one)
-FLAGS = {"INTEGER_ACCURATE": 2, "": 2, "INTEGER_FAST": 3}
+AS_TENSORFLOW, FAST_DCT = 2, 1  # csrc/window_decode.c's flags: cut as TensorFlow cuts; libjpeg's fast IDCT
 MARGIN = 72  # columns the decoder may add around a window: up to an iMCU (32 px at most) and one, a side
 
 
@@ -73,11 +71,12 @@ def decode_resize(
     ratios: Sequence[int],
     flips: np.ndarray,
     out: np.ndarray,
-    dct_method: str = "INTEGER_ACCURATE",
+    fast_dct: bool = False,
 ) -> np.ndarray | None:
     """Decodes each JPEG's window [top, left, height, width] (at 1/ratio scale, in that scale's
     pixels), resizes it to `out`'s [B, H, W, 3] and mirrors it where `flips` (uint8 [B]) says,
-    into `out` (C-contiguous uint8 [B, H, W, 3]): `load`'s pixels. Returns ok (bool [B]; false where libjpeg
+    into `out` (C-contiguous uint8 [B, H, W, 3]), with libjpeg's fast IDCT if `fast_dct`
+    (`options.FAST_DCT`): `load`'s pixels. Returns ok (bool [B]; false where libjpeg
     refused or warned: that image zeros), or None where the library cannot be had."""
     library = _library()
     if library is None:
@@ -99,7 +98,7 @@ def decode_resize(
         out.shape[1],
         out.shape[2],
         3,
-        FLAGS[dct_method],
+        AS_TENSORFLOW | (FAST_DCT if fast_dct else 0),
         out.ctypes.data,
         ok.ctypes.data,
     )
