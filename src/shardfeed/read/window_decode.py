@@ -82,6 +82,7 @@ def decode_resize(
     if library is None:
         return None
     count = len(data)
+    _check_out(out, (count, *out.shape[1:3], 3))
     pointers = (ctypes.c_char_p * count)(*(d if isinstance(d, bytes) else bytes(d) for d in data))
     sizes = np.array([len(d) for d in data], np.uint64)
     boxes = np.ascontiguousarray(windows, np.int32).reshape(count, 4)
@@ -110,14 +111,22 @@ def resize_into(image: np.ndarray, out: np.ndarray, flip: bool) -> bool:
     (C-contiguous), rounded and mirrored where `flip` holds, into `out`: `load`'s fused resize,
     value for value. False where the library cannot be had."""
     library = _library()
-    if library is None or image.strides[1:] != (3, 1):
-        return False
     height, width = image.shape[:2]
+    if library is None or image.dtype != np.uint8 or image.strides[1:] != (3, 1) or image.strides[0] < 3 * width:
+        return False  # not rows of 3-byte pixels, one after another: the caller resizes its own way
+    _check_out(out, (*out.shape[:2], 3))
     out_height, out_width = out.shape[:2]
     library.shardfeed_resize_into(
         image.ctypes.data, image.strides[0], height, width, 3, out.ctypes.data, out_height, out_width, int(flip)
     )
     return True
+
+
+def _check_out(out: np.ndarray, shape: tuple[int, ...]) -> None:
+    """Raises ValueError unless `out` is a C-contiguous uint8 array of `shape` (the C code writes
+    it as such)."""
+    if out.dtype != np.uint8 or not out.flags.c_contiguous or out.shape != shape:
+        raise ValueError(f"out must be a C-contiguous uint8 array of shape {shape}, got {out.dtype} {out.shape}")
 
 
 def available() -> bool:
