@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -195,3 +196,34 @@ def test_processes_starting_together_build_once_and_later_ones_load_it(tmp_path:
     later = _use_the_op(tmp_path / "cache", compiler)
     assert "result: (3, 4, 3)" in later.stdout and "compiling" not in later.stderr
     assert calls.read_text().split() == ["build"]
+
+
+def test_a_new_build_removes_the_cache_folders_nothing_has_used_for_30_days(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Builds of older sources or TensorFlows, and old failures, go when a new build is made, once
+    no process has loaded them for `STALE_DAYS`; a library loaded since is kept (loading marks it)."""
+    from shardfeed.read import native_build
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    ops = tmp_path / "cache" / "shardfeed" / "ops"
+    old = time.time() - (native_build.STALE_DAYS + 1) * 24 * 3600
+    folders = {name: ops / name for name in ("old-build", "old-failure", "used-lately", "loaded-now")}
+    for name, folder in folders.items():
+        folder.mkdir(parents=True)
+        kept = folder / ("failed.txt" if name == "old-failure" else "kernel.so")
+        kept.write_text("x")
+        for path in (kept, folder):
+            os.utime(path, (old, old) if name != "used-lately" else None)
+    # "loaded-now": an old build a process loads now (its key is the real one's) is marked used
+    command = [shutil.which("c++") or "c++", "-O0", "-fPIC", "-shared", str(native_build.SOURCES / "fused_resize.cc")]
+    key = native_build._key(command, ("fused_resize.cc",), "")
+    os.rename(folders["loaded-now"], ops / key)
+    assert native_build.built("kernel.so", command, ("fused_resize.cc",), what="k", instead="-") is not None
+    assert (ops / key / "kernel.so").stat().st_mtime > time.time() - 60
+    assert sorted(p.name for p in ops.iterdir()) == sorted([key, "old-build", "old-failure", "used-lately"])
+
+    other = [*command, "-DSHARDFEED_OTHER_KEY"]  # a new build (another key): the stale go
+    assert native_build.built("kernel.so", other, ("fused_resize.cc",), what="k", instead="-") is not None
+    new = native_build._key(other, ("fused_resize.cc",), "")
+    assert sorted(p.name for p in ops.iterdir()) == sorted([key, new, "used-lately"])

@@ -14,16 +14,22 @@ folder); a failed build leaves `failed.txt` there, with the compiler's output, s
 processes do not try again (a changed source, library or compiler is a new key); a compiler
 killed by a signal (a run interrupted while it built) leaves nothing, and the next process builds. Each caller
 falls back to its pure path, with one warning, where no library can be had.
+
+Every process that loads a library marks it used (its modification time); when a new build is
+made, the cache's other folders that nothing has used for `STALE_DAYS` (builds for sources,
+TensorFlows or compilers since replaced, old failures) are removed, so upgrades do not pile up.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import platform
 import shutil
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +43,7 @@ log = logging.getLogger("shardfeed")
 SOURCES = Path(__file__).with_name("csrc")
 FAILED = "failed.txt"
 BUILD_TIMEOUT_S = 300
+STALE_DAYS = 30  # a cache folder nothing has used for this long goes when a new build is made
 # The fused resize's flags (and its callers'): -ffp-contract=off, no fused multiply-adds, which
 # would round differently from TensorFlow's kernel.
 OPTIMIZE = ("-O3", "-ffp-contract=off", "-fPIC", "-shared")
@@ -98,6 +105,7 @@ def _key(command: Sequence[str], sources: Sequence[str], extra: str) -> str:
 def _built(library: Path, command: Sequence[str], what: str) -> Path | None:
     """`library`, compiled now unless there (None: its build failed, now or before)."""
     if library.is_file():
+        _mark_used(library)
         return library
     folder = library.parent
     folder.mkdir(parents=True, exist_ok=True)
@@ -120,4 +128,29 @@ def _built(library: Path, command: Sequence[str], what: str) -> Path | None:
             partial.unlink(missing_ok=True)
             return None
         os.replace(partial, library)
-        return library
+    _remove_stale(folder.parent, keep=folder)
+    return library
+
+
+def _mark_used(library: Path) -> None:
+    """Sets the library's modification time to now: the cache's record of its last use."""
+    with contextlib.suppress(OSError):  # a read-only cache: nothing is pruned there either
+        os.utime(library)
+
+
+def _remove_stale(cache: Path, keep: Path) -> None:
+    """Removes the folders of `cache` (but `keep`) whose newest file is older than STALE_DAYS:
+    libraries no process has loaded for that long, failed builds as old."""
+    cutoff = time.time() - STALE_DAYS * 24 * 3600
+    for folder in cache.iterdir():
+        try:
+            stale = (
+                folder != keep
+                and folder.is_dir()
+                and folder.stat().st_mtime < cutoff  # not one another process has just made
+                and all(f.stat().st_mtime < cutoff for f in folder.iterdir())
+            )
+        except OSError:  # removed by another process meanwhile
+            continue
+        if stale:
+            shutil.rmtree(folder, ignore_errors=True)
