@@ -123,10 +123,10 @@ def resize_into(image: np.ndarray, out: np.ndarray, flip: bool) -> bool:
 
 
 def _check_out(out: np.ndarray, shape: tuple[int, ...]) -> None:
-    """Raises ValueError unless `out` is a C-contiguous uint8 array of `shape` (the C code writes
-    it as such)."""
+    """Raises TypeError (a caller's bug, not the user's) unless `out` is a C-contiguous uint8
+    array of `shape`: the C code writes it as such."""
     if out.dtype != np.uint8 or not out.flags.c_contiguous or out.shape != shape:
-        raise ValueError(f"out must be a C-contiguous uint8 array of shape {shape}, got {out.dtype} {out.shape}")
+        raise TypeError(f"out must be a C-contiguous uint8 array of shape {shape}, got {out.dtype} {out.shape}")
 
 
 def available() -> bool:
