@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from conftest import JPEG_HEADERS
 
+from shardfeed.format.folder_lock import waited
+
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL_TIMEOUT_S = 1200  # a fresh machine downloads TensorFlow; a warm pip cache takes ~1 min
 COMMAND_TIMEOUT_S = 600
@@ -34,17 +36,31 @@ def _run(command: list[str], *, cwd: Path, timeout: float = COMMAND_TIMEOUT_S) -
     return output
 
 
+def _built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from this tree, once a test run: pip builds in the tree's own build/
+    folder, where two builds at once (xdist's workers each setting up a fixture) collide
+    ("File exists: ...dist-info"), so the first builds under a lock and the others take its wheel.
+    The folder is the run's: xdist's workers share their base's parent, a run without xdist has
+    its own base."""
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shardfeed-wheel"
+    shared.mkdir(exist_ok=True)
+    with waited(str(shared / "build.lock")):
+        if not list(shared.glob("shardfeed-*.whl")):
+            _run(
+                [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(shared), str(ROOT)],
+                cwd=shared,
+                timeout=INSTALL_TIMEOUT_S,
+            )
+    (wheel,) = shared.glob("shardfeed-*.whl")
+    return wheel
+
+
 @pytest.fixture(scope="module")
 def user_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv holding the wheel built from this tree with only the `cpu` extra."""
     base = tmp_path_factory.mktemp("user_install")
-    wheels = base / "wheels"
-    _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
-        cwd=base,
-        timeout=INSTALL_TIMEOUT_S,
-    )
-    (wheel,) = wheels.glob("shardfeed-*.whl")
+    wheel = _built_wheel(tmp_path_factory)
     env_dir = base / "venv"
     venv.create(env_dir, with_pip=True, symlinks=True)
     python = env_dir / "bin" / "python"
@@ -133,10 +149,7 @@ def test_the_fused_resize_op_builds_from_the_wheels_sources(user_env: Path, tmp_
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel built from this tree."""
-    wheels = tmp_path_factory.mktemp("wheels")
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)], cwd=wheels)
-    (built,) = wheels.glob("shardfeed-*.whl")
-    return built
+    return _built_wheel(tmp_path_factory)
 
 
 def _extra_env(wheel: Path, extra: str, base: Path) -> Path:
