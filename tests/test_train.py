@@ -52,6 +52,31 @@ def test_training_learns_and_writes_the_run_folder(run_dir: Path) -> None:
     assert "phase" not in metrics  # log.csv's column, not a metric (it showed as 'phase: 1.0000' beside them)
 
 
+def test_the_model_is_the_last_epochs_and_the_best_epoch_is_named(run_dir: Path) -> None:
+    """model.keras holds the last epoch's weights (not the epoch picked on validation, whose
+    figure there would be optimistic); metrics.json names the best epoch as log.csv has it."""
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    rows = list(csv.DictReader((run_dir / "log.csv").open()))
+    scores = [float(row["val_accuracy"]) for row in rows]
+    best = max(range(len(scores)), key=lambda i: (scores[i], -i))  # the first of equals
+    assert metrics["kept_weights"] == "last"
+    assert metrics["best_epoch"] == best + 1 and metrics["best_epoch_val_accuracy"] == pytest.approx(scores[best])
+    final, last = load_model(str(run_dir / "model.keras")), load_model(str(run_dir / "checkpoints/last.keras"))
+    for a, b in zip(final.trainable_weights, last.trainable_weights, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_best_epoch_reads_the_log_by_mode(tmp_path: Path) -> None:
+    from shardfeed.training.run_folder import RunFolder
+
+    (tmp_path / "log.csv").write_text("epoch,loss,val_loss\n0,1.0,0.5\n1,0.8,0.3\n2,0.7,0.3\n3,0.6,0.4\n")
+    folder = RunFolder(str(tmp_path))
+    assert folder.best_epoch("val_loss", "min") == (2, 0.3)  # the first of two equal epochs, 1-based
+    assert folder.best_epoch("val_loss", "max") == (1, 0.5)
+    assert folder.best_epoch("val_accuracy", "max") is None  # never logged: no validation split
+    assert RunFolder(str(tmp_path / "none")).best_epoch("val_loss", "min") is None
+
+
 def test_resume_continues_from_the_saved_epoch(run_dir: Path, digits_data: tuple[Path, Path], tmp_path: Path) -> None:
     copy = shutil.copytree(run_dir, tmp_path / "run")
     metrics = train(

@@ -1,9 +1,10 @@
-"""The end-of-training check that the accuracy Keras printed is the model's.
+"""The end-of-training checks that the figures a run reports are the saved model's.
 
 Keras' training accuracy is measured in training mode (augmented images, dropout, BatchNorm on
 batch statistics); the model runs in inference mode. `train` re-scores up to `INFERENCE_SAMPLE`
 training images in inference mode and warns when that, the printed figure and the validation
-accuracy disagree (docs/training.md, 'Honest numbers').
+accuracy disagree (docs/training.md, 'Honest numbers'); `kept_weights` says which epoch's weights
+model.keras holds, and which epoch scored best on validation.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import math
 from typing import Any
 
 from shardfeed.training.inputs import RunInputs
+from shardfeed.training.objectives import Objective
+from shardfeed.training.run_folder import RunFolder
 
 log = logging.getLogger("shardfeed")
 INFERENCE_SAMPLE = 1024  # training images re-scored in inference mode at the end
@@ -79,3 +82,33 @@ def saved_model_validation(net: Any, val_ds: Any, recomputed: int, metric: str =
         return {}
     scores = net.evaluate(val_ds, verbose=0, return_dict=True)
     return {f"val_{metric}": float(scores[metric]), "val_loss": float(scores["loss"])}
+
+
+def kept_weights(
+    folder: RunFolder, objective: Objective, metrics: dict[str, Any], validation: str | None
+) -> dict[str, Any]:
+    """Which weights model.keras holds, said: always the last epoch's, as Keras' fit leaves them.
+
+    The best validation epoch is saved as checkpoints/best.keras but not swapped in: it was
+    chosen on the validation split, so its figure there overstates what the model scores on new
+    images (the figure an `EarlyStopping(restore_best_weights=True)` run reports). When the best
+    epoch beats the last, the log says so and where its file is. `metrics`: the run's final ones.
+    """
+    metric, mode = objective.metric, objective.mode
+    best = folder.best_epoch(f"val_{metric}", mode) if validation else None
+    if best is None:
+        return {"kept_weights": "last"}
+    epoch, value = best
+    last = metrics.get(f"val_{metric}")
+    if last is not None and (value > last if mode == "max" else value < last):
+        log.info(
+            "model.keras: the last epoch's weights (validation %s %.4f); epoch %d scored %.4f and is saved as "
+            "checkpoints/best.keras, not used: picked on the %r split, its figure there is optimistic (score it on "
+            "another split: evaluate RUN --model-file checkpoints/best.keras --split NAME)",
+            metric,
+            last,
+            epoch,
+            value,
+            validation,
+        )
+    return {"kept_weights": "last", "best_epoch": epoch, f"best_epoch_val_{metric}": value}

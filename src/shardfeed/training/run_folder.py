@@ -18,6 +18,7 @@ report.html                   `shardfeed report RUN_DIR`
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -217,6 +218,19 @@ class RunFolder:
             return {}
         with open(self.file(METRICS)) as f:
             return dict(json.load(f))
+
+    def best_epoch(self, monitor: str, mode: str) -> tuple[int, float] | None:
+        """The epoch (1-based) with the best `monitor` in log.csv (the first of equals) and its
+        value; mode 'max' or 'min'. None when no epoch logged it (no validation split)."""
+        if not os.path.exists(self.file(LOG)):
+            return None
+        with open(self.file(LOG), newline="") as f:
+            rows = [row for row in csv.DictReader(f) if row.get(monitor) not in (None, "")]
+        if not rows:
+            return None
+        values = [float(row[monitor]) for row in rows]
+        pick = values.index(max(values) if mode == "max" else min(values))
+        return int(rows[pick]["epoch"]) + 1, values[pick]
 
     def completed_epochs(self) -> int:
         """Epochs already logged in log.csv (the epoch to resume at)."""

@@ -35,7 +35,12 @@ from shardfeed.training.fine_tune import (
     set_phase,
 )
 from shardfeed.training.imbalance import balanced_class_weights
-from shardfeed.training.inference_check import final_metrics, inference_check, saved_model_validation
+from shardfeed.training.inference_check import (
+    final_metrics,
+    inference_check,
+    kept_weights,
+    saved_model_validation,
+)
 from shardfeed.training.inputs import RunInputs
 from shardfeed.training.model_choice import resolved
 from shardfeed.training.models import build_model, load_model
@@ -307,6 +312,7 @@ class _TrainingRun:
                 folder=self.folder,
             ),
         }
+        metrics.update(kept_weights(self.folder, self.objective, metrics, validation))
         self.folder.write_metrics(metrics)
         plot_curves(self.folder.path, self.folder.file(CURVES))
         return metrics
