@@ -7,7 +7,7 @@ any augmentation mostly slows a short run down. The rule, measured in docs/train
 
 - fewer than `TINY_SET` training images: 'none';
 - images whose median shorter side is at least `PHOTO_SIDE` px: 'inception';
-- otherwise (small images): 'light' (shifts of a few pixels);
+- otherwise (small images): 'light' (shifts of a few pixels, small turns);
 - segmentation masks (past `TINY_SET`): 'inception', whose crops and flips the masks follow
   (`load` refuses shifts and rotations for them);
 - boxes: 'flip' (horizontal flips alone), whatever the count: the detector's measured setting
@@ -59,8 +59,8 @@ def choose_augment(
         )
     return AugmentChoice(
         "light",
-        f"small images (median shorter side {side:g} px < {photo_side}): small shifts, as random-resized crops "
-        "would cut the object away",
+        f"small images (median shorter side {side:g} px < {photo_side}): small shifts and turns, as "
+        "random-resized crops would cut the object away",
     )
 
 
