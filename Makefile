@@ -22,8 +22,9 @@ $(STAMP): pyproject.toml
 	$(FUSED_RESIZE)
 	touch $(STAMP)
 
+# ARGS: the demo's own options, e.g. make demo ARGS="--seed 3" (python -m shardfeed.training.demo --help)
 demo: install
-	$(PY) -m shardfeed.training.demo
+	$(PY) -m shardfeed.training.demo $(ARGS)
 
 # Boxes end to end: COCO sample data -> convert -> train (KerasHub's RetinaNet) -> evaluate -> predict.
 demo-detection: install
