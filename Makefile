@@ -42,9 +42,12 @@ typecheck: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d site
 
+# --durations=10: every run ends with the ten slowest tests (above pytest's closing line, which
+# gives the suite's wall time), so a new slow one is seen the day it lands. PYTEST_ARGS adds
+# options, e.g. PYTEST_ARGS="--durations=40" or PYTEST_ARGS="-k train"
 test: lint typecheck docs
 	$(FUSED_RESIZE)
-	$(VENV)/bin/pytest -n 2 -q
+	$(VENV)/bin/pytest -n 2 -q --durations=10 $(PYTEST_ARGS)
 
 # Optional: NVIDIA DALI for decoding on the GPU (decoder="dali", train --decode-on gpu); see the script.
 dali: install
