@@ -305,10 +305,12 @@ def test_image_paths_in_table_rows_stay_inside_the_dataset(scratch: Path) -> Non
         assert len(requests) >= 1  # the opt-in fetches what the row names
 
 
-def test_a_class_name_with_a_line_break_is_refused_in_one_line(scratch: Path) -> None:
-    """labels.txt and TFDS' label file hold one name a line: 'cat\\nrm' would make two classes."""
+@pytest.mark.parametrize("name", ["dog\nrm -rf", "dog\u2028rm -rf"])
+def test_a_class_name_with_a_line_break_is_refused_in_one_line(scratch: Path, name: str) -> None:
+    """labels.txt and TFDS' label file hold one name a line: 'cat\\nrm' would make two classes,
+    and so would U+2028 for a Python reader (str.splitlines)."""
     images = _jpegs(2)
-    rows = ["path,label"] + [f'{i}.jpg,"{name}"' for i, name in enumerate(("cat", "dog\nrm -rf"))]
+    rows = ["path,label"] + [f'{i}.jpg,"{label}"' for i, label in enumerate(("cat", name))]
     for i, data in enumerate(images):
         (scratch / "src" / f"{i}.jpg").write_bytes(data)
     (scratch / "src" / "list.csv").write_text("\n".join(rows) + "\n")
@@ -316,4 +318,20 @@ def test_a_class_name_with_a_line_break_is_refused_in_one_line(scratch: Path) ->
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "holds a line break or control character" in last, done.stderr
+    assert f"U+{ord(name[3]):04X}" in last
     assert not (scratch / "out" / "labels.txt").exists()
+
+
+def test_every_character_a_reader_breaks_lines_at_or_acts_on_is_refused_in_a_class_name() -> None:
+    """Python's str.splitlines is the oracle for line breaks (it splits at U+0085, U+2028, U+001C,
+    ...); C1 controls (a terminal takes U+009B for ESC [) and bidirectional controls (U+202E
+    reverses what a terminal shows) are refused too; other text, accents and CJK included, is not."""
+    from shardfeed.format.confinement import text_refusal
+
+    breaks = [c for c in map(chr, range(0x3000)) if len(f"a{c}b".splitlines()) > 1]
+    assert {"\n", "\x85", "\u2028", "\u2029", "\x1c"} <= set(breaks)
+    acted_on = ["\x9b", "\x1b", "\x7f", "\u202e", "\u202a", "\u2066", "\u2069", "\u200f", "\u061c"]
+    for c in breaks + acted_on:
+        assert text_refusal(f"dog{c}cat") is not None, repr(c)
+    for fine in ("cat", "café au lait", "猫", "Ελληνικά", "a-b_c (d)", "x\u00a0y"):
+        assert text_refusal(fine) is None, fine

@@ -22,6 +22,11 @@ import re
 # Split names end up in shard file names and manifests: TFDS' own rule for them is `\w+`; `-` too.
 SPLIT_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# What cannot stand in one line of a text file for every reader: C0 and C1 controls and DEL (a
+# terminal acts on \x9b as on ESC [), the separators Python's str.splitlines also breaks at
+# (U+0085 is a C1 control; U+2028, U+2029), and the bidirectional controls that reorder what a
+# terminal or an editor shows (U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069: "Trojan Source")
+_NOT_ONE_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def split_refusal(name: object) -> str | None:
@@ -60,7 +65,9 @@ def inside(folder: str, path: str) -> bool:
 
 
 def text_refusal(value: str, what: str = "class name") -> str | None:
-    """Why `value` cannot be written as one line of a text file (labels.txt), or None."""
-    if _CONTROL.search(value):
-        return f"{what} {value[:80]!r} holds a line break or control character"
+    """Why `value` cannot be written as one line of a text file (labels.txt), or None: it holds
+    a character some reader splits lines at or acts on (`_NOT_ONE_LINE`), named in the reason."""
+    found = _NOT_ONE_LINE.search(value)
+    if found:
+        return f"{what} {value[:80]!r} holds a line break or control character (U+{ord(found.group()):04X})"
     return None
