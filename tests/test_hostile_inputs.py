@@ -335,3 +335,97 @@ def test_every_character_a_reader_breaks_lines_at_or_acts_on_is_refused_in_a_cla
         assert text_refusal(f"dog{c}cat") is not None, repr(c)
     for fine in ("cat", "café au lait", "猫", "Ελληνικά", "a-b_c (d)", "x\u00a0y"):
         assert text_refusal(fine) is None, fine
+
+
+def _yolo(root: Path, names: str | None = "cat\ndog\n", data_yaml: str | None = None) -> Path:
+    """A YOLO folder as Ultralytics' docs lay one out: images/, labels/ (class x y w h, fractions),
+    and classes.txt and/or data.yaml."""
+    for sub in ("images", "labels"):
+        (root / sub).mkdir(parents=True)
+    for i, data in enumerate(_jpegs(2)):
+        (root / "images" / f"{i}.jpg").write_bytes(data)
+        (root / "labels" / f"{i}.txt").write_text(f"{i} 0.5 0.5 0.25 0.25\n")
+    if names is not None:
+        (root / "classes.txt").write_text(names)
+    if data_yaml is not None:
+        (root / "data.yaml").write_text(data_yaml)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("classes.txt a FIFO", "not a regular file: a FIFO"),
+        ("data.yaml linked to /dev/zero", "a link that leads outside the dataset's folder (to '/dev/zero')"),
+        ("ImageSets/Main/train.txt a FIFO", "not a regular file: a FIFO"),
+    ],
+)
+def test_a_dataset_file_that_would_hang_or_never_end_is_refused_in_one_line(
+    scratch: Path, case: str, expected: str
+) -> None:
+    """A FIFO blocked the conversion forever; /dev/zero grew to 5.3 GB and a MemoryError. Each in
+    a real process under a timeout: exit 1, one line naming the file, nothing written."""
+    src = scratch / "src" / "data"
+    if case.startswith("ImageSets"):
+        for sub in ("Annotations", "JPEGImages", "ImageSets/Main"):
+            (src / sub).mkdir(parents=True)
+        (src / "JPEGImages" / "0.jpg").write_bytes(_jpegs(1)[0])
+        os.mkfifo(src / "ImageSets" / "Main" / "train.txt")
+    elif case.startswith("classes.txt"):
+        _yolo(src, names=None)
+        os.mkfifo(src / "classes.txt")
+    else:
+        _yolo(src)
+        (src / "data.yaml").symlink_to("/dev/zero")
+    done, peak = _convert(scratch, "src/data", "out")
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and expected in last and "Traceback" not in done.stderr, done.stderr
+    assert peak < 2_000_000  # KiB: nothing read whole
+    assert not (scratch / "out" / "manifest.json").exists()
+
+
+def test_class_lists_and_yaml_linked_outside_or_malformed_are_refused_not_used(scratch: Path) -> None:
+    """A classes.txt linked to a file outside the folder became the class names; YAML aliases
+    ran 90 s to 3.5 GB; a names mapping with mixed key types was a TypeError traceback; None and
+    lists were stringified into names. Each is one SourceError naming the file (the Python API)."""
+    from shardfeed import ConvertOptions, convert
+    from shardfeed.errors import SourceError
+
+    (scratch / "victim" / "names.txt").write_text("secret\nnames\n")
+    linked = _yolo(scratch / "src" / "linked", names=None)
+    (linked / "classes.txt").symlink_to(scratch / "victim" / "names.txt")
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    cases = {
+        linked: "a link that leads outside the dataset's folder",
+        _yolo(scratch / "src" / "aliases", names=None, data_yaml=bomb + "names: [cat, dog]\n"): "YAML aliases",
+        _yolo(scratch / "src" / "mixed", names=None, data_yaml="names: {0: cat, '1': dog}\n"): "`names` must list",
+        _yolo(scratch / "src" / "none", names=None, data_yaml="names: [cat, null]\n"): "`names` must list",
+        _yolo(scratch / "src" / "lists", names=None, data_yaml="names: [cat, [dog]]\n"): "`names` must list",
+    }
+    for folder, expected in cases.items():
+        with pytest.raises(SourceError, match=None) as raised:
+            convert(str(folder), str(scratch / "out" / folder.name), ConvertOptions(), workers=1, progress=False)
+        message = str(raised.value)
+        assert expected in message and "\n" not in message, message
+        assert not (scratch / "out" / folder.name / "labels.txt").exists()
+    digits = _yolo(scratch / "src" / "digits", names=None, data_yaml="names: [0, 1]\n")  # unquoted digit names
+    convert(str(digits), str(scratch / "out" / "digits"), ConvertOptions(split="train=1"), workers=1, progress=False)
+    assert (scratch / "out" / "digits" / "labels.txt").read_text().split() == ["0:0", "1:1"]
+
+
+def test_coco_annotations_that_are_not_an_object_are_refused_in_one_line(scratch: Path) -> None:
+    from shardfeed import ConvertOptions, convert
+    from shardfeed.errors import SourceError
+
+    (scratch / "src" / "list.json").write_text("[1, 2, 3]")
+    (scratch / "src" / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    for name, expected in (("list.json", "is a JSON object; this is a list"), ("deep.json", "not a readable COCO")):
+        with pytest.raises(SourceError) as raised:
+            convert(
+                str(scratch / "src" / name), str(scratch / "out" / name), ConvertOptions(), workers=1, progress=False
+            )
+        assert expected in str(raised.value), raised.value

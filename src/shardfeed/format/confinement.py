@@ -19,6 +19,14 @@ import os
 import posixpath
 import re
 
+from shardfeed.format import fileio
+
+# Caps on the files a dataset names for its own use, checked from the file's size before it is
+# read (a class list or data.yaml linked to /dev/zero grew to 5.3 GB before a MemoryError):
+MAX_LIST_BYTES = 64 << 20  # classes.txt, obj.names, ImageSets/Main/*.txt: names, one a line
+MAX_YAML_BYTES = 1 << 20  # data.yaml: a few paths and class names
+MAX_JSON_BYTES = 4 << 30  # COCO annotations: instances_train2017.json is 448 MB, LVIS's ~1.1 GB
+
 # Split names end up in shard file names and manifests: TFDS' own rule for them is `\w+`; `-` too.
 SPLIT_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -62,6 +70,23 @@ def inside(folder: str, path: str) -> bool:
     """True when the local `path`, its links followed, lies inside `folder` (links followed too)."""
     root = os.path.realpath(folder)
     return os.path.commonpath([root, os.path.realpath(path)]) == root
+
+
+def read_inside(root: str, path: str, max_bytes: int, limit: str) -> bytes:
+    """The bytes of `path`, a file the dataset in `root` names for its own use (a class list,
+    data.yaml, a split list, an annotation file): read only when it is a regular file of at most
+    `max_bytes` (`limit` says what that is, for the message) and, local, inside `root` once links
+    are resolved: a linked classes.txt became the class names, a FIFO hung the conversion.
+
+    Raises:
+        fileio.UnusableFileError: outside `root`, not a regular file, or too large (the reason).
+        OSError: it cannot be read.
+    """
+    if not fileio.is_remote(path) and not fileio.is_remote(root) and not inside(root, path):
+        raise fileio.UnusableFileError(
+            f"a link that leads outside the dataset's folder (to {os.path.realpath(path)!r}); copy the file into it"
+        )
+    return fileio.read_regular(path, max_bytes, limit)
 
 
 def text_refusal(value: str, what: str = "class name") -> str | None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from shardfeed.errors import SourceError
 from shardfeed.format import fileio
 from shardfeed.format.annotations import SourceObjects
-from shardfeed.format.confinement import split_refusal, text_refusal
+from shardfeed.format.confinement import MAX_LIST_BYTES, read_inside, split_refusal, text_refusal
 from shardfeed.format.schema import CLASSIFICATION
 
 # Top-level folder (or file name prefix) names that mark an already split layout.
@@ -135,14 +135,17 @@ def sorted_labels(names: set[str]) -> list[str]:
     return sorted(names)
 
 
-def read_class_names(path: str) -> list[str]:
+def read_class_names(path: str, root: str) -> list[str]:
     """The class names of a text file of one name a line (line i names class id i; blank lines
-    and a BOM ignored): classes.txt of segmentation, VOC and YOLO folders.
+    and a BOM ignored): classes.txt of segmentation, VOC and YOLO folders, read as a file of the
+    dataset in `root` (`confinement.read_inside`: inside it, a regular file, size-capped).
 
     Raises:
-        SourceError: empty, a name twice, or a name with a control character.
+        SourceError: unreadable, outside `root`, not a regular file, too large, not UTF-8,
+            empty, a name twice, or a name with a control character.
     """
-    names = [line.strip() for line in fileio.read_bytes(path).decode("utf-8-sig").splitlines() if line.strip()]
+    names = [line.strip() for line in read_text_inside(root, path, MAX_LIST_BYTES, "a class list").splitlines()]
+    names = [name for name in names if name]
     if not names:
         raise SourceError(f"{path} names no class (one name a line: line i is class id i)")
     twice = sorted({n for n in names if names.count(n) > 1})
@@ -152,6 +155,23 @@ def read_class_names(path: str) -> list[str]:
         if refusal := text_refusal(name):
             raise SourceError(f"{path}: {refusal}")
     return names
+
+
+def read_text_inside(root: str, path: str, max_bytes: int, what: str) -> str:
+    """The UTF-8 text (a BOM dropped) of a file the dataset in `root` names for its own use
+    (`confinement.read_inside`); `what` names it in the size message.
+
+    Raises:
+        SourceError: the file and why it cannot be read.
+    """
+    try:
+        return read_inside(root, path, max_bytes, f"{what} needs").decode("utf-8-sig")
+    except fileio.UnusableFileError as e:
+        raise SourceError(f"{path}: not read: {e}") from None
+    except UnicodeDecodeError as e:
+        raise SourceError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise SourceError(f"{path}: cannot be read: {e}") from None
 
 
 def file_item(base: str, key: str, label: int, split: str | None, objects: SourceObjects | None = None) -> Item:

@@ -97,10 +97,15 @@ class CocoSource:
         Raises:
             SourceError: not JSON, or without images/annotations/categories lists.
         """
-        try:
-            data = json.loads(fileio.read_bytes(self.annotations))
-        except (OSError, ValueError) as e:
+        try:  # a regular file, sized first: a FIFO hung, /dev/zero never ended
+            raw = fileio.read_regular(self.annotations, confinement.MAX_JSON_BYTES, "a COCO annotations file needs")
+            data = json.loads(raw)
+        except (OSError, ValueError, RecursionError) as e:
             raise SourceError(f"{self.annotations}: not a readable COCO annotations file: {e}") from None
+        if not isinstance(data, dict):
+            raise SourceError(
+                f"{self.annotations}: a COCO annotations file is a JSON object; this is a {type(data).__name__}"
+            )
         missing = [k for k in ("images", "annotations", "categories") if not isinstance(data.get(k), list)]
         if missing:
             raise SourceError(f"{self.annotations}: a COCO annotations file has lists {missing}; it has {sorted(data)}")

@@ -77,7 +77,7 @@ class SegmentationSource:
             SourceError: over 255 classes (mask pixels are 8-bit, 255 meaning ignored).
         """
         path = fileio.join(self.root, CLASSES_FILE)
-        names = read_class_names(path)
+        names = read_class_names(path, self.root)
         if len(names) > 255:
             raise SourceError(f"{path} names {len(names)} classes; masks of 8-bit ids hold at most 255 (255: ignored)")
         return names

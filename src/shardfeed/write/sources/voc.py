@@ -29,7 +29,7 @@ from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio
 from shardfeed.format.annotations import SourceObjects, key_number
 from shardfeed.format.schema import DETECTION, object_attribute
-from shardfeed.write.items import Discovery, Item, file_item, read_class_names
+from shardfeed.write.items import Discovery, Item, file_item, read_class_names, read_text_inside
 from shardfeed.write.sources.segmentation import CLASSES_FILE
 
 ANNOTATIONS_DIR, IMAGES_DIR, SPLITS_DIR = "Annotations", "JPEGImages", "ImageSets/Main"
@@ -79,7 +79,7 @@ class VocSource:
                 parsed[rel] = result
         given = fileio.exists(fileio.join(self.root, CLASSES_FILE))
         names = (
-            read_class_names(fileio.join(self.root, CLASSES_FILE))
+            read_class_names(fileio.join(self.root, CLASSES_FILE), self.root)
             if given
             else sorted({n for p in parsed.values() for n in p.names})
         )
@@ -152,7 +152,7 @@ class VocSource:
             return None
         splits: dict[str, str] = {}
         for listed, path in present.items():
-            for line in fileio.read_bytes(path).decode("utf-8-sig").splitlines():
+            for line in read_text_inside(self.root, path, confinement.MAX_LIST_BYTES, "a split list").splitlines():
                 if not (name := line.split()[0] if line.split() else ""):
                     continue
                 if splits.setdefault(name, listed) != listed:

@@ -26,9 +26,9 @@ from typing import Any
 from shardfeed.errors import SourceError
 from shardfeed.format import fileio
 from shardfeed.format.annotations import SourceObjects, key_number
-from shardfeed.format.confinement import text_refusal
+from shardfeed.format.confinement import MAX_YAML_BYTES, text_refusal
 from shardfeed.format.schema import DETECTION
-from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, Item, file_item, read_class_names
+from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, Item, file_item, read_class_names, read_text_inside
 from shardfeed.write.sources.segmentation import CLASSES_FILE, IMAGES_DIR
 
 LABELS_DIR, DATA_YAML = "labels", "data.yaml"
@@ -98,18 +98,31 @@ class YoloSource:
         """
         path = fileio.join(self.root, DATA_YAML)
         if not fileio.exists(path):
-            return read_class_names(fileio.join(self.root, CLASSES_FILE))
+            return read_class_names(fileio.join(self.root, CLASSES_FILE), self.root)
         import yaml  # PyYAML, a dependency: only YOLO folders need it
 
+        text = read_text_inside(self.root, path, MAX_YAML_BYTES, "a data.yaml")
         try:
-            data: Any = yaml.safe_load(fileio.read_bytes(path))
+            # aliases refused before anything is built: 486 bytes of nested aliases took 90 s and 3.5 GB
+            if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader)):
+                raise SourceError(f"{path}: YAML aliases (*name) are not read in a data.yaml; write the values out")
+            data: Any = yaml.safe_load(text)
         except yaml.YAMLError as e:
             raise SourceError(f"{path}: not readable YAML: {e}") from None
         names = data.get("names") if isinstance(data, dict) else None
-        if isinstance(names, dict) and sorted(names) == list(range(len(names))):
+        if isinstance(names, dict) and all(type(k) is int for k in names) and sorted(names) == list(range(len(names))):
             names = [names[i] for i in range(len(names))]
-        if not isinstance(names, list) or not names or len({str(n) for n in names}) != len(names):
-            raise SourceError(f"{path}: `names` must list each class once (or map ids 0..K-1 to names), got {names!r}")
+        # a name is text, or a whole number YAML read from an unquoted digit name ('0' for digits)
+        if (
+            not isinstance(names, list)
+            or not names
+            or not all(isinstance(n, str) or type(n) is int for n in names)
+            or len({str(n) for n in names}) != len(names)
+        ):
+            shown = repr(names)[:200]
+            raise SourceError(
+                f"{path}: `names` must list each class once, as text (or map ids 0..K-1 to names), got {shown}"
+            )
         for name in names:
             if refusal := text_refusal(str(name)):
                 raise SourceError(f"{path}: {refusal}")
