@@ -93,6 +93,19 @@ def test_manifest_entries_outside_the_folder_are_refused_before_anything_is_read
     assert requests == []
 
 
+@pytest.mark.parametrize("depth", [40, 100_000])
+def test_a_deeply_nested_manifest_is_refused_in_one_line(folder: Path, depth: int) -> None:
+    """A RecursionError traceback in info, verify, show, report and load: deeper than any walker's
+    stack (100,000: json's own decoder gives up) or deeper than a manifest ever nests (40)."""
+    if depth < 900:
+        _edit(folder, lambda m: m.__setitem__("extra", json.loads("[" * depth + "]" * depth)))
+    else:
+        text = (folder / "manifest.json").read_text().rstrip()
+        (folder / "manifest.json").write_text(text[:-1] + ', "deep": ' + "[" * depth + "]" * depth + "}")
+    for command in (("info", str(folder)), ("verify", str(folder)), ("show", str(folder), "-o", str(folder / "s.png"))):
+        _one_line_refusal(_run(*command), "manifest.json", "nests deeper" if depth < 900 else "not valid JSON")
+
+
 def test_a_split_name_that_is_a_path_is_refused(folder: Path) -> None:
     _edit(folder, lambda m: m["splits"].__setitem__("../../x", m["splits"].pop("train")))
     _one_line_refusal(_run("info", str(folder)), "manifest.json", "split name '../../x'")

@@ -249,6 +249,7 @@ def _has_image(names: list[str]) -> bool:
 
 
 REQUIRED = ("source", "settings", "labels", "splits")
+MAX_MANIFEST_DEPTH = 32  # JSON nesting: a manifest's deepest value is 5 levels down
 MAX_MANIFEST_BYTES = 512 * 2**20  # a manifest of a million shards is ~300 MB; anything larger is not one
 SHARD_FIELDS = frozenset(("file", "index_file", "num_records", "num_bytes", "sha256"))
 COUNTS = ("num_records", "num_bytes")
@@ -360,11 +361,16 @@ def read(path: str, *, check: bool = True) -> Manifest:
         data = json.loads(fileio.read_regular(file, MAX_MANIFEST_BYTES, "a manifest of a million shards takes"))
     except fileio.UnusableFileError as e:
         raise ManifestError(f"{file} cannot be read as a manifest: {e}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise ManifestError(
             f"{file} is not valid JSON ({e}): it was damaged or edited; `shardfeed convert SOURCE {folder} "
             "--overwrite` writes it again"
-        ) from e
+        ) from None
+    if too_deep(data, MAX_MANIFEST_DEPTH):  # before anything walks it: a RecursionError in every reader
+        raise ManifestError(
+            f"{file} is not a shardfeed manifest: its JSON nests deeper than {MAX_MANIFEST_DEPTH} levels "
+            "(a manifest nests 5); it was damaged or edited"
+        )
     if not isinstance(data, dict):
         raise ManifestError(f"{file} is not a shardfeed manifest (a JSON {type(data).__name__}, not an object)")
     if data.get("format") != FORMAT_NAME:
@@ -393,3 +399,18 @@ def opened(source: str | Manifest) -> Manifest:
     """The manifest of a converted folder, or `source` itself when it is one already read (so a
     caller holding the manifest never makes a reader read it again)."""
     return source if isinstance(source, Manifest) else read(source)
+
+
+def too_deep(value: Any, limit: int) -> bool:
+    """Whether `value` (parsed JSON) nests lists and objects deeper than `limit`, found without
+    recursion (a walker that recurses is what deep nesting breaks)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
