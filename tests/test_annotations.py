@@ -195,6 +195,25 @@ def test_every_annotation_is_kept_clipped_or_skipped_with_its_reason() -> None:
     assert all("not a finite, non-negative number of pixels" in s.reason for s in checked.skipped)
 
 
+def test_a_box_that_is_empty_in_float32_is_skipped_as_empty_never_stored_flat() -> None:
+    """10.0000001 - 10.0 passes a float64 check, but records hold float32 (10.0 both) divided by
+    the side in float32: it was stored with xmin == xmax. It is skipped as empty, by both the
+    per-box check and the clean-boxes path (no record features for the image as it is)."""
+    from shardfeed.format.annotations import SourceObjects
+
+    flat = (10.0, 10.0, 10.0000001, 20.0)
+    assert flat[2] > flat[0] and np.float32(flat[2]) == np.float32(flat[0])  # the premise, independently
+    for boxes, index in (([flat], 0), ([(1.0, 1.0, 5.0, 5.0), flat], 1), ([flat, (-4.0, 1.0, 5.0, 5.0)], 0)):
+        checked = check_objects(boxes, [0] * len(boxes), width=640, height=480, num_classes=1)
+        assert [s.index for s in checked.skipped] == [index], checked.skipped
+        assert "empty" in checked.skipped[0].reason
+        assert (checked.objects.boxes[:, 2] > checked.objects.boxes[:, 0]).all()
+    edge = check_objects([(0.0, 10.0, 0.0, 20.0)], [0], width=640, height=480, num_classes=1)  # on the left edge
+    assert "empty (no width or no height)" in edge.skipped[0].reason  # was "wholly outside"
+    source = SourceObjects(boxes=(flat,), classes=(0,), is_crowd=(False,), areas=(None,), ids=(1,), source_id=1)
+    assert clean_object_features(source, width=640, height=480, class_names=["a"], label_offset=0) is None
+
+
 def test_an_image_of_clean_boxes_is_kept_as_the_per_box_check_keeps_it() -> None:
     """`check_objects` keeps an image whose boxes need nothing clipped or skipped in one go; what
     it keeps must be what it keeps box by box. One more annotation it must skip (NaN) sends the

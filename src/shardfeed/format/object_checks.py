@@ -111,6 +111,8 @@ def _all_clean(
             # NaN fails every comparison, so a box with one is not clean
             if not (0 <= xmin < xmax <= width and 0 <= ymin < ymax <= height and 0 <= label < num_classes):
                 return False
+            if empty_when_stored(xmin, ymin, xmax, ymax, width, height):
+                return False
         return areas is None or all(a is None or is_pixel_area(a) for a in areas)
     except (ValueError, TypeError):  # a box of another length than 4, a class that is not a number
         return False
@@ -135,10 +137,14 @@ def _refusal(
         return f"box {list(box)}: a coordinate is not a number"
     if xmax < xmin or ymax < ymin:
         return f"box {list(box)}: inverted (xmax < xmin or ymax < ymin)"
+    if xmax == xmin or ymax == ymin:  # a line or a point, wherever it is: empty, not "outside"
+        return f"box {list(box)}: empty (no width or no height)"
     if xmax <= 0 or ymax <= 0 or xmin >= width or ymin >= height:
         return f"box {list(box)}: wholly outside the {width} x {height} image"
     if min(xmax, width) - max(xmin, 0) <= 0 or min(ymax, height) - max(ymin, 0) <= 0:
         return f"box {list(box)}: empty (no width or no height)"
+    if empty_when_stored(max(xmin, 0), max(ymin, 0), min(xmax, width), min(ymax, height), width, height):
+        return f"box {list(box)}: empty as stored (its width or height rounds to 0 in float32)"
     if not 0 <= label < num_classes:
         return f"class {label} is outside 0..{num_classes - 1}"
     if area is not None and not is_pixel_area(area):
@@ -150,6 +156,15 @@ def _refusal(
     if mask is not None and tuple(np.shape(mask)) != (height, width):
         return f"mask of shape {tuple(np.shape(mask))} for a {width} x {height} image (shape ({height}, {width}))"
     return None
+
+
+def empty_when_stored(xmin: float, ymin: float, xmax: float, ymax: float, width: int, height: int) -> bool:
+    """Whether a box inside a W x H image has no width or no height as records store it: float32
+    pixels, then float32 fractions of the side (`annotations.record_features`). A box checked in
+    float64 alone passed as not empty and was stored with xmin == xmax."""
+    pixels = array("f", (xmin, ymin, xmax, ymax))
+    stored = array("f", (pixels[0] / width, pixels[1] / height, pixels[2] / width, pixels[3] / height))
+    return not (stored[0] < stored[2] and stored[1] < stored[3])
 
 
 def _kept(
