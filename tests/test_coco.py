@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -573,3 +574,59 @@ def test_an_area_that_is_no_number_of_pixels_is_skipped_with_its_reason(tmp_path
     coffee = decoded(out)["images/coffee.png"]
     assert coffee["groundtruth_area"].tolist() == [7200.0] and coffee["groundtruth_classes"].tolist() == [1]
     frames(coffee["image"], coffee["groundtruth_boxes"][0], BLUE, tolerance=0)
+
+
+def test_coco_files_of_the_wrong_shape_are_refused_naming_the_entry(coco: Path, tmp_path: Path) -> None:
+    """A string id, an entry that is a list, a name that is a number, repeated category ids: each
+    was a traceback or a silent merge; each is one SourceError naming the JSON path."""
+    from shardfeed.errors import SourceError
+
+    good = json.loads(coco.read_text())
+    edits = {
+        "images[1].id: expected a whole number, got '2'": lambda d: d["images"][1].__setitem__("id", "2"),
+        "images[0]: expected an object, got list": lambda d: d["images"].__setitem__(0, [1]),
+        "images[2].file_name: expected text, got None": lambda d: d["images"][2].__setitem__("file_name", None),
+        "categories[1].name: expected text, got 7": lambda d: d["categories"][1].__setitem__("name", 7),
+        "categories[0].id: expected a whole number, got True": lambda d: d["categories"][0].__setitem__("id", True),
+        "annotations[3]: expected an object, got str": lambda d: d["annotations"].__setitem__(3, "x"),
+        "category ids repeat: [1]": lambda d: d["categories"].append({"id": 1, "name": "another"}),
+    }
+    for expected, edit in edits.items():
+        document = json.loads(json.dumps(good))
+        edit(document)
+        (tmp_path / "src").mkdir(exist_ok=True)
+        path = tmp_path / "src" / f"edited-{len(expected)}.json"
+        path.write_text(json.dumps(document))
+        with pytest.raises(SourceError) as raised:
+            convert(str(path), str(tmp_path / "out"), ConvertOptions(split="train=1"), progress=False)
+        assert expected in str(raised.value), (expected, str(raised.value))
+        assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_an_image_id_or_file_listed_twice_is_reported_never_merged(coco: Path, tmp_path: Path) -> None:
+    """Two entries with one id: the earlier was in no shard and not in report.json, its boxes on
+    the later's pixels. One file under two ids: written twice with different boxes. Now every
+    such entry and its annotations are in report.json with the reason, the rest converted; an
+    annotation whose image_id is a list is reported, not a TypeError."""
+    shutil.copytree(coco.parent, tmp_path / "coco")
+    Image.fromarray(photos()["rocket"]).save(tmp_path / "coco" / "images" / "rocket.png")
+    document = json.loads(coco.read_text())
+    document["images"].append({"id": 1, "file_name": "rocket.png", "height": 427, "width": 640})  # id 1 again
+    document["images"].append({"id": 7, "file_name": "astronaut.png", "height": 512, "width": 512})  # a file again
+    document["annotations"].append({"id": 300, "image_id": [2], "category_id": 1, "bbox": [1, 1, 2, 2]})
+    path = tmp_path / "coco" / "twice.json"
+    path.write_text(json.dumps(document))
+    out = tmp_path / "out"
+    source = CocoSource(str(path), str(tmp_path / "coco" / "images"))
+    convert(source, str(out), ConvertOptions(split="train=1"), progress=False)
+    report = json.loads((out / "report.json").read_text())
+    reasons = {s["file"]: s["reason"] for s in report["skipped"]}
+    assert "names 2 entries of images" in reasons["twice.json: image 1 (chelsea.png)"]
+    assert "names 2 entries of images" in reasons["twice.json: image 1 (rocket.png)"]
+    assert "listed under ids [3, 7]" in reasons["twice.json: image 3 (astronaut.png)"]
+    assert "listed under ids [3, 7]" in reasons["twice.json: image 7 (astronaut.png)"]
+    assert "image_id [2] is not in images" in reasons["twice.json: annotation 300"]
+    assert "twice.json: annotation 100" in reasons and "names 2 entries" in reasons["twice.json: annotation 100"]
+    records = IndexedRecords(str(out), "train")
+    names = [records.example(i, (schema.FILENAME,))[schema.FILENAME].decode() for i in range(len(records))]
+    assert names == ["coffee.png"]  # image 2: its id and its file each once

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 from shardfeed import lazy
@@ -53,10 +53,15 @@ class CocoSource:
         names, category_ids = self._categories(data)
         skipped: list[tuple[str, str]] = []
         by_image: dict[int, list[tuple[dict[str, Any], Box]]] = defaultdict(list)
-        listed = {int(entry["id"]): entry for entry in data["images"]}
+        listed, ambiguous = self._images(data["images"], skipped)
         for index, annotation in enumerate(data["annotations"]):
             image_id = annotation.get("image_id")
-            usable = image_id in listed and annotation.get("category_id") in category_ids
+            if _is_id(image_id) and image_id in ambiguous:
+                where = f"{posixpath.basename(self.annotations)}: annotation {annotation.get('id', index)}"
+                skipped.append((where, f"image_id {image_id}: {ambiguous[image_id]}"))
+                continue
+            category_id = annotation.get("category_id")
+            usable = _is_id(image_id) and image_id in listed and _is_id(category_id) and category_id in category_ids
             if usable and (box := coco_box(annotation.get("bbox"))) is not None:
                 by_image[int(image_id)].append((annotation, box))
                 continue
@@ -79,17 +84,46 @@ class CocoSource:
         masks = tuple(MASK_TYPES.items()) if self.masks else ()
         return Discovery(self.kind, self.root, items, self.root, names, skipped, task=DETECTION, object_features=masks)
 
+    def _images(
+        self, images: list[dict[str, Any]], skipped: list[tuple[str, str]]
+    ) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+        """Image id -> entry for the images whose id and file each name one entry, and id -> why
+        for the others: two entries with one id (the earlier was lost and its boxes went on the
+        later's pixels) or one file under two ids (written twice with different boxes). Those
+        entries go to `skipped` with the reason, and so do their annotations (`discover`)."""
+        ids = Counter(int(e["id"]) for e in images)
+        files = defaultdict(list)
+        for entry in images:
+            files[entry["file_name"]].append(int(entry["id"]))
+        ambiguous = {
+            i: f"id {i} names {n} entries of images: which one its annotations belong to cannot be told"
+            for i, n in ids.items()
+            if n > 1
+        }
+        for name, shared in files.items():
+            if len(set(shared)) > 1:
+                for i in shared:
+                    ambiguous.setdefault(
+                        i, f"file {name!r} is listed under ids {sorted(set(shared))}: one file, two sets of annotations"
+                    )
+        where = posixpath.basename(self.annotations)
+        for entry in images:
+            if int(entry["id"]) in ambiguous:
+                skipped.append((f"{where}: image {entry['id']} ({entry['file_name']})", ambiguous[int(entry["id"])]))
+        return {int(e["id"]): e for e in images if int(e["id"]) not in ambiguous}, ambiguous
+
     def _unusable(
         self, annotation: dict[str, Any], index: int, listed: dict[int, Any], category_ids: dict[Any, int]
     ) -> tuple[str, str]:
         """(where, why) for an annotation that names no listed image or category, or has no
         usable bbox (the report's entry for it)."""
         where = f"{posixpath.basename(self.annotations)}: annotation {annotation.get('id', index)}"
-        if annotation.get("image_id") not in listed:
-            return where, f"image_id {annotation.get('image_id')!r} is not in images"
-        if annotation.get("category_id") not in category_ids:
-            return where, f"category_id {annotation.get('category_id')!r} is not in categories"
-        return where, f"bbox {annotation.get('bbox')!r} is not [x, y, width, height]"
+        image_id, category_id = annotation.get("image_id"), annotation.get("category_id")
+        if not _is_id(image_id) or image_id not in listed:
+            return where, f"image_id {image_id!r:.80} is not in images"
+        if not _is_id(category_id) or category_id not in category_ids:
+            return where, f"category_id {category_id!r:.80} is not in categories"
+        return where, f"bbox {annotation.get('bbox')!r:.80} is not [x, y, width, height]"
 
     def _read(self) -> dict[str, Any]:
         """The annotations file, its three lists checked.
@@ -109,10 +143,15 @@ class CocoSource:
         missing = [k for k in ("images", "annotations", "categories") if not isinstance(data.get(k), list)]
         if missing:
             raise SourceError(f"{self.annotations}: a COCO annotations file has lists {missing}; it has {sorted(data)}")
+        if problem := shape_problem(data):
+            raise SourceError(f"{self.annotations}: {problem}")
         return dict(data)
 
     def _categories(self, data: dict[str, Any]) -> tuple[list[str], dict[Any, int]]:
         """Class names in COCO id order, and COCO category id -> class id."""
+        repeated = sorted(i for i, n in Counter(c["id"] for c in data["categories"]).items() if n > 1)
+        if repeated:
+            raise SourceError(f"{self.annotations}: category ids repeat: {repeated}; each category once")
         categories = sorted(data["categories"], key=lambda c: int(c["id"]))
         names = [str(c["name"]) for c in categories]
         if len(set(names)) != len(names):
@@ -120,6 +159,35 @@ class CocoSource:
                 f"{self.annotations}: category names repeat: {sorted({n for n in names if names.count(n) > 1})}"
             )
         return names, {c["id"]: i for i, c in enumerate(categories)}
+
+
+def _is_id(value: Any) -> bool:
+    """A COCO id: a whole number as json reads one (True and False are not)."""
+    return type(value) is int
+
+
+def shape_problem(data: dict[str, Any]) -> str | None:
+    """The first entry of a COCO file's images, categories and annotations lists that is not the
+    shape the reader takes, as 'JSON path: what was expected', or None. Checked before anything
+    is read from them (a string id, a list for an entry or a missing name were tracebacks)."""
+    for index, entry in enumerate(data["images"]):
+        if not isinstance(entry, dict):
+            return f"images[{index}]: expected an object, got {type(entry).__name__}"
+        if not _is_id(entry.get("id")):
+            return f"images[{index}].id: expected a whole number, got {entry.get('id')!r:.80}"
+        if not isinstance(entry.get("file_name"), str):
+            return f"images[{index}].file_name: expected text, got {entry.get('file_name')!r:.80}"
+    for index, entry in enumerate(data["categories"]):
+        if not isinstance(entry, dict):
+            return f"categories[{index}]: expected an object, got {type(entry).__name__}"
+        if not _is_id(entry.get("id")):
+            return f"categories[{index}].id: expected a whole number, got {entry.get('id')!r:.80}"
+        if not isinstance(entry.get("name"), str):
+            return f"categories[{index}].name: expected text, got {entry.get('name')!r:.80}"
+    for index, entry in enumerate(data["annotations"]):
+        if not isinstance(entry, dict):
+            return f"annotations[{index}]: expected an object, got {type(entry).__name__}"
+    return None
 
 
 Box = tuple[float, float, float, float]
