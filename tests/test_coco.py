@@ -630,3 +630,69 @@ def test_an_image_id_or_file_listed_twice_is_reported_never_merged(coco: Path, t
     records = IndexedRecords(str(out), "train")
     names = [records.example(i, (schema.FILENAME,))[schema.FILENAME].decode() for i in range(len(records))]
     assert names == ["coffee.png"]  # image 2: its id and its file each once
+
+
+def test_compressed_rle_runs_read_as_pycocotools_writes_them() -> None:
+    """`compressed_runs` against masks pycocotools encodes; the runs computed independently from
+    the mask (column-major, a run of 0s first)."""
+    from pycocotools import mask as mask_api
+
+    from shardfeed.write.images.masks import compressed_runs
+
+    rng = np.random.default_rng(3)
+    for shape in ((7, 5), (40, 30), (400, 600)):
+        for density in (0.0, 0.02, 0.5, 1.0):
+            mask = (rng.random(shape) < density).astype(np.uint8)
+            flat = mask.flatten(order="F")
+            runs = np.diff([0, *(np.flatnonzero(np.diff(flat)) + 1), flat.size]).tolist()
+            runs = runs if flat[0] == 0 else [0, *runs]
+            assert compressed_runs(mask_api.encode(np.asfortranarray(mask))["counts"].decode()) == runs
+    assert compressed_runs("\x7f") is None and compressed_runs("P") is None  # outside the alphabet; cut short
+
+
+def test_segmentations_that_would_crash_pycocotools_are_reported_annotations(tmp_path: Path) -> None:
+    """A NaN or 1e308 in a polygon killed a worker with a segmentation fault (BrokenProcessPool,
+    nothing written); a polygon of strings or a negative RLE count ended the conversion; 1.6 M
+    points took 1.47 GB. Each is now a skipped annotation with its reason, the image and its
+    good object converted."""
+    from pycocotools import mask as mask_api
+
+    root = tmp_path / "data"
+    (root / "images").mkdir(parents=True)
+    pixels = photos()["coffee"].copy()  # 600 x 400
+    pixels[100:200, 100:250] = BLUE
+    Image.fromarray(pixels).save(root / "images" / "scene.png")
+    good = [100, 100, 250, 100, 250, 200, 100, 200]
+    overshoot = mask_api.encode(np.asfortranarray(np.ones((401, 600), np.uint8)))["counts"].decode()
+    bad = {
+        2: ([[1.0, 2.0, math.nan, 4.0, 5.0, 6.0]], "not a finite number (nan)"),
+        3: ([[1.0, 2.0, 1e308, 4.0, 5.0, 6.0]], "reaches far outside the 600 x 400 image"),
+        4: ([["1", "2", "3", "4", "5", "6"]], "not a finite number ('1')"),
+        5: ([list(np.tile([10.0, 10.0, 20.0, 10.0], 60_000))], "polygons of more than 100,000 points"),
+        6: ({"size": [400, 600], "counts": [-5, 240_005]}, "RLE counts hold a negative run"),
+        7: ({"size": [400, 600], "counts": [5, 10]}, "RLE runs cover 15 pixels, not the image's 240,000"),
+        8: ({"size": [400, 600], "counts": overshoot}, "RLE runs cover 240,600 pixels"),
+        9: ({"size": [400, 600], "counts": "~~~\x7f"}, "not COCO's run-length string"),
+    }
+    annotations = [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [100, 100, 150, 100], "segmentation": [good]}]
+    annotations += [
+        {"id": i, "image_id": 1, "category_id": 1, "bbox": [100, 100, 150, 100], "segmentation": seg}
+        for i, (seg, _) in bad.items()
+    ]
+    document = {
+        "images": [{"id": 1, "file_name": "scene.png", "width": 600, "height": 400}],
+        "annotations": annotations,
+        "categories": [{"id": 1, "name": "square"}],
+    }
+    (root / "instances.json").write_text(json.dumps(document))  # NaN as Python's json writes it
+    out = tmp_path / "out"
+    source = CocoSource(str(root / "instances.json"), str(root / "images"), masks=True)
+    convert(source, str(out), ConvertOptions(split="train=1"), progress=False)
+    report = json.loads((out / "report.json").read_text())
+    reasons = {s["annotation"]: s["reason"] for s in report["skipped_annotations"]}
+    assert sorted(reasons) == sorted(bad)
+    for i, (_, expected) in bad.items():
+        assert expected in reasons[i], (i, reasons[i])
+    (record,) = decoded(out).values()
+    (mask,) = record["groundtruth_instance_masks"].astype(bool)
+    assert mask[110:190, 110:240].all() and not mask[:90].any() and not mask[210:].any()

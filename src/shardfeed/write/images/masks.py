@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -115,27 +116,96 @@ def instance_masks(
     return out
 
 
+MAX_POLYGON_POINTS = 100_000  # an annotation's polygons together; COCO's have a few hundred (1.6 M took 1.47 GB)
+
+
 def _coco_mask(mask_api: Any, segmentation: Any, height: int, width: int) -> np.ndarray | str:
-    """One COCO segmentation drawn on a `width` x `height` image: 0/1 uint8 [H, W], or why not."""
+    """One COCO segmentation drawn on a `width` x `height` image: 0/1 uint8 [H, W], or why not.
+
+    Everything is checked before pycocotools' C code sees it (`polygon_problem`, `rle_problem`):
+    a NaN or 1e308 in a polygon killed the worker with a segmentation fault, a negative count or
+    a polygon of strings ended the whole conversion."""
     if isinstance(segmentation, list):  # polygons [[x1, y1, x2, y2, ...], ...]
-        polygons = [[float(v) for v in p] for p in segmentation if isinstance(p, list) and len(p) >= 6]
-        if not polygons or len(polygons) != len(segmentation) or any(len(p) % 2 for p in polygons):
-            return "a polygon is not 3 or more (x, y) points"
+        if problem := polygon_problem(segmentation, height, width):
+            return problem
+        polygons = [[float(v) for v in p] for p in segmentation]
         rle = mask_api.merge(mask_api.frPyObjects(polygons, height, width))
     elif isinstance(segmentation, dict) and {"counts", "size"} <= segmentation.keys():  # RLE
-        if list(segmentation["size"]) != [height, width]:
-            return f"RLE of size {segmentation['size']} for a {width} x {height} image (size [{height}, {width}])"
+        size = segmentation["size"]
+        if not isinstance(size, list) or size != [height, width]:
+            return f"RLE of size {size!r:.40} for a {width} x {height} image (size [{height}, {width}])"
+        if problem := rle_problem(segmentation["counts"], height * width):
+            return problem
         counts = segmentation["counts"]
         if isinstance(counts, list):  # uncompressed (COCO's crowd regions)
-            rle = mask_api.frPyObjects(segmentation, height, width)
+            rle = mask_api.frPyObjects({"size": [height, width], "counts": counts}, height, width)
         else:
-            rle = {"size": [height, width], "counts": str(counts).encode()}
+            rle = {"size": [height, width], "counts": counts.encode()}
     else:
         return "no segmentation (polygons or RLE) to make its mask from"
     try:
         return np.ascontiguousarray(mask_api.decode(rle), dtype=np.uint8)
     except Exception as e:  # pycocotools raises bare Exceptions on bad RLE
         return f"its RLE cannot be decoded ({e})"
+
+
+def polygon_problem(polygons: list[Any], height: int, width: int) -> str | None:
+    """Why COCO polygons cannot be drawn on a W x H image, or None: each a list of 3 or more
+    (x, y) points of finite numbers within one image size of the image on every side, at most
+    `MAX_POLYGON_POINTS` points in all."""
+    if not polygons or not all(isinstance(p, list) and len(p) >= 6 and len(p) % 2 == 0 for p in polygons):
+        return "a polygon is not 3 or more (x, y) points"
+    if sum(len(p) for p in polygons) > 2 * MAX_POLYGON_POINTS:
+        return f"polygons of more than {MAX_POLYGON_POINTS:,} points"
+    for polygon in polygons:
+        for v in polygon:
+            if type(v) not in (int, float) or not math.isfinite(v):
+                return f"a polygon coordinate is not a finite number ({v!r:.40})"
+        xs, ys = polygon[0::2], polygon[1::2]
+        if min(xs) < -width or max(xs) > 2 * width or min(ys) < -height or max(ys) > 2 * height:
+            return f"a polygon reaches far outside the {width} x {height} image"
+    return None
+
+
+def rle_problem(counts: Any, pixels: int) -> str | None:
+    """Why an RLE's `counts` (a list, or COCO's compressed string) cannot be decoded into a mask
+    of `pixels` pixels, or None: whole non-negative runs that add up to the pixels exactly (C
+    code writes as many pixels as the runs say)."""
+    if isinstance(counts, str):
+        runs = compressed_runs(counts)
+        if runs is None:
+            return "its compressed RLE is not COCO's run-length string"
+    elif isinstance(counts, list) and all(type(c) is int for c in counts):
+        runs = counts
+    else:
+        return "RLE counts are neither whole numbers nor COCO's compressed string"
+    if any(run < 0 for run in runs):
+        return "RLE counts hold a negative run"
+    if sum(runs) != pixels:
+        return f"RLE runs cover {sum(runs):,} pixels, not the image's {pixels:,}"
+    return None
+
+
+def compressed_runs(text: str) -> list[int] | None:
+    """The runs of COCO's compressed RLE string (pycocotools' rleFrString, in Python), or None
+    for a string that is not one (a character outside its alphabet, a run cut short)."""
+    runs: list[int] = []
+    position = 0
+    while position < len(text):
+        value, shift, more = 0, 0, True
+        while more:
+            if position >= len(text) or not 48 <= ord(text[position]) < 48 + 64:
+                return None
+            c = ord(text[position]) - 48
+            value |= (c & 0x1F) << (5 * shift)
+            more = bool(c & 0x20)
+            position, shift = position + 1, shift + 1
+            if not more and c & 0x10:
+                value |= -1 << (5 * shift)
+        if len(runs) > 2:
+            value += runs[-2]
+        runs.append(value)
+    return runs
 
 
 def _ids(data: bytes, name: str) -> Image.Image:
