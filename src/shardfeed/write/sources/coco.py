@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import posixpath
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from shardfeed import lazy
@@ -166,27 +167,30 @@ def _is_id(value: Any) -> bool:
     return type(value) is int
 
 
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+# What the reader takes of each entry of the three lists: (field, test, what the test wants)
+_SHAPES: dict[str, tuple[tuple[str, Callable[[Any], bool], str], ...]] = {
+    "images": (("id", _is_id, "a whole number"), ("file_name", _is_text, "text")),
+    "categories": (("id", _is_id, "a whole number"), ("name", _is_text, "text")),
+    "annotations": (),  # their fields are checked one by one, each bad one a reported annotation
+}
+
+
 def shape_problem(data: dict[str, Any]) -> str | None:
     """The first entry of a COCO file's images, categories and annotations lists that is not the
-    shape the reader takes, as 'JSON path: what was expected', or None. Checked before anything
-    is read from them (a string id, a list for an entry or a missing name were tracebacks)."""
-    for index, entry in enumerate(data["images"]):
-        if not isinstance(entry, dict):
-            return f"images[{index}]: expected an object, got {type(entry).__name__}"
-        if not _is_id(entry.get("id")):
-            return f"images[{index}].id: expected a whole number, got {entry.get('id')!r:.80}"
-        if not isinstance(entry.get("file_name"), str):
-            return f"images[{index}].file_name: expected text, got {entry.get('file_name')!r:.80}"
-    for index, entry in enumerate(data["categories"]):
-        if not isinstance(entry, dict):
-            return f"categories[{index}]: expected an object, got {type(entry).__name__}"
-        if not _is_id(entry.get("id")):
-            return f"categories[{index}].id: expected a whole number, got {entry.get('id')!r:.80}"
-        if not isinstance(entry.get("name"), str):
-            return f"categories[{index}].name: expected text, got {entry.get('name')!r:.80}"
-    for index, entry in enumerate(data["annotations"]):
-        if not isinstance(entry, dict):
-            return f"annotations[{index}]: expected an object, got {type(entry).__name__}"
+    shape the reader takes (`_SHAPES`), as 'JSON path: what was expected', or None. Checked
+    before anything is read from them (a string id, a list for an entry or a missing name were
+    tracebacks)."""
+    for key, fields in _SHAPES.items():
+        for index, entry in enumerate(data[key]):
+            if not isinstance(entry, dict):
+                return f"{key}[{index}]: expected an object, got {type(entry).__name__}"
+            for field, test, wanted in fields:
+                if not test(entry.get(field)):
+                    return f"{key}[{index}].{field}: expected {wanted}, got {entry.get(field)!r:.80}"
     return None
 
 
