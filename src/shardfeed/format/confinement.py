@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+from typing import Any
 
 from shardfeed.format import fileio
 
@@ -96,3 +97,18 @@ def text_refusal(value: str, what: str = "class name") -> str | None:
     if found:
         return f"{what} {value[:80]!r} holds a line break or control character (U+{ord(found.group()):04X})"
     return None
+
+
+def too_deep(value: Any, limit: int) -> bool:
+    """Whether `value` (parsed JSON, from data someone else wrote) nests lists and objects deeper
+    than `limit`, found without recursion (a walker that recurses is what deep nesting breaks)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False

@@ -366,10 +366,9 @@ def read(path: str, *, check: bool = True) -> Manifest:
             f"{file} is not valid JSON ({e}): it was damaged or edited; `shardfeed convert SOURCE {folder} "
             "--overwrite` writes it again"
         ) from None
-    if too_deep(data, MAX_MANIFEST_DEPTH):  # before anything walks it: a RecursionError in every reader
+    if confinement.too_deep(data, MAX_MANIFEST_DEPTH):  # before anything walks it: a RecursionError in every reader
         raise ManifestError(
-            f"{file} is not a shardfeed manifest: its JSON nests deeper than {MAX_MANIFEST_DEPTH} levels "
-            "(a manifest nests 5); it was damaged or edited"
+            f"{file} is not a shardfeed manifest: its JSON nests deeper than {MAX_MANIFEST_DEPTH} levels"
         )
     if not isinstance(data, dict):
         raise ManifestError(f"{file} is not a shardfeed manifest (a JSON {type(data).__name__}, not an object)")
@@ -399,18 +398,3 @@ def opened(source: str | Manifest) -> Manifest:
     """The manifest of a converted folder, or `source` itself when it is one already read (so a
     caller holding the manifest never makes a reader read it again)."""
     return source if isinstance(source, Manifest) else read(source)
-
-
-def too_deep(value: Any, limit: int) -> bool:
-    """Whether `value` (parsed JSON) nests lists and objects deeper than `limit`, found without
-    recursion (a walker that recurses is what deep nesting breaks)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        for child in children:
-            if isinstance(child, dict | list):
-                if depth + 1 > limit:
-                    return True
-                stack.append((child, depth + 1))
-    return False
