@@ -214,6 +214,30 @@ def test_a_box_that_is_empty_in_float32_is_skipped_as_empty_never_stored_flat() 
     assert clean_object_features(source, width=640, height=480, class_names=["a"], label_offset=0) is None
 
 
+def test_the_thin_box_gate_never_passes_a_box_that_rounds_to_nothing() -> None:
+    """`empty_when_stored` rounds only boxes thinner than 2^-20 of their far edge; over boxes of
+    every thinness down to 2^-60 of the edge, its answer is the float32 rounding's own."""
+    import random
+    from array import array
+
+    from shardfeed.format.object_checks import empty_when_stored
+
+    def rounded_flat(xmin: float, ymin: float, xmax: float, ymax: float, width: int, height: int) -> bool:
+        p = array("f", (xmin, ymin, xmax, ymax))
+        s = array("f", (p[0] / width, p[1] / height, p[2] / width, p[3] / height))
+        return not (s[0] < s[2] and s[1] < s[3])
+
+    rng, flat = random.Random(1), 0
+    for _ in range(20_000):
+        width, height = rng.choice((1, 7, 640, 65535)), rng.choice((1, 480, 3000))
+        x, y = rng.uniform(0, width), rng.uniform(0, height)
+        box = (x, y, min(x + x * 2 ** -rng.uniform(0, 60), width), min(y + 5, height))
+        if box[2] > box[0]:
+            assert empty_when_stored(*box, width, height) == rounded_flat(*box, width, height), (box, width)
+            flat += rounded_flat(*box, width, height)
+    assert flat > 1000  # the sample holds many boxes that do round to nothing
+
+
 def test_an_image_of_clean_boxes_is_kept_as_the_per_box_check_keeps_it() -> None:
     """`check_objects` keeps an image whose boxes need nothing clipped or skipped in one go; what
     it keeps must be what it keeps box by box. One more annotation it must skip (NaN) sends the
