@@ -58,8 +58,7 @@ class CocoSource:
         for index, annotation in enumerate(data["annotations"]):
             image_id = annotation.get("image_id")
             if _is_id(image_id) and image_id in ambiguous:
-                where = f"{posixpath.basename(self.annotations)}: annotation {annotation.get('id', index)}"
-                skipped.append((where, f"image_id {image_id}: {ambiguous[image_id]}"))
+                skipped.append((self._annotation(annotation, index), f"image_id {image_id}: {ambiguous[image_id]}"))
                 continue
             category_id = annotation.get("category_id")
             usable = _is_id(image_id) and image_id in listed and _is_id(category_id) and category_id in category_ids
@@ -92,39 +91,44 @@ class CocoSource:
         for the others: two entries with one id (the earlier was lost and its boxes went on the
         later's pixels) or one file under two ids (written twice with different boxes). Those
         entries go to `skipped` with the reason, and so do their annotations (`discover`)."""
-        ids = Counter(int(e["id"]) for e in images)
-        files = defaultdict(list)
-        for entry in images:
-            files[entry["file_name"]].append(int(entry["id"]))
+        # ids and file names are whole numbers and text here (`shape_problem`)
         ambiguous = {
             i: f"id {i} names {n} entries of images: which one its annotations belong to cannot be told"
-            for i, n in ids.items()
+            for i, n in Counter(e["id"] for e in images).items()
             if n > 1
         }
-        for name, shared in files.items():
-            if len(set(shared)) > 1:
-                for i in shared:
-                    ambiguous.setdefault(
-                        i, f"file {name!r} is listed under ids {sorted(set(shared))}: one file, two sets of annotations"
-                    )
-        where = posixpath.basename(self.annotations)
+        ids_of: dict[str, set[int]] = defaultdict(set)
         for entry in images:
-            if int(entry["id"]) in ambiguous:
-                skipped.append((f"{where}: image {entry['id']} ({entry['file_name']})", ambiguous[int(entry["id"])]))
-        return {int(e["id"]): e for e in images if int(e["id"]) not in ambiguous}, ambiguous
+            ids_of[entry["file_name"]].add(entry["id"])
+        for name, ids in ids_of.items():
+            if len(ids) == 1:
+                continue
+            for i in ids:
+                ambiguous.setdefault(
+                    i, f"file {name!r} is listed under ids {sorted(ids)}: one file, two sets of annotations"
+                )
+        where = posixpath.basename(self.annotations)
+        skipped += [
+            (f"{where}: image {e['id']} ({e['file_name']})", ambiguous[e["id"]]) for e in images if e["id"] in ambiguous
+        ]
+        return {e["id"]: e for e in images if e["id"] not in ambiguous}, ambiguous
 
     def _unusable(
         self, annotation: dict[str, Any], index: int, listed: dict[int, Any], category_ids: dict[Any, int]
     ) -> tuple[str, str]:
         """(where, why) for an annotation that names no listed image or category, or has no
         usable bbox (the report's entry for it)."""
-        where = f"{posixpath.basename(self.annotations)}: annotation {annotation.get('id', index)}"
+        where = self._annotation(annotation, index)
         image_id, category_id = annotation.get("image_id"), annotation.get("category_id")
         if not _is_id(image_id) or image_id not in listed:
             return where, f"image_id {image_id!r:.80} is not in images"
         if not _is_id(category_id) or category_id not in category_ids:
             return where, f"category_id {category_id!r:.80} is not in categories"
         return where, f"bbox {annotation.get('bbox')!r:.80} is not [x, y, width, height]"
+
+    def _annotation(self, annotation: dict[str, Any], index: int) -> str:
+        """How report.json names an annotation: the file and its id (its place where it has none)."""
+        return f"{posixpath.basename(self.annotations)}: annotation {str(annotation.get('id', index))[:80]}"
 
     def _read(self) -> dict[str, Any]:
         """The annotations file, its three lists checked.
