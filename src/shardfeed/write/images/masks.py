@@ -134,9 +134,9 @@ def _coco_mask(mask_api: Any, segmentation: Any, height: int, width: int) -> np.
         size = segmentation["size"]
         if not isinstance(size, list) or size != [height, width]:
             return f"RLE of size {size!r:.40} for a {width} x {height} image (size [{height}, {width}])"
-        if problem := rle_problem(segmentation["counts"], height * width):
-            return problem
         counts = segmentation["counts"]
+        if problem := rle_problem(counts, height * width):
+            return problem
         if isinstance(counts, list):  # uncompressed (COCO's crowd regions)
             rle = mask_api.frPyObjects({"size": [height, width], "counts": counts}, height, width)
         else:
