@@ -72,3 +72,36 @@ def test_this_host_reports_what_tensorflow_and_the_installed_packages_see() -> N
     host = this_host()
     assert host.gpu == bool(tf.config.list_physical_devices("GPU")) and host.dali == dali.installed()
     assert host.cores >= 1
+
+
+def test_the_models_rate_is_timed_on_the_model_and_leaves_it_as_it_was() -> None:
+    """After `fit`, the model is timed on its own train function (no copy traced again) and
+    every variable a step moves comes back: weights, the dropout's seed, Adam's moments and step
+    count, the metrics. The next epoch then trains exactly as it would have without the probe."""
+    import keras
+    import numpy as np
+
+    from shardfeed.tools.bottleneck import model_rate
+
+    def fitted() -> keras.Model:
+        keras.utils.set_random_seed(0)
+        net = keras.Sequential(
+            [keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dropout(0.5), keras.layers.Dense(4)]
+        )
+        net.compile(
+            keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["acc"]
+        )
+        net.fit(images, labels, batch_size=8, epochs=1, verbose=0)
+        return net
+
+    rng = np.random.default_rng(0)
+    images, labels = rng.random((32, 8, 8, 3)).astype("float32"), rng.integers(0, 4, 32)
+    probed, plain = fitted(), fitted()
+    state = [v.numpy() for v in [*probed.variables, *probed.optimizer.variables, *probed.metrics_variables]]
+    assert model_rate(probed, (images[:8], labels[:8]), steps=4, warmup=1) > 0
+    after = [v.numpy() for v in [*probed.variables, *probed.optimizer.variables, *probed.metrics_variables]]
+    assert all(np.array_equal(a, b) for a, b in zip(state, after, strict=True))
+    for net in (probed, plain):
+        net.fit(images, labels, batch_size=8, epochs=1, verbose=0)
+    for a, b in zip(probed.variables, plain.variables, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -31,14 +31,53 @@ PROBE_BATCHES = 10  # batches timed by train's probe
 
 
 def model_rate(model: Any, batch: tuple[Any, Any], *, steps: int = 20, warmup: int = 3) -> float:
-    """Images per second of training steps of a copy of `model` on one in-memory batch.
+    """Images per second of training steps of `model` on one in-memory batch; its weights,
+    optimizer and metrics are as they were after.
 
-    A clone is trained (with the model's own loss when it is compiled, else a classifier's), so
-    `model`'s weights and optimizer state are untouched. A model with a `compile` of its own (a
-    KerasHub task: the detector, with its own losses) is cloned by its class, which compiles it
-    with them; `clone_model` would make a plain functional model without its loss.
+    A model `fit` has already trained on TensorFlow (train's probe) is timed itself, on the train
+    function `fit` traced, and every variable a step moves is put back (`_on_the_model`): a copy
+    would be traced again, which for the detector took longer than its first epochs. Otherwise
+    (not compiled or not yet trained, JAX or PyTorch, batches split between devices) a copy is trained
+    (`_on_a_copy`).
     """
+    import keras
+
     tf = tensorflow()
+    on_the_model = (
+        keras.backend.backend() == "tensorflow"
+        and getattr(model, "train_function", None) is not None
+        and model.distribute_strategy.num_replicas_in_sync == 1
+    )
+    timed = _on_the_model if on_the_model else _on_a_copy
+    images = batch[0]
+    data = tf.data.Dataset.from_tensors((images, batch[1])).cache().repeat()
+    times = timed(model, data, warmup + steps)
+    seconds = max(times[-1] - times[warmup - 1], 1e-9)
+    return steps * int(images.shape[0]) / seconds
+
+
+def _on_the_model(model: Any, data: Any, count: int) -> list[float]:
+    """The end times of `count` steps of `model`'s own train function on `data`; every variable a
+    step moves (weights and seed states, the optimizer's, the metrics') is restored after."""
+    moved = [*model.variables, *model.optimizer.variables, *model.metrics_variables]
+    saved = [v.numpy() for v in moved]
+    steps = iter(data)
+    times: list[float] = []
+    try:
+        for _ in range(count):
+            model.train_function(steps)
+            times.append(time.perf_counter())
+    finally:
+        for variable, value in zip(moved, saved, strict=True):
+            variable.assign(value)
+    return times
+
+
+def _on_a_copy(model: Any, data: Any, count: int) -> list[float]:
+    """The end times of `count` training steps of a copy of `model` on `data`, with the model's own
+    loss when it is compiled, else a classifier's. A model with a `compile` of its own (a KerasHub
+    task: the detector, with its own losses) is copied by its class, which compiles it with them;
+    `clone_model` would make a plain functional model without its loss."""
     import keras
 
     if type(model).compile is not keras.Model.compile:
@@ -49,17 +88,14 @@ def model_rate(model: Any, batch: tuple[Any, Any], *, steps: int = 20, warmup: i
             getattr(model, "loss", None) or keras.losses.SparseCategoricalCrossentropy()
         )  # its own (multi-label: BCE)
         clone.compile(optimizer=keras.optimizers.Adam(), loss=loss)
-    images, labels = batch[0], batch[1]
-    data = tf.data.Dataset.from_tensors((images, labels)).cache().repeat()
     times: list[float] = []
 
     class Clock(keras.callbacks.Callback):
         def on_train_batch_end(self, step: int, logs: Any = None) -> None:
             times.append(time.perf_counter())
 
-    clone.fit(data, steps_per_epoch=warmup + steps, epochs=1, verbose=0, callbacks=[Clock()])
-    seconds = max(times[-1] - times[warmup - 1], 1e-9)
-    return steps * int(images.shape[0]) / seconds
+    clone.fit(data, steps_per_epoch=count, epochs=1, verbose=0, callbacks=[Clock()])
+    return times
 
 
 @dataclass(frozen=True)
