@@ -9,7 +9,7 @@ EXTRAS ?= cpu,dev,docs
 # (src/shardfeed/read/native_build.py); where one cannot be built, a warning, and its pure path runs
 FUSED_RESIZE := SHARDFEED_QUIET_TF=1 $(PY) -c "from shardfeed.read import batch_decode, fused_resize, window_decode; fused_resize.available(); window_decode.available(); batch_decode.available()"
 
-.PHONY: install demo demo-detection test lint typecheck docs bench clean dali
+.PHONY: install demo demo-detection test test-quick lint typecheck docs bench clean dali
 
 install: $(STAMP)
 
@@ -45,9 +45,17 @@ docs: install
 # --durations=10: every run ends with the ten slowest tests (above pytest's closing line, which
 # gives the suite's wall time), so a new slow one is seen the day it lands. PYTEST_ARGS adds
 # options, e.g. PYTEST_ARGS="--durations=40" or PYTEST_ARGS="-k train"
+# --dist loadscope: a worker takes a whole module, so a module's fixtures (a trained run) are built
+# once; tests/conftest.py orders the modules costliest first (docs/tests.md: where the time goes).
 test: lint typecheck docs
 	$(FUSED_RESIZE)
-	$(VENV)/bin/pytest -n 2 -q --durations=10 $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n 2 --dist loadscope -q --durations=10 $(PYTEST_ARGS)
+
+# The loop while iterating (under 5 minutes on 2 cores): lint and every test not marked slow
+# (training runs, fresh processes, servers); `make test` runs them all.
+test-quick: lint
+	$(FUSED_RESIZE)
+	$(VENV)/bin/pytest -n 2 --dist loadscope -q -m "not slow" --durations=10 $(PYTEST_ARGS)
 
 # Optional: NVIDIA DALI for decoding on the GPU (decoder="dali", train --decode-on gpu); see the script.
 dali: install

@@ -64,6 +64,39 @@ def png_bytes(image: Image.Image) -> bytes:
     return buffer.getvalue()
 
 
+# seconds per module in a recent full run (scripts/test_costs.py --write): the suite's order
+MODULE_COSTS = Path(__file__).with_name("module_costs.json")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The costliest modules first, as a recent run measured them (MODULE_COSTS; a module not in
+    it last), each module's tests in file order. `make test`'s workers take whole modules
+    (`--dist loadscope`: a module's fixtures, a trained run, are built once), and longest first
+    leaves no long module for one worker to finish alone at the end. A stable sort of the same
+    collection: the same order on every worker, as xdist requires."""
+    costs = json.loads(MODULE_COSTS.read_text()) if MODULE_COSTS.is_file() else {}
+    root = Path(__file__).resolve().parents[1]
+
+    def cost(item: pytest.Item) -> float:
+        return -float(costs.get(Path(item.path).resolve().relative_to(root).as_posix(), 0.0))
+
+    items.sort(key=cost)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def jax_compilation_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One JAX compilation cache for the session's processes (both xdist workers and every
+    `KERAS_BACKEND=jax` process they start): a program XLA compiled once, the same model at the
+    same shapes in a later `train` or `evaluate`, is read back instead of compiled again (a
+    second one-epoch train on JAX took half the time). A test's own JAX_COMPILATION_CACHE_DIR
+    stays."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "jax-compilation-cache"
+    folder.mkdir(exist_ok=True)
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(folder))
+    return folder
+
+
 @pytest.fixture(scope="session")
 def photo_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """root/<photo name>/<n>.jpg: 4 classes x 10 real JPEG crops, plus one PNG per class."""

@@ -134,6 +134,7 @@ def inception_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Wr
     return root, written
 
 
+@pytest.mark.slow
 def test_inception_folder_per_split(inception_folder: tuple[Path, Written]) -> None:
     root, written = inception_folder
     m = manifest.read(str(root))
@@ -227,6 +228,7 @@ def test_tfds_written_folder(tmp_path: Path) -> None:
     assert manifest.read(str(folder)).split_names == ["test", "train"]
 
 
+@pytest.mark.slow
 def test_every_command_on_an_adopted_folder(inception_folder: tuple[Path, Written], tmp_path: Path) -> None:
     root, _ = inception_folder
     run = [sys.executable, "-m", "shardfeed"]
@@ -249,6 +251,7 @@ def test_every_command_on_an_adopted_folder(inception_folder: tuple[Path, Writte
     assert (tmp_path / "grid.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_global_order_exact_resume_and_even_splits(inception_folder: tuple[Path, Written]) -> None:
     root = str(inception_folder[0])
 
@@ -266,6 +269,7 @@ def test_global_order_exact_resume_and_even_splits(inception_folder: tuple[Path,
     assert steps_per_epoch(root, batch_size=2, read=ReadOptions(shuffle="global")) == len(whole) // 2
 
 
+@pytest.mark.slow
 def test_rerun_is_a_no_op_and_a_changed_shard_is_detected(tmp_path: Path) -> None:
     root, _ = _write(
         tmp_path / "inc",

@@ -97,6 +97,7 @@ def _three_generations(corpus: list[Path], work: Path, kill_third: bool) -> tupl
     return source, out, second
 
 
+@pytest.mark.slow
 def test_append_twice_then_kill_and_resume_a_third(corpus: list[Path], tmp_path: Path) -> None:
     _, reference, _ = _three_generations(corpus, tmp_path / "reference", kill_third=False)
     source, out, second = _three_generations(corpus, tmp_path / "killed", kill_third=True)
@@ -242,6 +243,7 @@ def test_the_hash_rule_keeps_each_split_as_the_set_grows() -> None:
     assert {i.key for i in other["train"]} != {i.key for i in large["train"]}
 
 
+@pytest.mark.slow
 def test_the_one_time_fix_for_a_stratified_folder_works_as_written(corpus: list[Path], tmp_path: Path) -> None:
     """A folder converted with the default rule: --append refuses once, naming two commands; run
     as written (in real processes) they make the folder appendable and append, without repeating

@@ -72,6 +72,7 @@ def test_class_weights_and_remedies(imbalanced: Path) -> None:
         TrainOptions(balance="class", class_weight="balanced")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag", [["--balance", "class"], ["--class-weight", "balanced"]])
 def test_train_says_which_remedy_it_used(imbalanced: Path, tmp_path: Path, flag: list[str]) -> None:
     cmd = [sys.executable, "-m", "shardfeed", "train", str(imbalanced), "--out", str(tmp_path / "run")]

@@ -58,6 +58,7 @@ def _batch(jpegs: list[bytes], rng: np.random.Generator) -> tuple[list[bytes], l
     return jpegs, windows, ratios, flips
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("channels", [3, 1])
 @pytest.mark.parametrize("dct_method", ["INTEGER_ACCURATE", "INTEGER_FAST", ""])
 def test_the_op_equals_decode_and_crop_jpeg_then_the_fused_resize(channels: int, dct_method: str) -> None:
@@ -123,6 +124,7 @@ def jpeg_shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_load_gives_the_same_batches_by_batch_and_by_record(jpeg_shards: Path) -> None:
     """Training (random crops at every DCT ratio, flips) and evaluation, colour and grey, a
     small output and a large one: `load`'s batches equal, with the op and without."""

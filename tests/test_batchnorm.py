@@ -90,6 +90,7 @@ def test_recompute_leaves_dropouts_random_state_as_it_was() -> None:
     np.testing.assert_array_equal(state.numpy(), before)
 
 
+@pytest.mark.slow
 def test_the_summary_validation_score_is_the_saved_models(digits_tree: Path, tmp_path: Path) -> None:
     """Precise BN recomputes the statistics at the end over more images (240) than before each
     validation (64): the validation figures train reports are then measured again, so `evaluate`

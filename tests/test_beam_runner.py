@@ -6,11 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import shard_bytes
 
 from shardfeed import ConvertOptions, convert
 
 
+@pytest.mark.slow
 def test_beam_output_is_byte_identical_to_local(odd_tree: Path, tmp_path: Path) -> None:
     options = ConvertOptions(split="train=0.6,validation=0.4", shards=2, seed=3)
     local = convert(str(odd_tree), str(tmp_path / "local"), options, workers=2, progress=False)
@@ -61,6 +63,7 @@ def test_beam_reads_tar_members_in_place_as_the_local_runner_does(photo_tree: Pa
     assert shard_bytes(tmp_path / "beam") == shard_bytes(tmp_path / "local")
 
 
+@pytest.mark.slow
 def test_beam_via_cli_says_what_the_local_runner_says_and_rerun_is_a_no_op(photo_tree: Path, tmp_path: Path) -> None:
     """Offline and quiet: no Prism download attempt, none of Beam's import or runner notes; the
     same lines as the local runner (but the seconds and the folder name)."""

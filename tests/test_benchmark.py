@@ -11,6 +11,8 @@ import pytest
 
 from shardfeed import ConvertOptions, convert
 
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
+
 
 def test_bench_json_with_compare_folder(photo_tree: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"

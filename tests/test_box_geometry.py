@@ -83,6 +83,7 @@ def expected_boxes(window: tuple[float, float, float, float, bool], size: tuple[
     return np.array(kept, np.float64).reshape(-1, 4)
 
 
+@pytest.mark.slow
 def test_random_crops_and_flips_give_the_exact_boxes(folder: Path) -> None:
     size = (64, 96)
     decode = DecodeOptions(dtype="float32")
@@ -119,6 +120,7 @@ def test_letterbox_is_tfs_resize_with_pad_and_the_boxes_follow(folder: Path) -> 
     assert left == 0 and width >= 119 and 12 <= top <= 13  # fitted to the width (float32 floors 120 to 119, as TF)
 
 
+@pytest.mark.slow
 def test_box_formats_are_kerass_and_max_objects_fixes_the_shape(folder: Path) -> None:
     from keras.utils import bounding_boxes
 

@@ -40,6 +40,7 @@ def test_csv_numpy_flags_map_onto_the_api(digits: tuple, tmp_path: Path) -> None
     assert manifest["labels"][:2] == ["a", "b"] and manifest["settings"]["image"]["array_encoding"] == "raw"
 
 
+@pytest.mark.slow
 def test_errors_exit_1_with_a_message_and_usage_errors_exit_2(photo_tree: Path, tmp_path: Path) -> None:
     bad = run_cli("convert", str(tmp_path / "missing"), str(tmp_path / "o"))
     assert bad.returncode == 1 and "does not exist or is not a folder" in bad.stderr

@@ -160,6 +160,7 @@ def test_resize_crop_and_exif_move_the_boxes_with_the_pixels(coco: Path, tmp_pat
     frames(record["image"], record["groundtruth_boxes"][0], RED, tolerance=40)
 
 
+@pytest.mark.slow
 def test_the_cli_workers_strict_and_load(coco: Path, tmp_path: Path) -> None:
     one, two = tmp_path / "one", tmp_path / "two"
     command = [
@@ -223,6 +224,7 @@ def boxes_frame_objects(images: np.ndarray, targets: dict[str, np.ndarray]) -> i
     return seen
 
 
+@pytest.mark.slow
 def test_load_moves_boxes_with_crops_and_flips(coco: Path, tmp_path: Path) -> None:
     """KerasHub's format, padded with -1; each box on its object after random crops and flips
     (training, many seeds) and on the whole image (evaluation)."""
@@ -291,6 +293,7 @@ def test_verify_checks_the_boxes_and_show_draws_them(coco: Path, tmp_path: Path)
     assert "different lengths" in str(stored_objects_problem({**good, schema.OBJECT_LABEL: []}, 1, 0))
 
 
+@pytest.mark.slow
 def test_exact_box_coordinates_without_and_with_a_flip(coco: Path, tmp_path: Path) -> None:
     """Read at the stored size, without a crop: boxes are COCO's own pixels (the blue one clipped
     at the right edge), or, where the image was flipped, those mirrored: W - x. Whether an image
@@ -423,6 +426,7 @@ def test_polygons_and_rle_become_instance_masks_on_the_objects_pixels(tmp_path: 
     assert (drawn[330:390, 20:90] == source[330:390, 20:90]).all()  # no object there: untouched
 
 
+@pytest.mark.slow
 def test_balance_class_repeats_images_of_rare_classes(coco: Path, tmp_path: Path) -> None:
     """Repeat-factor sampling on a detection folder: with t = 1, person (on 2 of 3 images) gives
     sqrt(3/2), car and dog (1 of 3) sqrt(3); so chelsea (person, dog) and coffee (car, person)
@@ -445,6 +449,7 @@ def test_balance_class_repeats_images_of_rare_classes(coco: Path, tmp_path: Path
         ReadOptions(repeat_threshold=0)
 
 
+@pytest.mark.slow
 def test_global_order_exact_resume_even_splits_and_mixtures_read_objects(coco: Path, tmp_path: Path) -> None:
     """The index-based reading paths carry the objects as they carry class ids: a resumed epoch
     is the rest of the uninterrupted one, box for box; two workers' even shares cover the split
@@ -576,6 +581,7 @@ def test_an_area_that_is_no_number_of_pixels_is_skipped_with_its_reason(tmp_path
     frames(coffee["image"], coffee["groundtruth_boxes"][0], BLUE, tolerance=0)
 
 
+@pytest.mark.slow
 def test_coco_files_of_the_wrong_shape_are_refused_naming_the_entry(coco: Path, tmp_path: Path) -> None:
     """A string id, an entry that is a list, a name that is a number, repeated category ids: each
     was a traceback or a silent merge; each is one SourceError naming the JSON path."""

@@ -155,6 +155,7 @@ def _slow_corpus(root: Path, count: int = 240) -> Path:
 CONVERT_ARGS = ["--shards", "24", "--resize", "96", "--format", "png", "--workers", "1", "-q"]
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path: Path) -> None:
     src = _slow_corpus(tmp_path / "src")
     out = tmp_path / "killed"

@@ -93,6 +93,7 @@ def test_the_gpu_device_without_a_gpu_says_so(photo_shards: Path) -> None:
         DecodeOptions(decoder="nvjpeg")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["train", "bench"])
 def test_decode_on_gpu_without_a_gpu_is_one_line(photo_shards: Path, tmp_path: Path, command: str) -> None:
     import subprocess

@@ -70,7 +70,6 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
 
 
-@pytest.mark.slow
 def test_dask_output_is_byte_identical_and_both_workers_write(cluster: Cluster, odd_tree: Path, tmp_path: Path) -> None:
     options = ConvertOptions(split="train=0.6,validation=0.4", shards=4, seed=3)
     convert(str(odd_tree), str(tmp_path / "local"), options, workers=2, progress=False)
@@ -85,7 +84,6 @@ def test_dask_output_is_byte_identical_and_both_workers_write(cluster: Cluster, 
     assert len(executed) == 2 and all(n > 0 for n in executed.values()), executed  # shards spread over both
 
 
-@pytest.mark.slow
 def test_dask_into_a_bucket_is_byte_identical_and_both_workers_write(
     bucket: str, cluster: Cluster, odd_tree: Path, tmp_path: Path
 ) -> None:
@@ -110,7 +108,6 @@ def test_dask_into_a_bucket_is_byte_identical_and_both_workers_write(
     assert len(executed) == 2 and all(n > 0 for n in executed.values()), executed
 
 
-@pytest.mark.slow
 def test_a_worker_killed_mid_job_then_the_same_command_resumes_to_the_same_bytes(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -174,6 +171,8 @@ import sys
 from shardfeed.write import beam_runner
 beam_runner.WORKER_WAIT = 3
 from shardfeed.cli.main import main
+
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -35,6 +35,7 @@ def _digests(images: np.ndarray) -> Counter[str]:
     return Counter(hashlib.sha256(image.tobytes()).hexdigest() for image in images)
 
 
+@pytest.mark.slow
 def test_one_epoch_sees_every_record_exactly_once(photo_shards: Path) -> None:
     m = read_manifest(str(photo_shards))
     reference, ref_labels = _all(load(str(photo_shards), split="train", training=False, batch_size=5, image_size=64))
@@ -57,6 +58,7 @@ def test_one_epoch_sees_every_record_exactly_once(photo_shards: Path) -> None:
     assert Counter(ref_labels.tolist()) == Counter(labels.tolist())
 
 
+@pytest.mark.slow
 def test_shapes_dtypes_and_cardinality(photo_shards: Path) -> None:
     ds = load(str(photo_shards), split="train", batch_size=8, image_size=(48, 40))
     assert ds.element_spec[0].shape.as_list() == [8, 48, 40, 3] and ds.element_spec[0].dtype.name == "uint8"
@@ -105,6 +107,7 @@ def _centre(im, size):  # type: ignore[no-untyped-def]
     return im.crop((left, top, left + side, top + side)).resize((size, size), 2)
 
 
+@pytest.mark.slow
 def test_seeded_pipelines_give_identical_batches(photo_shards: Path) -> None:
     kwargs = dict(
         split="train", batch_size=4, image_size=32, seed=11, augment=Augment(rotate=10, noise=2.0, color_jitter=0.3)
@@ -136,6 +139,7 @@ def test_translate_shifts_each_image_by_whole_pixels_within_the_bound(photo_shar
         Augment(translate=0.5)
 
 
+@pytest.mark.slow
 def test_workers_read_disjoint_whole_shards_covering_everything(photo_shards: Path) -> None:
     total = Counter()
     for index in range(2):
@@ -174,6 +178,7 @@ def test_distribute_datasets_from_function(photo_shards: Path) -> None:
     assert len(batches) == 8 and batches[0].shape == (4, 16, 16, 3)
 
 
+@pytest.mark.slow
 def test_keras_fit_with_manifest_steps(digit_shards: Path) -> None:
     import keras
 
@@ -203,6 +208,7 @@ def test_keras_fit_with_manifest_steps(digit_shards: Path) -> None:
     assert np.isfinite(model.evaluate(val, verbose=0)[0])
 
 
+@pytest.mark.slow
 def test_foreign_tfrecords_three_recipes(photo_tree: Path, digits, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     import tensorflow as tf
 
@@ -287,6 +293,7 @@ def _damage(out: Path, how: str) -> None:
     shard.write_bytes(bytes(data))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["flip", "truncate"])
 def test_corrupt_shard_error_names_the_file_and_can_be_skipped(photo_shards: Path, tmp_path: Path, how: str) -> None:
     """Damage done while a dataset is read (after `load` checked the files) ends in an error
@@ -317,6 +324,7 @@ def test_a_shard_changed_before_load_is_refused_at_once(photo_shards: Path, tmp_
         load(str(out), split="train", training=False, batch_size=4, image_size=16)
 
 
+@pytest.mark.slow
 def test_cache_filter_and_map_hooks(photo_shards: Path, tmp_path: Path) -> None:
     import tensorflow as tf
 
@@ -403,6 +411,7 @@ def test_option_errors(photo_shards: Path, kwargs: dict, message: str) -> None:
         load(str(photo_shards), decode=DecodeOptions(**decode), **kwargs)
 
 
+@pytest.mark.slow
 def test_large_photos_decode_at_reduced_dct_scale(tmp_path: Path) -> None:
     """A 1,920x1,440 photo read at 64 px: DCT scaling (1/8 here) is closer to an antialiased resize
     of the full image than decoding at full size and resizing with bilinear; False turns it off."""
@@ -427,6 +436,7 @@ def test_large_photos_decode_at_reduced_dct_scale(tmp_path: Path) -> None:
     assert scaled < 0.75 * full, (scaled, full)  # measured 2.05 vs 3.66
 
 
+@pytest.mark.slow
 def test_manifest_knowledge_skips_per_image_checks_without_changing_pixels(photo_tree: Path, tmp_path: Path) -> None:
     """The manifest counts formats and the longest side; an all-JPEG split whose images are all
     under twice the output size is read without the format sniff and the DCT-scale choice, and
@@ -495,6 +505,7 @@ def image_size_of(path: Path) -> tuple[int, int]:
         return im.size
 
 
+@pytest.mark.slow
 def test_map_fn_takes_images_and_labels_and_file_names_pass_by(photo_shards: Path) -> None:
     """The README's map_fn with with_filenames=True: called with (images, labels), the names kept
     (it was called with three arguments and failed inside TensorFlow)."""
@@ -518,6 +529,7 @@ def test_map_fn_takes_images_and_labels_and_file_names_pass_by(photo_shards: Pat
         np.testing.assert_allclose(images.numpy() / 255.0, m_images.numpy(), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_flip_is_a_fair_coin_apart_from_the_crop_and_photometric_flips_alike() -> None:
     """`flip_seed` (one xor, where a fold_in and a split took four ops) must still give a
     fair coin, unrelated to the record's crop (drawn from the seed pair itself), for the seed

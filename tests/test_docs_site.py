@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from shardfeed.cli.reference import markdown
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,6 +33,7 @@ def _help(*command: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_the_cli_reference_has_every_command_and_flag() -> None:
     """Checked against the help text the installed CLI prints, not against the parser objects
     the reference itself walks."""

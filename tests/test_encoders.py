@@ -25,6 +25,8 @@ from shardfeed.training.fine_tune import backbone_of, schedule, set_phase
 from shardfeed.training.model_choice import choose_image_size, choose_model
 from shardfeed.training.models import build_model, load_model
 
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
+
 keras_hub = pytest.importorskip("keras_hub", reason="the detection extra (make install puts it in .venv)")
 
 NAMES = ["background", *TAGS]

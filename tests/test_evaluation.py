@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from shardfeed.training.evaluation import MAX_PLOTTED_CLASSES, most_confused, plot_confusion
@@ -17,6 +18,7 @@ def test_most_confused_picks_the_classes_with_the_most_errors() -> None:
     assert most_confused(confusion, 2).tolist() == [1, 3]
 
 
+@pytest.mark.slow
 def test_two_thousand_classes_draw_a_bounded_figure(tmp_path: Path) -> None:
     """A 2,000-class run ended `evaluate` in MemoryError (std::bad_alloc): a 90,000-pixel figure."""
     rng = np.random.default_rng(0)

@@ -539,6 +539,8 @@ FAILING_NUMPY_FUNCTION = """
 import time
 import numpy as np
 from shardfeed.lazy import tensorflow
+
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
 tf = tensorflow()
 def read(i):
     if i == 3:

@@ -29,6 +29,7 @@ def _upload(tf, local: Path, remote: str) -> None:  # type: ignore[no-untyped-de
                 f.write(path.read_bytes())
 
 
+@pytest.mark.slow
 def test_convert_into_ram_then_load_verify_info(tf, photo_tree: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     out = "ram://shardfeed-test/out"
     result = convert(str(photo_tree), out, ConvertOptions(shards=2), workers=2, progress=False)

@@ -22,6 +22,8 @@ from shardfeed.training.fine_tune import FINE_TUNE, HEAD, backbone_of, schedule,
 from shardfeed.training.model_choice import choose_model
 from shardfeed.training.models import build_model
 
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
+
 SIZE = 32
 
 

@@ -59,6 +59,7 @@ def test_the_split_a_file_name_carries(name: str, split: str | None) -> None:
     assert split_in_name(f"/some/where/{name}") == split
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "names",
     [
@@ -105,6 +106,7 @@ def test_names_without_splits_are_one_set(tmp_path: Path) -> None:
     assert steps_per_epoch(str(folder), "train", 1) == 5
 
 
+@pytest.mark.slow
 def test_one_based_labels_are_shifted_by_the_read_option(tmp_path: Path) -> None:
     """build_image_data.py writes labels 1..K (0 is background): Keras then refused label K as
     out of range [0, K). `ReadOptions(foreign=ForeignKeys(label_offset=1))` gives the model 0..K-1."""
@@ -176,6 +178,7 @@ def test_type_mismatches_are_found_when_the_dataset_is_built(
     assert expected.format(file=file) in str(e.value)
 
 
+@pytest.mark.slow
 def test_a_foreign_folder_is_pointed_at_adopt(tmp_path: Path) -> None:
     """What needs a manifest (IndexedRecords, train, report) says how to get one for foreign shards;
     verify and show read them as they are."""
@@ -193,6 +196,7 @@ def test_a_foreign_folder_is_pointed_at_adopt(tmp_path: Path) -> None:
     assert sorted(t.caption for t in tiles) == ["0", "1"]
 
 
+@pytest.mark.slow
 def test_bench_takes_the_keys_of_foreign_records(tmp_path: Path) -> None:
     """The error used to say "pass image_key= in ReadConfig", a flag bench did not have."""
     import subprocess

@@ -11,6 +11,8 @@ from shardfeed import ConvertOptions, ImageOptions, convert
 from shardfeed.tools.fresh_runs import compare, ratio, run_fresh, summary
 from shardfeed.tools.pipelines import KINDS, PipelineSpec
 
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
+
 
 @pytest.fixture(scope="module")
 def shards(photo_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -18,7 +18,10 @@ from shardfeed import DecodeOptions, load
 from shardfeed.read import fused_resize
 from shardfeed.read.augment import Augment
 
-pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None, reason="no C++ compiler")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None, reason="no C++ compiler"),
+]
 
 
 def _reference(image: np.ndarray, size: tuple[int, int], flip: bool) -> np.ndarray:

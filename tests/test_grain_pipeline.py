@@ -116,6 +116,7 @@ def test_the_flip_mirrors_the_image_exactly(data: Path) -> None:
     assert 0 < sum(mirrored) < len(flips)
 
 
+@pytest.mark.slow
 def test_worker_processes_make_the_same_batches_in_the_same_order(data: Path) -> None:
     """Two Grain worker processes (each every other batch) give the batches threads give, and a
     restart at (epoch 1, step 2) under workers is the uninterrupted run from there."""
@@ -163,6 +164,7 @@ print(held[0].shape, next(it)[0].shape, flush=True)
 """
 
 
+@pytest.mark.slow
 def test_leaving_a_worker_fed_iteration_early_exits_promptly(data: Path) -> None:
     """A script that stops after 2 of 50 epochs' batches ends, workers and all (no hang at exit),
     and quietly: no Grain iterator or shared-memory batch (one still held in its globals)
@@ -187,6 +189,7 @@ print(keras.backend.backend(), len(history.history["loss"]), "tensorflow" in sys
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("backend", "workers"), [("jax", 2), ("torch", 0)])
 def test_keras_fits_it_without_tensorflow(backend: str, workers: int, data: Path, site_without_tensorflow: str) -> None:
     import importlib.util
@@ -205,6 +208,7 @@ def test_keras_fits_it_without_tensorflow(backend: str, workers: int, data: Path
     assert done.stdout.split() == [backend, "2", "False"]
 
 
+@pytest.mark.slow
 def test_the_scaled_windows_and_dct_scales_are_loads() -> None:
     """grain's window at the DCT scale (`grain_batches.scaled_window`) is `load`'s (`dct_index`,
     `scaled_window`, TensorFlow's arithmetic) for windows of every size, place and image."""

@@ -88,6 +88,7 @@ def test_random_crops_and_flips_give_the_exact_boxes(boxes_map: Path) -> None:
     assert flips == {True, False} and len(crops) > 10 and dropped > 0  # the cases happened
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("letterbox", [False, True])
 def test_evaluation_boxes_are_loads_in_every_format(boxes_map: Path, letterbox: bool) -> None:
     size = (80, 128)
@@ -152,6 +153,7 @@ print(images.shape, targets["boxes"].shape[0], targets["labels"].dtype, "tensorf
 """
 
 
+@pytest.mark.slow
 def test_detection_batches_need_no_tensorflow(squares: Path, site_without_tensorflow: str) -> None:  # noqa: F811
     src = str(Path(__file__).resolve().parents[1] / "src")
     done = subprocess.run(

@@ -76,6 +76,7 @@ def http_server() -> Iterator[tuple[str, list[str]]]:
         yield served
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["file", "index_file"])
 @pytest.mark.parametrize("where", ["climbs", "absolute", "url"])
 def test_manifest_entries_outside_the_folder_are_refused_before_anything_is_read(
@@ -93,6 +94,7 @@ def test_manifest_entries_outside_the_folder_are_refused_before_anything_is_read
     assert requests == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", [40, 100_000])
 def test_a_deeply_nested_manifest_is_refused_in_one_line(folder: Path, depth: int) -> None:
     """A RecursionError traceback in info, verify, show, report and load: deeper than any walker's
@@ -118,6 +120,7 @@ def test_a_class_name_holding_terminal_escapes_is_refused_never_printed(folder: 
     assert "\x1b" not in done.stdout + done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "change, words",
     [
@@ -137,6 +140,7 @@ def test_a_malformed_manifest_is_one_line_naming_the_field(
     assert words[0] in verified.stdout + verified.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["train-00000-of-00002", "index/train-00000-of-00002.idx", "manifest.json"])
 def test_a_fifo_in_the_folder_never_hangs_a_reader(folder: Path, which: str) -> None:
     """A FIFO blocks whoever opens it until a writer comes: no command may open one."""

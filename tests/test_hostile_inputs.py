@@ -196,6 +196,7 @@ def test_a_damaged_parquet_file_is_one_line_naming_it(scratch: Path) -> None:
     assert last.startswith("error: src/t.parquet is not a readable Parquet file ("), last
 
 
+@pytest.mark.slow
 def test_a_tar_bomb_is_refused_before_it_is_read(scratch: Path) -> None:
     """A 4 MB .tar.gz declaring an 800 MB member: refused from its header, memory stays small."""
     size = 800 * 1024 * 1024
@@ -235,6 +236,7 @@ def test_split_names_from_a_csv_are_names_never_paths(scratch: Path) -> None:
     assert list(json.loads((scratch / "out" / "manifest.json").read_text())["splits"]) == ["train"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("layout", "named"),
     [
@@ -256,6 +258,7 @@ def test_a_save_to_disk_folder_naming_files_outside_itself_is_refused(
     assert not (scratch / "out" / "manifest.json").exists()
 
 
+@pytest.mark.slow
 def test_image_paths_in_table_rows_stay_inside_the_dataset(scratch: Path) -> None:
     """Rows naming an absolute path, a '../' path, a link out of the folder, a FIFO and an
     http:// URL on a loopback server: none is read or fetched (the FIFO hung the conversion, the
@@ -352,6 +355,7 @@ def _yolo(root: Path, names: str | None = "cat\ndog\n", data_yaml: str | None = 
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("case", "expected"),
     [

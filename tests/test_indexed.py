@@ -84,6 +84,7 @@ def test_crc_damage_is_reported_with_file_and_record(by_class: Path, tmp_path: P
         list(load(str(out), seed=0, batch_size=4, image_size=16, read=ReadOptions(shuffle="global")))
 
 
+@pytest.mark.slow
 def test_reader_is_a_grain_data_source_in_worker_processes(by_class: Path, tmp_path: Path) -> None:
     """JAX users' loader, for real: Grain's MapDataset and its multi-process DataLoader."""
     code = f"""
@@ -240,6 +241,7 @@ def test_each_iteration_reads_the_next_epoch(by_class: Path) -> None:
     assert passes[2] == [names[i] for i in records.order(seed=5, epoch=3)]
 
 
+@pytest.mark.slow
 def test_global_shuffle_mixes_class_sorted_shards(by_class: Path) -> None:
     def classes_per_batch(read: ReadOptions) -> float:
         ds = load(str(by_class), batch_size=8, image_size=16, seed=1, read=read)
@@ -250,6 +252,7 @@ def test_global_shuffle_mixes_class_sorted_shards(by_class: Path) -> None:
     assert globally > local + 0.8  # 4 classes: local shuffling of per-class shards keeps batches narrow
 
 
+@pytest.mark.slow
 def test_even_splits_give_every_worker_the_same_count(by_class: Path) -> None:
     records, names = _records_and_names(by_class)
     counts, seen = [], []

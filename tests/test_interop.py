@@ -50,6 +50,7 @@ def _run(name: str, out: Path) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(NEEDS))
 def test_snippet_runs(name: str, out: Path) -> None:
     printed = _run(name, out)

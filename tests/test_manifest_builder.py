@@ -131,6 +131,7 @@ def test_the_reference_page_lists_every_field_written_and_no_other(written: dict
         )
 
 
+@pytest.mark.slow
 def test_the_counts_are_those_of_the_files(folders: dict[str, Path]) -> None:
     """Each shard's entry against the file itself (its size, its digest, its records read
     back), and each split's totals against its shards and classes: computed here, not taken

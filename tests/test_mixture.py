@@ -88,6 +88,7 @@ def test_labels_are_reconciled_by_class_name(folders: tuple[str, str]) -> None:
     assert set(labels_b) <= {1, 2} and len(labels_b) == 2  # the curated set's coffee/rocket are 1/2, not 0/1
 
 
+@pytest.mark.slow
 def test_deterministic_and_exactly_resumable(folders: tuple[str, str]) -> None:
     mix = Mixture(folders, weights=(0.75, 0.25), union_labels=True)
     whole = [x for batch in _batches(mix) for x in batch]
@@ -112,6 +113,7 @@ def test_a_small_source_repeats_whole_orders() -> None:
     assert sorted(small.values()) == [7, 7, 7]  # 21 places over 3 epochs: each of the 3 records 7 times
 
 
+@pytest.mark.slow
 def test_train_on_two_folders(folders: tuple[str, str], tmp_path: Path) -> None:
     import json
     import subprocess

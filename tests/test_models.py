@@ -18,6 +18,8 @@ from shardfeed.errors import OptionError
 from shardfeed.training.backbones import BACKBONES
 from shardfeed.training.models import build_model, load_model
 
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
+
 
 def _images(count: int, size: int) -> np.ndarray:
     return np.stack([c[:size, :size] for c in crops(photos()["chelsea"], count, seed=3)]).astype(np.uint8)

@@ -80,6 +80,7 @@ def test_load_gives_k_hot_labels_as_tensorflow_reads_the_lists(converted: Path) 
             assert hot.tolist() == want.tolist()
 
 
+@pytest.mark.slow
 def test_the_cli_converts_a_multi_label_list_and_show_names_every_class(listed: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     command = [sys.executable, "-m", "shardfeed", "convert", str(listed), str(out), "--multi-label", "-q"]

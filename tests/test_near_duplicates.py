@@ -152,6 +152,7 @@ def test_the_window_basis_is_the_whole_basis_of_the_cropped_side() -> None:
     assert np.isclose(scaled[0, 5], dc_weight, rtol=0.01) and not scaled[:, :5].any()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("threaded_from", "chunk", "together_below"),
     [
@@ -302,6 +303,7 @@ def test_many_copies_of_one_image_group_in_bounded_memory() -> None:
     assert len(group["pairs"]) == near_duplicates.PAIRS_SHOWN
 
 
+@pytest.mark.slow
 def test_a_conversion_groups_near_copies_and_flags_leaks(
     near_corpus: tuple[Path, dict[str, int]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -420,6 +422,7 @@ def _report(out: Path) -> dict:  # type: ignore[type-arg]
     return json.loads((out / "report.json").read_text())
 
 
+@pytest.mark.slow
 def test_split_groups_keep_every_group_in_one_split_at_the_fractions(
     near_corpus: tuple[Path, dict[str, int]], tmp_path: Path
 ) -> None:
@@ -480,6 +483,7 @@ def test_split_groups_refused_where_it_cannot_act(photo_tree: Path, tmp_path: Pa
         convert(str(presplit), str(tmp_path / "out"), ConvertOptions(split_groups="near"), workers=1)
 
 
+@pytest.mark.slow
 def test_info_and_verify_show_the_counts(near_corpus: tuple[Path, dict[str, int]], tmp_path: Path) -> None:
     root, _ = near_corpus
     out = tmp_path / "out"

@@ -82,6 +82,7 @@ def test_train_options_share_load_defaults() -> None:
     assert TrainOptions().crop_fraction == DecodeOptions().crop_fraction
 
 
+@pytest.mark.slow
 def test_steps_per_epoch_counts_what_load_yields(photo_tree: Path, tmp_path: Path) -> None:
     """Same arguments, same count: evaluation keeps the last partial batch in both."""
     out = tmp_path / "out"

@@ -55,6 +55,7 @@ def _paths(photo_shards: Path) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("number", range(len(SETTINGS)))
 def test_steps_per_epoch_is_what_load_yields_or_both_refuse(photo_shards: Path, number: int) -> None:
     split, training, read = SETTINGS[number]
@@ -115,6 +116,7 @@ def manifest_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return calls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("read", [ReadOptions(), ReadOptions(shuffle="global"), ReadOptions(even="pad", num_workers=3)])
 def test_load_reads_the_manifest_once(photo_shards: Path, manifest_reads: list[str], read: ReadOptions) -> None:
     ds = load(str(photo_shards), batch_size=4, image_size=8, seed=0, read=read)
@@ -123,6 +125,7 @@ def test_load_reads_the_manifest_once(photo_shards: Path, manifest_reads: list[s
     assert steps_per_epoch(str(photo_shards), "train", 4, read=read) > 0 and len(manifest_reads) == 2
 
 
+@pytest.mark.slow
 def test_both_pipelines_augment_reproducibly_from_the_seed(photo_shards: Path) -> None:
     """The same seed gives the same augmented batches, another seed other ones, for the shard
     pipeline and the index pipeline alike."""
@@ -136,6 +139,7 @@ def test_both_pipelines_augment_reproducibly_from_the_seed(photo_shards: Path) -
         assert np.array_equal(first(3), first(3)) and not np.array_equal(first(3), first(4))
 
 
+@pytest.mark.slow
 def test_even_splits_with_a_buffer_shuffle_differ_per_epoch_under_a_global_seed(photo_shards: Path) -> None:
     """Even splits with shuffle='buffer' read file order shuffled within windows, a pure function
     of (seed, epoch): built inside the per-epoch dataset, with TensorFlow's global seed set (as

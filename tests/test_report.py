@@ -52,6 +52,7 @@ def shardfeed(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "shardfeed", *args], capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_conversion_report_renders_with_counts_problems_and_escaped_names(odd_tree: Path, tmp_path: Path) -> None:
     src = copy_tree(odd_tree, tmp_path / "src")
     hostile = src / "<script>alert(1)"  # a class folder name (no "/" possible in it)
@@ -77,6 +78,7 @@ def test_conversion_report_renders_with_counts_problems_and_escaped_names(odd_tr
     assert "most common" in dom and "images" in dom  # the imbalance line and the bar labels
 
 
+@pytest.mark.slow
 def test_training_run_report(digits_tree: Path, tmp_path: Path) -> None:
     out, run = tmp_path / "out", tmp_path / "run"
     assert shardfeed("convert", str(digits_tree), str(out), "--shards", "2", "-q", "--no-report").returncode == 0

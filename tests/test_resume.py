@@ -42,6 +42,8 @@ def build():
 FINGERPRINTED = """
 import os, signal, sys
 import keras, numpy as np, shardfeed, shardfeed.training
+
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
 data, run_dir, log, workers, index, kind, batch = sys.argv[1:8]
 kill_at = int(os.environ.get("KILL_AT", "-1"))
 
@@ -106,7 +108,6 @@ def _fingerprints(
     return lines
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "batch", "workers", "kill_points"),
     [
@@ -200,7 +201,6 @@ shardfeed.training.fit_resumable(build, data, run_dir, epochs=1, batch_size=2, s
 )
 
 
-@pytest.mark.slow
 def test_two_workers_killed_mid_epoch_resume_as_three(photo_tree: Path, tmp_path: Path) -> None:
     """Two input workers (2 records a step each) are SIGKILLed after the step-5 snapshot; three
     workers resume from its resume.json: the epoch's 44 records are each trained on once."""

@@ -195,6 +195,7 @@ def aligned(images: np.ndarray, masks: np.ndarray) -> None:
             assert (masks[pure] == label).mean() > 0.97
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("image_format", ["keep", "jpeg"])
 def test_load_cuts_and_flips_each_mask_with_its_image(folder: Path, tmp_path: Path, image_format: str) -> None:
     """Random-resized crops and flips in training, the centre crop in evaluation: masks follow

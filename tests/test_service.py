@@ -317,6 +317,8 @@ def test_a_bucket_is_read_through_the_workers_mirrors(data: Path, bucket: str, t
 MIRRORLESS = """import sys
 from shardfeed import ServiceOptions, load
 from shardfeed.errors import tensorflow_message
+
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
 url, address, mirrors = sys.argv[1:4]
 service = ServiceOptions(address, mirror_dir=mirrors)
 try:

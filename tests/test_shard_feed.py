@@ -259,13 +259,14 @@ def test_indexed_records_read_a_bucket_without_tensorflow(bucket: str, many_shar
 BOUNDED_EPOCHS = """
 import sys
 from shardfeed import ReadOptions, load
+
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
 read = ReadOptions(cache_dir=sys.argv[2], cache_limit=int(sys.argv[3]), drop_remainder=False)
 ds = load(sys.argv[1], batch_size=32, image_size=32, seed=0, read=read, augment=False)
 print([sum(int(b[0].shape[0]) for b in ds) for _ in range(3)])
 """
 
 
-@pytest.mark.slow
 def test_long_shards_through_a_tight_cache_never_stall(bucket: str, tmp_path: Path) -> None:
     """32 shards of ~25 photos, a cache a third of the split (4 shards read at once): a shard the
     interleave had been handed but not yet opened was once evicted, and TensorFlow's reader

@@ -55,6 +55,7 @@ def test_augmented_grid_and_tensorboard(converted: Path, tmp_path: Path) -> None
         show(str(converted), None, rows=0)
 
 
+@pytest.mark.slow
 def test_show_augmented_draws_what_train_would_use(converted: Path, tmp_path: Path) -> None:
     """A few dozen training photos: train --augment auto picks 'none', and so does show --augmented,
     which says so; --augment inception draws random crops, which change with the seed."""

@@ -13,6 +13,8 @@ from shardfeed import ConvertOptions, convert, read_manifest
 from shardfeed.format import fileio, storage
 from shardfeed.tools import info, verify
 
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
+
 
 def _bucket_bytes(url: str) -> dict[str, bytes]:
     fs, root = storage.filesystem(url)

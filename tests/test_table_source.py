@@ -444,6 +444,7 @@ def test_a_table_without_an_image_column_is_refused_naming_its_columns(tmp_path:
         convert(str(tmp_path / "hub"), str(tmp_path / "out"), workers=1, progress=False)
 
 
+@pytest.mark.slow
 def test_info_verify_and_train_run_on_the_result(photo_tree: Path, names: list[str], tmp_path: Path) -> None:
     rows = _rows(photo_tree)
     saved = tmp_path / "saved"
@@ -469,6 +470,7 @@ convert(sys.argv[1], sys.argv[2], ConvertOptions(shards=16), workers=int(sys.arg
 """
 
 
+@pytest.mark.slow
 def test_deterministic_and_resumed_after_kill_to_the_same_bytes(
     photo_tree: Path, names: list[str], tmp_path: Path
 ) -> None:

@@ -25,6 +25,8 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 from shardfeed.training import TrainOptions, train
 
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
+
 data, out, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
 print(json.dumps(train(data, out, TrainOptions(epochs=1, batch_size=16, image_size=size, devices=2), verbose=0)))
 """
@@ -45,7 +47,6 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"tags": root / "tags", "masks": root / "masks", "boxes": root / "boxes"}
 
 
-@pytest.mark.slow
 def test_two_devices_train_every_task_and_its_figures_are_the_saved_models(
     folders: dict[str, Path], tmp_path: Path
 ) -> None:

@@ -18,6 +18,8 @@ from shardfeed.training.models import build_model, model_class_names
 from shardfeed.training.options import TrainOptions
 from shardfeed.training.samples import write_digits_folders
 
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
+
 
 @pytest.fixture(scope="module")
 def digits_data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:

@@ -258,6 +258,8 @@ FINGERPRINTED_DETECTOR = """
 import os, signal, sys
 import numpy as np, shardfeed, shardfeed.training
 from shardfeed.training.detector import build_detector, compile_args, detector_class
+
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
 data, run_dir, log, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(",")
 kill_at = int(os.environ.get("KILL_AT", "-1"))
 

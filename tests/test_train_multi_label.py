@@ -22,6 +22,8 @@ from shardfeed.training.options import TrainOptions
 from shardfeed.training.run_folder import RunFolder
 from shardfeed.write.sources import CsvSource
 
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
+
 OPTIONS = TrainOptions(model="small_cnn", epochs=8, batch_size=16, image_size=48, augment="none", crop_fraction=1.0)
 
 

@@ -21,6 +21,8 @@ from shardfeed.training.models import predicted
 from shardfeed.training.options import TrainOptions
 from shardfeed.training.run_folder import RunFolder
 
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
+
 OPTIONS = TrainOptions(epochs=6, batch_size=16, augment="none", crop_fraction=1.0)  # the image size: the data's
 NAMES = ["background", *TAGS]
 

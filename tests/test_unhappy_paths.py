@@ -81,6 +81,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("command", "fragment", "code"), CASES, ids=[c[0].split()[0] + str(i) for i, c in enumerate(CASES)]
 )
@@ -102,6 +103,7 @@ def test_an_unconverted_folder_fails_before_tensorflow_loads(world: Path) -> Non
     assert not (world / "t").exists()
 
 
+@pytest.mark.slow
 def test_a_failed_run_says_so_and_evaluate_and_predict_refuse_it(world: Path) -> None:
     run = world / "failed"
     done = run_cli("train", str(world / "damaged"), "--out", str(run), "--epochs", "1", "--image-size", "16")
@@ -116,6 +118,7 @@ def test_a_failed_run_says_so_and_evaluate_and_predict_refuse_it(world: Path) ->
         assert refused.returncode == 1 and "this run did not finish (failed: shard" in refused.stderr
 
 
+@pytest.mark.slow
 def test_two_classes_from_npz_validate_on_test_quietly(world: Path) -> None:
     """.npz gives train/test: training validates on 'test', says so, prints none of TensorFlow's
     start-up noise; evaluate picks 'test'; top-k and predict columns stop at the class count."""
@@ -142,6 +145,7 @@ def test_two_classes_from_npz_validate_on_test_quietly(world: Path) -> None:
     assert header == ["file", "class", "probability", "class_2", "probability_2", "error"]
 
 
+@pytest.mark.slow
 def test_training_without_a_held_out_split_says_so(world: Path, tmp_path: Path) -> None:
     out = tmp_path / "all_train"
     assert run_cli("convert", str(world / "images"), str(out), "--split", "train=1", "-q").returncode == 0

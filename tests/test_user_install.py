@@ -219,6 +219,8 @@ ds = shardfeed.grain_dataset(sys.argv[1], batch_size=4, image_size=32, seed=0)
 shapes = {(x.shape, x.dtype.name, y.shape) for x, y in ds}
 print(sorted(shapes), ds.steps_per_epoch, "tensorflow" in sys.modules)
 from shardfeed.read import window_decode  # its C source ships in the wheel: the key reads it
+
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
 print("window decoder", window_decode.available())
 """
 

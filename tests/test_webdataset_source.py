@@ -149,6 +149,7 @@ def test_a_local_tar_is_read_in_place_byte_identical_to_staging(
     assert sum(_converted(tmp_path / "in_place").values(), Counter()) == expected
 
 
+@pytest.mark.slow
 def test_gzipped_tars_are_staged_in_worker_processes_byte_identical(photo_tree: Path, tmp_path: Path) -> None:
     """Gzipped tars are inflated and staged by worker processes, each into a file of its own in
     the staging folder, each image's span there holding its bytes; the shards are byte for byte

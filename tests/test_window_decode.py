@@ -37,6 +37,7 @@ def _whole_cut(data: bytes, scale: int, window: tuple[int, int, int, int]) -> np
     return pixels[top : top + h, left : left + w]
 
 
+@pytest.mark.slow
 @needs_decoder
 def test_windows_are_the_whole_decodes_pixels_at_every_scale_and_chroma_layout() -> None:
     """Real photos as 4:2:0, 4:2:2, 4:4:4, progressive and grey JPEGs; random windows, windows on
@@ -99,6 +100,7 @@ np.save(sys.argv[2], np.concatenate([images for images, _ in ds]))
 """
 
 
+@pytest.mark.slow
 @needs_decoder
 def test_grain_batches_without_the_library_are_within_a_level(photo_shards: Path, tmp_path: Path) -> None:
     """Two epochs of training batches (random crops and flips) in fresh processes, one whose `c++`
