@@ -49,13 +49,13 @@ docs: install
 # once; tests/conftest.py orders the modules costliest first (docs/tests.md: where the time goes).
 test: lint typecheck docs
 	$(FUSED_RESIZE)
-	$(VENV)/bin/pytest -n 2 --dist loadscope -q --durations=10 $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n 2 --dist loadscope --no-loadscope-reorder -q --durations=10 $(PYTEST_ARGS)
 
 # The loop while iterating (under 5 minutes on 2 cores): lint and every test not marked slow
 # (training runs, fresh processes, servers); `make test` runs them all.
 test-quick: lint
 	$(FUSED_RESIZE)
-	$(VENV)/bin/pytest -n 2 --dist loadscope -q -m "not slow" --durations=10 $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n 2 --dist loadscope --no-loadscope-reorder -q -m "not slow" --durations=10 $(PYTEST_ARGS)
 
 # Optional: NVIDIA DALI for decoding on the GPU (decoder="dali", train --decode-on gpu); see the script.
 dali: install

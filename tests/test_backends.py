@@ -15,6 +15,8 @@ import pytest
 
 from shardfeed import ConvertOptions, convert
 
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
+
 BACKENDS = ["jax", "torch"]
 
 
@@ -73,8 +75,6 @@ print(keras.backend.backend(), history.history["val_accuracy"][-1])
 
 RESUMABLE = """import sys, keras
 from shardfeed.training import fit_resumable
-
-pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
 data, run, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
 def build():
     model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Rescaling(1 / 255), keras.layers.Flatten(),

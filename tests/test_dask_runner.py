@@ -21,6 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_dask import start_cluster
 from bench.corpus import build_corpus
 
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -171,8 +173,6 @@ import sys
 from shardfeed.write import beam_runner
 beam_runner.WORKER_WAIT = 3
 from shardfeed.cli.main import main
-
-pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
 sys.exit(main(sys.argv[1:]))
 """
 

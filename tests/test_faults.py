@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from conftest import copy_tree, in_private_mounts, shard_bytes
 
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
+
 # Builds the dataset, then deletes one shard (after the plan was made: the file vanishes mid-run),
 # then reads it to the end.
 READER = """
@@ -539,8 +541,6 @@ FAILING_NUMPY_FUNCTION = """
 import time
 import numpy as np
 from shardfeed.lazy import tensorflow
-
-pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
 tf = tensorflow()
 def read(i):
     if i == 3:

@@ -14,6 +14,8 @@ import pytest
 from shardfeed import ConvertOptions, IndexedRecords, convert
 from shardfeed.training import read_resume_point
 
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
+
 LOGGED_MODEL = """
 import os, sys, time
 import keras, shardfeed, shardfeed.training
@@ -42,8 +44,6 @@ def build():
 FINGERPRINTED = """
 import os, signal, sys
 import keras, numpy as np, shardfeed, shardfeed.training
-
-pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
 data, run_dir, log, workers, index, kind, batch = sys.argv[1:8]
 kill_at = int(os.environ.get("KILL_AT", "-1"))
 

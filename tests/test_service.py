@@ -20,6 +20,8 @@ from test_coco import coco  # noqa: F401  (a fixture)
 from shardfeed import ConvertOptions, OptionError, ReadOptions, ServiceOptions, convert, load, read_manifest
 from shardfeed.errors import ServiceError
 
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
+
 tf = pytest.importorskip("tensorflow")
 
 
@@ -317,8 +319,6 @@ def test_a_bucket_is_read_through_the_workers_mirrors(data: Path, bucket: str, t
 MIRRORLESS = """import sys
 from shardfeed import ServiceOptions, load
 from shardfeed.errors import tensorflow_message
-
-pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
 url, address, mirrors = sys.argv[1:4]
 service = ServiceOptions(address, mirror_dir=mirrors)
 try:

@@ -21,6 +21,8 @@ from shardfeed.errors import OptionError
 from shardfeed.format import storage
 from shardfeed.read.remote.cache import ShardCache
 
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
+
 
 @pytest.fixture(scope="module")
 def many_shards(photo_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -259,8 +261,6 @@ def test_indexed_records_read_a_bucket_without_tensorflow(bucket: str, many_shar
 BOUNDED_EPOCHS = """
 import sys
 from shardfeed import ReadOptions, load
-
-pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
 read = ReadOptions(cache_dir=sys.argv[2], cache_limit=int(sys.argv[3]), drop_remainder=False)
 ds = load(sys.argv[1], batch_size=32, image_size=32, seed=0, read=read, augment=False)
 print([sum(int(b[0].shape[0]) for b in ds) for _ in range(3)])

@@ -18,14 +18,14 @@ from bench.corpus import TAGS, build_segmentation_corpus, build_shapes_coco_corp
 from shardfeed import ConvertOptions, CsvSource, convert
 from shardfeed.training import evaluate
 
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
+
 TWO_DEVICES = """
 import json, sys
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 from shardfeed.training import TrainOptions, train
-
-pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
 
 data, out, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
 print(json.dumps(train(data, out, TrainOptions(epochs=1, batch_size=16, image_size=size, devices=2), verbose=0)))

@@ -25,6 +25,8 @@ from shardfeed.training import evaluate, load_model, predict, train
 from shardfeed.training.options import TrainOptions
 from shardfeed.training.run_folder import RunFolder
 
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
+
 keras_hub = pytest.importorskip("keras_hub", reason="the detection extra (make install puts it in .venv)")
 
 EPOCHS = 12
@@ -258,8 +260,6 @@ FINGERPRINTED_DETECTOR = """
 import os, signal, sys
 import numpy as np, shardfeed, shardfeed.training
 from shardfeed.training.detector import build_detector, compile_args, detector_class
-
-pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
 data, run_dir, log, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(",")
 kill_at = int(os.environ.get("KILL_AT", "-1"))
 

@@ -22,6 +22,8 @@ from conftest import JPEG_HEADERS
 
 from shardfeed.format.folder_lock import waited
 
+pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
+
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL_TIMEOUT_S = 1200  # a fresh machine downloads TensorFlow; a warm pip cache takes ~1 min
 COMMAND_TIMEOUT_S = 600
@@ -219,8 +221,6 @@ ds = shardfeed.grain_dataset(sys.argv[1], batch_size=4, image_size=32, seed=0)
 shapes = {(x.shape, x.dtype.name, y.shape) for x, y in ds}
 print(sorted(shapes), ds.steps_per_epoch, "tensorflow" in sys.modules)
 from shardfeed.read import window_decode  # its C source ships in the wheel: the key reads it
-
-pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
 print("window decoder", window_decode.available())
 """
 
