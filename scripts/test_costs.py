@@ -46,14 +46,14 @@ def main() -> None:
     args = parser.parse_args()
     with open(args.log) as f:
         table = costs(f.readlines())
+    ranked = sorted(table.items(), key=lambda kv: -kv[1]["total"])
     if args.write:
-        ranked = sorted(table.items(), key=lambda kv: -kv[1]["total"])
         with open(args.write, "w") as f:
             json.dump({module: round(row["total"], 1) for module, row in ranked}, f, indent=1)
             f.write("\n")
     total = sum(row["total"] for row in table.values())
     print("| module | tests | setup s | call s | share |\n|---|---:|---:|---:|---:|")
-    for module, row in sorted(table.items(), key=lambda kv: -kv[1]["total"]):
+    for module, row in ranked:
         share = row["total"] / total
         print(f"| {module} | {row['tests']:.0f} | {row['setup']:.0f} | {row['call']:.0f} | {share:.1%} |")
     print(f"\n{total:.0f} worker seconds over {sum(r['tests'] for r in table.values()):.0f} tests")

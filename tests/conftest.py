@@ -75,12 +75,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     leaves no long module for one worker to finish alone at the end. A stable sort of the same
     collection: the same order on every worker, as xdist requires."""
     costs = json.loads(MODULE_COSTS.read_text()) if MODULE_COSTS.is_file() else {}
-    root = Path(__file__).resolve().parents[1]
-
-    def cost(item: pytest.Item) -> float:
-        return -float(costs.get(Path(item.path).resolve().relative_to(root).as_posix(), 0.0))
-
-    items.sort(key=cost)
+    items.sort(key=lambda item: -float(costs.get(item.nodeid.split("::")[0], 0.0)))  # nodeid: tests/x.py::...
 
 
 @pytest.fixture(scope="session", autouse=True)
