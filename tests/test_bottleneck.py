@@ -74,34 +74,60 @@ def test_this_host_reports_what_tensorflow_and_the_installed_packages_see() -> N
     assert host.cores >= 1
 
 
-def test_the_models_rate_is_timed_on_the_model_and_leaves_it_as_it_was() -> None:
-    """After `fit`, the model is timed on its own train function (no copy traced again) and
-    every variable a step moves comes back: weights, the dropout's seed, Adam's moments and step
-    count, the metrics. The next epoch then trains exactly as it would have without the probe."""
-    import keras
-    import numpy as np
+PROBED_AS_TRAINED = """
+import logging, sys
+import keras, numpy as np
+from shardfeed.tools.bottleneck import model_rate
 
-    from shardfeed.tools.bottleneck import model_rate
+def fitted():
+    keras.utils.set_random_seed(0)
+    layers = [keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dropout(0.5), keras.layers.Dense(4)]
+    net = keras.Sequential(layers)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    net.compile(keras.optimizers.Adam(0.01), loss, metrics=["acc"])
+    net.fit(images, labels, batch_size=8, epochs=1, verbose=0)
+    return net
 
-    def fitted() -> keras.Model:
-        keras.utils.set_random_seed(0)
-        net = keras.Sequential(
-            [keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dropout(0.5), keras.layers.Dense(4)]
-        )
-        net.compile(
-            keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["acc"]
-        )
-        net.fit(images, labels, batch_size=8, epochs=1, verbose=0)
-        return net
+def values(net):
+    moved = [*net.variables, *net.optimizer.variables, *net.metrics_variables]
+    return [keras.ops.convert_to_numpy(v.value) for v in moved]
 
-    rng = np.random.default_rng(0)
-    images, labels = rng.random((32, 8, 8, 3)).astype("float32"), rng.integers(0, 4, 32)
-    probed, plain = fitted(), fitted()
-    state = [v.numpy() for v in [*probed.variables, *probed.optimizer.variables, *probed.metrics_variables]]
-    assert model_rate(probed, (images[:8], labels[:8]), steps=4, warmup=1) > 0
-    after = [v.numpy() for v in [*probed.variables, *probed.optimizer.variables, *probed.metrics_variables]]
-    assert all(np.array_equal(a, b) for a, b in zip(state, after, strict=True))
-    for net in (probed, plain):
-        net.fit(images, labels, batch_size=8, epochs=1, verbose=0)
-    for a, b in zip(probed.variables, plain.variables, strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+rng = np.random.default_rng(0)
+images, labels = rng.random((32, 8, 8, 3)).astype("float32"), rng.integers(0, 4, 32)
+probed, plain = fitted(), fitted()
+state = values(probed)
+compiled = []
+if keras.backend.backend() == "jax":  # a copy would compile its train step again
+    import jax
+    class Compiles(logging.Handler):
+        def emit(self, record):
+            compiled.append(record.getMessage())
+    logging.getLogger("jax").addHandler(Compiles())
+    jax.config.update("jax_log_compiles", True)
+assert model_rate(probed, (images[:8], labels[:8]), steps=4, warmup=1) > 0
+assert not [m for m in compiled if "train_step" in m], compiled
+assert all(np.array_equal(a, b) for a, b in zip(state, values(probed), strict=True))
+for net in (probed, plain):
+    keras.utils.set_random_seed(1)  # the same order of batches for both (JAX shuffles with NumPy's global RNG)
+    net.fit(images, labels, batch_size=8, epochs=1, verbose=0)
+for a, b in zip(values(probed), values(plain), strict=True):
+    np.testing.assert_array_equal(a, b)
+print("same")
+"""
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+def test_the_models_rate_is_timed_on_the_model_and_leaves_it_as_it_was(backend: str) -> None:
+    """After `fit`, the model is timed on its own train function (on JAX: no train step compiled
+    again) and every variable a step moves comes back: weights, the dropout's seed, Adam's moments
+    and step count, the metrics. The next epoch then trains exactly as it would have without the
+    probe. Each backend in its own process."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBED_AS_TRAINED], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("same"), done.stderr[-3000:]

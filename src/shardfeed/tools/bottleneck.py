@@ -34,21 +34,13 @@ def model_rate(model: Any, batch: tuple[Any, Any], *, steps: int = 20, warmup: i
     """Images per second of training steps of `model` on one in-memory batch; its weights,
     optimizer and metrics are as they were after.
 
-    A model `fit` has already trained on TensorFlow (train's probe) is timed itself, on the train
-    function `fit` traced, and every variable a step moves is put back (`_on_the_model`): a copy
-    would be traced again, which for the detector took longer than its first epochs. Otherwise
-    (not compiled or not yet trained, JAX or PyTorch, batches split between devices) a copy is trained
-    (`_on_a_copy`).
+    A model `fit` has already trained (train's probe) is timed itself, on the train function `fit`
+    compiled (`_on_the_model`): a copy would be traced and compiled again, which for the detector
+    took longer than its first epochs (44 s on TensorFlow, 47 on JAX). Otherwise (not compiled or
+    not yet trained, or batches split between devices) a copy is trained (`_on_a_copy`).
     """
-    import keras
-
     tf = tensorflow()
-    on_the_model = (
-        keras.backend.backend() == "tensorflow"
-        and getattr(model, "train_function", None) is not None
-        and model.distribute_strategy.num_replicas_in_sync == 1
-    )
-    timed = _on_the_model if on_the_model else _on_a_copy
+    timed = _on_the_model if _trained_here(model) else _on_a_copy
     images = batch[0]
     data = tf.data.Dataset.from_tensors((images, batch[1])).cache().repeat()
     times = timed(model, data, warmup + steps)
@@ -56,20 +48,60 @@ def model_rate(model: Any, batch: tuple[Any, Any], *, steps: int = 20, warmup: i
     return steps * int(images.shape[0]) / seconds
 
 
+def _trained_here(model: Any) -> bool:
+    """Whether `model` holds a train function `fit` built, for one device."""
+    import keras
+
+    if getattr(model, "train_function", None) is None:
+        return False
+    if keras.backend.backend() == "tensorflow":
+        return bool(model.distribute_strategy.num_replicas_in_sync == 1)
+    return keras.distribution.distribution() is None
+
+
 def _on_the_model(model: Any, data: Any, count: int) -> list[float]:
-    """The end times of `count` steps of `model`'s own train function on `data`; every variable a
+    """The end times of `count` steps of `model`'s own train function on `data`, the model left as
+    it was: JAX's train function is pure (it takes the variables' values and returns new ones, so
+    it steps on a copy of them); TensorFlow's and PyTorch's move the variables, so every one a
     step moves (weights and seed states, the optimizer's, the metrics') is restored after."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        return _jax_steps(model, data, count)
     moved = [*model.variables, *model.optimizer.variables, *model.metrics_variables]
-    saved = [v.numpy() for v in moved]
+    saved = [keras.ops.convert_to_numpy(v.value) for v in moved]
     steps = iter(data)
     times: list[float] = []
     try:
         for _ in range(count):
-            model.train_function(steps)
+            if keras.backend.backend() == "torch":  # it takes a list of batches (its steps_per_execution)
+                batch = keras.tree.map_structure(lambda t: keras.ops.convert_to_tensor(t.numpy()), next(steps))
+                logs = model.train_function([batch])
+                keras.ops.convert_to_numpy(logs["loss"])  # the step has run, not just been queued
+            else:
+                model.train_function(steps)
             times.append(time.perf_counter())
     finally:
         for variable, value in zip(moved, saved, strict=True):
             variable.assign(value)
+    return times
+
+
+def _jax_steps(model: Any, data: Any, count: int) -> list[float]:
+    """`count` steps of a JAX model's compiled train function on copies of its variables' values
+    (the function donates the state it is given); the model's own variables are never touched."""
+    import jax
+    import numpy as np
+
+    groups = (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables)
+    state = tuple([jax.numpy.array(v.value, copy=True) for v in group] for group in groups)
+    state = (*state, [jax.numpy.array(v.value, copy=True) for v in model.metrics_variables])
+    batch = jax.tree.map(np.asarray, next(iter(data.as_numpy_iterator())))
+    times: list[float] = []
+    for _ in range(count):
+        logs, state = model.train_function(state, iter([batch]))
+        jax.block_until_ready(logs)
+        times.append(time.perf_counter())
     return times
 
 
