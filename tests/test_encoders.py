@@ -58,9 +58,14 @@ def keras_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[np.
     return home, _save_backbone_weights(home / "models" / CACHED_FILE, seed=3)
 
 
+# 64 images: 48 to train and 16 to validate, whole batches of 8 (a last partial batch would be
+# traced, and on JAX compiled, once more: the MobileNetV2 detector's train step is the run's costliest)
+IMAGES = 64
+
+
 @pytest.fixture(scope="module")
 def seg_shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    source = build_segmentation_corpus(str(tmp_path_factory.mktemp("seg") / "source"), 80, size=64)
+    source = build_segmentation_corpus(str(tmp_path_factory.mktemp("seg") / "source"), IMAGES, size=64)
     out = tmp_path_factory.mktemp("seg_shards") / "shards"
     convert(source, str(out), ConvertOptions(split="train=0.75,validation=0.25"), progress=False)
     return out
@@ -68,7 +73,7 @@ def seg_shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def det_shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    coco = build_shapes_coco_corpus(str(tmp_path_factory.mktemp("det") / "source"), 80, size=64)
+    coco = build_shapes_coco_corpus(str(tmp_path_factory.mktemp("det") / "source"), IMAGES, size=64)
     out = tmp_path_factory.mktemp("det_shards") / "shards"
     convert(coco, str(out), ConvertOptions(split="train=0.75,validation=0.25"), progress=False)
     return out

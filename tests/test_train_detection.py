@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `mak
 
 keras_hub = pytest.importorskip("keras_hub", reason="the detection extra (make install puts it in .venv)")
 
-EPOCHS = 12
+EPOCHS = 6
 OPTIONS = TrainOptions(epochs=EPOCHS, batch_size=16)  # model, size and augmentation: the data's
 
 
