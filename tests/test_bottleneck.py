@@ -75,11 +75,22 @@ def test_this_host_reports_what_tensorflow_and_the_installed_packages_see() -> N
 
 
 PROBED_AS_TRAINED = """
-import logging, sys
+import contextlib, logging, sys
 import keras, numpy as np
 from shardfeed.tools.bottleneck import model_rate
 
+scope = contextlib.nullcontext
+if sys.argv[1] == "2":  # two logical CPUs under MirroredStrategy, as train --devices 2
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    scope = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope
+
 def fitted():
+    with scope():
+        return _fitted()
+
+def _fitted():
     keras.utils.set_random_seed(0)
     layers = [keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dropout(0.5), keras.layers.Dense(4)]
     net = keras.Sequential(layers)
@@ -90,7 +101,7 @@ def fitted():
 
 def values(net):
     moved = [*net.variables, *net.optimizer.variables, *net.metrics_variables]
-    return [keras.ops.convert_to_numpy(v.value) for v in moved]
+    return [v.numpy() for v in moved]
 
 rng = np.random.default_rng(0)
 images, labels = rng.random((32, 8, 8, 3)).astype("float32"), rng.integers(0, 4, 32)
@@ -116,18 +127,18 @@ print("same")
 """
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
-def test_the_models_rate_is_timed_on_the_model_and_leaves_it_as_it_was(backend: str) -> None:
+@pytest.mark.parametrize(("backend", "devices"), [("tensorflow", 1), ("tensorflow", 2), ("jax", 1), ("torch", 1)])
+def test_the_models_rate_is_timed_on_the_model_and_leaves_it_as_it_was(backend: str, devices: int) -> None:
     """After `fit`, the model is timed on its own train function (on JAX: no train step compiled
     again) and every variable a step moves comes back: weights, the dropout's seed, Adam's moments
     and step count, the metrics. The next epoch then trains exactly as it would have without the
-    probe. Each backend in its own process."""
+    probe. Each backend in its own process; TensorFlow also on two devices (MirroredStrategy)."""
     import os
     import subprocess
     import sys
 
     env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
     done = subprocess.run(
-        [sys.executable, "-c", PROBED_AS_TRAINED], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", PROBED_AS_TRAINED, str(devices)], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0 and done.stdout.strip().endswith("same"), done.stderr[-3000:]

@@ -37,7 +37,7 @@ def model_rate(model: Any, batch: tuple[Any, Any], *, steps: int = 20, warmup: i
     A model `fit` has already trained (train's probe) is timed itself, on the train function `fit`
     compiled (`_on_the_model`): a copy would be traced and compiled again, which for the detector
     took longer than its first epochs (44 s on TensorFlow, 47 on JAX). Otherwise (not compiled or
-    not yet trained, or batches split between devices) a copy is trained (`_on_a_copy`).
+    not yet trained, or JAX's batches split between devices) a copy is trained (`_on_a_copy`).
     """
     tf = tensorflow()
     timed = _on_the_model if _trained_here(model) else _on_a_copy
@@ -49,14 +49,14 @@ def model_rate(model: Any, batch: tuple[Any, Any], *, steps: int = 20, warmup: i
 
 
 def _trained_here(model: Any) -> bool:
-    """Whether `model` holds a train function `fit` built, for one device."""
+    """Whether `model` holds a train function `fit` built that this module can step: TensorFlow's
+    under any strategy (the batch goes through the strategy as `fit`'s do), PyTorch's, and JAX's
+    on one device."""
     import keras
 
     if getattr(model, "train_function", None) is None:
         return False
-    if keras.backend.backend() == "tensorflow":
-        return bool(model.distribute_strategy.num_replicas_in_sync == 1)
-    return keras.distribution.distribution() is None
+    return keras.backend.backend() != "jax" or keras.distribution.distribution() is None
 
 
 def _on_the_model(model: Any, data: Any, count: int) -> list[float]:
@@ -69,7 +69,9 @@ def _on_the_model(model: Any, data: Any, count: int) -> list[float]:
     if keras.backend.backend() == "jax":
         return _jax_steps(model, data, count)
     moved = [*model.variables, *model.optimizer.variables, *model.metrics_variables]
-    saved = [keras.ops.convert_to_numpy(v.value) for v in moved]
+    saved = [v.numpy() for v in moved]
+    if keras.backend.backend() == "tensorflow":  # split between the replicas as fit splits it
+        data = model.distribute_strategy.experimental_distribute_dataset(data)
     steps = iter(data)
     times: list[float] = []
     try:
