@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +38,16 @@ def photos() -> dict[str, np.ndarray]:
     import skimage.data
 
     return {name: getattr(skimage.data, name)()[..., :3] for name in PHOTO_NAMES}
+
+
+def few_converted(tmp_path_factory: pytest.TempPathFactory, build: Callable[..., str]) -> Path:
+    """64 images from `build` (a bench.corpus builder: folder, count, size), converted 48 to train
+    and 16 to validate: whole batches of 16, for a run whose point is that it runs and scores on
+    some backend, not what one epoch learns."""
+    source = build(str(tmp_path_factory.mktemp("few") / "source"), 64, size=64)
+    out = tmp_path_factory.mktemp("few_shards") / "shards"
+    convert(source, str(out), ConvertOptions(split="train=0.75,validation=0.25"), progress=False)
+    return out
 
 
 def crops(photo: np.ndarray, count: int, seed: int) -> list[np.ndarray]:

@@ -393,12 +393,9 @@ def test_defaults_left_to_boxes(shards: Path) -> None:
 
 @pytest.fixture(scope="module")
 def few(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """64 images, 48 to train and 16 to validate (whole batches of 16), for a run on another
-    backend: its point is that train and evaluate run and score there, not what one epoch learns."""
-    coco = build_shapes_coco_corpus(str(tmp_path_factory.mktemp("few") / "source"), 64, size=64)
-    out = tmp_path_factory.mktemp("few_shards") / "shards"
-    convert(coco, str(out), ConvertOptions(split="train=0.75,validation=0.25"), progress=False)
-    return out
+    from conftest import few_converted
+
+    return few_converted(tmp_path_factory, build_shapes_coco_corpus)
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])

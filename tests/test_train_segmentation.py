@@ -154,12 +154,9 @@ def test_the_flattened_pixel_loss_is_keras_own_and_the_mean_over_pixels_not_igno
 
 @pytest.fixture(scope="module")
 def few(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """64 images, 48 to train and 16 to validate (whole batches of 16), for a run on another
-    backend: its point is that train and evaluate run and score there, not what one epoch learns."""
-    source = build_segmentation_corpus(str(tmp_path_factory.mktemp("few") / "source"), 64, size=64)
-    out = tmp_path_factory.mktemp("few_shards") / "shards"
-    convert(source, str(out), ConvertOptions(split="train=0.75,validation=0.25"), progress=False)
-    return out
+    from conftest import few_converted
+
+    return few_converted(tmp_path_factory, build_segmentation_corpus)
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
