@@ -42,8 +42,8 @@ def photos() -> dict[str, np.ndarray]:
 
 def few_converted(tmp_path_factory: pytest.TempPathFactory, build: Callable[..., str]) -> Path:
     """64 images from `build` (a bench.corpus builder: folder, count, size), converted 48 to train
-    and 16 to validate: whole batches of 16, for a run whose point is that it runs and scores on
-    some backend, not what one epoch learns."""
+    and 16 to validate: whole batches of 8 or 16, for a run whose point is that it trains and scores
+    (on some backend, from some weights), not what it learns."""
     source = build(str(tmp_path_factory.mktemp("few") / "source"), 64, size=64)
     out = tmp_path_factory.mktemp("few_shards") / "shards"
     convert(source, str(out), ConvertOptions(split="train=0.75,validation=0.25"), progress=False)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from bench.corpus import TAGS, build_segmentation_corpus, build_shapes_coco_corpus
-from shardfeed import ConvertOptions, OptionError, convert
+from shardfeed import OptionError
 from shardfeed.format.schema import DETECTION, SEGMENTATION
 from shardfeed.training.fine_tune import backbone_of, schedule, set_phase
 from shardfeed.training.model_choice import choose_image_size, choose_model
@@ -58,25 +58,21 @@ def keras_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[np.
     return home, _save_backbone_weights(home / "models" / CACHED_FILE, seed=3)
 
 
-# 64 images: 48 to train and 16 to validate, whole batches of 8 (a last partial batch would be
-# traced, and on JAX compiled, once more: the MobileNetV2 detector's train step is the run's costliest)
-IMAGES = 64
-
-
+# few_converted: 64 images, 48 to train and 16 to validate, whole batches of 8 (a last partial batch
+# would be traced, and on JAX compiled, once more: the MobileNetV2 detector's train step is the
+# run's costliest)
 @pytest.fixture(scope="module")
 def seg_shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    source = build_segmentation_corpus(str(tmp_path_factory.mktemp("seg") / "source"), IMAGES, size=64)
-    out = tmp_path_factory.mktemp("seg_shards") / "shards"
-    convert(source, str(out), ConvertOptions(split="train=0.75,validation=0.25"), progress=False)
-    return out
+    from conftest import few_converted
+
+    return few_converted(tmp_path_factory, build_segmentation_corpus)
 
 
 @pytest.fixture(scope="module")
 def det_shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    coco = build_shapes_coco_corpus(str(tmp_path_factory.mktemp("det") / "source"), IMAGES, size=64)
-    out = tmp_path_factory.mktemp("det_shards") / "shards"
-    convert(coco, str(out), ConvertOptions(split="train=0.75,validation=0.25"), progress=False)
-    return out
+    from conftest import few_converted
+
+    return few_converted(tmp_path_factory, build_shapes_coco_corpus)
 
 
 def test_the_feature_maps_are_each_stages_end() -> None:

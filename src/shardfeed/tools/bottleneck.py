@@ -66,17 +66,18 @@ def _on_the_model(model: Any, data: Any, count: int) -> list[float]:
     step moves (weights and seed states, the optimizer's, the metrics') is restored after."""
     import keras
 
-    if keras.backend.backend() == "jax":
+    backend = keras.backend.backend()
+    if backend == "jax":
         return _jax_steps(model, data, count)
     moved = [*model.variables, *model.optimizer.variables, *model.metrics_variables]
     saved = [v.numpy() for v in moved]
-    if keras.backend.backend() == "tensorflow":  # split between the replicas as fit splits it
+    if backend == "tensorflow":  # split between the replicas as fit splits it
         data = model.distribute_strategy.experimental_distribute_dataset(data)
     steps = iter(data)
     times: list[float] = []
     try:
         for _ in range(count):
-            if keras.backend.backend() == "torch":  # it takes a list of batches (its steps_per_execution)
+            if backend == "torch":  # it takes a list of batches (its steps_per_execution)
                 batch = keras.tree.map_structure(lambda t: keras.ops.convert_to_tensor(t.numpy()), next(steps))
                 logs = model.train_function([batch])
                 keras.ops.convert_to_numpy(logs["loss"])  # the step has run, not just been queued
@@ -93,12 +94,11 @@ def _jax_steps(model: Any, data: Any, count: int) -> list[float]:
     """`count` steps of a JAX model's compiled train function on copies of its variables' values
     (the function donates the state it is given); the model's own variables are never touched."""
     import jax
-    import numpy as np
 
-    groups = (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables)
+    groups = [model.trainable_variables, model.non_trainable_variables]  # in the order of fit's state
+    groups += [model.optimizer.variables, model.metrics_variables]
     state = tuple([jax.numpy.array(v.value, copy=True) for v in group] for group in groups)
-    state = (*state, [jax.numpy.array(v.value, copy=True) for v in model.metrics_variables])
-    batch = jax.tree.map(np.asarray, next(iter(data.as_numpy_iterator())))
+    batch = next(data.as_numpy_iterator())  # NumPy arrays, as fit's iterator hands them on the CPU
     times: list[float] = []
     for _ in range(count):
         logs, state = model.train_function(state, iter([batch]))
