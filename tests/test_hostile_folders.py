@@ -6,9 +6,11 @@ file and the entry; nothing hangs (each command is a real process under a timeou
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -18,7 +20,8 @@ from typing import Any
 import pytest
 from conftest import crops, jpeg_bytes, photos, recording_http_server
 
-from shardfeed import ConvertOptions, convert
+from shardfeed import ConvertOptions, CorruptRecordError, convert
+from shardfeed.format import tfrecord
 
 TIMEOUT_S = 120
 LOAD = "import sys, shardfeed; ds = shardfeed.load(sys.argv[1], batch_size=4, image_size=32); next(iter(ds))"
@@ -187,3 +190,82 @@ def test_report_json_naming_files_outside_the_source_draws_none_of_them(folder: 
     table = html[html.index("drawn: inside the source") - 3000 :]
     assert table.count("outside the source folder, not drawn") == 2
     assert "data:image/jpeg;base64" in html[html.index(str(inside)) : html.index("drawn: inside the source")]
+
+
+def _claim_length(shard: Path, record: int, length: int) -> int:
+    """Rewrites the length field of `shard`'s record `record` to `length`, with a valid length CRC
+    (as someone editing a downloaded folder would), the file's size unchanged; its byte offset."""
+    data = bytearray(shard.read_bytes())
+    offset = 0
+    for _ in range(record):
+        offset += struct.unpack_from("<Q", data, offset)[0] + tfrecord.FRAMING_BYTES
+    header = struct.pack("<Q", length)
+    data[offset : offset + 12] = header + struct.pack("<I", tfrecord.masked_crc(header))
+    shard.write_bytes(bytes(data))
+    return offset
+
+
+INDEXED = (
+    "import sys, shardfeed; r = shardfeed.IndexedRecords(sys.argv[1], 'train'); [r.record(i) for i in range(len(r))]"
+)
+
+
+@pytest.mark.slow
+def test_a_record_claiming_more_bytes_than_its_shard_holds_is_one_line_in_every_reader(folder: Path) -> None:
+    """A length field of 2^40 with a valid CRC, the file's size unchanged: TensorFlow's reader
+    allocates what it says (`load` died with a segmentation fault), verify's a MemoryError. Each
+    reader names the shard and the record's byte offset instead; the index file (unedited) lists
+    the record's true size, so IndexedRecords finds the record cut short."""
+    shard = folder / "train-00000-of-00002"
+    offset = _claim_length(shard, 1, 1 << 40)
+    loaded = _run(str(folder), python=LOAD)
+    assert loaded.returncode == 1, loaded.stderr[-2000:]  # not -11 (SIGSEGV)
+    last = loaded.stderr.strip().splitlines()[-1]
+    assert str(shard) in last and f"record 1 at byte {offset} claims 1,099,511,627,776 bytes" in last, last
+    verified = _run("verify", str(folder))
+    assert verified.returncode == 1 and "Traceback" not in verified.stderr, verified.stderr[-2000:]
+    assert f"record 1 at byte {offset}" in verified.stdout + verified.stderr
+    indexed = _run(str(folder), python=INDEXED)
+    assert indexed.returncode == 1, indexed.stderr[-2000:]
+    assert "CorruptRecordError" in indexed.stderr and f"byte {offset}" in indexed.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_an_index_entry_past_its_shard_is_refused_before_a_record_is_read(folder: Path) -> None:
+    """An index line claiming 2^40 bytes (os.pread allocated what it said): IndexedRecords
+    refuses the folder when it opens it, naming the index file and the line."""
+    index = folder / "index" / "train-00000-of-00002.idx"
+    lines = index.read_text().splitlines()
+    lines[2] = f"{lines[2].split()[0]} {1 << 40}"
+    index.write_text("\n".join(lines) + "\n")
+    indexed = _run(str(folder), python=INDEXED)
+    assert indexed.returncode == 1, indexed.stderr[-2000:]
+    last = indexed.stderr.strip().splitlines()[-1]
+    assert "CorruptRecordError" in last and str(index) in last and "record 2" in last, last
+
+
+def test_a_mirror_refuses_a_shard_whose_record_claims_more_than_it_holds(folder: Path, tmp_path: Path) -> None:
+    """`serve worker --mirror`: the service's workers read with graph ops only, so the mirror
+    checks each record's length when it fetches: an edited shard whose manifest was edited to
+    match (size and SHA-256) is refused, naming the shard and the record."""
+    import fsspec
+
+    from shardfeed.read.remote.cache import ShardCache
+    from shardfeed.read.remote.mirror import mirror
+
+    shard = folder / "train-00000-of-00002"
+    offset = _claim_length(shard, 1, 1 << 40)
+
+    def matched(data: dict[str, Any]) -> None:
+        entry = data["splits"]["train"]["shards"][0]
+        entry["sha256"] = hashlib.sha256(shard.read_bytes()).hexdigest()
+
+    _edit(folder, matched)
+    store = fsspec.filesystem("memory")
+    bucket = f"memory://hostile-{tmp_path.name}/data"
+    store.put(str(folder), bucket, recursive=True)
+    try:
+        with pytest.raises(CorruptRecordError, match=rf"train-00000-of-00002 .*record 1 at byte {offset} claims"):
+            mirror(bucket, ShardCache(str(tmp_path / "cache")))
+    finally:
+        store.rm(bucket, recursive=True)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import io
+import struct
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,48 @@ def test_corruption_and_truncation_name_the_record() -> None:
         list(tfrecord.iter_records(io.BytesIO(bytes(blob[:150])), name="demo"))
     with pytest.raises(ValueError, match=r"not a valid tf\.train\.Example"):
         parse_example(b"\xff\xff\xff")
+
+
+def _edited(records: list[bytes], record: int, length: int) -> bytes:
+    """The framed records with record `record`'s length field claiming `length` (its CRC valid)."""
+    framed = [bytearray(tfrecord.frame(r)) for r in records]
+    header = struct.pack("<Q", length)
+    framed[record][:12] = header + struct.pack("<I", tfrecord.masked_crc(header))
+    return b"".join(framed)
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_a_length_past_the_end_of_the_file_is_found_from_the_headers(tmp_path: Path, compression: str | None) -> None:
+    """framing_problem names the first record whose length runs past the file (TensorFlow's
+    reader allocates what it says), and passes a sound file and one cut inside a record's data
+    (within the file: the CRC checks find that)."""
+    records = [b"a" * 100, b"b" * 50, b"c" * 70]
+    cases = {
+        "sound": b"".join(tfrecord.frame(r) for r in records),
+        "claims 2^40": _edited(records, 1, 1 << 40),
+        "claims 1 byte past": _edited(records, 2, 70 + 1),
+    }
+    found = {}
+    for name, data in cases.items():
+        path = tmp_path / name
+        path.write_bytes(gzip.compress(data) if compression else data)
+        problem = tfrecord.framing_problem(str(path), path.stat().st_size, compression)
+        found[name] = None if problem is None else (problem.record, problem.message)
+    assert found["sound"] is None
+    assert found["claims 2^40"] == (
+        1,
+        "record 1 at byte 116 claims 1,099,511,627,776 bytes, more than the 136 the file holds after it "
+        "(an edited or damaged shard)",
+    )
+    assert found["claims 1 byte past"] == (
+        2,
+        "record 2 at byte 182 claims 71 bytes, more than the 70 the file holds after it (an edited or damaged shard)",
+    )
+
+
+def test_a_record_claiming_more_than_the_stream_holds_is_read_only_as_far_as_it_goes() -> None:
+    """iter_records asks the stream for a record's bytes in pieces: a length of 2^40 is the
+    stream's end (a CorruptRecordError), never a 1 TB allocation (a MemoryError in verify)."""
+    blob = _edited([b"x" * 100, b"y" * 100], 1, 1 << 40)
+    with pytest.raises(tfrecord.CorruptRecordError, match=r"record 1 at byte 116: file ends inside the record"):
+        list(tfrecord.iter_records(io.BytesIO(blob), name="demo"))

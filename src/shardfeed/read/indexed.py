@@ -89,9 +89,12 @@ class IndexedRecords:
                     f"index file {shard.index_file} lists {len(pairs)} records, the manifest says "
                     f"{shard.num_records}; run `shardfeed verify`"
                 )
+            starts, lengths = _laid_end_to_end(
+                pairs, shards.sizes[number] if shards.sizes else None, fileio.join(self.manifest.path, shard.index_file)
+            )
             shard_ids.append(np.full(len(pairs), number, np.int32))
-            offsets.append(np.array([p[0] for p in pairs], np.int64))
-            sizes.append(np.array([p[1] for p in pairs], np.int64))
+            offsets.append(starts)
+            sizes.append(lengths)
         self.shard_ids = np.concatenate(shard_ids) if shard_ids else np.zeros(0, np.int32)
         self.shard_starts = np.cumsum([0] + [len(ids) for ids in shard_ids])[:-1]
         self.offsets = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
@@ -297,3 +300,28 @@ class IndexedRecords:
         with self._lock:
             while self._handles:
                 self._handles.popitem()[1].close()
+
+
+def _laid_end_to_end(pairs: list[tuple[int, int]], shard_bytes: int | None, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """An index file's (offset, framed size) pairs as arrays, once they are checked to lie end
+    to end from byte 0 and to fill the shard's `shard_bytes` exactly (the manifest's size; None:
+    not known): an index entry is how many bytes a read asks for, and an edited line claiming
+    2^40 made `os.pread` allocate them.
+
+    Raises:
+        CorruptRecordError: naming the index file and its first entry that does not fit.
+    """
+    starts = np.array([p[0] for p in pairs], np.int64)
+    lengths = np.array([p[1] for p in pairs], np.int64)
+    expected = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if len(pairs) else starts
+    limit = shard_bytes if shard_bytes is not None else np.iinfo(np.int64).max
+    bad = np.flatnonzero((starts != expected) | (lengths < tfrecord.FRAMING_BYTES) | (lengths > limit - starts))
+    if len(bad) or (shard_bytes is not None and len(pairs) and int(starts[-1] + lengths[-1]) != shard_bytes):
+        record = int(bad[0]) if len(bad) else len(pairs) - 1
+        offset, size = pairs[record]
+        raise CorruptRecordError(
+            f"index file {name}: record {record} ({offset} {size}) does not lie end to end within its shard"
+            + (f" of {shard_bytes:,} bytes" if shard_bytes is not None else "")
+            + "; run `shardfeed verify`"
+        )
+    return starts, lengths

@@ -6,7 +6,9 @@ that fetches through the cache while reading) cannot travel with it, and TensorF
 
     shardfeed serve worker --dispatcher HOST:PORT --mirror s3://bucket/out [--cache-dir DIR]
         -> every shard of every split fetched into DIR (checked against the manifest's size and
-           SHA-256, like any fetch), pinned for the worker's lifetime (never evicted), then served
+           SHA-256, like any fetch), pinned for the worker's lifetime (never evicted), each
+           record's length checked against its shard's size (`tfrecord.framing_problem`: `load`
+           checks that before TensorFlow reads, which the service's graph-only workers cannot), then served
     load("s3://bucket/out", service=ServiceOptions(address, mirror_dir=DIR))
         -> the pipeline reads DIR/<sha256>.tfrecord: the content-addressed names the manifest
            gives, the same on every worker, so a re-converted dataset is never read from an old copy
@@ -24,8 +26,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from shardfeed.errors import OptionError
-from shardfeed.format import fileio, manifest, storage
+from shardfeed.errors import CorruptRecordError, OptionError
+from shardfeed.format import fileio, manifest, storage, tfrecord
 from shardfeed.read import shardset
 from shardfeed.read.remote.cache import RemoteShard, ShardCache, copy_name
 from shardfeed.read.remote.feed import FETCH_THREADS, remote_shards
@@ -76,6 +78,9 @@ def mirror(url: str, cache: ShardCache, threads: int = FETCH_THREADS) -> Mirrore
     missing = [s for s in shards.values() if not cache.holds(s)]
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(lambda s: _fetch(cache, s, set(shards)), missing))
+    for shard in shards.values():  # the service's workers run graph ops only: `load` cannot check there
+        if problem := tfrecord.framing_problem(cache.path(shard), shard.size, m.compression):
+            raise CorruptRecordError(f"shard {storage.redact(shard.url)} is corrupt or truncated: {problem.message}")
     done = Mirrored(url, len(shards), total, len(missing), time.monotonic() - started)
     log.info("%s into %s", done, cache.directory)
     return done
