@@ -14,13 +14,16 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import crops, jpeg_bytes, photos, recording_http_server
+from PIL import Image
 
 TIMEOUT_S = 180
 
@@ -263,7 +266,7 @@ def test_image_paths_in_table_rows_stay_inside_the_dataset(scratch: Path) -> Non
     """Rows naming an absolute path, a '../' path, a link out of the folder, a FIFO and an
     http:// URL on a loopback server: none is read or fetched (the FIFO hung the conversion, the
     URL was fetched); each row is reported, the rows naming files inside are converted. With
-    --outside-images the absolute path is read."""
+    --outside-files the absolute path is read."""
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
@@ -303,7 +306,7 @@ def test_image_paths_in_table_rows_stay_inside_the_dataset(scratch: Path) -> Non
         m = json.loads((scratch / "out" / "manifest.json").read_text())
         assert m["splits"]["train"]["num_records"] == 2
         (scratch / "src" / "fifo.jpg").unlink()
-        done, _ = _convert(scratch, "src/data.parquet", "out2", "--split", "train=1", "--outside-images")
+        done, _ = _convert(scratch, "src/data.parquet", "out2", "--split", "train=1", "--outside-files")
         assert done.returncode == 0, done.stderr
         assert len(requests) >= 1  # the opt-in fetches what the row names
 
@@ -433,3 +436,141 @@ def test_coco_annotations_that_are_not_an_object_are_refused_in_one_line(scratch
                 str(scratch / "src" / name), str(scratch / "out" / name), ConvertOptions(), workers=1, progress=False
             )
         assert expected in str(raised.value), raised.value
+
+
+def _voc(root: Path, names: tuple[str, ...] = ("0", "1")) -> Path:
+    """A VOC folder as VOC2012 lays one out: JPEGImages/ and one Annotations XML per image."""
+    for sub in ("Annotations", "JPEGImages"):
+        (root / sub).mkdir(parents=True)
+    for name, data in zip(names, _jpegs(len(names)), strict=True):
+        (root / "JPEGImages" / f"{name}.jpg").write_bytes(data)
+        (root / "Annotations" / f"{name}.xml").write_text(
+            f"<annotation><filename>{name}.jpg</filename><object><name>cat</name><bndbox><xmin>5</xmin>"
+            "<ymin>5</ymin><xmax>50</xmax><ymax>50</ymax></bndbox></object></annotation>"
+        )
+    return root
+
+
+def _segmentation(root: Path) -> Path:
+    """A segmentation folder: images/, masks/ (a one-channel PNG of class ids each), classes.txt."""
+    for sub in ("images", "masks"):
+        (root / sub).mkdir(parents=True)
+    for i, data in enumerate(_jpegs(2)):
+        (root / "images" / f"{i}.jpg").write_bytes(data)
+        height, width = np.asarray(Image.open(io.BytesIO(data))).shape[:2]
+        Image.fromarray(np.zeros((height, width), np.uint8)).save(root / "masks" / f"{i}.png")
+    (root / "classes.txt").write_text("background\n")
+    return root
+
+
+def _coco(root: Path) -> Path:
+    """COCO annotations beside their two images (file_name relative to the .json's folder)."""
+    root.mkdir(parents=True)
+    images = []
+    for i, data in enumerate(_jpegs(2)):
+        (root / f"{i}.jpg").write_bytes(data)
+        height, width = np.asarray(Image.open(io.BytesIO(data))).shape[:2]
+        images.append({"id": i + 1, "file_name": f"{i}.jpg", "width": width, "height": height})
+    annotations = [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [5, 5, 40, 40], "iscrowd": 0, "area": 1600}]
+    categories = [{"id": 1, "name": "cat"}]
+    (root / "instances.json").write_text(
+        json.dumps({"images": images, "annotations": annotations, "categories": categories})
+    )
+    return root / "instances.json"
+
+
+def _relink(path: Path, target: Path) -> None:
+    """`path` made a symbolic link to `target` (a copy of what `path` held: it still parses)."""
+    shutil.copy(path, target)
+    path.unlink()
+    path.symlink_to(target)
+
+
+def test_annotation_files_images_and_masks_linked_outside_the_folder_are_reported_unless_asked(scratch: Path) -> None:
+    """A downloaded VOC, YOLO, segmentation or COCO dataset whose XML, label file, mask or image
+    is a link out of its folder (their content ended in shards and report.html): each is a
+    reported item naming the link's target and --outside-files, the rest listed; with
+    outside_files they are read. A dataset folder that is itself a link is inside itself."""
+    from shardfeed.write.sources import listed, resolve_source
+
+    victim = scratch / "victim"
+    voc, yolo = _voc(scratch / "src" / "voc", ("0", "1", "2")), _yolo(scratch / "src" / "yolo")
+    segmentation, coco = _segmentation(scratch / "src" / "seg"), _coco(scratch / "src" / "coco")
+    _relink(voc / "Annotations" / "0.xml", victim / "0.xml")
+    _relink(voc / "JPEGImages" / "1.jpg", victim / "1.jpg")
+    _relink(yolo / "labels" / "0.txt", victim / "0.txt")
+    _relink(yolo / "images" / "1.jpg", victim / "yolo-1.jpg")
+    _relink(segmentation / "masks" / "1.png", victim / "1.png")
+    _relink(coco.parent / "0.jpg", victim / "coco-0.jpg")
+    expected = {
+        "voc": ({"Annotations/0.xml", "JPEGImages/1.jpg"}, ["JPEGImages/2.jpg"]),
+        "yolo": ({"images/0.jpg", "images/1.jpg"}, []),
+        "seg": ({"images/1.jpg"}, ["images/0.jpg"]),
+        "coco/instances.json": ({"0.jpg"}, ["1.jpg"]),
+    }
+    for name, (refused, kept) in expected.items():
+        path = str(scratch / "src" / name)
+        found = listed(resolve_source(path))
+        reasons = {key: why for key, why in found.skipped if "outside the dataset's folder" in why}
+        assert set(reasons) == refused, (name, found.skipped)
+        assert all(str(victim) in why and "--outside-files" in why for why in reasons.values()), reasons
+        assert [item.key for item in found.items] == kept, name
+        opted = listed(resolve_source(path, container_options={"outside_files": True}))
+        assert len(opted.items) == len(kept) + len(refused) and not opted.skipped, (name, opted.skipped)
+    (scratch / "seg-link").symlink_to(segmentation)  # the dataset's folder a link: its own files are inside it
+    via_link = listed(resolve_source(str(scratch / "seg-link")))
+    assert [item.key for item in via_link.items] == ["images/0.jpg"] and len(via_link.skipped) == 1
+
+
+def test_voc_xml_in_utf16_with_a_doctype_and_two_xmls_naming_one_image_are_reported(scratch: Path) -> None:
+    """A UTF-16 XML slipped past a byte search for '<!DOCTYPE' (its entities were expanded); two
+    XMLs naming one image were converted twice with different objects. Each is reported: the
+    DOCTYPE XML, the image named twice and both XMLs naming it."""
+    from shardfeed.write.sources import listed, resolve_source
+
+    voc = _voc(scratch / "src" / "voc", ("0", "1", "2"))
+    doctype = '<?xml version="1.0" encoding="UTF-16"?><!DOCTYPE a [<!ENTITY e "0.jpg">]>'
+    (voc / "Annotations" / "0.xml").write_bytes(
+        (doctype + "<annotation><filename>&e;</filename></annotation>").encode("utf-16")
+    )
+    (voc / "Annotations" / "1.xml").write_bytes((voc / "Annotations" / "1.xml").read_text().encode("utf-16"))
+    shutil.copy(voc / "Annotations" / "2.xml", voc / "Annotations" / "2-copy.xml")
+    found = listed(resolve_source(str(voc)))
+    skipped = dict(found.skipped)
+    assert skipped["Annotations/0.xml"].startswith("has a DOCTYPE")
+    assert skipped["JPEGImages/2.jpg"].startswith("named by ['Annotations/2-copy.xml', 'Annotations/2.xml']")
+    assert (
+        skipped["Annotations/2.xml"]
+        == skipped["Annotations/2-copy.xml"]
+        == ("names JPEGImages/2.jpg, as another annotation file does")
+    )
+    assert [item.key for item in found.items] == ["JPEGImages/1.jpg"]  # a UTF-16 XML without a DOCTYPE is read
+
+
+def _png_of_zeros(width: int, height: int) -> bytes:
+    """A grey PNG of `width` x `height` black pixels, made as zlib makes one (a row at a time):
+    ~875 KB for 30000 x 30000, 900 MB once decoded."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    packer, row = zlib.compressobj(9), bytes(width + 1)  # filter byte 0, then the row
+    idat = b"".join(packer.compress(row) for _ in range(height)) + packer.flush()
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+@pytest.mark.slow
+def test_a_mask_declaring_a_huge_size_is_reported_before_it_is_decoded(scratch: Path) -> None:
+    """A 875 KB mask PNG of 30000 x 30000 was decoded whole (1.76 GB) before its size was
+    checked: its header now says it is not its image's size, and the image is reported; the
+    conversion's peak memory stays far below what decoding it takes."""
+    segmentation = _segmentation(scratch / "src" / "seg")
+    (segmentation / "masks" / "0.png").write_bytes(_png_of_zeros(30000, 30000))
+    done, peak = _convert(scratch, "src/seg", "out", "--split", "train=1", "--workers", "1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    reason = _skipped(scratch / "out")["images/0.jpg"]
+    assert "mask masks/0.png is 30000 x 30000, its image" in reason, reason
+    assert peak < 700_000, peak  # KiB: TensorFlow's import is most of it; the decode alone is 900 MB

@@ -34,7 +34,7 @@ def renamed(**old_to_new: str) -> Callable[[F], F]:
                 if new in kwargs:
                     raise OptionError(f"{function.__name__}: {old}= is the old name of {new}=; pass only {new}=")
                 warnings.warn(
-                    f"{function.__name__}({old}=...) is deprecated; use {new}=", DeprecationWarning, stacklevel=2
+                    f"{function.__qualname__}({old}=...) is deprecated; use {new}=", DeprecationWarning, stacklevel=2
                 )
                 kwargs[new] = kwargs.pop(old)
             return function(*args, **kwargs)

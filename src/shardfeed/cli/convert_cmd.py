@@ -72,11 +72,14 @@ def _input_flags(g: Any) -> None:
     )
     g.add_argument("--image-column", help="Parquet/Arrow: the image column (default: the Image feature, or 'image')")
     g.add_argument(
+        "--outside-files",
         "--outside-images",
+        dest="outside_files",
         action="store_true",
         default=None,
-        help="Parquet/Arrow: also read images the rows name by absolute path, '../' or URL (off: only files "
-        "inside the dataset's folder are read; a table from elsewhere could name any file or server)",
+        help="also read files the data places outside the dataset's folder: images Parquet/Arrow rows name by "
+        "absolute path, '../' or URL, and the images, VOC XMLs, YOLO label files and masks that links lead out "
+        "to (off: a dataset from elsewhere could name any file or server; --outside-images: the old name)",
     )
     g.add_argument(
         "--image-ext",
@@ -280,7 +283,7 @@ def _source_options(args: argparse.Namespace) -> dict[str, Any]:
             "class_names": names,
         }
     if lower.endswith(".json"):
-        return {"container_options": {"images": args.images, "masks": args.masks}}
+        return {"container_options": {"images": args.images, "masks": args.masks, "outside_files": args.outside_files}}
     if args.images or args.masks:
         raise OptionError("--images and --masks apply to COCO annotations (a .json source)")
     names_given = args.class_names
@@ -290,7 +293,7 @@ def _source_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "container_options": {
             "image_column": args.image_column,
-            "outside_images": args.outside_images,
+            "outside_files": args.outside_files,
             "label_column": "" if label_column == "none" else label_column,
             "image_exts": args.image_ext,
             "label_ext": args.label_ext,

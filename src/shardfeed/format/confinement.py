@@ -73,6 +73,24 @@ def inside(folder: str, path: str) -> bool:
     return os.path.commonpath([root, os.path.realpath(path)]) == root
 
 
+# How a user reads files a dataset reaches through links that leave its folder (off by default)
+OUTSIDE_OPTION = "--outside-files"
+
+
+def link_refusal(real_root: str, path: str) -> str | None:
+    """Why the local file `path` of the dataset whose folder resolves to `real_root`
+    (`os.path.realpath` of it, resolved once by the caller) may not be read without
+    OUTSIDE_OPTION, or None: a link somewhere on its path leads outside the folder. A downloaded
+    VOC, YOLO or segmentation folder is data someone else made: a linked XML, label file, mask or
+    image had its target's content copied into the output (an image into shards and report.html)."""
+    if fileio.is_remote(path):
+        return None
+    real = os.path.realpath(path)
+    if real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep):
+        return None
+    return f"a link that leads outside the dataset's folder (to {real!r}); read only with {OUTSIDE_OPTION}"
+
+
 def read_inside(root: str, path: str, max_bytes: int, limit: str) -> bytes:
     """The bytes of `path`, a file the dataset in `root` names for its own use (a class list,
     data.yaml, a split list, an annotation file): read only when it is a regular file of at most

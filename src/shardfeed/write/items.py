@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shardfeed.errors import SourceError
 from shardfeed.format import fileio
 from shardfeed.format.annotations import SourceObjects
-from shardfeed.format.confinement import MAX_LIST_BYTES, read_inside, split_refusal, text_refusal
+from shardfeed.format.confinement import MAX_LIST_BYTES, link_refusal, read_inside, split_refusal, text_refusal
 from shardfeed.format.schema import CLASSIFICATION
 
 # Top-level folder (or file name prefix) names that mark an already split layout.
@@ -172,6 +174,17 @@ def read_text_inside(root: str, path: str, max_bytes: int, what: str) -> str:
         raise SourceError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except OSError as e:
         raise SourceError(f"{path}: cannot be read: {e}") from None
+
+
+def linked_out(root: str, outside_files: bool) -> Callable[[str], str | None]:
+    """A check for the files a VOC, YOLO, segmentation or COCO dataset in `root` names (by a key
+    relative to it: images, XMLs, label files, masks): the reason one may not be read, or None.
+    A key whose path leads outside `root` through a link is refused unless `outside_files`
+    (`--outside-files`); `root` itself may be a link (it is resolved once, here)."""
+    if outside_files or fileio.is_remote(root):
+        return lambda key: None
+    real_root = os.path.realpath(root)
+    return lambda key: link_refusal(real_root, fileio.join(root, key))
 
 
 def file_item(base: str, key: str, label: int, split: str | None, objects: SourceObjects | None = None) -> Item:

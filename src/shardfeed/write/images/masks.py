@@ -28,7 +28,7 @@ import numpy as np
 from PIL import Image
 
 from shardfeed import lazy
-from shardfeed.format import schema
+from shardfeed.format import image_limits, schema
 from shardfeed.write.images.prepare import BadImageError, ImageOptions, PreparedImage, encode, source_frame
 
 IGNORE = schema.IGNORED_LABEL  # a mask pixel that belongs to no class
@@ -63,11 +63,19 @@ def prepare_mask(
     whose stored form is `stored`.
 
     Raises:
-        BadImageError: not a one-channel image, another size than its image, or a pixel that is
-            no class id (0..num_classes-1) and not 255; the image is then not converted either.
+        BadImageError: not a one-channel image, another size than its image (told from its header,
+            before decoding: a 875 KB PNG of 30000 x 30000 was decoded whole, 1.76 GB), or a pixel
+            that is no class id (0..num_classes-1) and not 255; the image is then not converted either.
     """
-    mask = _ids(mask_data, name)
     source_size, orientation = source_frame(image_data, stored)
+    declared = image_limits.header_size(mask_data)  # before any pixel is decoded: a mask is its image's size
+    if declared is not None and declared != source_size:
+        raise BadImageError(
+            f"mask {name} is {declared[0]} x {declared[1]}, its image {source_size[0]} x {source_size[1]}"
+        )
+    if too_large := image_limits.refusal(mask_data, options.max_pixels):
+        raise BadImageError(f"mask {name}: {too_large}")
+    mask = _ids(mask_data, name)
     if mask.size != source_size:
         raise BadImageError(
             f"mask {name} is {mask.width} x {mask.height}, its image {source_size[0]} x {source_size[1]}"
@@ -234,6 +242,9 @@ def check_stored_mask(data: bytes | None, height: int, width: int, num_classes: 
     one channel, not the image's size, or holding an id that is no class and not 255."""
     if not data:
         return "record has no segmentation mask"
+    declared = image_limits.header_size(data)  # checked before decoding: an edited record's could be any size
+    if declared is not None and declared != (width, height):
+        return f"segmentation mask is {declared[0]} x {declared[1]}, the image {width} x {height}"
     try:
         mask = _ids(data, "")
     except BadImageError as e:

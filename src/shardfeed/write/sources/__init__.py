@@ -99,8 +99,10 @@ def resolve_source(
         source: a path, or an already built source object (returned as is).
         labels_from: for folders: 'folders' (class per folder), 'filenames', or 'none'.
         label_pattern: regex with one group, for labels_from='filenames'.
-        container_options: image_column/label_column/outside_images for tables; image_exts, label_ext,
-            label_field, class_names for WebDataset tars (None values are left out).
+        container_options: image_column/label_column for tables; image_exts, label_ext, label_field,
+            class_names for WebDataset tars (None values are left out); images and masks for COCO;
+            outside_files for tables, COCO, VOC, YOLO and segmentation folders (files that paths
+            or links place outside the dataset's folder are read: off by default).
         csv_or_array_options: column names for CSV, array names for NumPy inputs.
     """
     container_options = container_options or {}
@@ -111,11 +113,13 @@ def resolve_source(
         return CsvSource(source, **csv_or_array_options)
     if lower.endswith((".npz", ".npy")):
         return ArraySource(source, **csv_or_array_options)
+    outside = bool(container_options.get("outside_files"))
     if looks_like_coco(source):
-        return CocoSource(source, images=container_options.get("images"), masks=bool(container_options.get("masks")))
+        masks = bool(container_options.get("masks"))
+        return CocoSource(source, images=container_options.get("images"), masks=masks, outside_files=outside)
     if labels_from not in LABELS_FROM:
         raise SourceError(f"labels_from must be one of {list(LABELS_FROM)}, got {labels_from!r}")
-    table_keys = ("image_column", "label_column", "outside_images")
+    table_keys = ("image_column", "label_column", "outside_files")
     table = {k: v for k, v in container_options.items() if k in table_keys and v is not None}
     wds = {k: v for k, v in container_options.items() if k not in (*table_keys, "images", "masks") and v is not None}
     if labels_from == "folders" and looks_like_webdataset(source):  # first: img2dataset puts Parquet beside tars
@@ -123,11 +127,11 @@ def resolve_source(
     if labels_from == "folders" and looks_like_table(source):
         return TableSource(source, **table)
     if labels_from == "folders" and looks_like_segmentation(source):
-        return SegmentationSource(source)
+        return SegmentationSource(source, outside_files=outside)
     if labels_from == "folders" and looks_like_voc(source):
-        return VocSource(source)
+        return VocSource(source, outside_files=outside)
     if labels_from == "folders" and looks_like_yolo(source):
-        return YoloSource(source)
+        return YoloSource(source, outside_files=outside)
     if labels_from == "filenames":
         return FilenameSource(source, label_pattern)
     if labels_from == "none":

@@ -10,7 +10,9 @@ person is 0), their names labels.txt. Each image keeps all its annotations, chec
 image is encoded (format/annotations.py): boxes partly outside clipped and counted, the others
 skipped with the reason. Images without annotations are kept (COCO has about 1% of them).
 What cannot be used is reported, never dropped silently: an image entry without its file, an
-annotation of an image or category that is not listed, or one without a usable bbox.
+annotation of an image or category that is not listed, or one without a usable bbox. An image
+reached through a link that leaves the images folder is reported, not read, unless `outside_files`
+(`--outside-files`).
 With `masks` (`convert --masks`, pycocotools installed: the `coco` extra) each object's polygons
 or RLE (`segmentation`) become its instance mask, `image/object/mask`, drawn on the file's pixels
 and moved with them; an object whose mask cannot be made is skipped with the reason.
@@ -29,7 +31,7 @@ from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio
 from shardfeed.format.annotations import SourceObjects
 from shardfeed.format.schema import DETECTION, MASK_TYPES
-from shardfeed.write.items import Discovery, Item, file_item
+from shardfeed.write.items import Discovery, Item, file_item, linked_out
 
 
 def looks_like_coco(path: str) -> bool:
@@ -42,10 +44,14 @@ class CocoSource:
 
     kind = "coco"
 
-    def __init__(self, annotations: str, images: str | None = None, masks: bool = False) -> None:
+    def __init__(
+        self, annotations: str, images: str | None = None, masks: bool = False, *, outside_files: bool = False
+    ) -> None:
         self.annotations = annotations
         self.root = images or posixpath.dirname(annotations) or "."
         self.masks = masks
+        self.outside_files = outside_files  # read images that links place outside the images folder
+        self._outside = linked_out(self.root, outside_files)
 
     def discover(self) -> Discovery:
         if self.masks:
@@ -73,6 +79,9 @@ class CocoSource:
                 skipped.append((f"{posixpath.basename(self.annotations)}: image {image_id}", refusal))
                 continue
             key = confinement.normalised_entry(str(key))
+            if refusal := self._outside(key):
+                skipped.append((key, refusal))
+                continue
             objects = _objects(by_image.get(image_id, []), category_ids, image_id, self.masks)
             item = file_item(self.root, key, -1, None, objects)  # one stat: (0, 0) when it cannot be had
             if item.mtime_ns == 0 and item.size == 0 and not fileio.exists(fileio.join(self.root, key)):

@@ -9,7 +9,9 @@
                                     Garden's ignore_label)
 
 An image without a mask, and a mask without an image, are reported with the reason and not
-converted. The masks are checked and stored when each image is encoded (write/images/masks.py).
+converted, as is an image whose file or mask is reached through a link that leaves the folder
+(unless `outside_files`, `--outside-files`). The masks are checked and stored when each image is
+encoded (write/images/masks.py).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import posixpath
 from shardfeed.errors import SourceError
 from shardfeed.format import fileio
 from shardfeed.format.schema import SEGMENTATION
-from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, Item, file_item, read_class_names
+from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, Item, file_item, linked_out, read_class_names
 
 CLASSES_FILE = "classes.txt"
 IMAGES_DIR, MASKS_DIR = "images", "masks"
@@ -42,8 +44,10 @@ class SegmentationSource:
 
     kind = "segmentation"
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, outside_files: bool = False) -> None:
         self.root = root
+        self.outside_files = outside_files  # read files that links place outside the folder
+        self._outside = linked_out(root, outside_files)
 
     def discover(self) -> Discovery:
         if not looks_like_segmentation(self.root):
@@ -65,10 +69,19 @@ class SegmentationSource:
             if mask is None:
                 skipped.append((key, f"no mask: {MASKS_DIR}/{posixpath.splitext(rel)[0]}{MASK_SUFFIX} does not exist"))
                 continue
+            if refusal := self._refusal(key, f"{MASKS_DIR}/{mask}"):
+                skipped.append((key, refusal))
+                continue
             split = rel.split("/")[0] if presplit else None
             items.append(dataclasses.replace(file_item(self.root, key, -1, split), mask_key=f"{MASKS_DIR}/{mask}"))
         skipped += [(posixpath.join(MASKS_DIR, m), "a mask without an image") for m in sorted(by_stem.values())]
         return Discovery(self.kind, self.root, items, self.root, class_names, skipped, presplit, task=SEGMENTATION)
+
+    def _refusal(self, key: str, mask_key: str) -> str | None:
+        """Why the image `key` and its mask may not be read (`linked_out`), or None."""
+        if refusal := self._outside(key):
+            return refusal
+        return f"its mask {mask_key}: {refusal}" if (refusal := self._outside(mask_key)) else None
 
     def _class_names(self) -> list[str]:
         """classes.txt's names, in id order (`read_class_names`).

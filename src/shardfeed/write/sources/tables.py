@@ -32,6 +32,7 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
+from shardfeed.deprecation import renamed
 from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio, image_limits, storage
 from shardfeed.format.annotations import SourceObjects, key_number
@@ -68,18 +69,19 @@ def _parquet_files(folder: str) -> list[str]:
 class TableSource:
     """Parquet or Arrow tables of images (see the module docstring)."""
 
+    @renamed(outside_images="outside_files")
     def __init__(
         self,
         path: str,
         *,
         image_column: str | None = None,
         label_column: str | None = None,
-        outside_images: bool = False,
+        outside_files: bool = False,
     ) -> None:
         self.path = path.rstrip("/")
         self.image_column = image_column
         self.label_column = label_column
-        self.outside_images = outside_images  # rows may name images outside the folder (paths, URLs)
+        self.outside_files = outside_files  # rows may name images outside the folder (paths, URLs)
         self.kind = "arrow" if self._arrow_layout() else "parquet"
         self.staged: Staged | None = None
 
@@ -261,11 +263,14 @@ class TableSource:
     def _named_image(self, path: str) -> tuple[bytes | None, str | None]:
         """The bytes of the image file a row names, or why it is not read. Only regular files
         inside the dataset's folder, up to the largest allowed image's size, unless
-        `outside_images`: a table from elsewhere named /etc files, '../' paths, a FIFO (the
+        `outside_files`: a table from elsewhere named /etc files, '../' paths, a FIFO (the
         conversion hung), /dev/zero (6 GB in 13 s) and http:// URLs, which were fetched."""
         outside = confinement.entry_refusal(path)
-        if outside and not self.outside_images:
-            return None, f"{outside}; images outside the dataset's folder are read only with --outside-images"
+        if outside and not self.outside_files:
+            return (
+                None,
+                f"{outside}; images outside the dataset's folder are read only with {confinement.OUTSIDE_OPTION}",
+            )
         local = path if outside else fileio.join(self._root(), confinement.normalised_entry(path))
         limit = image_limits.max_file_bytes(image_limits.DEFAULT_MAX_PIXELS)
         if storage.is_url(local):  # opted in: a server's size may be unknown or lie, so the read is bounded
@@ -278,7 +283,7 @@ class TableSource:
                 return None, f"the file holds more than any allowed image needs ({limit:,} bytes)"
             return data, None
         if not outside and not storage.is_url(self._root()) and not confinement.inside(self._root(), local):
-            return None, "a link that leads outside the dataset's folder; read only with --outside-images"
+            return None, f"a link that leads outside the dataset's folder; read only with {confinement.OUTSIDE_OPTION}"
         try:  # regular files only (a FIFO blocked, /dev/zero never ended), sized before they are read
             return fileio.read_regular(local, limit), None
         except fileio.UnusableFileError as e:

@@ -15,8 +15,12 @@ and ymax (a box of VOC pixels 1..10 is 10 pixels wide: 0 to 10). `difficult` and
 are kept per object (`image/object/difficult`, `image/object/truncated`, 0/1), as the OD API's
 VOC converter keeps `difficult`. `image/source_id` is a number made from the image's key
 (`annotations.key_number`: VOC's names, 2007_000027, are not numbers). An XML that cannot be read, an
-object without a usable name or box, or a name classes.txt lacks is reported with the reason.
-An XML with a DOCTYPE is refused: entity declarations are not expanded from downloaded data.
+object without a usable name or box, or a name classes.txt lacks is reported with the reason; an
+image that two XMLs name (by <filename>) is converted from neither: each XML is reported. An XML
+or image reached through a link that leaves the folder is reported, not read, unless
+`outside_files` (`--outside-files`).
+An XML with a DOCTYPE is refused, in any encoding (defusedxml, after expat has decoded it): entity
+declarations are not expanded from downloaded data.
 """
 
 from __future__ import annotations
@@ -25,11 +29,14 @@ import dataclasses
 import posixpath
 import xml.etree.ElementTree as ElementTree
 
+import defusedxml
+import defusedxml.ElementTree as defused
+
 from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio
 from shardfeed.format.annotations import SourceObjects, key_number
 from shardfeed.format.schema import DETECTION, object_attribute
-from shardfeed.write.items import Discovery, Item, file_item, read_class_names, read_text_inside
+from shardfeed.write.items import Discovery, Item, file_item, linked_out, read_class_names, read_text_inside
 from shardfeed.write.sources.segmentation import CLASSES_FILE
 
 ANNOTATIONS_DIR, IMAGES_DIR, SPLITS_DIR = "Annotations", "JPEGImages", "ImageSets/Main"
@@ -60,8 +67,10 @@ class VocSource:
 
     kind = "voc"
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, outside_files: bool = False) -> None:
         self.root = root
+        self.outside_files = outside_files  # read files that links place outside the folder
+        self._outside = linked_out(root, outside_files)
 
     def discover(self) -> Discovery:
         if not looks_like_voc(self.root):
@@ -84,9 +93,20 @@ class VocSource:
             else sorted({n for p in parsed.values() for n in p.names})
         )
         splits = self._splits()
+        naming: dict[str, list[str]] = {}
+        for rel, found in parsed.items():
+            naming.setdefault(found.image, []).append(posixpath.join(ANNOTATIONS_DIR, rel))
+        twice = {image: xmls for image, xmls in naming.items() if len(xmls) > 1}
+        skipped += [
+            (posixpath.join(IMAGES_DIR, image), f"named by {xmls}: one image, two sets of annotations; not converted")
+            for image, xmls in sorted(twice.items())
+        ]
         items: list[Item] = []
         for rel, found in parsed.items():
             where = posixpath.join(ANNOTATIONS_DIR, rel)
+            if found.image in twice:  # which XML's objects are the image's cannot be told
+                skipped.append((where, f"names {IMAGES_DIR}/{found.image}, as another annotation file does"))
+                continue
             skipped += [(f"{where}: object {i}", why) for i, why in found.refused]
             stem = posixpath.splitext(rel)[0]
             split = splits.get(posixpath.basename(stem)) if splits is not None else None
@@ -96,6 +116,9 @@ class VocSource:
             key = posixpath.join(IMAGES_DIR, found.image)
             if not fileio.exists(fileio.join(self.root, key)):
                 skipped.append((where, f"its image {key} does not exist"))
+                continue
+            if refusal := self._outside(key):
+                skipped.append((key, refusal))
                 continue
             items.append(dataclasses.replace(file_item(self.root, key, -1, split), objects=_objects(found, names, key)))
             skipped += [
@@ -109,14 +132,16 @@ class VocSource:
 
     def _parse(self, where: str) -> _Parsed | str:
         """One annotation file's image name and objects, or why it cannot be used."""
+        if refusal := self._outside(where):
+            return refusal
         try:
             data = fileio.read_regular(fileio.join(self.root, where), MAX_XML_BYTES)
         except fileio.UnusableFileError as e:
             return str(e)
-        if b"<!DOCTYPE" in data.upper():
+        try:  # expat decodes first (UTF-16 too), then defusedxml refuses any DOCTYPE or entity
+            root = defused.fromstring(data, forbid_dtd=True)
+        except (defusedxml.DTDForbidden, defusedxml.EntitiesForbidden, defusedxml.ExternalReferenceForbidden):
             return "has a DOCTYPE: entity declarations are not expanded from downloaded data"
-        try:
-            root = ElementTree.fromstring(data)
         except ElementTree.ParseError as e:
             return f"not readable XML: {e}"
         stem = posixpath.splitext(posixpath.basename(where))[0]

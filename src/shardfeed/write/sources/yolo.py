@@ -14,7 +14,8 @@ backgrounds); a label file without an image, and a line that is not numbers, are
 the reason. Boxes are fractions of the upright image (Ultralytics reads images with the EXIF
 turn applied), so they are placed after the turn (`SourceObjects.normalised`). `image/source_id`
 is a number made from the image's key (`annotations.key_number`); the report names a skipped box
-by its line.
+by its line. An image or label file reached through a link that leaves the folder is reported,
+not read, unless `outside_files` (`--outside-files`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,15 @@ from shardfeed.format import fileio
 from shardfeed.format.annotations import SourceObjects, key_number
 from shardfeed.format.confinement import MAX_YAML_BYTES, text_refusal
 from shardfeed.format.schema import DETECTION
-from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, Item, file_item, read_class_names, read_text_inside
+from shardfeed.write.items import (
+    SPLIT_FOLDER_NAMES,
+    Discovery,
+    Item,
+    file_item,
+    linked_out,
+    read_class_names,
+    read_text_inside,
+)
 from shardfeed.write.sources.segmentation import CLASSES_FILE, IMAGES_DIR
 
 LABELS_DIR, DATA_YAML = "labels", "data.yaml"
@@ -49,8 +58,10 @@ class YoloSource:
 
     kind = "yolo"
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, outside_files: bool = False) -> None:
         self.root = root
+        self.outside_files = outside_files  # read files that links place outside the folder
+        self._outside = linked_out(root, outside_files)
 
     def discover(self) -> Discovery:
         if not looks_like_yolo(self.root):
@@ -69,8 +80,14 @@ class YoloSource:
         for rel in images:
             label = by_stem.pop(posixpath.splitext(rel)[0], None)
             lines: list[tuple[int, str]] = []
+            if refusal := self._outside(posixpath.join(IMAGES_DIR, rel)):
+                skipped.append((posixpath.join(IMAGES_DIR, rel), refusal))
+                continue
             if label is not None:
                 where = posixpath.join(LABELS_DIR, label)
+                if refusal := self._outside(where):
+                    skipped.append((posixpath.join(IMAGES_DIR, rel), f"its labels {where}: {refusal}"))
+                    continue
                 try:
                     lines = _lines(fileio.read_regular(fileio.join(self.root, where), MAX_LABEL_BYTES))
                 except (fileio.UnusableFileError, UnicodeDecodeError) as e:
