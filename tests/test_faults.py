@@ -574,3 +574,57 @@ def test_a_pipeline_failing_in_a_numpy_function_lets_the_process_exit() -> None:
             proc.communicate()
             hung.append(n)
     assert hung == [], f"processes {hung} did not exit"
+
+
+# convert with one input made to kill the process that reads it (SIGSEGV, as native code does on
+# an input it crashes on), or, for the run to compare with, to be skipped; forked workers inherit it
+DYING = """
+import os, signal, sys
+from shardfeed import ConvertOptions, convert
+from shardfeed.write import encode
+
+source, out, key, how, shards, workers = sys.argv[1:]
+read_image = encode.read_image
+
+
+def read_or_die(item, spec):
+    if item.key != key:
+        return read_image(item, spec)
+    if how == "crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return encode.SkippedItem(item.key, "skipped for the comparison")
+
+
+encode.read_image = read_or_die
+if __name__ == "__main__":
+    convert(source, out, ConvertOptions(shards=int(shards), split="train=1"), workers=int(workers), progress=False)
+"""
+
+
+@pytest.mark.parametrize("shards", [8, 2])  # whole shards per worker; chunks written here
+def test_an_input_that_kills_its_worker_is_reported_and_the_rest_converted(
+    tmp_path: Path, digits_tree: Path, shards: int
+) -> None:
+    """A worker that dies (a decoder crashing on an input) broke the pool: a BrokenProcessPool
+    traceback, nothing written. Now the input is in report.json with how its process died, and
+    every other shard byte is what a run skipping that input writes."""
+    key = "3/0003.png"
+    assert (digits_tree / key).is_file()
+    runs = {}
+    for how, workers in (("crash", 2), ("skip", 1)):
+        out = tmp_path / how
+        done = subprocess.run(
+            [sys.executable, "-c", DYING, str(digits_tree), str(out), key, how, str(shards), str(workers)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "Traceback" not in done.stderr, done.stderr[-3000:]
+        runs[how] = {name: data for name, data in shard_bytes(out).items() if "train-" in name}
+        skipped = {s["file"]: s["reason"] for s in json.loads((out / "report.json").read_text())["skipped"]}
+        assert list(skipped) == [key], skipped
+    assert skipped[key] == "skipped for the comparison"
+    crashed = json.loads((tmp_path / "crash" / "report.json").read_text())["skipped"]
+    assert crashed == [{"file": key, "reason": "the worker process encoding it died (SIGSEGV): not converted"}]
+    assert len(runs["crash"]) == 2 * shards and runs["crash"] == runs["skip"]

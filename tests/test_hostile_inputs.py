@@ -574,3 +574,25 @@ def test_a_mask_declaring_a_huge_size_is_reported_before_it_is_decoded(scratch: 
     reason = _skipped(scratch / "out")["images/0.jpg"]
     assert "mask masks/0.png is 30000 x 30000, its image" in reason, reason
     assert peak < 700_000, peak  # KiB: TensorFlow's import is most of it; the decode alone is 900 MB
+
+
+@pytest.mark.slow
+def test_convert_reports_linked_files_and_reads_them_with_outside_files(scratch: Path) -> None:
+    """The same rule from the command line, each run a real process under the timeout: a VOC
+    folder's linked XML and a COCO file's linked image are reported (exit 0, the rest converted),
+    and --outside-files converts them; the old --outside-images still works."""
+    voc, coco = _voc(scratch / "src" / "voc", ("0", "1")), _coco(scratch / "src" / "coco")
+    _relink(voc / "Annotations" / "0.xml", scratch / "victim" / "0.xml")
+    _relink(coco.parent / "0.jpg", scratch / "victim" / "coco-0.jpg")
+    for source, linked in (("src/voc", "Annotations/0.xml"), ("src/coco/instances.json", "0.jpg")):
+        name = source.split("/")[1]
+        done, peak = _convert(scratch, source, f"out/{name}", "--split", "train=1")
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        assert "--outside-files" in _skipped(scratch / "out" / name)[linked]
+        assert json.loads((scratch / "out" / name / "manifest.json").read_text())["splits"]["train"]["num_records"] == 1
+        for flag in ("--outside-files", "--outside-images"):
+            done, _ = _convert(scratch, source, f"out/{name}{flag}", "--split", "train=1", flag)
+            assert done.returncode == 0, done.stderr[-2000:]
+            manifest = json.loads((scratch / "out" / f"{name}{flag}" / "manifest.json").read_text())
+            assert manifest["splits"]["train"]["num_records"] == 2, flag
+        assert peak < 1_000_000  # KiB

@@ -102,3 +102,38 @@ def map_ordered(
     while window:
         head, future = window.popleft()
         yield head, future.result()
+
+
+def in_child(fn: Callable[..., Any], *args: Any) -> tuple[Any, int | None]:
+    """`fn(*args)` run in a child process of its own (forked where `fork_is_safe`): (its result,
+    None), or (None, the child's exit code) when the child died before answering (-11: killed
+    by SIGSEGV). An exception `fn` raises is raised here. For finding the input that kills a
+    worker (write/isolation.py): a pool hides which task a dead worker held, and its exit code.
+    """
+    context: Any = multiprocessing.get_context("fork" if fork_is_safe() else "spawn")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_answer, args=(send, fn, args), daemon=True)
+    child.start()
+    send.close()
+    try:
+        outcome, value = receive.recv()
+    except EOFError:  # it died without a word
+        child.join()
+        return None, child.exitcode
+    finally:
+        receive.close()
+    child.join()
+    if outcome == "raised":
+        raise value
+    return value, None
+
+
+def _answer(send: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    """In the child of `in_child`: fn's result, or the exception it raised, sent back."""
+    worker_setup()
+    try:
+        answer: tuple[str, Any] = ("done", fn(*args))
+    except BaseException as e:  # sent back to be raised there; a pickling failure is an EOF there
+        answer = ("raised", e)
+    send.send(answer)
+    send.close()
