@@ -21,6 +21,7 @@ from PIL import Image
 from test_coco import BLUE, RED, decoded, frames
 
 from shardfeed import ConvertOptions, convert, load
+from shardfeed.errors import SourceError
 from shardfeed.format import manifest, schema
 from shardfeed.format.annotations import key_number
 from shardfeed.read.indexed import IndexedRecords
@@ -127,7 +128,7 @@ def test_voc_split_lists_and_classes_txt(voc: Path, tmp_path: Path) -> None:
     assert chelsea["groundtruth_classes"].tolist() == [0, 1]
     skipped = {s["file"]: s["reason"] for s in json.loads((out / "report.json").read_text())["skipped"]}
     assert skipped["Annotations/chelsea.xml: object 3"] == "class 'horse' is not in classes.txt"
-    assert skipped["Annotations/rocket.xml"] == "in none of ImageSets/Main's lists (train, val, test): not converted"
+    assert skipped["Annotations/rocket.xml"] == "in none of ImageSets/Main's lists (train, val): not converted"
 
 
 def yolo_line(label: int, box: tuple[int, int, int, int], width: int, height: int) -> str:
@@ -324,3 +325,40 @@ def test_append_reports_changed_annotations_and_keeps_source_ids(yolo: Path, tmp
     assert {k: after[k] for k in before} == before and after["images/train/another.png"] not in before.values()
     # the most objects in one image, over both generations: chelsea's three, as first converted
     assert manifest.read(str(out)).split("train").objects.most == 3  # type: ignore[union-attr]
+
+
+def test_voc2007_as_distributed_trainval_and_test_lists_and_unannotated_test_images(voc: Path, tmp_path: Path) -> None:
+    """VOC2007's tars ship ImageSets/Main/trainval.txt and test.txt (every trainval image was
+    'in none of the lists': 12 of 52 written, exit 0); VOC2012's test images have no XML (a
+    listed image without one was in no shard and not in report.json). trainval is the train
+    split; a listed image without an XML is a test image without objects; a name with neither
+    is reported; an XML whose <filename> names no file is paired with JPEGImages/<its name>.jpg,
+    with a warning, as torchvision and mmdet read VOC."""
+    root = tmp_path / "voc"
+    subprocess.run(["cp", "-r", str(voc), str(root)], check=True)
+    for name in ("broken", "entities", "outside", "gone"):
+        (root / "Annotations" / f"{name}.xml").unlink()
+    xml = root / "Annotations" / "coffee.xml"
+    xml.write_text(xml.read_text().replace("<filename>coffee.jpg</filename>", "<filename>000042.jpg</filename>"))
+    Image.fromarray(photos()["astronaut"]).save(root / "JPEGImages" / "2008_000001.jpg", quality=90)
+    (root / "ImageSets" / "Main" / "trainval.txt").write_text("chelsea\ncoffee\n")
+    (root / "ImageSets" / "Main" / "test.txt").write_text("rocket\n2008_000001\n2008_000002\n")
+    out = tmp_path / "out"
+    with pytest.warns(UserWarning, match=r"1 VOC annotation files name a <filename> that is not in JPEGImages/"):
+        convert(str(root), str(out), progress=False)
+    m = manifest.read(str(out))
+    assert m.split_names == ["test", "train"]
+    assert (m.split("train").num_records, m.split("test").num_records) == (2, 2)
+    assert decoded(out)["JPEGImages/coffee.jpg"]["groundtruth_boxes"].shape == (1, 4)  # its own XML's box
+    tests = IndexedRecords(str(out), split="test")
+    unannotated = next(tests.example(i) for i in range(2) if tests.example(i)[schema.FILENAME].endswith(b"01.jpg"))
+    assert len(unannotated["image/object/bbox/xmin"]) == 0
+    skipped = {s["file"]: s["reason"] for s in json.loads((out / "report.json").read_text())["skipped"]}
+    assert skipped == {
+        "Annotations/chelsea.xml: object 2": "<bndbox> does not hold four numbers xmin, ymin, xmax, ymax",
+        "ImageSets/Main/test.txt: 2008_000002": "listed, but neither Annotations/2008_000002.xml nor "
+        "JPEGImages/2008_000002.jpg exists",
+    }
+    (root / "ImageSets" / "Main" / "test.txt").write_text("rocket\nchelsea\n")
+    with pytest.raises(SourceError, match=r"test.txt: chelsea is listed in trainval.txt too; an image is in one split"):
+        convert(str(root), str(tmp_path / "out2"), progress=False)

@@ -3,9 +3,13 @@
     root/Annotations/<name>.xml     <annotation><filename>, <object>s each with <name>,
                                     <bndbox> (xmin, ymin, xmax, ymax: 1-based pixel indices,
                                     both ends inside the box), <difficult>, <truncated>
-    root/JPEGImages/<filename>      the images (<filename>, else <name>.jpg)
-    root/ImageSets/Main/<split>.txt optional: the names in each split (train, val, test); with
-                                    them, an image in none of the lists is reported, not converted
+    root/JPEGImages/<filename>      the images (<filename>; where it is absent or names no file,
+                                    <name>.jpg, .jpeg or .png, as torchvision and mmdet read VOC)
+    root/ImageSets/Main/<split>.txt optional: the names in each split (train, val, test; VOC2007's
+                                    trainval.txt is train where train.txt and val.txt are not
+                                    there); with them, an image in none of the lists is reported,
+                                    not converted, and a listed image without an XML (VOC2012's
+                                    test images) is converted as an image without objects
     root/classes.txt                optional: the class names, line i naming class id i; without
                                     it, the names the objects use, sorted (VOC's 20 classes then
                                     get TFDS' voc ids)
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
+import warnings
 import xml.etree.ElementTree as ElementTree
 
 import defusedxml
@@ -40,7 +45,8 @@ from shardfeed.write.items import Discovery, Item, file_item, linked_out, read_c
 from shardfeed.write.sources.segmentation import CLASSES_FILE
 
 ANNOTATIONS_DIR, IMAGES_DIR, SPLITS_DIR = "Annotations", "JPEGImages", "ImageSets/Main"
-SPLIT_NAMES = ("train", "val", "test")  # ImageSets/Main/<name>.txt, and the split it makes
+SPLIT_LISTS = ("train", "val", "trainval", "test")  # ImageSets/Main/<name>.txt (trainval: see _splits)
+IMAGE_EXTS = (".jpg", ".jpeg", ".png")  # JPEGImages/<id><ext>, where an XML's <filename> is wrong or absent
 ATTRIBUTES = ("difficult", "truncated")
 MAX_XML_BYTES = 16 << 20
 
@@ -71,21 +77,13 @@ class VocSource:
         self.root = root
         self.outside_files = outside_files  # read files that links place outside the folder
         self._outside = linked_out(root, outside_files)
+        self._listed_in: dict[str, str] = {}  # image name -> the split list naming it (for reports)
+        self._lists_read: tuple[str, ...] = ()
 
     def discover(self) -> Discovery:
         if not looks_like_voc(self.root):
             raise SourceError(f"{self.root!r} is not a Pascal VOC folder: it needs Annotations/ and JPEGImages/")
-        files, refused = fileio.walk_files(fileio.join(self.root, ANNOTATIONS_DIR))
-        skipped = [(posixpath.join(ANNOTATIONS_DIR, k), why) for k, why in refused]
-        parsed: dict[str, _Parsed] = {}
-        for rel in sorted(files):
-            where = posixpath.join(ANNOTATIONS_DIR, rel)
-            if not rel.lower().endswith(".xml"):
-                skipped.append((where, "not an .xml annotation file"))
-            elif isinstance(result := self._parse(where), str):
-                skipped.append((where, result))
-            else:
-                parsed[rel] = result
+        parsed, stems, skipped = self._parsed()
         given = fileio.exists(fileio.join(self.root, CLASSES_FILE))
         names = (
             read_class_names(fileio.join(self.root, CLASSES_FILE), self.root)
@@ -93,6 +91,55 @@ class VocSource:
             else sorted({n for p in parsed.values() for n in p.names})
         )
         splits = self._splits()
+        items = self._annotated(parsed, names, splits, skipped)
+        if splits is not None:
+            items += self._unannotated(splits, stems, names, skipped)
+        flags = tuple(object_attribute(a) for a in ATTRIBUTES)
+        presplit = splits is not None
+        return Discovery(self.kind, self.root, items, self.root, names, skipped, presplit, DETECTION, flags)
+
+    def _parsed(self) -> tuple[dict[str, _Parsed], set[str], list[tuple[str, str]]]:
+        """Each usable XML's image and objects (by its path below Annotations/), the names of
+        every XML file there (used or not: an image whose XML is refused is never taken for one
+        without objects), and what was skipped. An XML whose <filename> does not exist names
+        JPEGImages/<its own name>.jpg instead where that exists, as torchvision and mmdet read VOC
+        (a warning says how many)."""
+        files, refused = fileio.walk_files(fileio.join(self.root, ANNOTATIONS_DIR))
+        skipped = [(posixpath.join(ANNOTATIONS_DIR, k), why) for k, why in refused]
+        parsed: dict[str, _Parsed] = {}
+        renamed: list[str] = []
+        for rel in sorted(files):
+            where = posixpath.join(ANNOTATIONS_DIR, rel)
+            if not rel.lower().endswith(".xml"):
+                skipped.append((where, "not an .xml annotation file"))
+            elif isinstance(result := self._parse(where), str):
+                skipped.append((where, result))
+            else:
+                own = self._image_of(posixpath.basename(posixpath.splitext(rel)[0]))
+                if not self._exists(result.image) and own is not None:
+                    renamed.append(f"{where} names {result.image!r}")
+                    result = dataclasses.replace(result, image=own)
+                parsed[rel] = result
+        if renamed:
+            warnings.warn(
+                f"{len(renamed)} VOC annotation files name a <filename> that is not in {IMAGES_DIR}/ (first: "
+                f"{renamed[0]}); each was paired with {IMAGES_DIR}/<its own name>.jpg instead, as torchvision "
+                "and mmdet read VOC",
+                stacklevel=2,
+            )
+        stems = {posixpath.basename(posixpath.splitext(rel)[0]) for rel in files if rel.lower().endswith(".xml")}
+        return parsed, stems, skipped
+
+    def _annotated(
+        self,
+        parsed: dict[str, _Parsed],
+        names: list[str],
+        splits: dict[str, str] | None,
+        skipped: list[tuple[str, str]],
+    ) -> list[Item]:
+        """The items of the parsed XMLs, each in its split (from the lists); what cannot be used
+        (an image two XMLs name, one in none of the lists, a missing image, an unknown class)
+        added to `skipped`."""
         naming: dict[str, list[str]] = {}
         for rel, found in parsed.items():
             naming.setdefault(found.image, []).append(posixpath.join(ANNOTATIONS_DIR, rel))
@@ -108,13 +155,14 @@ class VocSource:
                 skipped.append((where, f"names {IMAGES_DIR}/{found.image}, as another annotation file does"))
                 continue
             skipped += [(f"{where}: object {i}", why) for i, why in found.refused]
-            stem = posixpath.splitext(rel)[0]
-            split = splits.get(posixpath.basename(stem)) if splits is not None else None
+            split = splits.get(posixpath.basename(posixpath.splitext(rel)[0])) if splits is not None else None
             if splits is not None and split is None:
-                skipped.append((where, f"in none of {SPLITS_DIR}'s lists ({', '.join(SPLIT_NAMES)}): not converted"))
+                skipped.append(
+                    (where, f"in none of {SPLITS_DIR}'s lists ({', '.join(self._lists_read)}): not converted")
+                )
                 continue
             key = posixpath.join(IMAGES_DIR, found.image)
-            if not fileio.exists(fileio.join(self.root, key)):
+            if not self._exists(found.image):
                 skipped.append((where, f"its image {key} does not exist"))
                 continue
             if refusal := self._outside(key):
@@ -126,9 +174,42 @@ class VocSource:
                 for i, n in zip(found.numbers, found.names, strict=True)
                 if n not in names
             ]
-        flags = tuple(object_attribute(a) for a in ATTRIBUTES)
-        presplit = splits is not None
-        return Discovery(self.kind, self.root, items, self.root, names, skipped, presplit, DETECTION, flags)
+        return items
+
+    def _unannotated(
+        self, splits: dict[str, str], stems: set[str], names: list[str], skipped: list[tuple[str, str]]
+    ) -> list[Item]:
+        """The images a split list names that have no XML at all (VOC2012's test images): kept, as
+        images without objects, in their split; a listed name with neither XML nor image is
+        added to `skipped`."""
+        items: list[Item] = []
+        for name, split in sorted(splits.items()):
+            if name in stems:
+                continue
+            image = self._image_of(name)
+            if image is None:
+                skipped.append(
+                    (
+                        f"{SPLITS_DIR}/{self._listed_in[name]}.txt: {name}",
+                        f"listed, but neither {ANNOTATIONS_DIR}/{name}.xml nor {IMAGES_DIR}/{name}.jpg exists",
+                    )
+                )
+                continue
+            key = posixpath.join(IMAGES_DIR, image)
+            if refusal := self._outside(key):
+                skipped.append((key, refusal))
+                continue
+            none = _Parsed(image, [], [], {a: [] for a in ATTRIBUTES}, [], [])
+            items.append(dataclasses.replace(file_item(self.root, key, -1, split), objects=_objects(none, names, key)))
+        return items
+
+    def _exists(self, image: str) -> bool:
+        """Whether JPEGImages/`image` exists."""
+        return fileio.exists(fileio.join(self.root, IMAGES_DIR, image))
+
+    def _image_of(self, name: str) -> str | None:
+        """The file below JPEGImages/ that VOC's id `name` names (name.jpg, .jpeg or .png), or None."""
+        return next((f"{name}{ext}" for ext in IMAGE_EXTS if self._exists(f"{name}{ext}")), None)
 
     def _parse(self, where: str) -> _Parsed | str:
         """One annotation file's image name and objects, or why it cannot be used."""
@@ -165,23 +246,34 @@ class VocSource:
         return found
 
     def _splits(self) -> dict[str, str] | None:
-        """Image name -> split from ImageSets/Main/{train,val,test}.txt, or None without them.
+        """Image name -> split from ImageSets/Main's lists, or None without them: train.txt,
+        val.txt and test.txt make the splits train, val and test; trainval.txt (their union, as
+        VOC2007's trainval tar ships it beside test.txt) makes train where there is no train.txt
+        or val.txt, and is left unread where there is.
 
         Raises:
-            SourceError: a name listed in two splits.
+            SourceError: a name listed in two of the lists read.
         """
         folder = fileio.join(self.root, SPLITS_DIR)
-        lists = {s: fileio.join(folder, f"{s}.txt") for s in SPLIT_NAMES}
+        lists = {s: fileio.join(folder, f"{s}.txt") for s in SPLIT_LISTS}
         present = {s: path for s, path in lists.items() if fileio.exists(path)}
+        if "train" in present or "val" in present:
+            present.pop("trainval", None)
         if not present:
             return None
+        self._lists_read = tuple(present)
         splits: dict[str, str] = {}
+        self._listed_in.clear()
         for listed, path in present.items():
+            split = "train" if listed == "trainval" else listed
             for line in read_text_inside(self.root, path, confinement.MAX_LIST_BYTES, "a split list").splitlines():
                 if not (name := line.split()[0] if line.split() else ""):
                     continue
-                if splits.setdefault(name, listed) != listed:
-                    raise SourceError(f"{path}: {name} is listed in {splits[name]} too; an image is in one split")
+                if splits.setdefault(name, split) != split:
+                    raise SourceError(
+                        f"{path}: {name} is listed in {self._listed_in[name]}.txt too; an image is in one split"
+                    )
+                self._listed_in.setdefault(name, listed)
         return splits
 
 
