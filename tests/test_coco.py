@@ -9,6 +9,7 @@ places; the decoder is Model Garden's (tests/test_annotations.py cites the sourc
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import shutil
@@ -16,6 +17,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,7 +36,7 @@ from shardfeed import (
     convert,
     load,
 )
-from shardfeed.format import manifest, schema
+from shardfeed.format import manifest, schema, tfrecord
 from shardfeed.write.sources import CocoSource
 
 RED, BLUE = (255, 0, 0), (0, 0, 255)
@@ -531,6 +533,81 @@ def test_object_detection_api_records_are_adopted_and_read(coco: Path, tmp_path:
     ours = {-1: -1, 0: 0, 2: 1, 17: 2}  # label map id - 1 -> the COCO conversion's class (boxes_frame_objects' colours)
     labels = np.vectorize(ours.get)(targets["labels"].numpy())
     assert boxes_frame_objects(images.numpy(), {"boxes": targets["boxes"].numpy(), "labels": labels}) == 3
+
+
+def _od_api_example(image: bytes, name: str, squares: list[Any], extra: list[Any]) -> bytes:
+    """A tf.train.Example as the OD API tutorial's generate_tfrecord.py writes one from a LabelImg
+    XML: every key, empty lists for an image without objects, ids from the label map (no class
+    text, so names can only come from label_map.pbtxt); `extra`: (label, box) objects beside."""
+    import tensorflow as tf
+
+    height, width = Image.open(io.BytesIO(image)).size[::-1]
+    boxes = [(x, y, min(x + w, width), y + h, c) for _, c, (x, y, w, h) in squares]
+    boxes += [(x, y, x + w, y + h, label) for label, (x, y, w, h) in extra]
+    floats = {
+        key: [b[i] / (width if i % 2 == 0 else height) for b in boxes]
+        for i, key in enumerate(("xmin", "ymin", "xmax", "ymax"))
+    }
+    feature = {
+        "image/height": tf.train.Feature(int64_list=tf.train.Int64List(value=[height])),
+        "image/width": tf.train.Feature(int64_list=tf.train.Int64List(value=[width])),
+        "image/filename": tf.train.Feature(bytes_list=tf.train.BytesList(value=[name.encode()])),
+        "image/source_id": tf.train.Feature(bytes_list=tf.train.BytesList(value=[name.encode()])),
+        "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image])),
+        "image/format": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"png"])),
+        "image/object/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[b[4] for b in boxes])),
+    }
+    for key, values in floats.items():
+        feature[f"image/object/bbox/{key}"] = tf.train.Feature(float_list=tf.train.FloatList(value=values))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def test_a_folder_as_the_od_api_tutorial_leaves_it_is_adopted_with_its_label_map(coco: Path, tmp_path: Path) -> None:
+    """The TF2 OD API tutorial's annotations/ folder: label_map.pbtxt beside train.record and
+    test.record. The label map was taken for a split file; a test split of images without objects
+    was refused for lacking image/class/label; one box labelled 0 (below --label-offset 1) refused
+    the folder naming no record; the label map's names were never used. Now: two splits, the
+    names from the label map, the 0-labelled box a skipped annotation naming its record (left out
+    by load), and verify passes."""
+    import tensorflow as tf
+
+    from shardfeed import adopt
+    from shardfeed.tools import verify
+    from shardfeed.tools.foreign_scan import AdoptOptions
+
+    folder = tmp_path / "annotations"
+    folder.mkdir()
+    (folder / "label_map.pbtxt").write_text(
+        "".join(f"item {{\n    id: {i}\n    name: '{n}'\n}}\n\n" for i, n in ((1, "person"), (3, "car"), (18, "dog")))
+    )
+    images = {name: (coco.parent / "images" / name).read_bytes() for name in SQUARES}
+    stray = [(0, (200, 10, 30, 30))]  # a 0 among 1-based ids, on chelsea's record
+    with tf.io.TFRecordWriter(str(folder / "train.record")) as writer:
+        for name, squares in SQUARES.items():
+            writer.write(_od_api_example(images[name], name, squares, stray if name == "chelsea.png" else []))
+    with tf.io.TFRecordWriter(str(folder / "test.record")) as writer:
+        writer.write(_od_api_example(images["astronaut.png"], "astronaut.png", [], []))
+    result = adopt(str(folder), options=AdoptOptions(foreign=schema.ForeignKeys(label_offset=1)), progress=False)
+    assert result.splits == {"train": 3, "test": 1}
+    m = manifest.read(str(folder))
+    assert m.header.task == "detection" and (m.labels[0], m.labels[2], m.labels[17]) == ("person", "car", "dog")
+    assert dict(m.split("train").objects.instances) == {"person": 1, "car": 1, "dog": 1}
+    with open(folder / "train.record", "rb") as stream:
+        offsets = [offset for offset, _ in tfrecord.iter_records(stream)]
+    chelsea = list(SQUARES).index("chelsea.png")
+    report = json.loads((folder / "report.json").read_text())
+    assert report["skipped_annotations"] == [
+        {
+            "file": f"{folder / 'train.record'}: record {chelsea} at byte {offsets[chelsea]}",
+            "annotation": 2,
+            "reason": "label 0 is below the label offset 1: no class",
+        }
+    ]
+    assert verify(str(folder), progress=False).ok
+    ((images_, targets),) = list(load(str(folder), split="train", batch_size=3, image_size=(120, 160), training=False))
+    ours = {-1: -1, 0: 0, 2: 1, 17: 2}  # label map id - 1 -> the COCO conversion's class (boxes_frame_objects' colours)
+    labels = np.vectorize(ours.get)(targets["labels"].numpy())
+    assert boxes_frame_objects(images_.numpy(), {"boxes": targets["boxes"].numpy(), "labels": labels}) == 3
 
 
 def test_report_html_counts_objects_and_lists_every_skipped_annotation(coco: Path, tmp_path: Path) -> None:

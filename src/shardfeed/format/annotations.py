@@ -209,21 +209,28 @@ def record_features(
 
 def read_objects(features: Mapping[str, list[Any]], *, width: int, height: int, label_offset: int) -> Objects:
     """The objects of one parsed record ({key: values}), in pixels: `object_features` undone
-    (up to float32 rounding of the normalised coordinates)."""
+    (up to float32 rounding of the normalised coordinates). An object labelled below
+    `label_offset` (adopted records: a 0 among the OD API's 1-based ids) is no class: left out."""
     columns = [np.asarray(features.get(k, []), np.float64) for k in schema.BOX_KEYS]
     boxes = np.stack(columns, axis=-1) * [width, height, width, height] if columns[0].size else np.zeros((0, 4))
     classes = np.asarray(features.get(schema.OBJECT_LABEL, []), np.int64) - label_offset
     masks = features.get(schema.OBJECT_MASK)
     prefix = schema.OBJECT_ATTRIBUTE.format(name="")
     own = {*schema.OBJECT_TYPES, *schema.MASK_TYPES}
+    keep = classes >= 0
+
+    def kept(values: Any, dtype: Any) -> np.ndarray:
+        array = np.asarray(values, dtype)
+        return array[keep] if len(array) == len(keep) else array
+
     return Objects(
-        boxes=boxes.astype(np.float32),
-        classes=classes,
-        is_crowd=np.asarray(features.get(schema.OBJECT_IS_CROWD, [0] * len(classes)), bool),
-        areas=np.asarray(features.get(schema.OBJECT_AREA, []), np.float32),
-        masks=tuple(masks) if masks else None,
+        boxes=kept(boxes, np.float32),
+        classes=classes[keep],
+        is_crowd=kept(features.get(schema.OBJECT_IS_CROWD, [0] * len(classes)), bool),
+        areas=kept(features.get(schema.OBJECT_AREA, []), np.float32),
+        masks=tuple(m for m, k in zip(masks, keep, strict=False) if k) if masks else None,
         attributes={
-            key[len(prefix) :]: np.asarray(v, np.int64)
+            key[len(prefix) :]: kept(v, np.int64)
             for key, v in features.items()
             if key.startswith(prefix) and key not in own and "/" not in key[len(prefix) :]
         },
@@ -243,6 +250,8 @@ def stored_objects_problem(features: Mapping[str, list[Any]], num_classes: int, 
     for index, (x0, y0, x1, y1, label) in enumerate(zip(*columns, strict=True)):
         if not (0.0 <= x0 < x1 <= 1.0 and 0.0 <= y0 < y1 <= 1.0):
             return f"object {index}: box {[x0, y0, x1, y1]} is not inside [0, 1] with min < max"
+        if 0 <= label < label_offset:  # adopted: no class, reported by adopt and left out by every reader
+            continue
         if not 0 <= label - label_offset < num_classes:
             return f"object {index}: class {label - label_offset} is outside 0..{num_classes - 1}"
     return None

@@ -180,7 +180,7 @@ def place_boxes(parsed: dict[str, Any], height: Any, width: Any, seed: Any, opti
     {"boxes": [N, 4] in `DecodeOptions.bounding_box_format` (default xyxy in pixels of the
     output), "labels": [N]}. The crop window is drawn from the image's seed and size, as the
     image's own; boxes are clipped to it, and those with less than `Augment.min_visible` of their
-    area left inside are dropped."""
+    area left inside are dropped, as are objects labelled below the label offset (adopt reports them)."""
     tf = tensorflow()
     columns = [parsed[key] for key in BOX_KEYS]
     labels = parsed[OBJECT_LABEL] - offset
@@ -195,6 +195,7 @@ def place_boxes(parsed: dict[str, Any], height: Any, width: Any, seed: Any, opti
     augment = options.augment
     least = augment.min_visible if augment is not None else 0.0
     keep = tf.logical_and(after > 0, after >= least * before)
+    keep = tf.logical_and(keep, labels >= 0)  # an adopted object labelled below the offset is no class
     out_h, out_w = (float(v) for v in options.image_size)
     if letterboxed(options):  # fractions of the window -> pixels of the picture inside the padding
         frame = tf.cast(

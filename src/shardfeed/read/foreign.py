@@ -19,7 +19,8 @@ from shardfeed.errors import CorruptRecordError, SourceError
 from shardfeed.format import fileio, layout, manifest, storage, tfrecord
 from shardfeed.format.example_proto import single_int64
 
-NOT_RECORDS = (layout.INDEX_SUFFIX, ".json", ".txt", layout.INCOMPLETE)  # files beside TFRecords that are not records
+# files beside TFRecords that are not records (.pbtxt: the OD API's label_map.pbtxt)
+NOT_RECORDS = (layout.INDEX_SUFFIX, ".json", ".txt", ".pbtxt", layout.INCOMPLETE)
 
 
 def find_files(path: str | Sequence[str], *, compression: str | None = None) -> tuple[list[str], str | None]:

@@ -117,7 +117,7 @@ def adopt(
             changes = []
         keys, task = schema_and_task(files, compression, options)
         text_key = schema.OBJECT_TEXT if task == schema.DETECTION else None if keys.label_key is None else schema.TEXT
-        tasks = [ShardTask(f, compression, keys, text_key, task) for f in files]
+        tasks = [ShardTask(f, compression, keys, text_key, task, options.offset) for f in files]
         scans = scan_all(tasks, options.workers, progress)
         refuse_damage(scans)
         labels, warnings = class_names(scans, files, keys, options)
@@ -129,7 +129,13 @@ def adopt(
             fileio.makedirs(fileio.join(folder, layout.INDEX_DIR))
             fileio.write_text_atomic(fileio.join(folder, layout.index_file(name)), tfrecord.format_index(scan.sizes))
         warnings += _write_side_files(folder, data, previous)
-        _write_report(folder, data, warnings)
+        below = [entry for scan in scans for entry in scan.below_offset]
+        if below:
+            warnings.append(
+                f"{len(below):,} objects are labelled below the label offset {options.offset} (first: {below[0][0]}, "
+                f"object {below[0][1]}): no class, left out by every reader; report.json lists them"
+            )
+        _write_report(folder, data, warnings, below)
         manifest.write(folder, data)
     counts = {name: info["num_records"] for name, info in data["splits"].items()}
     return AdoptResult(folder, True, counts, changes, warnings)
@@ -273,12 +279,18 @@ def _link_files(files: list[str], out: str) -> None:
             fileio.copy_atomic(f, target)
 
 
-def _write_report(folder: str, data: dict[str, Any], warnings: list[str]) -> None:
+def _write_report(folder: str, data: dict[str, Any], warnings: list[str], below: list[tuple[str, int, str]]) -> None:
     """report.json as `convert` writes it (nothing skipped or converted: the records are used as
-    they are), with adopt's warnings, so `shardfeed report` reads an adopted folder too."""
+    they are), with adopt's warnings and the objects labelled below the offset (`below`: record,
+    object, why) as skipped annotations, so `shardfeed report` reads an adopted folder too."""
     report = {
         "source": data["source"]["path"],
         "skipped": [],
+        **(
+            {"skipped_annotations": [{"file": w, "annotation": i, "reason": why} for w, i, why in below]}
+            if below
+            else {}
+        ),
         "converted": [],
         "warnings": [{"file": "", "warning": w} for w in warnings],
         "duplicates": [],

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, cast
 
 from shardfeed.errors import OptionError, SourceError
-from shardfeed.format import fileio, image_limits, layout, manifest, schema, tfrecord
+from shardfeed.format import fileio, image_limits, label_map, layout, manifest, schema, tfrecord
 from shardfeed.format.annotations import is_pixel_area, size_name, stored_objects_problem
+from shardfeed.format.confinement import text_refusal
 from shardfeed.format.example_proto import parse_example
 from shardfeed.format.image_format import sniff_format
 from shardfeed.format.schema import ForeignKeys, Schema
@@ -82,6 +83,7 @@ class ShardTask:
     keys: Schema
     text_key: str | None
     task: str = schema.CLASSIFICATION  # DETECTION: records of objects (the OD API's, Model Garden's)
+    label_offset: int = 0  # DETECTION: an object labelled below it is no class (`ShardScan.below_offset`)
 
 
 @dataclass
@@ -104,6 +106,7 @@ class ShardScan:
     object_sizes: Counter[str] = field(default_factory=Counter)  # detection: objects by COCO size
     without_objects: int = 0  # detection: images with none
     most_objects: int = 0  # detection: the most in one image
+    below_offset: list[tuple[str, int, str]] = field(default_factory=list)  # (record, object, why): not a class
 
 
 def read_schema(files: list[str], compression: str | None, options: AdoptOptions) -> Schema:
@@ -115,7 +118,10 @@ def schema_and_task(files: list[str], compression: str | None, options: AdoptOpt
     """The schema and what the records hold (`records_task`), both read off the first record: a
     record of objects without an image label has no label key; a label key given means one class
     per image."""
-    path, record = _first_record(files, compression)
+    firsts = _first_records(files, compression)
+    # objects in any file's first record: a split of images without objects may have been
+    # written without the object keys (a test split the OD API refused as lacking image/class/label)
+    path, record = next(((f, r) for f, r in firsts if records_task(r) == schema.DETECTION), firsts[0])
     label_key = options.keys.label_key
     task = schema.CLASSIFICATION if label_key else records_task(record)
     if label_key is None and task == schema.DETECTION:
@@ -130,12 +136,20 @@ def records_task(record: dict[str, list[Any]]) -> str:
     return schema.DETECTION if objects and schema.LABEL not in record else schema.CLASSIFICATION
 
 
-def _first_record(files: list[str], compression: str | None) -> tuple[str, dict[str, list[Any]]]:
+def _first_records(files: list[str], compression: str | None) -> list[tuple[str, dict[str, list[Any]]]]:
+    """(file, its first record parsed) of each file that holds one, in order.
+
+    Raises:
+        SourceError: no file holds a record.
+    """
+    firsts = []
     for f in files:
         first = next(iter(tfrecord.read_records(f, compression=compression)), None)
         if first is not None:
-            return f, parse_example(first)
-    raise SourceError(f"the TFRecord files {files[:3]} hold no records")
+            firsts.append((f, parse_example(first)))
+    if not firsts:
+        raise SourceError(f"the TFRecord files {files[:3]} hold no records")
+    return firsts
 
 
 def scan_all(tasks: list[ShardTask], workers: int | None, progress: bool) -> list[ShardScan]:
@@ -184,7 +198,7 @@ def _scan_record(task: ShardTask, scan: ShardScan, data: bytes, offset: int) -> 
         _problem(scan, f"{where}: feature {keys.image_key!r} is {schema.describe(image or [])}, not {kind}")
         return
     if task.task == schema.DETECTION:
-        if problem := _objects(scan, features):
+        if problem := _objects(scan, features, task.label_offset, where):
             _problem(scan, f"{where}: {problem}")
             return
     elif keys.label_key is not None:
@@ -214,21 +228,27 @@ def _scan_record(task: ShardTask, scan: ShardScan, data: bytes, offset: int) -> 
                     scan.object_sizes[size_name(area)] += 1
 
 
-def _objects(scan: ShardScan, features: dict[str, list[Any]]) -> str | None:
+def _objects(scan: ShardScan, features: dict[str, list[Any]], offset: int, where: str) -> str | None:
     """A detection record's objects counted (per label, per image; their sizes once the image's
     is known, `_scan_record`), or what is wrong with them (`annotations.stored_objects_problem`;
-    labels below 0)."""
+    labels below 0). An object labelled below `offset` is no class: listed in `below_offset` (the
+    readers leave it out), not counted, and the record adopted."""
     if problem := stored_objects_problem(features, 1 << 62, 0):
         return problem
     labels = features.get(schema.OBJECT_LABEL, [])
     texts = features.get(schema.OBJECT_TEXT, [])
+    kept = []
     for index, label in enumerate(labels):
+        if label < offset:
+            scan.below_offset.append((where, index, f"label {label} is below the label offset {offset}: no class"))
+            continue
+        kept.append(label)
         scan.labels[label] += 1
         if len(texts) == len(labels):
             scan.texts.setdefault(label, set()).add(texts[index].decode(errors="replace"))
-    scan.image_classes.update(set(labels))
-    scan.without_objects += not labels
-    scan.most_objects = max(scan.most_objects, len(labels))
+    scan.image_classes.update(set(kept))
+    scan.without_objects += not kept
+    scan.most_objects = max(scan.most_objects, len(kept))
     return None
 
 
@@ -302,13 +322,19 @@ def class_names(
 
 
 def _labels_file(files: list[str], options: AdoptOptions) -> dict[int, str]:
-    """{stored id: name} from --labels or a labels.txt beside the shards (empty when neither)."""
+    """{stored id: name} from --labels, else a labels.txt beside the shards, else the OD API's
+    label_map.pbtxt beside them (its ids are the stored ids); empty when none."""
     path = options.labels_file
     if path is None:
-        beside = os.path.join(os.path.dirname(files[0]), layout.LABELS)
+        folder = os.path.dirname(files[0])
+        beside = os.path.join(folder, layout.LABELS)
         path = beside if os.path.isfile(beside) else None
+        if path is None and os.path.isfile(label_map_path := os.path.join(folder, label_map.FILE_NAME)):
+            return _label_map(label_map_path)
     if path is None:
         return {}
+    if path.endswith(".pbtxt"):
+        return _label_map(path)
     try:
         lines = [line.strip() for line in fileio.read_bytes(path).decode().splitlines() if line.strip()]
     except (OSError, UnicodeDecodeError) as e:
@@ -317,3 +343,21 @@ def _labels_file(files: list[str], options: AdoptOptions) -> dict[int, str]:
     if all(len(p) == 2 and p[0].strip().isdigit() for p in pairs):
         return {int(i): name.strip() for i, name in pairs}
     return {i + options.offset: name for i, name in enumerate(lines)}
+
+
+def _label_map(path: str) -> dict[int, str]:
+    """{id: name} of an OD API label map (format/label_map.py), read as a regular file of at most
+    `label_map.MAX_BYTES`.
+
+    Raises:
+        SourceError: unreadable, too large, or not a label map, naming the file.
+    """
+    try:
+        text = fileio.read_regular(path, label_map.MAX_BYTES, "a label map needs").decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SourceError(f"label map {path} cannot be read: {e}") from None
+    names = label_map.parse(text, path)
+    for name in names.values():
+        if refusal := text_refusal(name):
+            raise SourceError(f"label map {path}: {refusal}")
+    return names

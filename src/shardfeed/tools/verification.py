@@ -351,7 +351,8 @@ def _check_record(task: _ShardTask, index: int, record: bytes, out: _ShardOutcom
     if problem := _beyond_one_label(task, features):
         out.problems.append(Problem(problem, task.file, index))
     elif task.task == schema.DETECTION and task.labels is not None:
-        out.instance_counts.update(task.labels[v - task.label_offset] for v in features.get(schema.OBJECT_LABEL, []))
+        stored = features.get(schema.OBJECT_LABEL, [])  # one below the offset is no class (adopt reports it)
+        out.instance_counts.update(task.labels[v - task.label_offset] for v in stored if v >= task.label_offset)
     if task.decode:
         fmt = (one(schema.FORMAT) or b"JPEG").decode()
         problem = check_stored_image(
