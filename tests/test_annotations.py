@@ -111,7 +111,7 @@ def test_model_gardens_decoder_reads_boxes_that_frame_the_objects_pixels() -> No
     checked = check_objects(
         [box for _, _, box in PASTED], [c for _, c, _ in PASTED], width=width, height=height, num_classes=2, masks=masks
     )
-    assert checked.skipped == () and checked.clipped == 0
+    assert checked.skipped == () and checked.clipped == ()
     decoded = model_garden_decode(record(image, checked.objects))
     assert decoded["source_id"] == b"7" and decoded["groundtruth_classes"].tolist() == [0, 1]
     assert decoded["groundtruth_is_crowd"].tolist() == [False, False]
@@ -182,7 +182,7 @@ def test_every_annotation_is_kept_clipped_or_skipped_with_its_reason() -> None:
     checked = check_objects(boxes, classes, width=451, height=300, num_classes=2, is_crowd=[0, 1, 0, 0, 0, 0, 0])
     assert checked.objects.boxes.tolist() == [[10, 10, 50, 40], [0, 250, 60, 300]]
     assert checked.objects.classes.tolist() == [0, 1] and checked.objects.is_crowd.tolist() == [False, True]
-    assert checked.objects.areas.tolist() == [40 * 30, 60 * 50] and checked.clipped == 1
+    assert checked.objects.areas.tolist() == [40 * 30, 60 * 50] and [i for i, _ in checked.clipped] == [1]
     reasons = {s.index: s.reason for s in checked.skipped}
     assert sorted(reasons) == [2, 3, 4, 5, 6]
     assert "wholly outside the 451 x 300 image" in reasons[2] and "empty" in reasons[3]
@@ -262,7 +262,7 @@ def test_an_image_of_clean_boxes_is_kept_as_the_per_box_check_keeps_it() -> None
             [*boxes, [math.nan, 0, 1, 1]], [*classes, 0], width=width, height=height, num_classes=3,
             is_crowd=[*crowd, False], areas=[*areas, None], attributes={"difficult": [*flags, 0]},
         )  # fmt: skip
-        assert not quick.skipped and quick.clipped == 0 and [s.index for s in careful.skipped] == [count]
+        assert not quick.skipped and quick.clipped == () and [s.index for s in careful.skipped] == [count]
         stored = np.array(boxes, np.float32)
         box_areas = (stored[:, 2] - stored[:, 0]) * (stored[:, 3] - stored[:, 1])
         expected_areas = np.array([a if a is not None else b for a, b in zip(areas, box_areas, strict=True)])
@@ -275,7 +275,13 @@ def test_an_image_of_clean_boxes_is_kept_as_the_per_box_check_keeps_it() -> None
             assert kept.attributes["difficult"].tolist() == flags and kept.masks is None
         boxes[-1][2] = width + 2.5  # past the right edge: clipped and counted, whichever path looks
         sticking_out = check_objects(boxes, classes, width=width, height=height, num_classes=3)
-        assert sticking_out.clipped == 1 and float(sticking_out.objects.boxes[-1, 2]) == width
+        assert [i for i, _ in sticking_out.clipped] == [count - 1] and float(sticking_out.objects.boxes[-1, 2]) == width
+        assert "(2.50 px outside)" in sticking_out.clipped[0][1]
+        boxes[-1][2] = width * (1 + 0.9e-6)  # as far out as a YOLO export's six decimals put a box: not counted
+        boxes[-2][1] = -height * 0.9e-6
+        rounded = check_objects(boxes, classes, width=width, height=height, num_classes=3)
+        assert rounded.clipped == () and float(rounded.objects.boxes[-1, 2]) == width
+        assert float(rounded.objects.boxes[-2, 1]) == 0.0
 
 
 def test_clean_objects_make_the_record_the_checked_path_makes() -> None:

@@ -180,6 +180,13 @@ def test_the_cli_workers_strict_and_load(coco: Path, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "objects: 2 annotations skipped, 1 boxes clipped to their image" in done.stdout
+    assert json.loads((one / "report.json").read_text())["clipped_annotations"] == [  # which box, and how far out
+        {
+            "file": "chelsea.png",
+            "annotation": 101,
+            "reason": "box [300.0, 150.0, 460.0, 260.0] clipped to the 451 x 300 image (9.00 px outside)",
+        }
+    ]
     images = str(coco.parent / "images")
     convert(
         CocoSource(str(coco), images), str(two), ConvertOptions(split="train=1", shards=2), workers=2, progress=False

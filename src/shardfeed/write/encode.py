@@ -85,7 +85,7 @@ class EncodedRecord:
     phash: str | None = None  # the source image's perceptual hash (write/perceptual_hash.py)
     classes: tuple[int, ...] = ()  # the classes a mask, a multi-label list or the objects show
     skipped_annotations: tuple[tuple[int, str], ...] = ()  # (annotation id, reason): not written
-    clipped_boxes: int = 0  # boxes written clipped to the image
+    clipped_boxes: tuple[tuple[int, str], ...] = ()  # (annotation id, how far out): written clipped to the image
     objects: tuple[tuple[int, str], ...] | None = None  # detection: (class, COCO size) of each object written
     annotations: str | None = None  # items.annotation_digest of what the record holds beyond the image
 
@@ -251,7 +251,7 @@ def encode_read(item: Item, spec: EncodingSpec, image: ReadImage) -> Unhashed | 
         (item.size, item.mtime_ns),
         classes=mask.classes if mask is not None else placed.classes if placed is not None else item.labels,
         skipped_annotations=placed.skipped if placed is not None else (),
-        clipped_boxes=placed.clipped if placed is not None else 0,
+        clipped_boxes=placed.clipped if placed is not None else (),
         objects=placed.written if placed is not None else None,
         annotations=mask.digest if mask is not None else annotation_digest(item),
     )
@@ -264,7 +264,7 @@ class PlacedObjects(NamedTuple):
     features: dict[str, FeatureValue]
     classes: tuple[int, ...]
     skipped: tuple[tuple[int, str], ...]
-    clipped: int
+    clipped: tuple[tuple[int, str], ...]  # (annotation id, how far out) of each box written clipped
     written: tuple[tuple[int, str], ...]  # (class, COCO size) of each object written
 
 
@@ -284,7 +284,7 @@ def place_objects(
             label_offset=spec.label_offset,
         )
         if clean is not None:  # every annotation written as it is (most images)
-            return _placed(clean, [int(c) for c in objects.classes], clean[schema.OBJECT_AREA], (), 0)
+            return _placed(clean, [int(c) for c in objects.classes], clean[schema.OBJECT_AREA], (), ())
     boxes: Any = objects.boxes  # as the source gives them: pixels of the file's image as it is
     area_scale = 1.0
     if objects.normalised or orientation != 1 or spec.image.transforms:
@@ -326,8 +326,9 @@ def place_objects(
         source_id=objects.source_id,
     )
     skipped = tuple((objects.ids[s.index], s.reason) for s in checked.skipped)
+    clipped = tuple((objects.ids[index], how) for index, how in checked.clipped)
     kept = checked.objects
-    return _placed(features, kept.classes.tolist(), kept.areas.tolist(), skipped, checked.clipped)
+    return _placed(features, kept.classes.tolist(), kept.areas.tolist(), skipped, clipped)
 
 
 def _placed(
@@ -335,7 +336,7 @@ def _placed(
     classes: list[int],
     areas: Any,
     skipped: tuple[tuple[int, str], ...],
-    clipped: int,
+    clipped: tuple[tuple[int, str], ...],
 ) -> PlacedObjects:
     """`PlacedObjects` of the objects written with `features` (their `classes` and `areas`)."""
     written = tuple((c, size_name(a)) for c, a in zip(classes, areas, strict=True))

@@ -243,15 +243,19 @@ def report_of(
 
 def _annotation_report(results: list[shards.ShardResult]) -> dict[str, Any]:
     """report.json's `skipped_annotations` (each object not written: its image, its id in the
-    source, why) and their count by reason, for a source with objects; nothing for others."""
+    source, why) and their count by reason, and `clipped_annotations` (each box written clipped
+    to its image by more than object_checks.CLIP_TOLERANCE: its image, id, how far out), for a
+    source with objects; nothing for others."""
     skipped = sorted(s for r in results for s in r.skipped_annotations)
-    if not skipped:
-        return {}
-    by_reason = Counter(_reason_kind(why) for _, _, why in skipped)
-    return {
-        "skipped_annotations": [{"file": key, "annotation": i, "reason": why} for key, i, why in skipped],
-        "skipped_annotations_by_reason": dict(sorted(by_reason.items())),
-    }
+    clipped = sorted(c for r in results for c in r.clipped_annotations)
+    out: dict[str, Any] = {}
+    if skipped:
+        by_reason = Counter(_reason_kind(why) for _, _, why in skipped)
+        out["skipped_annotations"] = [{"file": key, "annotation": i, "reason": why} for key, i, why in skipped]
+        out["skipped_annotations_by_reason"] = dict(sorted(by_reason.items()))
+    if clipped:
+        out["clipped_annotations"] = [{"file": key, "annotation": i, "reason": how} for key, i, how in clipped]
+    return out
 
 
 def _reason_kind(reason: str) -> str:

@@ -49,6 +49,7 @@ class ShardResult:
     warnings: list[tuple[str, str]] = field(default_factory=list)
     skipped_annotations: list[tuple[str, int, str]] = field(default_factory=list)  # (image, annotation id, why)
     clipped_boxes: int = 0
+    clipped_annotations: list[tuple[str, int, str]] = field(default_factory=list)  # (image, annotation id, how)
     instance_counts: dict[str, int] | None = None  # detection: class name -> objects written
     box_sizes: dict[str, int] | None = None  # and COCO size -> objects
     images_without_objects: int = 0
@@ -78,7 +79,7 @@ class ShardResult:
     @classmethod
     def from_json(cls, text: str) -> ShardResult:
         data: dict[str, Any] = json.loads(text)
-        for key in ("records", "skipped", "converted", "warnings", "skipped_annotations"):
+        for key in ("records", "skipped", "converted", "warnings", "skipped_annotations", "clipped_annotations"):
             data[key] = [tuple(pair) for pair in data.get(key, [])]
         return cls(**data)
 
@@ -151,7 +152,8 @@ def write_shard(
             if item.warning:
                 result.warnings.append((item.key, item.warning))
             result.skipped_annotations += [(item.key, i, why) for i, why in item.skipped_annotations]
-            result.clipped_boxes += item.clipped_boxes
+            result.clipped_boxes += len(item.clipped_boxes)
+            result.clipped_annotations += [(item.key, i, how) for i, how in item.clipped_boxes]
             if item.objects is not None and class_names is not None:
                 _count_objects(result, item.objects, class_names)
             if len(unhashed) >= HASHED_AT_ONCE:
