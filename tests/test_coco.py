@@ -9,6 +9,7 @@ places; the decoder is Model Garden's (tests/test_annotations.py cites the sourc
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import math
@@ -29,6 +30,7 @@ from shardfeed import (
     Augment,
     ConvertError,
     ConvertOptions,
+    DecodeOptions,
     ImageOptions,
     IndexedRecords,
     OptionError,
@@ -786,3 +788,42 @@ def test_segmentations_that_would_crash_pycocotools_are_reported_annotations(tmp
     (record,) = decoded(out).values()
     (mask,) = record["groundtruth_instance_masks"].astype(bool)
     assert mask[110:190, 110:240].all() and not mask[:90].any() and not mask[210:].any()
+
+
+def test_crowd_regions_are_left_out_of_training_batches_unless_asked(coco: Path, tmp_path: Path) -> None:
+    """COCO's crowd region on coffee (annotation 204: iscrowd=1, a box over many instances) was an
+    ordinary training box; Model Garden's parsers skip crowds in training. Left out of `load`'s
+    and `grain_dataset`'s training batches now, kept with crowd_targets=True and in evaluation
+    batches; IndexedRecords' targets flag it."""
+    out = tmp_path / "out"
+    convert(
+        CocoSource(str(coco), str(coco.parent / "images")), str(out), ConvertOptions(split="train=1"), progress=False
+    )
+    crowd_box, car_box = [20.0, 20.0, 50.0, 50.0], [10.0, 200.0, 90.0, 290.0]  # coffee's, in its pixels
+
+    def coffee_boxes(training: bool, **decode: bool) -> list[list[float]]:
+        read = ReadOptions(with_filenames=True)
+        options = DecodeOptions(**decode)
+        ds = load(
+            str(out), batch_size=3, image_size=(400, 600), training=training, augment=False, read=read, decode=options
+        )
+        ((_, targets, names),) = list(ds.take(1))
+        row = [n.decode() for n in names.numpy()].index("coffee.png")
+        return sorted(np.round(b, 3).tolist() for b in targets["boxes"].numpy()[row] if b[0] >= 0)
+
+    assert coffee_boxes(True) == [car_box]
+    assert coffee_boxes(True, crowd_targets=True) == coffee_boxes(False) == sorted([car_box, crowd_box])
+    rows = IndexedRecords(str(out), split="train")
+    coffee = next(i for i in range(len(rows)) if rows.example(i)["image/filename"] == b"coffee.png")
+    assert rows.target(rows.example(coffee))["is_crowd"].tolist() == [False, True]
+    if importlib.util.find_spec("grain") is None:
+        return
+    from shardfeed import grain_dataset
+
+    for crowd_targets, expected in ((False, 3), (True, 4)):  # one epoch's boxes: chelsea's 2, coffee's 1 (+ the crowd)
+        batches = grain_dataset(
+            str(out), batch_size=3, image_size=(400, 600), training=True, augment=False, seed=1,
+            crowd_targets=crowd_targets,
+        )  # fmt: skip
+        seen = sum(int((labels >= 0).sum()) for _, targets in batches for labels in [targets["labels"]])
+        assert seen == expected, crowd_targets

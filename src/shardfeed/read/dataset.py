@@ -126,7 +126,7 @@ def _preprocess(plan: ReadPlan, size: tuple[int, int], augment: Augment | None, 
     service's workers (other processes) would not have loaded (the same pixels either way)."""
     if plan.service is not None:
         decode = dataclasses.replace(decode, fused_resize=False)
-    return Preprocess(size, augment, decode, whole_image=plan.schema.objects)
+    return Preprocess(size, augment, decode, whole_image=plan.schema.objects, training=plan.training)
 
 
 def _check_masks_follow(augment: Augment | None, decode: DecodeOptions) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from shardfeed.format.schema import BOX_KEYS, OBJECT_LABEL, TEXT, Schema
+from shardfeed.format.schema import BOX_KEYS, OBJECT_IS_CROWD, OBJECT_LABEL, TEXT, Schema
 from shardfeed.lazy import tensorflow
 from shardfeed.read import fused_resize
 from shardfeed.read.augment import Augment, flip_seed, flipped, photometric, random_crop_window
@@ -36,6 +36,7 @@ class Preprocess:
     augment: Augment | None  # None: evaluation preprocessing (the centre crop)
     config: DecodeOptions = field(default_factory=DecodeOptions)
     whole_image: bool = False  # evaluation reads the whole image, not the centre crop (detection)
+    training: bool = False  # training batches (crowd regions left out unless config.crowd_targets)
 
 
 def feature_spec(schema: Schema) -> dict[str, Any]:
@@ -61,6 +62,7 @@ def feature_spec(schema: Schema) -> dict[str, Any]:
     if schema.objects:
         spec |= {key: tf.io.VarLenFeature(tf.float32) for key in BOX_KEYS}
         spec[OBJECT_LABEL] = tf.io.VarLenFeature(tf.int64)
+        spec[OBJECT_IS_CROWD] = tf.io.VarLenFeature(tf.int64)
     return spec
 
 

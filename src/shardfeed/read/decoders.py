@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from shardfeed.format.schema import BOX_KEYS, IGNORED_LABEL, OBJECT_LABEL, TEXT, Schema
+from shardfeed.format.schema import BOX_KEYS, IGNORED_LABEL, OBJECT_IS_CROWD, OBJECT_LABEL, TEXT, Schema
 from shardfeed.lazy import tensorflow
 from shardfeed.read import batch_decode, fused_resize
 from shardfeed.read.augment import flip_seed, flipped
@@ -180,7 +180,8 @@ def place_boxes(parsed: dict[str, Any], height: Any, width: Any, seed: Any, opti
     {"boxes": [N, 4] in `DecodeOptions.bounding_box_format` (default xyxy in pixels of the
     output), "labels": [N]}. The crop window is drawn from the image's seed and size, as the
     image's own; boxes are clipped to it, and those with less than `Augment.min_visible` of their
-    area left inside are dropped, as are objects labelled below the label offset (adopt reports them)."""
+    area left inside are dropped, as are objects labelled below the label offset (adopt reports them)
+    and, in training batches, crowd regions (`DecodeOptions.crowd_targets`)."""
     tf = tensorflow()
     columns = [parsed[key] for key in BOX_KEYS]
     labels = parsed[OBJECT_LABEL] - offset
@@ -196,6 +197,10 @@ def place_boxes(parsed: dict[str, Any], height: Any, width: Any, seed: Any, opti
     least = augment.min_visible if augment is not None else 0.0
     keep = tf.logical_and(after > 0, after >= least * before)
     keep = tf.logical_and(keep, labels >= 0)  # an adopted object labelled below the offset is no class
+    if options.training and not options.config.crowd_targets:  # crowd regions left out of training batches
+        crowd = parsed[OBJECT_IS_CROWD]  # [N], or [] where a record has no crowd flags
+        crowd = tf.concat([crowd, tf.zeros_like(labels)], 0)[: tf.size(labels)]
+        keep = tf.logical_and(keep, tf.equal(crowd, 0))
     out_h, out_w = (float(v) for v in options.image_size)
     if letterboxed(options):  # fractions of the window -> pixels of the picture inside the padding
         frame = tf.cast(

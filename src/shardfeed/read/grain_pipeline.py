@@ -81,13 +81,14 @@ def grain_dataset(
     bounding_box_format: str = "xyxy",
     max_objects: int | None = None,
     antialias: bool = False,
+    crowd_targets: bool = False,
 ) -> Any:
     """A Grain dataset of `epochs` epochs of batches of `split` (see the module docstring),
     starting at (start_epoch, start_step); `.steps_per_epoch` tells Keras the epoch's length.
     `num_workers` > 0 makes the batches in that many worker processes (`num_threads` threads
     each); a many-core host wants about one per core. `letterbox`, `bounding_box_format`,
-    `max_objects` and `antialias` are `DecodeOptions`' (read/grain_targets.py: what each task's
-    batches hold).
+    `max_objects`, `antialias` and `crowd_targets` are `DecodeOptions`' (read/grain_targets.py:
+    what each task's batches hold).
 
     The read is resolved by the same plan as `load` and `steps_per_epoch` (read/plan.py): the
     same split, training default (`split == "train"`), batches per epoch, and seed rule: without
@@ -119,10 +120,14 @@ def grain_dataset(
         )
     records = IndexedRecords(path, split=split)
     decode = DecodeOptions(
-        letterbox=letterbox, bounding_box_format=bounding_box_format, max_objects=max_objects, antialias=antialias
+        letterbox=letterbox,
+        bounding_box_format=bounding_box_format,
+        max_objects=max_objects,
+        antialias=antialias,
+        crowd_targets=crowd_targets,
     )
     least = augmenting.min_visible if augmenting is not None and augmenting.crop else 0.0
-    targets = Targets(records.manifest.header.task, decode, least)
+    targets = Targets(records.manifest.header.task, decode, least, drop_crowd=plan.training and not crowd_targets)
     make = Batches(records, batch_size, size, plan.base_seed, plan.training, augmenting, steps, targets)  # type: ignore[arg-type]
     ds = grain.MapDataset.range(first, last).map(make)
     ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=2 * num_threads))

@@ -48,6 +48,7 @@ class Targets:
     task: str
     decode: DecodeOptions
     min_visible: float  # detection, when cropping: `Augment.min_visible`; else 0
+    drop_crowd: bool = False  # detection: crowd regions left out (training, `DecodeOptions.crowd_targets` off)
 
     @property
     def exact(self) -> bool:
@@ -70,6 +71,9 @@ class Targets:
     def placed(self, target: Any, view: View) -> Any:
         """A record's target (`IndexedRecords.target`) as `view` shows its image."""
         if self.task == DETECTION:
+            if self.drop_crowd and target["is_crowd"].any():
+                kept = ~target["is_crowd"]
+                return self._boxes(target["boxes"][kept], target["labels"][kept], view)
             return self._boxes(target["boxes"], target["labels"], view)
         if self.task == SEGMENTATION:
             return _mask(target, view)

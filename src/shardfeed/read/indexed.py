@@ -235,14 +235,15 @@ class IndexedRecords:
     def target(self, example: dict[str, Any]) -> Any:
         """What a parsed record holds beside its image, as `load` gives it (before any crop):
         detection {"boxes": float32 [N, 4] (xmin, ymin, xmax, ymax) in pixels of the stored
-        image, "labels": int64 [N]}; segmentation the mask, uint8 [H, W] class ids (255:
+        image, "labels": int64 [N], "is_crowd": bool [N] (COCO's crowd regions, which training
+        batches leave out: `DecodeOptions.crowd_targets`)}; segmentation the mask, uint8 [H, W] class ids (255:
         ignored); multi-label k-hot float32 [K]; else the class id."""
         offset = self.manifest.label_offset
         if self._task == schema.DETECTION:
             wrapped = {k: v if isinstance(v, list) else [v] for k, v in example.items()}
             width, height = int(example[schema.WIDTH]), int(example[schema.HEIGHT])
             objects = read_objects(wrapped, width=width, height=height, label_offset=offset)
-            return {"boxes": objects.boxes, "labels": objects.classes}
+            return {"boxes": objects.boxes, "labels": objects.classes, "is_crowd": objects.is_crowd}
         if self._task == schema.SEGMENTATION:
             from PIL import Image
 

@@ -280,6 +280,9 @@ class DecodeOptions:
         max_objects: a detection batch's boxes padded to this many per image (a fixed shape,
             which XLA and JAX compile once) instead of the batch's most; an image's objects
             past it (after augmentation dropped those cut away) are left out, in stored order.
+        crowd_targets: a detection folder's crowd regions (COCO's iscrowd=1) in training batches.
+            Off (default): left out of them, as Model Garden's parsers do (skip_crowd_during_training);
+            evaluation batches keep them, and `evaluate` scores them as crowd, as pycocotools does.
     """
 
     channels: int = 3
@@ -296,26 +299,19 @@ class DecodeOptions:
     letterbox: bool = False
     bounding_box_format: str = "xyxy"
     max_objects: int | None = None
+    crowd_targets: bool = False
 
     def __post_init__(self) -> None:
-        if self.bounding_box_format not in BOX_FORMATS:
-            raise OptionError(
-                f"bounding_box_format must be one of {list(BOX_FORMATS)}, got {self.bounding_box_format!r}"
-            )
+        choices = {"bounding_box_format": BOX_FORMATS, "decoder": DECODERS, "dtype": DTYPES, "dct_method": DCT_METHODS}
+        for name, allowed in {**choices, "device": ("gpu", "cpu"), "crowd_targets": (False, True)}.items():
+            if getattr(self, name) not in allowed:
+                raise OptionError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
         if self.max_objects is not None and (not isinstance(self.max_objects, int) or self.max_objects < 1):
             raise OptionError(f"max_objects must be a positive int or None, got {self.max_objects!r}")
-        if self.decoder not in DECODERS:
-            raise OptionError(f"decoder must be one of {list(DECODERS)}, got {self.decoder!r}")
-        if self.device not in ("gpu", "cpu"):
-            raise OptionError(f"device must be 'gpu' or 'cpu', got {self.device!r}")
-        if self.dtype not in DTYPES:
-            raise OptionError(f"dtype must be one of {list(DTYPES)}, got {self.dtype!r}")
         if self.channels not in (1, 3):
             raise OptionError(f"channels must be 1 or 3, got {self.channels!r}")
         if not 0 < self.crop_fraction <= 1:
             raise OptionError(f"crop_fraction must be in (0, 1], got {self.crop_fraction}")
-        if self.dct_method not in DCT_METHODS:
-            raise OptionError(f"dct_method must be one of {list(DCT_METHODS)}, got {self.dct_method!r}")
 
 
 def image_size(size: int | tuple[int, int]) -> tuple[int, int]:

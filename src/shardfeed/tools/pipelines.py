@@ -355,7 +355,8 @@ def _preprocess(spec: PipelineSpec) -> Any:
     from shardfeed.read.augment import resolve_augment
     from shardfeed.read.decode import Preprocess
 
-    return Preprocess(spec.image_size, resolve_augment(spec.augment, spec.training), DecodeOptions(**spec.decode))
+    augment = resolve_augment(spec.augment, spec.training)
+    return Preprocess(spec.image_size, augment, DecodeOptions(**spec.decode), training=spec.training)
 
 
 def _with_seed_pairs(values: Any) -> Any:
