@@ -59,6 +59,17 @@ def test_read_config_resolves_its_defaults() -> None:
 def test_decode_config_errors() -> None:
     with pytest.raises(ValueError, match=r"dct_method must be one of"):
         DecodeOptions(dct_method="FAST")
+    with pytest.raises(ValueError, match=r"crowd_targets must be one of \[False, True\], got 'yes'"):
+        DecodeOptions(crowd_targets="yes")  # type: ignore[arg-type]
+
+
+def test_load_augment_takes_what_it_says_not_trains_spellings() -> None:
+    """`augment="none"` (train's spelling) was truthy: load augmented, its boxes cut away."""
+    from shardfeed.read.augment import Augment, resolve_augment
+
+    with pytest.raises(ValueError, match=r"augment takes True, False, None or an Augment, got 'none'"):
+        resolve_augment("none", training=True)  # type: ignore[arg-type]
+    assert resolve_augment(False, training=True) is None and resolve_augment(None, training=True) == Augment()
 
 
 @pytest.mark.parametrize(

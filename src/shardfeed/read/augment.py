@@ -62,9 +62,15 @@ class Augment:
 
 def resolve_augment(augment: bool | Augment | None, training: bool) -> Augment | None:
     """`load`'s augment argument as the augmentation to apply: an `Augment` as given; True, or
-    None when training, the default `Augment()`; otherwise none."""
+    None when training, the default `Augment()`; otherwise none.
+
+    Raises:
+        OptionError: anything else (`augment="none"`, train's spelling, was truthy: it augmented).
+    """
     if isinstance(augment, Augment):
         return augment
+    if augment is not None and not isinstance(augment, bool):
+        raise OptionError(f"augment takes True, False, None or an Augment, got {augment!r}")
     if augment is None:
         return Augment() if training else None
     return Augment() if augment else None
