@@ -827,3 +827,23 @@ def test_crowd_regions_are_left_out_of_training_batches_unless_asked(coco: Path,
         )  # fmt: skip
         seen = sum(int((labels >= 0).sum()) for _, targets in batches for labels in [targets["labels"]])
         assert seen == expected, crowd_targets
+
+
+def test_a_coco_file_named_for_a_split_keeps_that_split(coco: Path, tmp_path: Path) -> None:
+    """instances_val2017.json alone was divided 80/20 into 'train' and 'validation'; Roboflow's
+    valid/_annotations.coco.json alike. Each keeps the split its name (or its folder) says, and
+    --split still divides it when given."""
+    images = str(coco.parent / "images")
+    named = tmp_path / "annotations" / "instances_val2017.json"
+    roboflow = tmp_path / "valid" / "_annotations.coco.json"
+    for path in (named, roboflow):
+        path.parent.mkdir()
+        shutil.copy(coco, path)
+    for path, split in ((named, "val"), (roboflow, "valid")):
+        out = tmp_path / f"out-{split}"
+        convert(CocoSource(str(path), images), str(out), progress=False)
+        m = manifest.read(str(out))
+        assert m.split_names == [split] and m.split(split).num_records == 3, path
+    divided = tmp_path / "divided"
+    convert(CocoSource(str(named), images), str(divided), ConvertOptions(split="train=0.67,test=0.33"), progress=False)
+    assert manifest.read(str(divided)).split_names == ["test", "train"]

@@ -176,6 +176,20 @@ def read_text_inside(root: str, path: str, max_bytes: int, what: str) -> str:
         raise SourceError(f"{path}: cannot be read: {e}") from None
 
 
+def split_in_name(path: str) -> str | None:
+    """The split an annotation file's name says it holds, as COCO names them
+    (`instances_val2017.json`, `person_keypoints_train2017.json`: 'val', 'train'), else the split
+    its folder is (Roboflow's `valid/_annotations.coco.json`: 'valid'), else None. A split is one
+    of SPLIT_FOLDER_NAMES, ending the name's stem after '_' or '-' (its digits dropped) or naming
+    the whole folder."""
+    parts = path.replace("\\", "/").rstrip("/").split("/")
+    found = re.search(r"(?:^|[_-])([A-Za-z]+)\d*$", parts[-1].split(".")[0])
+    if found and found.group(1).lower() in SPLIT_FOLDER_NAMES:
+        return found.group(1).lower()
+    folder = parts[-2].lower() if len(parts) > 1 else ""
+    return folder if folder in SPLIT_FOLDER_NAMES else None
+
+
 def linked_out(root: str, outside_files: bool) -> Callable[[str], str | None]:
     """A check for the files a VOC, YOLO, segmentation or COCO dataset in `root` names (by a key
     relative to it: images, XMLs, label files, masks): the reason one may not be read, or None.

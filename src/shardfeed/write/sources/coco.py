@@ -31,7 +31,7 @@ from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio
 from shardfeed.format.annotations import SourceObjects
 from shardfeed.format.schema import DETECTION, MASK_TYPES
-from shardfeed.write.items import Discovery, Item, file_item, linked_out
+from shardfeed.write.items import Discovery, Item, file_item, linked_out, split_in_name
 
 
 def looks_like_coco(path: str) -> bool:
@@ -61,6 +61,7 @@ class CocoSource:
         skipped: list[tuple[str, str]] = []
         by_image: dict[int, list[tuple[dict[str, Any], Box]]] = defaultdict(list)
         listed, ambiguous = self._images(data["images"], skipped)
+        split = split_in_name(self.annotations)  # instances_val2017.json: the val split
         for index, annotation in enumerate(data["annotations"]):
             image_id = annotation.get("image_id")
             if _is_id(image_id) and image_id in ambiguous:
@@ -83,7 +84,7 @@ class CocoSource:
                 skipped.append((key, refusal))
                 continue
             objects = _objects(by_image.get(image_id, []), category_ids, image_id, self.masks)
-            item = file_item(self.root, key, -1, None, objects)  # one stat: (0, 0) when it cannot be had
+            item = file_item(self.root, key, -1, split, objects)  # one stat: (0, 0) when it cannot be had
             if item.mtime_ns == 0 and item.size == 0 and not fileio.exists(fileio.join(self.root, key)):
                 skipped.append(
                     (key, f"listed in {posixpath.basename(self.annotations)} (image {image_id}) but not found")
@@ -91,7 +92,10 @@ class CocoSource:
                 continue
             items.append(item)
         masks = tuple(MASK_TYPES.items()) if self.masks else ()
-        return Discovery(self.kind, self.root, items, self.root, names, skipped, task=DETECTION, object_features=masks)
+        presplit = split is not None  # one split, kept as it is unless --split divides it
+        return Discovery(
+            self.kind, self.root, items, self.root, names, skipped, presplit, task=DETECTION, object_features=masks
+        )
 
     def _images(
         self, images: list[dict[str, Any]], skipped: list[tuple[str, str]]
