@@ -847,3 +847,56 @@ def test_a_coco_file_named_for_a_split_keeps_that_split(coco: Path, tmp_path: Pa
     divided = tmp_path / "divided"
     convert(CocoSource(str(named), images), str(divided), ConvertOptions(split="train=0.67,test=0.33"), progress=False)
     assert manifest.read(str(divided)).split_names == ["test", "train"]
+
+
+def _split_coco(coco: Path, splits: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
+    """The fixture's annotations divided by image into one COCO document per split."""
+    document = json.loads(coco.read_text())
+    out = {}
+    for split, names in splits.items():
+        images = [i for i in document["images"] if i["file_name"] in names]
+        ids = {i["id"] for i in images}
+        annotations = [a for a in document["annotations"] if a["image_id"] in ids]
+        out[split] = {"images": images, "annotations": annotations, "categories": document["categories"]}
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["coco2017", "roboflow"])
+def test_a_coco_root_converts_its_splits_never_as_class_folders(coco: Path, tmp_path: Path, layout: str) -> None:
+    """COCO 2017's root (annotations/instances_{train,val}2017.json beside train2017/, val2017/)
+    became class folders 'annotations', 'train2017', 'val2017'; Roboflow's COCO export
+    ({train,valid}/_annotations.coco.json beside the images) 'no images found'. `shardfeed
+    convert ROOT OUT` alone now makes each file its split, with every image and box accounted."""
+    root = tmp_path / "root"
+    splits = {"train": ["chelsea.png", "coffee.png"], "val": ["astronaut.png"]}
+    documents = _split_coco(coco, splits)
+    for split, names in splits.items():
+        folder = root / (f"{split}2017" if layout == "coco2017" else {"train": "train", "val": "valid"}[split])
+        folder.mkdir(parents=True)
+        for name in names:
+            shutil.copy(coco.parent / "images" / name, folder / name)
+        if layout == "coco2017":
+            (root / "annotations").mkdir(exist_ok=True)
+            (root / "annotations" / f"instances_{split}2017.json").write_text(json.dumps(documents[split]))
+        else:
+            (folder / "_annotations.coco.json").write_text(json.dumps(documents[split]))
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "convert", str(root), str(out)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    m = manifest.read(str(out))
+    val = "val" if layout == "coco2017" else "valid"
+    assert m.header.task == "detection" and m.labels == [c["name"] for c in sorted(CATEGORIES, key=lambda c: c["id"])]
+    assert m.split_names == ["train", val] and (m.split("train").num_records, m.split(val).num_records) == (2, 1)
+    train = IndexedRecords(str(out), split="train")
+    prefix = "train2017" if layout == "coco2017" else "train"
+    assert sorted(train.example(i)[schema.FILENAME].decode() for i in range(2)) == [
+        f"{prefix}/chelsea.png",
+        f"{prefix}/coffee.png",
+    ]
+    written = sum(len(train.target(train.example(i))["labels"]) for i in range(2))
+    assert written == 4  # chelsea's 2, coffee's car and crowd; its outside and empty boxes reported
+    skipped = json.loads((out / "report.json").read_text())["skipped_annotations"]
+    assert sorted(s["annotation"] for s in skipped) == [200, 201]

@@ -15,6 +15,7 @@ from shardfeed.write.convert import convert
 from shardfeed.write.images import ARRAY_ENCODINGS, CHECKS, IMAGE_FORMATS, ImageOptions
 from shardfeed.write.options import LABEL_CONFLICT_RULES, ConvertOptions
 from shardfeed.write.sources import resolve_source
+from shardfeed.write.sources.coco_root import looks_like_coco_root
 
 log = logging.getLogger("shardfeed")
 
@@ -284,8 +285,10 @@ def _source_options(args: argparse.Namespace) -> dict[str, Any]:
         }
     if lower.endswith(".json"):
         return {"container_options": {"images": args.images, "masks": args.masks, "outside_files": args.outside_files}}
-    if args.images or args.masks:
-        raise OptionError("--images and --masks apply to COCO annotations (a .json source)")
+    if args.images:
+        raise OptionError("--images applies to COCO annotations (a .json source); a COCO root finds its own")
+    if args.masks and not looks_like_coco_root(args.source):
+        raise OptionError("--masks applies to COCO annotations (a .json source, or a COCO root folder)")
     names_given = args.class_names
     if names_given and not os.path.exists(names_given):
         names_given = names_given.split(",")
@@ -299,6 +302,7 @@ def _source_options(args: argparse.Namespace) -> dict[str, Any]:
             "label_ext": args.label_ext,
             "label_field": args.label_field,
             "class_names": names_given,
+            "masks": args.masks,
         }
     }
 

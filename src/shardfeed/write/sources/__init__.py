@@ -30,6 +30,7 @@ from shardfeed.errors import SourceError
 from shardfeed.write.items import Discovery
 from shardfeed.write.sources.arrays import ArraySource
 from shardfeed.write.sources.coco import CocoSource, looks_like_coco
+from shardfeed.write.sources.coco_root import CocoRootSource, looks_like_coco_root
 from shardfeed.write.sources.csv_list import CsvSource
 from shardfeed.write.sources.folders import (
     DEFAULT_FILENAME_PATTERN,
@@ -48,6 +49,7 @@ __all__ = [
     "DEFAULT_FILENAME_PATTERN",
     "LABELS_FROM",
     "ArraySource",
+    "CocoRootSource",
     "CocoSource",
     "CsvSource",
     "FilenameSource",
@@ -126,6 +128,9 @@ def resolve_source(
         return WebDatasetSource(source, **wds)
     if labels_from == "folders" and looks_like_table(source):
         return TableSource(source, **table)
+    if labels_from == "folders" and looks_like_coco_root(source):
+        masks = bool(container_options.get("masks"))
+        return CocoRootSource(source, masks=masks, outside_files=outside)
     if labels_from == "folders" and looks_like_segmentation(source):
         return SegmentationSource(source, outside_files=outside)
     if labels_from == "folders" and looks_like_voc(source):
