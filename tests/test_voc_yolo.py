@@ -362,3 +362,74 @@ def test_voc2007_as_distributed_trainval_and_test_lists_and_unannotated_test_ima
     (root / "ImageSets" / "Main" / "test.txt").write_text("rocket\nchelsea\n")
     with pytest.raises(SourceError, match=r"test.txt: chelsea is listed in trainval.txt too; an image is in one split"):
         convert(str(root), str(tmp_path / "out2"), progress=False)
+
+
+def _layout(root: Path, files: dict[str, bytes | str]) -> Path:
+    """A folder holding `files` (relative path -> content)."""
+    for rel, content in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return root
+
+
+@pytest.mark.parametrize(
+    ("layout", "resembles"),
+    [
+        ("roboflow_yolo", "a YOLO export (Ultralytics' or Roboflow's data.yaml"),
+        ("darknet", "a YOLO export"),
+        ("yolo_no_names", "a YOLO folder (images/ and labels/) without its class names"),
+        ("labelimg", "LabelImg's layout (images/ and annotations/*.xml)"),
+        ("masks_no_classes", "a segmentation folder (images/ and masks/) without classes.txt"),
+        ("voc_half", "a Pascal VOC folder, which needs both Annotations/ and JPEGImages/"),
+    ],
+)
+def test_annotated_layouts_that_match_none_in_full_are_refused_never_class_folders(
+    tmp_path: Path, layout: str, resembles: str
+) -> None:
+    """Each became class folders named images, labels, annotations, masks (every label file 'not
+    an image'), exit 0. Now `convert` refuses it in one line naming what it resembles, and writes
+    nothing."""
+    jpeg = _jpeg()
+    line = "0 0.5 0.5 0.2 0.2\n"
+
+    def three(pattern: str, content: bytes | str) -> dict[str, bytes | str]:
+        return {pattern.format(i=i): content for i in range(3)}
+
+    layouts: dict[str, dict[str, bytes | str]] = {
+        "roboflow_yolo": {
+            "data.yaml": "names: [cat]\n",
+            **three("train/images/{i}.jpg", jpeg),
+            **three("train/labels/{i}.txt", line),
+            **three("valid/images/{i}.jpg", jpeg),
+            **three("valid/labels/{i}.txt", line),
+        },
+        "darknet": {
+            "obj.names": "cat\n",
+            "obj.data": "classes = 1\n",
+            "train.txt": "obj_train_data/0.jpg\n",
+            **three("obj_train_data/{i}.jpg", jpeg),
+            **three("obj_train_data/{i}.txt", line),
+        },
+        "yolo_no_names": {**three("images/{i}.jpg", jpeg), **three("labels/{i}.txt", line)},
+        "labelimg": {**three("images/{i}.jpg", jpeg), **three("annotations/{i}.xml", "<annotation/>")},
+        "masks_no_classes": {**three("images/{i}.jpg", jpeg), **three("masks/{i}.png", jpeg)},
+        "voc_half": {**three("JPEGImages/{i}.jpg", jpeg), "ImageSets/Main/train.txt": "0\n"},
+    }
+    source = _layout(tmp_path / layout, layouts[layout])
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "convert", str(source), str(out)], capture_output=True, text=True
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {source} is not a folder of class folders") and resembles in last, last
+    assert not (out / "manifest.json").exists()
+
+
+def _jpeg() -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    Image.fromarray(photos()["coffee"][:64, :64]).save(buffer, "JPEG")
+    return buffer.getvalue()

@@ -7,6 +7,7 @@ import re
 from shardfeed.errors import SourceError
 from shardfeed.format import fileio
 from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, Item, file_item, sorted_labels
+from shardfeed.write.sources import resemblance
 
 # "text before the first dot", with at least one more dot before the extension: cat.123.jpg
 DEFAULT_FILENAME_PATTERN = r"^([^.]+)\..+\.[^.]+$"
@@ -31,6 +32,8 @@ class FolderSource:
         # at a million files the intermediate list would be the peak of the whole conversion.
         in_class = [len(rel.split("/", depth)) > depth for rel in files]
         class_names = sorted_labels({rel.split("/")[depth - 1] for rel, ok in zip(files, in_class, strict=True) if ok})
+        if why := resemblance.refusal(self.root, class_names, files):  # never annotations read as classes
+            raise SourceError(why)
         ids = {name: i for i, name in enumerate(class_names)}
         skipped: list[tuple[str, str]] = list(refused)
         items: list[Item] = []
