@@ -10,6 +10,7 @@ are computed here from where the squares were pasted, not by the code under test
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -376,7 +377,7 @@ def _layout(root: Path, files: dict[str, bytes | str]) -> Path:
 @pytest.mark.parametrize(
     ("layout", "resembles"),
     [
-        ("roboflow_yolo", "a YOLO export (Ultralytics' or Roboflow's data.yaml"),
+        ("roboflow_no_labels", "a YOLO export (Ultralytics' or Roboflow's data.yaml"),
         ("darknet", "a YOLO export"),
         ("yolo_no_names", "a YOLO folder (images/ and labels/) without its class names"),
         ("labelimg", "LabelImg's layout (images/ and annotations/*.xml)"),
@@ -397,13 +398,7 @@ def test_annotated_layouts_that_match_none_in_full_are_refused_never_class_folde
         return {pattern.format(i=i): content for i in range(3)}
 
     layouts: dict[str, dict[str, bytes | str]] = {
-        "roboflow_yolo": {
-            "data.yaml": "names: [cat]\n",
-            **three("train/images/{i}.jpg", jpeg),
-            **three("train/labels/{i}.txt", line),
-            **three("valid/images/{i}.jpg", jpeg),
-            **three("valid/labels/{i}.txt", line),
-        },
+        "roboflow_no_labels": {"data.yaml": "names: [cat]\n", **three("train/images/{i}.jpg", jpeg)},
         "darknet": {
             "obj.names": "cat\n",
             "obj.data": "classes = 1\n",
@@ -433,3 +428,26 @@ def _jpeg() -> bytes:
     buffer = io.BytesIO()
     Image.fromarray(photos()["coffee"][:64, :64]).save(buffer, "JPEG")
     return buffer.getvalue()
+
+
+def test_a_roboflow_yolo_export_converts_its_splits(yolo: Path, tmp_path: Path) -> None:
+    """Roboflow's (and Ultralytics' exported) YOLO layout: data.yaml at the top, then
+    train/images + train/labels, valid/images + valid/labels. It became class folders 'images' and
+    'labels'; now each split folder is its split, with the same boxes as the images/ + labels/
+    layout gives."""
+    root = tmp_path / "export"
+    for split, theirs in (("train", "train"), ("valid", "val")):
+        for kind in ("images", "labels"):
+            shutil.copytree(yolo / kind / theirs, root / split / kind)
+    shutil.copy(yolo / "data.yaml", root / "data.yaml")
+    out, reference = tmp_path / "out", tmp_path / "reference"
+    done = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "convert", str(root), str(out)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    convert(str(yolo), str(reference), progress=False)
+    m, r = manifest.read(str(out)), manifest.read(str(reference))
+    assert m.header.task == "detection" and m.labels == r.labels and m.split_names == ["train", "valid"]
+    for ours, theirs in (("train", "train"), ("valid", "val")):
+        assert m.split(ours).num_records == r.split(theirs).num_records
+        assert dict(m.split(ours).objects.instances) == dict(r.split(theirs).objects.instances)

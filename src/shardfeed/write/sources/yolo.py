@@ -1,7 +1,9 @@
 """YOLO object detection (Darknet's and Ultralytics' layout) as a source: a text file of boxes per image.
 
     root/images/<path>.<ext>    the images; a first level named train/val/test/... is the split
-                                (Ultralytics' images/train, images/val)
+                                (Ultralytics' images/train, images/val); or, as Roboflow's and
+                                Ultralytics' exports lay them out, root/<split>/images and
+                                root/<split>/labels for each split (train/, valid/, test/)
     root/labels/<path>.txt      each image's objects, one a line: `class cx cy w h`, the box's
                                 centre and size as fractions of the image's width and height
                                 (a longer line is a polygon `class x1 y1 x2 y2 ...`: its box is
@@ -45,12 +47,26 @@ MAX_LABEL_BYTES = 16 << 20
 
 
 def looks_like_yolo(path: str) -> bool:
-    """A folder with images/ and labels/, and data.yaml or classes.txt."""
-    return (
-        fileio.isdir(fileio.join(path, IMAGES_DIR))
-        and fileio.isdir(fileio.join(path, LABELS_DIR))
-        and any(fileio.exists(fileio.join(path, name)) for name in (DATA_YAML, CLASSES_FILE))
-    )
+    """A folder with images/ and labels/ (or, as Ultralytics' and Roboflow's exports lay them out,
+    split folders each with images/ and labels/), and data.yaml or classes.txt."""
+    return bool(_image_folders(path)) and any(fileio.exists(fileio.join(path, n)) for n in (DATA_YAML, CLASSES_FILE))
+
+
+def _image_folders(root: str) -> list[tuple[str, str, str | None]]:
+    """(images folder, labels folder, split) below `root`: images/ and labels/ at the top (a
+    split per first-level folder below them, told later), else <split>/images and <split>/labels
+    for each split folder that has both (Roboflow's train/, valid/, test/)."""
+    if fileio.isdir(fileio.join(root, IMAGES_DIR)) and fileio.isdir(fileio.join(root, LABELS_DIR)):
+        return [(IMAGES_DIR, LABELS_DIR, None)]
+    if not fileio.isdir(root):
+        return []
+    return [
+        (f"{split}/{IMAGES_DIR}", f"{split}/{LABELS_DIR}", split)
+        for split in fileio.listdir(root)
+        if split.lower() in SPLIT_FOLDER_NAMES
+        and fileio.isdir(fileio.join(root, split, IMAGES_DIR))
+        and fileio.isdir(fileio.join(root, split, LABELS_DIR))
+    ]
 
 
 class YoloSource:
@@ -66,46 +82,61 @@ class YoloSource:
     def discover(self) -> Discovery:
         if not looks_like_yolo(self.root):
             raise SourceError(
-                f"{self.root!r} is not a YOLO folder: it needs images/, labels/ and data.yaml or classes.txt"
+                f"{self.root!r} is not a YOLO folder: it needs images/, labels/ (or <split>/images, <split>/labels) "
+                "and data.yaml or classes.txt"
             )
         names = self._class_names()
-        images, refused = fileio.walk_files(fileio.join(self.root, IMAGES_DIR))
-        labels, refused_labels = fileio.walk_files(fileio.join(self.root, LABELS_DIR))
-        skipped = [(posixpath.join(IMAGES_DIR, k), why) for k, why in refused]
-        skipped += [(posixpath.join(LABELS_DIR, k), why) for k, why in refused_labels]
+        items: list[Item] = []
+        skipped: list[tuple[str, str]] = []
+        presplit = False
+        for images_dir, labels_dir, split in _image_folders(self.root):
+            found, split_below = self._pairs(images_dir, labels_dir, split, skipped)
+            items += found
+            presplit = presplit or split is not None or split_below
+        return Discovery(self.kind, self.root, items, self.root, names, skipped, presplit, task=DETECTION)
+
+    def _pairs(
+        self, images_dir: str, labels_dir: str, split: str | None, skipped: list[tuple[str, str]]
+    ) -> tuple[list[Item], bool]:
+        """The items of the images below `images_dir`, each with the boxes of its label file below
+        `labels_dir` (none: no objects), in `split` or the split its first-level folder is; what
+        cannot be used added to `skipped`. Also whether the splits came from those folders."""
+        images, refused = fileio.walk_files(fileio.join(self.root, images_dir))
+        labels, refused_labels = fileio.walk_files(fileio.join(self.root, labels_dir))
+        skipped += [(posixpath.join(images_dir, k), why) for k, why in refused]
+        skipped += [(posixpath.join(labels_dir, k), why) for k, why in refused_labels]
         by_stem = {posixpath.splitext(rel)[0]: rel for rel in labels if rel.endswith(".txt")}
         top = {rel.split("/")[0] for rel in images if "/" in rel}
-        presplit = bool(top) and top <= SPLIT_FOLDER_NAMES
+        split_below = split is None and bool(top) and top <= SPLIT_FOLDER_NAMES
         items: list[Item] = []
         for rel in images:
             label = by_stem.pop(posixpath.splitext(rel)[0], None)
+            key = posixpath.join(images_dir, rel)
             lines: list[tuple[int, str]] = []
-            if refusal := self._outside(posixpath.join(IMAGES_DIR, rel)):
-                skipped.append((posixpath.join(IMAGES_DIR, rel), refusal))
+            if refusal := self._outside(key):
+                skipped.append((key, refusal))
                 continue
             if label is not None:
-                where = posixpath.join(LABELS_DIR, label)
+                where = posixpath.join(labels_dir, label)
                 if refusal := self._outside(where):
-                    skipped.append((posixpath.join(IMAGES_DIR, rel), f"its labels {where}: {refusal}"))
+                    skipped.append((key, f"its labels {where}: {refusal}"))
                     continue
                 try:
                     lines = _lines(fileio.read_regular(fileio.join(self.root, where), MAX_LABEL_BYTES))
                 except (fileio.UnusableFileError, UnicodeDecodeError) as e:
-                    skipped.append((posixpath.join(IMAGES_DIR, rel), f"its labels {where}: {e}"))
+                    skipped.append((key, f"its labels {where}: {e}"))
                     continue
-            objects, refusals = _objects(lines, key_number(posixpath.join(IMAGES_DIR, rel)))
-            skipped += [(f"{LABELS_DIR}/{label}: line {line}", why) for line, why in refusals]
-            split = rel.split("/")[0] if presplit else None
-            items.append(
-                dataclasses.replace(file_item(self.root, posixpath.join(IMAGES_DIR, rel), -1, split), objects=objects)
-            )
+            objects, refusals = _objects(lines, key_number(key))
+            skipped += [(f"{labels_dir}/{label}: line {line}", why) for line, why in refusals]
+            item_split = split if split is not None else rel.split("/")[0] if split_below else None
+            items.append(dataclasses.replace(file_item(self.root, key, -1, item_split), objects=objects))
         skipped += [
-            (posixpath.join(LABELS_DIR, rel), "a label file without an image") for rel in sorted(by_stem.values())
+            (posixpath.join(labels_dir, rel), "a label file without an image") for rel in sorted(by_stem.values())
         ]
         skipped += [
-            (posixpath.join(LABELS_DIR, rel), "not a .txt label file") for rel in labels if not rel.endswith(".txt")
+            (posixpath.join(labels_dir, rel), "not a .txt label file") for rel in labels if not rel.endswith(".txt")
         ]
-        return Discovery(self.kind, self.root, items, self.root, names, skipped, presplit, task=DETECTION)
+        return items, split_below
 
     def _class_names(self) -> list[str]:
         """The names from data.yaml's `names` (a list, or a mapping of ids 0..K-1), else classes.txt.
