@@ -380,7 +380,7 @@ def _layout(root: Path, files: dict[str, bytes | str]) -> Path:
         ("roboflow_no_labels", "a YOLO export (Ultralytics' or Roboflow's data.yaml"),
         ("darknet", "a YOLO export"),
         ("yolo_no_names", "a YOLO folder (images/ and labels/) without its class names"),
-        ("labelimg", "LabelImg's layout (images/ and annotations/*.xml)"),
+        ("labelimg_no_images", "a Pascal VOC folder, which needs both Annotations/ and JPEGImages/"),
         ("masks_no_classes", "a segmentation folder (images/ and masks/) without classes.txt"),
         ("voc_half", "a Pascal VOC folder, which needs both Annotations/ and JPEGImages/"),
     ],
@@ -407,7 +407,7 @@ def test_annotated_layouts_that_match_none_in_full_are_refused_never_class_folde
             **three("obj_train_data/{i}.txt", line),
         },
         "yolo_no_names": {**three("images/{i}.jpg", jpeg), **three("labels/{i}.txt", line)},
-        "labelimg": {**three("images/{i}.jpg", jpeg), **three("annotations/{i}.xml", "<annotation/>")},
+        "labelimg_no_images": {**three("photos/{i}.jpg", jpeg), **three("annotations/{i}.xml", "<annotation/>")},
         "masks_no_classes": {**three("images/{i}.jpg", jpeg), **three("masks/{i}.png", jpeg)},
         "voc_half": {**three("JPEGImages/{i}.jpg", jpeg), "ImageSets/Main/train.txt": "0\n"},
     }
@@ -451,3 +451,27 @@ def test_a_roboflow_yolo_export_converts_its_splits(yolo: Path, tmp_path: Path) 
     for ours, theirs in (("train", "train"), ("valid", "val")):
         assert m.split(ours).num_records == r.split(theirs).num_records
         assert dict(m.split(ours).objects.instances) == dict(r.split(theirs).objects.instances)
+
+
+def test_labelimg_annotations_beside_images_convert_as_voc(voc: Path, tmp_path: Path) -> None:
+    """LabelImg saves Pascal VOC XML; its users keep them in annotations/ beside images/ (the
+    raccoon tutorial's layout). All 200 photos became class 'images'; now the XMLs' boxes are read
+    as VOC's, the same as from Annotations/ + JPEGImages/."""
+    root = tmp_path / "labelimg"
+    shutil.copytree(voc / "JPEGImages", root / "images")
+    shutil.copytree(voc / "Annotations", root / "annotations")
+    for name in ("broken", "entities", "outside", "gone"):
+        (root / "annotations" / f"{name}.xml").unlink()
+    out, reference = tmp_path / "out", tmp_path / "reference"
+    done = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "convert", str(root), str(out)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    convert(str(voc), str(reference), progress=False)
+    m, r = manifest.read(str(out)), manifest.read(str(reference))
+    assert m.header.task == "detection" and m.labels == r.labels
+    ours = sum(m.split(s).num_records for s in m.split_names)
+    assert ours == sum(r.split(s).num_records for s in r.split_names) == 3
+    assert sum(sum(m.split(s).objects.instances.values()) for s in m.split_names) == sum(
+        sum(r.split(s).objects.instances.values()) for s in r.split_names
+    )

@@ -58,5 +58,7 @@ def _resembled(root: str, named: list[str]) -> str:
             "beside JPEGImages/, COCO from annotations/instances_<split>.json beside <split>/"
         )
     if lower & {"jpegimages", "annotations", "imagesets"}:
-        return "a Pascal VOC folder, which needs both Annotations/ and JPEGImages/"
+        return (
+            "a Pascal VOC folder, which needs both Annotations/ and JPEGImages/ (LabelImg's: annotations/ and images/)"
+        )
     return f"an annotated dataset (folders named {named or 'as none of the layouts read'})"

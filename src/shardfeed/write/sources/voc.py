@@ -10,6 +10,7 @@
                                     there); with them, an image in none of the lists is reported,
                                     not converted, and a listed image without an XML (VOC2012's
                                     test images) is converted as an image without objects
+    (LabelImg's Pascal VOC output laid out as its users do: root/annotations/ and root/images/)
     root/classes.txt                optional: the class names, line i naming class id i; without
                                     it, the names the objects use, sorted (VOC's 20 classes then
                                     get TFDS' voc ids)
@@ -51,9 +52,18 @@ ATTRIBUTES = ("difficult", "truncated")
 MAX_XML_BYTES = 16 << 20
 
 
+# (annotations, images) folders: VOC's own, and LabelImg's Pascal VOC output as its users lay it out
+LAYOUTS = ((ANNOTATIONS_DIR, IMAGES_DIR), ("annotations", "images"))
+
+
+def voc_folders(path: str) -> tuple[str, str] | None:
+    """The (annotations, images) folder names of a VOC folder at `path` (LAYOUTS), or None."""
+    return next((pair for pair in LAYOUTS if all(fileio.isdir(fileio.join(path, name)) for name in pair)), None)
+
+
 def looks_like_voc(path: str) -> bool:
-    """A folder with Annotations/ and JPEGImages/."""
-    return fileio.isdir(fileio.join(path, ANNOTATIONS_DIR)) and fileio.isdir(fileio.join(path, IMAGES_DIR))
+    """A folder with Annotations/ and JPEGImages/ (or LabelImg's annotations/ and images/)."""
+    return voc_folders(path) is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,12 +87,16 @@ class VocSource:
         self.root = root
         self.outside_files = outside_files  # read files that links place outside the folder
         self._outside = linked_out(root, outside_files)
+        self.annotations_dir, self.images_dir = voc_folders(root) or (ANNOTATIONS_DIR, IMAGES_DIR)
         self._listed_in: dict[str, str] = {}  # image name -> the split list naming it (for reports)
         self._lists_read: tuple[str, ...] = ()
 
     def discover(self) -> Discovery:
         if not looks_like_voc(self.root):
-            raise SourceError(f"{self.root!r} is not a Pascal VOC folder: it needs Annotations/ and JPEGImages/")
+            raise SourceError(
+                f"{self.root!r} is not a Pascal VOC folder: it needs Annotations/ and JPEGImages/ (or LabelImg's "
+                "annotations/ and images/)"
+            )
         parsed, stems, skipped = self._parsed()
         given = fileio.exists(fileio.join(self.root, CLASSES_FILE))
         names = (
@@ -104,12 +118,12 @@ class VocSource:
         without objects), and what was skipped. An XML whose <filename> does not exist names
         JPEGImages/<its own name>.jpg instead where that exists, as torchvision and mmdet read VOC
         (a warning says how many)."""
-        files, refused = fileio.walk_files(fileio.join(self.root, ANNOTATIONS_DIR))
-        skipped = [(posixpath.join(ANNOTATIONS_DIR, k), why) for k, why in refused]
+        files, refused = fileio.walk_files(fileio.join(self.root, self.annotations_dir))
+        skipped = [(posixpath.join(self.annotations_dir, k), why) for k, why in refused]
         parsed: dict[str, _Parsed] = {}
         renamed: list[str] = []
         for rel in sorted(files):
-            where = posixpath.join(ANNOTATIONS_DIR, rel)
+            where = posixpath.join(self.annotations_dir, rel)
             if not rel.lower().endswith(".xml"):
                 skipped.append((where, "not an .xml annotation file"))
             elif isinstance(result := self._parse(where), str):
@@ -122,8 +136,8 @@ class VocSource:
                 parsed[rel] = result
         if renamed:
             warnings.warn(
-                f"{len(renamed)} VOC annotation files name a <filename> that is not in {IMAGES_DIR}/ (first: "
-                f"{renamed[0]}); each was paired with {IMAGES_DIR}/<its own name>.jpg instead, as torchvision "
+                f"{len(renamed)} VOC annotation files name a <filename> that is not in {self.images_dir}/ (first: "
+                f"{renamed[0]}); each was paired with {self.images_dir}/<its own name>.jpg instead, as torchvision "
                 "and mmdet read VOC",
                 stacklevel=2,
             )
@@ -142,17 +156,20 @@ class VocSource:
         added to `skipped`."""
         naming: dict[str, list[str]] = {}
         for rel, found in parsed.items():
-            naming.setdefault(found.image, []).append(posixpath.join(ANNOTATIONS_DIR, rel))
+            naming.setdefault(found.image, []).append(posixpath.join(self.annotations_dir, rel))
         twice = {image: xmls for image, xmls in naming.items() if len(xmls) > 1}
         skipped += [
-            (posixpath.join(IMAGES_DIR, image), f"named by {xmls}: one image, two sets of annotations; not converted")
+            (
+                posixpath.join(self.images_dir, image),
+                f"named by {xmls}: one image, two sets of annotations; not converted",
+            )
             for image, xmls in sorted(twice.items())
         ]
         items: list[Item] = []
         for rel, found in parsed.items():
-            where = posixpath.join(ANNOTATIONS_DIR, rel)
+            where = posixpath.join(self.annotations_dir, rel)
             if found.image in twice:  # which XML's objects are the image's cannot be told
-                skipped.append((where, f"names {IMAGES_DIR}/{found.image}, as another annotation file does"))
+                skipped.append((where, f"names {self.images_dir}/{found.image}, as another annotation file does"))
                 continue
             skipped += [(f"{where}: object {i}", why) for i, why in found.refused]
             split = splits.get(posixpath.basename(posixpath.splitext(rel)[0])) if splits is not None else None
@@ -161,7 +178,7 @@ class VocSource:
                     (where, f"in none of {SPLITS_DIR}'s lists ({', '.join(self._lists_read)}): not converted")
                 )
                 continue
-            key = posixpath.join(IMAGES_DIR, found.image)
+            key = posixpath.join(self.images_dir, found.image)
             if not self._exists(found.image):
                 skipped.append((where, f"its image {key} does not exist"))
                 continue
@@ -191,11 +208,12 @@ class VocSource:
                 skipped.append(
                     (
                         f"{SPLITS_DIR}/{self._listed_in[name]}.txt: {name}",
-                        f"listed, but neither {ANNOTATIONS_DIR}/{name}.xml nor {IMAGES_DIR}/{name}.jpg exists",
+                        f"listed, but neither {self.annotations_dir}/{name}.xml nor {self.images_dir}/{name}.jpg "
+                        "exists",
                     )
                 )
                 continue
-            key = posixpath.join(IMAGES_DIR, image)
+            key = posixpath.join(self.images_dir, image)
             if refusal := self._outside(key):
                 skipped.append((key, refusal))
                 continue
@@ -205,7 +223,7 @@ class VocSource:
 
     def _exists(self, image: str) -> bool:
         """Whether JPEGImages/`image` exists."""
-        return fileio.exists(fileio.join(self.root, IMAGES_DIR, image))
+        return fileio.exists(fileio.join(self.root, self.images_dir, image))
 
     def _image_of(self, name: str) -> str | None:
         """The file below JPEGImages/ that VOC's id `name` names (name.jpg, .jpeg or .png), or None."""
