@@ -278,10 +278,10 @@ def test_an_image_of_clean_boxes_is_kept_as_the_per_box_check_keeps_it() -> None
         assert [i for i, _ in sticking_out.clipped] == [count - 1] and float(sticking_out.objects.boxes[-1, 2]) == width
         assert "(2.50 px outside)" in sticking_out.clipped[0][1]
         boxes[-1][2] = width * (1 + 0.9e-6)  # as far out as a YOLO export's six decimals put a box: not counted
-        boxes[-2][1] = -height * 0.9e-6
+        boxes[0][1] = -height * 0.9e-6  # the whole image's box, just above its top edge
         rounded = check_objects(boxes, classes, width=width, height=height, num_classes=3)
         assert rounded.clipped == () and float(rounded.objects.boxes[-1, 2]) == width
-        assert float(rounded.objects.boxes[-2, 1]) == 0.0
+        assert float(rounded.objects.boxes[0, 1]) == 0.0
 
 
 def test_clean_objects_make_the_record_the_checked_path_makes() -> None:
