@@ -430,6 +430,18 @@ def _jpeg() -> bytes:
     return buffer.getvalue()
 
 
+def _converted_beside(root: Path, reference: Path, tmp_path: Path) -> tuple[manifest.Manifest, manifest.Manifest]:
+    """The manifests of `root` converted by `shardfeed convert ROOT OUT` alone and of the same
+    annotations in the layout the fixture `reference` has."""
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "convert", str(root), str(out)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    convert(str(reference), str(tmp_path / "reference"), progress=False)
+    return manifest.read(str(out)), manifest.read(str(tmp_path / "reference"))
+
+
 def test_a_roboflow_yolo_export_converts_its_splits(yolo: Path, tmp_path: Path) -> None:
     """Roboflow's (and Ultralytics' exported) YOLO layout: data.yaml at the top, then
     train/images + train/labels, valid/images + valid/labels. It became class folders 'images' and
@@ -440,13 +452,7 @@ def test_a_roboflow_yolo_export_converts_its_splits(yolo: Path, tmp_path: Path) 
         for kind in ("images", "labels"):
             shutil.copytree(yolo / kind / theirs, root / split / kind)
     shutil.copy(yolo / "data.yaml", root / "data.yaml")
-    out, reference = tmp_path / "out", tmp_path / "reference"
-    done = subprocess.run(
-        [sys.executable, "-m", "shardfeed", "convert", str(root), str(out)], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    convert(str(yolo), str(reference), progress=False)
-    m, r = manifest.read(str(out)), manifest.read(str(reference))
+    m, r = _converted_beside(root, yolo, tmp_path)
     assert m.header.task == "detection" and m.labels == r.labels and m.split_names == ["train", "valid"]
     for ours, theirs in (("train", "train"), ("valid", "val")):
         assert m.split(ours).num_records == r.split(theirs).num_records
@@ -462,13 +468,7 @@ def test_labelimg_annotations_beside_images_convert_as_voc(voc: Path, tmp_path: 
     shutil.copytree(voc / "Annotations", root / "annotations")
     for name in ("broken", "entities", "outside", "gone"):
         (root / "annotations" / f"{name}.xml").unlink()
-    out, reference = tmp_path / "out", tmp_path / "reference"
-    done = subprocess.run(
-        [sys.executable, "-m", "shardfeed", "convert", str(root), str(out)], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    convert(str(voc), str(reference), progress=False)
-    m, r = manifest.read(str(out)), manifest.read(str(reference))
+    m, r = _converted_beside(root, voc, tmp_path)
     assert m.header.task == "detection" and m.labels == r.labels
     ours = sum(m.split(s).num_records for s in m.split_names)
     assert ours == sum(r.split(s).num_records for s in r.split_names) == 3
