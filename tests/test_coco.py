@@ -900,3 +900,28 @@ def test_a_coco_root_converts_its_splits_never_as_class_folders(coco: Path, tmp_
     assert written == 4  # chelsea's 2, coffee's car and crowd; its outside and empty boxes reported
     skipped = json.loads((out / "report.json").read_text())["skipped_annotations"]
     assert sorted(s["annotation"] for s in skipped) == [200, 201]
+
+
+def test_convert_dry_run_says_what_it_would_read_and_writes_nothing(coco: Path, tmp_path: Path) -> None:
+    """`convert SRC OUT --dry-run` (Datumaro's detect-format): the layout recognised, its classes,
+    images per split, the objects listed and the first skipped file; OUT is never created."""
+    root = tmp_path / "root"
+    documents = _split_coco(coco, {"train": ["chelsea.png", "coffee.png"], "val": ["astronaut.png"]})
+    for split, document in documents.items():
+        (root / "annotations").mkdir(parents=True, exist_ok=True)
+        (root / "annotations" / f"instances_{split}2017.json").write_text(json.dumps(document))
+        (root / f"{split}2017").mkdir()
+        for image in document["images"]:
+            shutil.copy(coco.parent / "images" / image["file_name"], root / f"{split}2017" / image["file_name"])
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "shardfeed", "convert", str(root), str(out), "--dry-run"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    listed = sum(len(d["annotations"]) for d in documents.values()) - 1  # annotation 203: no such category
+    assert done.stdout.splitlines()[:4] == [
+        "layout: coco (detection)",
+        "classes: 3 (person, car, dog)",
+        "images: 3 (train: 2, val: 1)",
+        f"objects listed: {listed}",
+    ]
+    assert done.stdout.splitlines()[-1] == "nothing written (--dry-run)" and not out.exists()

@@ -55,6 +55,11 @@ def register(sub: Any) -> None:
 def _input_flags(g: Any) -> None:
     """How the source is read (the source object's options)."""
     g.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the recognised layout, classes, images per split, objects and skipped files; write nothing",
+    )
+    g.add_argument(
         "--labels-from",
         choices=["folders", "filenames", "none"],
         default="folders",
@@ -314,6 +319,11 @@ def run(args: argparse.Namespace) -> int:
         label_pattern=args.label_pattern,
         **_source_options(args),
     )
+    if args.dry_run:
+        from shardfeed.write.survey import survey
+
+        print(survey(source).summary(), flush=True)
+        return 0
     near = {"near_radius": None} if args.near_radius == "off" else {}
     options = from_args(ConvertOptions, args, image=from_args(ImageOptions, args, **image_fields(args)), **near)
     result = convert(
