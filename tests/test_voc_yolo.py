@@ -378,7 +378,7 @@ def _layout(root: Path, files: dict[str, bytes | str]) -> Path:
     ("layout", "resembles"),
     [
         ("roboflow_no_labels", "a YOLO export (Ultralytics' or Roboflow's data.yaml"),
-        ("darknet", "a YOLO export"),
+        ("darknet_no_names", "a YOLO export"),
         ("yolo_no_names", "a YOLO folder (images/ and labels/) without its class names"),
         ("labelimg_no_images", "a Pascal VOC folder, which needs both Annotations/ and JPEGImages/"),
         ("masks_no_classes", "a segmentation folder (images/ and masks/) without classes.txt"),
@@ -399,9 +399,8 @@ def test_annotated_layouts_that_match_none_in_full_are_refused_never_class_folde
 
     layouts: dict[str, dict[str, bytes | str]] = {
         "roboflow_no_labels": {"data.yaml": "names: [cat]\n", **three("train/images/{i}.jpg", jpeg)},
-        "darknet": {
-            "obj.names": "cat\n",
-            "obj.data": "classes = 1\n",
+        "darknet_no_names": {
+            "obj.data": "classes = 1\nnames = data/obj.names\n",
             "train.txt": "obj_train_data/0.jpg\n",
             **three("obj_train_data/{i}.jpg", jpeg),
             **three("obj_train_data/{i}.txt", line),
@@ -475,3 +474,26 @@ def test_labelimg_annotations_beside_images_convert_as_voc(voc: Path, tmp_path: 
     assert sum(sum(m.split(s).objects.instances.values()) for s in m.split_names) == sum(
         sum(r.split(s).objects.instances.values()) for s in r.split_names
     )
+
+
+def test_darknet_and_cvat_yolo_folders_convert_their_splits(yolo: Path, tmp_path: Path) -> None:
+    """Darknet's layout as CVAT's "YOLO 1.1" export writes it: obj.names, obj.data, train.txt and
+    obj_train_data/ (obj_valid_data/) holding each image with its .txt beside it. It became class
+    folders 'obj_train_data'; now each obj_<split>_data folder is its split, with the boxes the
+    images/ + labels/ layout gives."""
+    root = tmp_path / "darknet"
+    for split, theirs in (("train", "train"), ("valid", "val")):
+        shutil.copytree(yolo / "images" / theirs, root / f"obj_{split}_data")
+        for label in (yolo / "labels" / theirs).iterdir():
+            shutil.copy(label, root / f"obj_{split}_data" / label.name)
+    (root / "obj.names").write_text("person\ncar\n")
+    (root / "obj.data").write_text("classes = 2\ntrain = data/train.txt\nnames = data/obj.names\nbackup = backup/\n")
+    (root / "train.txt").write_text(
+        "".join(f"data/obj_train_data/{p.name}\n" for p in (yolo / "images" / "train").iterdir())
+    )
+    m, r = _converted_beside(root, yolo, tmp_path)
+    assert m.header.task == "detection" and m.labels == r.labels == ["person", "car"]
+    assert m.split_names == ["train", "valid"]
+    for ours, theirs in (("train", "train"), ("valid", "val")):
+        assert m.split(ours).num_records == r.split(theirs).num_records
+        assert dict(m.split(ours).objects.instances) == dict(r.split(theirs).objects.instances)

@@ -9,7 +9,11 @@
                                 (a longer line is a polygon `class x1 y1 x2 y2 ...`: its box is
                                 the polygon's extent, as Ultralytics takes it)
     root/data.yaml              the class names (Ultralytics: `names:` a list, or {id: name}),
-    or root/classes.txt         or one name a line, line i naming class id i
+    or root/classes.txt         or one name a line, line i naming class id i (Darknet's and
+    or root/obj.names           CVAT's "YOLO 1.1" obj.names alike)
+    root/obj_<split>_data/      Darknet's layout instead of images/ + labels/: each image's .txt
+                                beside it (obj_train_data/ is the train split; train.txt's list
+                                of the same files is not needed)
 
 An image without a label file has no objects (kept and counted, as Ultralytics keeps
 backgrounds); a label file without an image, and a line that is not numbers, are reported with
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
+import re
 from typing import Any
 
 from shardfeed.errors import SourceError
@@ -42,14 +47,16 @@ from shardfeed.write.items import (
 )
 from shardfeed.write.sources.segmentation import CLASSES_FILE, IMAGES_DIR
 
-LABELS_DIR, DATA_YAML = "labels", "data.yaml"
+LABELS_DIR, DATA_YAML, DARKNET_NAMES = "labels", "data.yaml", "obj.names"
+DARKNET_FOLDER = re.compile(r"^obj_([A-Za-z]+)_data$")  # obj_train_data/: images and their .txt side by side
 MAX_LABEL_BYTES = 16 << 20
 
 
 def looks_like_yolo(path: str) -> bool:
     """A folder with images/ and labels/ (or, as Ultralytics' and Roboflow's exports lay them out,
     split folders each with images/ and labels/), and data.yaml or classes.txt."""
-    return bool(_image_folders(path)) and any(fileio.exists(fileio.join(path, n)) for n in (DATA_YAML, CLASSES_FILE))
+    names = (DATA_YAML, CLASSES_FILE, DARKNET_NAMES)
+    return bool(_image_folders(path)) and any(fileio.exists(fileio.join(path, n)) for n in names)
 
 
 def _image_folders(root: str) -> list[tuple[str, str, str | None]]:
@@ -60,13 +67,20 @@ def _image_folders(root: str) -> list[tuple[str, str, str | None]]:
         return [(IMAGES_DIR, LABELS_DIR, None)]
     if not fileio.isdir(root):
         return []
-    return [
+    entries = fileio.listdir(root)
+    exported: list[tuple[str, str, str | None]] = [
         (f"{split}/{IMAGES_DIR}", f"{split}/{LABELS_DIR}", split)
-        for split in fileio.listdir(root)
+        for split in entries
         if split.lower() in SPLIT_FOLDER_NAMES
         and fileio.isdir(fileio.join(root, split, IMAGES_DIR))
         and fileio.isdir(fileio.join(root, split, LABELS_DIR))
     ]
+    darknet: list[tuple[str, str, str | None]] = [
+        (name, name, str(found.group(1)))
+        for name in entries
+        if (found := DARKNET_FOLDER.match(name)) and fileio.isdir(fileio.join(root, name))
+    ]
+    return exported or darknet
 
 
 class YoloSource:
@@ -102,9 +116,12 @@ class YoloSource:
         `labels_dir` (none: no objects), in `split` or the split its first-level folder is; what
         cannot be used added to `skipped`. Also whether the splits came from those folders."""
         images, refused = fileio.walk_files(fileio.join(self.root, images_dir))
-        labels, refused_labels = fileio.walk_files(fileio.join(self.root, labels_dir))
         skipped += [(posixpath.join(images_dir, k), why) for k, why in refused]
-        skipped += [(posixpath.join(labels_dir, k), why) for k, why in refused_labels]
+        if labels_dir == images_dir:  # Darknet's obj_train_data/: each image's .txt beside it
+            labels, images = [r for r in images if r.endswith(".txt")], [r for r in images if not r.endswith(".txt")]
+        else:
+            labels, refused_labels = fileio.walk_files(fileio.join(self.root, labels_dir))
+            skipped += [(posixpath.join(labels_dir, k), why) for k, why in refused_labels]
         by_stem = {posixpath.splitext(rel)[0]: rel for rel in labels if rel.endswith(".txt")}
         top = {rel.split("/")[0] for rel in images if "/" in rel}
         split_below = split is None and bool(top) and top <= SPLIT_FOLDER_NAMES
@@ -146,7 +163,8 @@ class YoloSource:
         """
         path = fileio.join(self.root, DATA_YAML)
         if not fileio.exists(path):
-            return read_class_names(fileio.join(self.root, CLASSES_FILE), self.root)
+            listed = CLASSES_FILE if fileio.exists(fileio.join(self.root, CLASSES_FILE)) else DARKNET_NAMES
+            return read_class_names(fileio.join(self.root, listed), self.root)
         import yaml  # PyYAML, a dependency: only YOLO folders need it
 
         text = read_text_inside(self.root, path, MAX_YAML_BYTES, "a data.yaml")
