@@ -69,8 +69,12 @@ def normalised_entry(name: str) -> str:
 
 def inside(folder: str, path: str) -> bool:
     """True when the local `path`, its links followed, lies inside `folder` (links followed too)."""
-    root = os.path.realpath(folder)
-    return os.path.commonpath([root, os.path.realpath(path)]) == root
+    return _within(os.path.realpath(folder), os.path.realpath(path))
+
+
+def _within(real_root: str, real: str) -> bool:
+    """Whether the resolved path `real` is the resolved folder `real_root` or lies below it."""
+    return os.path.commonpath([real_root, real]) == real_root
 
 
 # How a user reads files a dataset reaches through links that leave its folder (off by default)
@@ -86,7 +90,7 @@ def link_refusal(real_root: str, path: str) -> str | None:
     if fileio.is_remote(path):
         return None
     real = os.path.realpath(path)
-    if real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep):
+    if _within(real_root, real):
         return None
     return f"a link that leads outside the dataset's folder (to {real!r}); read only with {OUTSIDE_OPTION}"
 

@@ -21,7 +21,7 @@ import posixpath
 
 from shardfeed.errors import SourceError
 from shardfeed.format import fileio
-from shardfeed.write.items import Discovery, split_in_name
+from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, split_in_name
 from shardfeed.write.sources.coco import CocoSource
 
 ANNOTATIONS_DIR = "annotations"
@@ -41,9 +41,9 @@ def annotation_files(root: str) -> list[tuple[str, str, str]]:
                 stem = name[len(INSTANCES_PREFIX) : -len(".json")]  # val2017
                 images = _images_folder(root, stem, split)
                 found.append((fileio.join(annotations, name), split, images))
-    for split in sorted(n for n in fileio.listdir(root) if split_in_name(f"{n}/{ROBOFLOW_FILE}") == n.lower()):
-        if fileio.exists(path := fileio.join(root, split, ROBOFLOW_FILE)):
-            found.append((path, split.lower(), fileio.join(root, split)))
+    for folder in fileio.listdir(root):  # Roboflow's: a split folder holding its annotations file
+        if folder.lower() in SPLIT_FOLDER_NAMES and fileio.exists(path := fileio.join(root, folder, ROBOFLOW_FILE)):
+            found.append((path, folder.lower(), fileio.join(root, folder)))
     return sorted(found, key=lambda entry: entry[1])
 
 

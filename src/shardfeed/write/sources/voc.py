@@ -34,6 +34,7 @@ import dataclasses
 import posixpath
 import warnings
 import xml.etree.ElementTree as ElementTree
+from typing import NamedTuple
 
 import defusedxml
 import defusedxml.ElementTree as defused
@@ -78,6 +79,18 @@ class _Parsed:
     refused: list[tuple[int, str]]
 
 
+class _SplitLists(NamedTuple):
+    """ImageSets/Main's lists as read: image name -> split, and the lists read (in SPLIT_LISTS order)."""
+
+    of: dict[str, str]
+    lists: tuple[str, ...]
+
+    def list_naming(self, name: str) -> str:
+        """The list that put `name` in its split: trainval.txt for train where that was read."""
+        split = self.of[name]
+        return "trainval" if split == "train" and "trainval" in self.lists else split
+
+
 class VocSource:
     """A Pascal VOC folder (module docstring)."""
 
@@ -88,8 +101,6 @@ class VocSource:
         self.outside_files = outside_files  # read files that links place outside the folder
         self._outside = linked_out(root, outside_files)
         self.annotations_dir, self.images_dir = voc_folders(root) or (ANNOTATIONS_DIR, IMAGES_DIR)
-        self._listed_in: dict[str, str] = {}  # image name -> the split list naming it (for reports)
-        self._lists_read: tuple[str, ...] = ()
 
     def discover(self) -> Discovery:
         if not looks_like_voc(self.root):
@@ -148,7 +159,7 @@ class VocSource:
         self,
         parsed: dict[str, _Parsed],
         names: list[str],
-        splits: dict[str, str] | None,
+        splits: _SplitLists | None,
         skipped: list[tuple[str, str]],
     ) -> list[Item]:
         """The items of the parsed XMLs, each in its split (from the lists); what cannot be used
@@ -172,11 +183,9 @@ class VocSource:
                 skipped.append((where, f"names {self.images_dir}/{found.image}, as another annotation file does"))
                 continue
             skipped += [(f"{where}: object {i}", why) for i, why in found.refused]
-            split = splits.get(posixpath.basename(posixpath.splitext(rel)[0])) if splits is not None else None
+            split = splits.of.get(posixpath.basename(posixpath.splitext(rel)[0])) if splits is not None else None
             if splits is not None and split is None:
-                skipped.append(
-                    (where, f"in none of {SPLITS_DIR}'s lists ({', '.join(self._lists_read)}): not converted")
-                )
+                skipped.append((where, f"in none of {SPLITS_DIR}'s lists ({', '.join(splits.lists)}): not converted"))
                 continue
             key = posixpath.join(self.images_dir, found.image)
             if not self._exists(found.image):
@@ -194,20 +203,20 @@ class VocSource:
         return items
 
     def _unannotated(
-        self, splits: dict[str, str], stems: set[str], names: list[str], skipped: list[tuple[str, str]]
+        self, splits: _SplitLists, stems: set[str], names: list[str], skipped: list[tuple[str, str]]
     ) -> list[Item]:
         """The images a split list names that have no XML at all (VOC2012's test images): kept, as
         images without objects, in their split; a listed name with neither XML nor image is
         added to `skipped`."""
         items: list[Item] = []
-        for name, split in sorted(splits.items()):
+        for name, split in sorted(splits.of.items()):
             if name in stems:
                 continue
             image = self._image_of(name)
             if image is None:
                 skipped.append(
                     (
-                        f"{SPLITS_DIR}/{self._listed_in[name]}.txt: {name}",
+                        f"{SPLITS_DIR}/{splits.list_naming(name)}.txt: {name}",
                         f"listed, but neither {self.annotations_dir}/{name}.xml nor {self.images_dir}/{name}.jpg "
                         "exists",
                     )
@@ -263,7 +272,7 @@ class VocSource:
                     found.flags[attribute].append(int((element.findtext(attribute) or "0").strip() in ("1", "true")))
         return found
 
-    def _splits(self) -> dict[str, str] | None:
+    def _splits(self) -> _SplitLists | None:
         """Image name -> split from ImageSets/Main's lists, or None without them: train.txt,
         val.txt and test.txt make the splits train, val and test; trainval.txt (their union, as
         VOC2007's trainval tar ships it beside test.txt) makes train where there is no train.txt
@@ -279,19 +288,16 @@ class VocSource:
             present.pop("trainval", None)
         if not present:
             return None
-        self._lists_read = tuple(present)
-        splits: dict[str, str] = {}
-        self._listed_in.clear()
+        splits = _SplitLists({}, tuple(present))
         for listed, path in present.items():
             split = "train" if listed == "trainval" else listed
             for line in read_text_inside(self.root, path, confinement.MAX_LIST_BYTES, "a split list").splitlines():
                 if not (name := line.split()[0] if line.split() else ""):
                     continue
-                if splits.setdefault(name, split) != split:
+                if splits.of.setdefault(name, split) != split:
                     raise SourceError(
-                        f"{path}: {name} is listed in {self._listed_in[name]}.txt too; an image is in one split"
+                        f"{path}: {name} is listed in {splits.list_naming(name)}.txt too; an image is in one split"
                     )
-                self._listed_in.setdefault(name, listed)
         return splits
 
 
