@@ -13,12 +13,17 @@ FUSED_RESIZE := SHARDFEED_QUIET_TF=1 $(PY) -c "from shardfeed.read import batch_
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	# the detection extra's KerasHub without the tensorflow-text (and second TensorFlow) it asks for
 	$(PY) -m pip install -q regex tokenizers && $(PY) -m pip install -q --no-deps "keras-hub==0.32.0"
+	# the dev extra's Model Garden (tf-models-official), whose own decoders read our detection records back in
+	# the tests, without the dependencies it asks for (a second TensorFlow among them): its decoders import
+	# only TensorFlow, tf-keras (matched to the TensorFlow installed) and gin
+	case ",$(EXTRAS)," in *,dev,*) $(PY) -m pip install -q --no-deps "tf-models-official==2.20.0" "gin-config==0.5.0" \
+	  "tf-keras~=$$($(PY) scripts/tf_version.py).0";; esac
 	$(FUSED_RESIZE)
 	touch $(STAMP)
 

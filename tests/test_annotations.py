@@ -1,12 +1,11 @@
 """Objects on an image, as records store them: every annotation checked against its image, and
 the record read unchanged by the decoders other programs use.
 
-The decoders' feature specs are reproduced from their source (vendoring them would pull in
-tf-models-official and the OD API with their dependencies):
-- TF Model Garden, official/vision/dataloaders/tf_example_decoder.py (`TfExampleDecoder`, with
-  include_mask=True), tensorflow/models at commit 00d83f37e2de5852699ed339d0c51085ab065651;
-- TF Object Detection API, research/object_detection/data_decoders/tf_example_decoder.py
-  (`keys_to_features`: the object keys it parses).
+TF Model Garden's decoder is its own: official/vision/dataloaders/tf_example_decoder.py
+(`TfExampleDecoder`, include_mask=True) from tf-models-official, installed by the Makefile without
+its dependencies. The OD API's feature spec is reproduced from its source (it does not install
+over Keras 3): research/object_detection/data_decoders/tf_example_decoder.py (`keys_to_features`:
+the object keys it parses).
 Objects are solid squares pasted on real photos at known pixels, so where a decoded box lands is
 checked against the pixels themselves, not against the formula that wrote it.
 """
@@ -60,49 +59,13 @@ def record(image: np.ndarray, objects: annotations.Objects, source_id: int = 7) 
 
 
 def model_garden_decode(serialized: bytes) -> dict[str, np.ndarray]:
-    """Model Garden's TfExampleDecoder(include_mask=True).decode, reproduced (module docstring)."""
+    """Model Garden's own `TfExampleDecoder(include_mask=True).decode` (tf-models-official, which
+    the Makefile installs without its dependencies), its tensors as NumPy arrays."""
     import tensorflow as tf
+    from official.vision.dataloaders.tf_example_decoder import TfExampleDecoder
 
-    spec = {
-        "image/encoded": tf.io.FixedLenFeature((), tf.string),
-        "image/height": tf.io.FixedLenFeature((), tf.int64, -1),
-        "image/width": tf.io.FixedLenFeature((), tf.int64, -1),
-        "image/object/bbox/xmin": tf.io.VarLenFeature(tf.float32),
-        "image/object/bbox/xmax": tf.io.VarLenFeature(tf.float32),
-        "image/object/bbox/ymin": tf.io.VarLenFeature(tf.float32),
-        "image/object/bbox/ymax": tf.io.VarLenFeature(tf.float32),
-        "image/object/class/label": tf.io.VarLenFeature(tf.int64),
-        "image/object/area": tf.io.VarLenFeature(tf.float32),
-        "image/object/is_crowd": tf.io.VarLenFeature(tf.int64),
-        "image/object/mask": tf.io.VarLenFeature(tf.string),
-        "image/source_id": tf.io.FixedLenFeature((), tf.string),
-    }
-    parsed = tf.io.parse_single_example(serialized, spec)
-    for key, value in list(parsed.items()):
-        if isinstance(value, tf.SparseTensor):
-            parsed[key] = tf.sparse.to_dense(value, default_value="" if value.dtype == tf.string else 0)
-    height, width = parsed["image/height"], parsed["image/width"]
-    masks = parsed["image/object/mask"]
-    if tf.size(masks) > 0:
-        decoded = tf.map_fn(
-            lambda png: tf.cast(tf.squeeze(tf.io.decode_png(png, channels=1), -1), tf.float32),
-            masks,
-            fn_output_signature=tf.float32,
-        )
-    else:
-        decoded = tf.zeros([0, height, width], tf.float32)
-    area = parsed["image/object/area"]
-    return {
-        "source_id": parsed["image/source_id"].numpy(),
-        "image": tf.io.decode_image(parsed["image/encoded"], channels=3).numpy(),
-        "groundtruth_boxes": tf.stack(
-            [parsed[f"image/object/bbox/{k}"] for k in ("ymin", "xmin", "ymax", "xmax")], axis=-1
-        ).numpy(),
-        "groundtruth_classes": parsed["image/object/class/label"].numpy(),
-        "groundtruth_is_crowd": tf.cast(parsed["image/object/is_crowd"], tf.bool).numpy(),
-        "groundtruth_area": area.numpy(),
-        "groundtruth_instance_masks": decoded.numpy(),
-    }
+    decoded = TfExampleDecoder(include_mask=True).decode(tf.constant(serialized))
+    return {key: value.numpy() for key, value in decoded.items()}
 
 
 def test_model_gardens_decoder_reads_boxes_that_frame_the_objects_pixels() -> None:

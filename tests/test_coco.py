@@ -114,11 +114,11 @@ def test_coco_boxes_frame_their_objects_and_every_skip_is_reported(coco: Path, t
     found = decoded(out)
     assert sorted(found) == ["astronaut.png", "chelsea.png", "coffee.png"]
     chelsea = found["chelsea.png"]
-    assert chelsea["groundtruth_classes"].tolist() == [0, 2] and chelsea["source_id"] == b"1"
+    assert chelsea["groundtruth_classes"].tolist() == [1, 3] and chelsea["source_id"] == b"1"  # 0: background
     for box, colour in zip(chelsea["groundtruth_boxes"], (RED, BLUE), strict=True):
         frames(chelsea["image"], box, colour, tolerance=0)
     coffee = found["coffee.png"]
-    assert coffee["groundtruth_classes"].tolist() == [1, 0] and coffee["groundtruth_is_crowd"].tolist() == [False, True]
+    assert coffee["groundtruth_classes"].tolist() == [2, 1] and coffee["groundtruth_is_crowd"].tolist() == [False, True]
     assert coffee["groundtruth_area"].tolist() == [80 * 90, 400.0]  # the box's, and COCO's own
     assert found["astronaut.png"]["groundtruth_boxes"].shape == (0, 4)
     rows = IndexedRecords(str(out), split="train")  # without TensorFlow: (image, {"boxes", "labels"}) in pixels
@@ -663,7 +663,7 @@ def test_an_area_that_is_no_number_of_pixels_is_skipped_with_its_reason(tmp_path
     }
     assert report["skipped_annotations_by_reason"] == {"not a finite, non-negative number of pixels": 3}
     coffee = decoded(out)["images/coffee.png"]
-    assert coffee["groundtruth_area"].tolist() == [7200.0] and coffee["groundtruth_classes"].tolist() == [1]
+    assert coffee["groundtruth_area"].tolist() == [7200.0] and coffee["groundtruth_classes"].tolist() == [2]
     frames(coffee["image"], coffee["groundtruth_boxes"][0], BLUE, tolerance=0)
 
 

@@ -285,3 +285,34 @@ def test_tfds_reads_the_masks(folder: Path, tmp_path: Path) -> None:
         key = example["image/filename"].numpy().decode()
         mask = example["image/segmentation/class/encoded"].numpy()
         assert np.array_equal(mask[..., 0], model_garden_decode(stored[key])[1])
+
+
+def test_masks_without_classes_txt_name_their_ids(folder: Path, tmp_path: Path) -> None:
+    """images/ + masks/ without classes.txt became class folders 'images' and 'masks' (the masks
+    converted as photos). Now the masks' ids name the classes, class_0 .. class_N (N the largest id
+    any mask holds: 7 in stray_id's), said in one warning; the masks stored are those the
+    classes.txt conversion stores."""
+    import shutil
+    import subprocess
+    import sys
+
+    root = tmp_path / "data"
+    shutil.copytree(folder, root)
+    (root / "classes.txt").unlink()
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "convert", str(root), str(out), "--split", "train=1"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    warned = [line for line in done.stderr.splitlines() if "has no classes.txt" in line]
+    assert len(warned) == 1 and "its 7 masks hold class ids up to 7, named class_0 .. class_7" in warned[0], warned
+    m = manifest.read(str(out))
+    assert m.header.task == "segmentation" and m.labels == [f"class_{i}" for i in range(8)]
+    ours = records(out)
+    assert "images/stray_id.png" in ours  # its 7 is a class now
+    named = tmp_path / "named"
+    convert(str(folder), str(named), ConvertOptions(split="train=1"), progress=False)
+    for key, record in records(named).items():
+        assert np.array_equal(model_garden_decode(ours[key])[1], model_garden_decode(record)[1]), key

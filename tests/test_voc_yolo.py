@@ -87,7 +87,7 @@ def test_voc_boxes_are_its_pixels_and_every_skip_is_reported(voc: Path, tmp_path
     assert m.split("train").num_records == 3
     found = decoded(out)
     chelsea = found["JPEGImages/chelsea.png"]
-    assert chelsea["groundtruth_classes"].tolist() == [2, 0, 1]  # person, car, horse: the XML's order
+    assert chelsea["groundtruth_classes"].tolist() == [3, 1, 2]  # person, car, horse: the XML's order; 0: background
     expected = [[30 / 300, 40 / 451, 100 / 300, 120 / 451], [150 / 300, 300 / 451, 260 / 300, 1.0]]  # y, x, y, x
     assert np.allclose(chelsea["groundtruth_boxes"][:2], expected, atol=1e-6)
     for box, colour in zip(chelsea["groundtruth_boxes"][:2], (RED, BLUE), strict=True):
@@ -126,7 +126,7 @@ def test_voc_split_lists_and_classes_txt(voc: Path, tmp_path: Path) -> None:
     assert m.labels == ["person", "car"] and m.split_names == ["train"]
     assert m.split("train").num_records == 2
     chelsea = decoded(out)["JPEGImages/chelsea.png"]
-    assert chelsea["groundtruth_classes"].tolist() == [0, 1]
+    assert chelsea["groundtruth_classes"].tolist() == [1, 2]
     skipped = {s["file"]: s["reason"] for s in json.loads((out / "report.json").read_text())["skipped"]}
     assert skipped["Annotations/chelsea.xml: object 3"] == "class 'horse' is not in classes.txt"
     assert skipped["Annotations/rocket.xml"] == "in none of ImageSets/Main's lists (train, val): not converted"
@@ -169,7 +169,7 @@ def test_yolo_boxes_after_the_exif_turn_and_every_skip_is_reported(yolo: Path, t
     assert sorted(m.split_names) == ["train", "val"]
     found = decoded(out) | {k: v for k, v in _decoded(out, "val").items()}
     chelsea = found["images/train/chelsea.png"]
-    assert chelsea["groundtruth_classes"].tolist() == [0, 1, 0]
+    assert chelsea["groundtruth_classes"].tolist() == [1, 2, 1]
     expected = [[30 / 300, 40 / 451, 100 / 300, 120 / 451], [150 / 300, 300 / 451, 260 / 300, 1.0]]
     assert np.allclose(chelsea["groundtruth_boxes"][:2], expected, atol=2e-6)
     assert np.allclose(chelsea["groundtruth_boxes"][2], [0.1, 0.1, 0.3, 0.2], atol=1e-6)  # the polygon's extent
@@ -277,7 +277,7 @@ def test_a_hub_detection_table_cppe5_layout(tmp_path: Path, monkeypatch: pytest.
     assert m.header.task == "detection" and m.labels == names and m.split_names == ["train"]
     found = decoded(out)
     chelsea = found["data/train-00000-of-00001.parquet/0000000.png"]
-    assert chelsea["groundtruth_classes"].tolist() == [0, 1]
+    assert chelsea["groundtruth_classes"].tolist() == [1, 2]
     assert chelsea["source_id"] == str(key_number("data/train-00000-of-00001.parquet/0000000")).encode()
     for box, colour in zip(chelsea["groundtruth_boxes"], (RED, BLUE), strict=True):
         frames(chelsea["image"], box, colour, tolerance=0)
@@ -381,7 +381,7 @@ def _layout(root: Path, files: dict[str, bytes | str]) -> Path:
         ("darknet_no_names", "a YOLO export"),
         ("yolo_no_names", "a YOLO folder (images/ and labels/) without its class names"),
         ("labelimg_no_images", "a Pascal VOC folder, which needs both Annotations/ and JPEGImages/"),
-        ("masks_no_classes", "a segmentation folder (images/ and masks/) without classes.txt"),
+        ("masks_elsewhere", "a segmentation folder (images/ and masks/) whose masks are not at their images' paths"),
         ("voc_half", "a Pascal VOC folder, which needs both Annotations/ and JPEGImages/"),
     ],
 )
@@ -407,7 +407,7 @@ def test_annotated_layouts_that_match_none_in_full_are_refused_never_class_folde
         },
         "yolo_no_names": {**three("images/{i}.jpg", jpeg), **three("labels/{i}.txt", line)},
         "labelimg_no_images": {**three("photos/{i}.jpg", jpeg), **three("annotations/{i}.xml", "<annotation/>")},
-        "masks_no_classes": {**three("images/{i}.jpg", jpeg), **three("masks/{i}.png", jpeg)},
+        "masks_elsewhere": {**three("images/{i}.jpg", jpeg), **three("masks/{i}_mask.png", jpeg)},
         "voc_half": {**three("JPEGImages/{i}.jpg", jpeg), "ImageSets/Main/train.txt": "0\n"},
     }
     source = _layout(tmp_path / layout, layouts[layout])
@@ -497,3 +497,53 @@ def test_darknet_and_cvat_yolo_folders_convert_their_splits(yolo: Path, tmp_path
     for ours, theirs in (("train", "train"), ("valid", "val")):
         assert m.split(ours).num_records == r.split(theirs).num_records
         assert dict(m.split(ours).objects.instances) == dict(r.split(theirs).objects.instances)
+
+
+def test_class_ids_from_1_and_a_label_map_as_model_garden_and_the_od_api_train_on_them(
+    yolo: Path, tmp_path: Path
+) -> None:
+    """Model Garden's and the OD API's detection training drop class 0 as the background: records
+    written 0..K-1 never taught them the first class. Now ids are 1..K with label_map.pbtxt beside
+    labels.txt, read back by Model Garden's own decoder; load gives KerasHub 0..K-1 all the same,
+    and `--label-offset 0` still writes 0..K-1 (no label map: the OD API refuses an id 0 that is
+    not the background)."""
+    from shardfeed.format import label_map
+
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "convert", str(yolo), str(out)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "class ids 1..2 (0: background) with label_map.pbtxt" in done.stdout
+    assert (out / "labels.txt").read_text() == "1:person\n2:car\n"
+    text = (out / "label_map.pbtxt").read_text()
+    assert text == 'item {\n  name: "person"\n  id: 1\n}\nitem {\n  name: "car"\n  id: 2\n}\n'
+    assert label_map.parse(text, "label_map.pbtxt") == {1: "person", 2: "car"}
+    assert manifest.read(str(out)).label_offset == 1
+    records = _decoded(out, "train") | _decoded(out, "val")
+    # chelsea: red person, blue car, the polygon a person; coffee: a blue car; rocket: no label file
+    classes = {name: r["groundtruth_classes"].tolist() for name, r in records.items()}
+    assert classes == {
+        "images/train/chelsea.png": [1, 2, 1],
+        "images/val/coffee.jpg": [2],
+        "images/train/rocket.jpg": [],
+    }
+    for box, colour in zip(records["images/train/chelsea.png"]["groundtruth_boxes"][:2], (RED, BLUE), strict=True):
+        frames(records["images/train/chelsea.png"]["image"], box, colour, tolerance=0)
+
+    zero = tmp_path / "zero"
+    done = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "convert", str(yolo), str(zero), "--label-offset", "0"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "never learn the first class; no label_map.pbtxt written" in done.stdout
+    assert not (zero / "label_map.pbtxt").exists() and (zero / "labels.txt").read_text() == "0:person\n1:car\n"
+    assert _decoded(zero, "train")["images/train/chelsea.png"]["groundtruth_classes"].tolist() == [0, 1, 0]
+
+    def labels(folder: Path) -> list[list[int]]:
+        batches = load(str(folder), split="train", batch_size=2, image_size=(150, 200), training=False)
+        return [row[row >= 0].tolist() for _, targets in batches for row in targets["labels"].numpy()]
+
+    assert labels(out) == labels(zero) and sorted(map(sorted, labels(out))) == [[], [0, 0, 1]]

@@ -152,7 +152,11 @@ def _split_flags(g: Any) -> None:
     )
     g.add_argument("--compression", choices=["gzip"], help="compress shards")
     g.add_argument(
-        "--label-offset", type=int, help="add to class ids (1: 0 is background, as Inception readers expect)"
+        "--label-offset",
+        type=int,
+        help="the first class id written (default: 1 for detection, 0 left for the background as Model Garden and "
+        "the OD API read them; 0 otherwise, as Keras and TFDS do; 1 for Inception's readers). shardfeed's readers "
+        "subtract it",
     )
     g.add_argument(
         "--split-rule",

@@ -14,16 +14,20 @@ are skipped.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 
 from shardfeed.errors import SourceError
+from shardfeed.format import fileio, layout
 
-FILE_NAME = "label_map.pbtxt"
+FILE_NAME = layout.LABEL_MAP
 MAX_BYTES = 16 << 20  # a label map of a few thousand classes is a few hundred KB
 
 
+@functools.cache
 def _message_class() -> Any:
     """StringIntLabelMap as the OD API's proto declares the fields read here."""
     proto = descriptor_pb2.FileDescriptorProto(name="shardfeed_label_map.proto", package="shardfeed.label_map")
@@ -67,3 +71,21 @@ def parse(text: str, where: str) -> dict[int, str]:
             raise SourceError(f"{where}: id {item.id} is given twice ({names[item.id]!r}, {name!r})")
         names[item.id] = name
     return names
+
+
+def dumps(names: Sequence[str], first_id: int) -> str:
+    """The label map of classes `names` numbered from `first_id`, in protobuf's text format, as
+    the OD API's and Datumaro's readers parse it."""
+    message = _message_class()()
+    for number, name in enumerate(names):
+        message.item.add(id=first_id + number, name=name)
+    return text_format.MessageToString(message)
+
+
+def write(output_dir: str, names: Sequence[str], first_id: int) -> bool:
+    """label_map.pbtxt beside a detection folder's labels.txt; not written (False) when the ids
+    start at 0: the OD API refuses a label map whose id 0 is not the background."""
+    if first_id < 1:
+        return False
+    fileio.write_text_atomic(fileio.join(output_dir, FILE_NAME), dumps(names, first_id))
+    return True

@@ -38,6 +38,7 @@ INDEX_DIR = "index"  # a sub-folder, so 'train-*' globs match only shards
 INDEX_SUFFIX = ".idx"
 MANIFEST = "manifest.json"
 LABELS = "labels.txt"
+LABEL_MAP = "label_map.pbtxt"  # detection: the OD API's StringIntLabelMap (format/label_map.py)
 REPORT = "report.json"
 REPORT_PAGE = "report.html"
 TFDS_INFO = "dataset_info.json"

@@ -195,7 +195,7 @@ class Append:
                 "settings (those not given are taken from it): pass the same options, or none of those that differ"
             )
         if not appendable(self.discovery, self.options):
-            source, flags = self.discovery.root, as_flags(self.old.settings)
+            source, flags = self.discovery.root, as_flags(self.old.settings, self.old.header.task)
             raise ConvertError(
                 f"{self.out!r} was split with the 'stratified' rule, which sizes the splits over the whole set: with "
                 "more images some old ones would belong to another split, so it cannot grow. Once: `shardfeed "

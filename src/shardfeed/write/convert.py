@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.errors import ConvertError, OptionError, SourceError
-from shardfeed.format import fileio, folder_lock, layout, manifest, tfds_metadata
+from shardfeed.format import fileio, folder_lock, label_map, layout, manifest, schema, tfds_metadata
 from shardfeed.format.manifest import Manifest
 from shardfeed.parallel import WorkerPool
 from shardfeed.write import dedupe, folder_state, local_runner, merge, notes, shards
@@ -244,6 +244,7 @@ class _Conversion:
                     + empty_source_hint(discovery)
                 )
             self._fail_if_strict(discovery.skipped)
+            self.options = self.options.resolved(discovery.task)
             state = folder_state.conversion_state(discovery, self.options)
             if self.options.append and fileio.exists(fileio.join(self.output_dir, layout.MANIFEST)):
                 return self._append(discovery, state, pool, start)
@@ -316,7 +317,9 @@ class _Conversion:
             state, duplicates, discovery, self.options, results, dropped, near, moves, report=report
         )
         merge.write_report(self.output_dir, report, moves)
-        manifest.write_labels(self.output_dir, discovery.class_names, self.options.label_offset)
+        manifest.write_labels(self.output_dir, discovery.class_names, self.options.label_base(discovery.task))
+        if discovery.task == schema.DETECTION and discovery.class_names:
+            label_map.write(self.output_dir, discovery.class_names, self.options.label_base(discovery.task))
         if appendable(discovery, self.options):
             write_inputs(self.output_dir, self.work_dir, results, generation=0)
         tfds_metadata.write(self.output_dir, data)

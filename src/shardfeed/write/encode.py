@@ -43,7 +43,7 @@ class EncodingSpec:
         base: where item keys are relative to (`Discovery.base`).
         class_names: the label names (index = class id), None for unlabeled data.
         image: image checks and write-time transforms.
-        label_offset: added to class ids in image/class/label.
+        label_offset: added to class ids (image/class/label, image/object/class/label).
         keys: where the image and label go (ours, or a `--schema` preset's names).
         phash: make each image's perceptual hash (for near-duplicate groups; not in the records).
     """
@@ -62,7 +62,7 @@ class EncodingSpec:
             discovery.base,
             discovery.class_names,
             options.image,
-            options.label_offset,
+            options.label_base(discovery.task),
             options.keys,
             phash=options.near_radius is not None,
         )

@@ -161,7 +161,7 @@ def remove_conversion(output_dir: str) -> None:
     for name in fileio.listdir(output_dir):
         if name in names or name.endswith(layout.INCOMPLETE):
             fileio.remove(fileio.join(output_dir, name))
-    for name in (layout.MANIFEST, layout.LABELS, layout.REPORT, *tfds_metadata.FILES):
+    for name in (layout.MANIFEST, layout.LABELS, layout.LABEL_MAP, layout.REPORT, *tfds_metadata.FILES):
         fileio.remove(fileio.join(output_dir, name))
     fileio.rmtree(fileio.join(output_dir, layout.INDEX_DIR))
     fileio.rmtree(work_dir(output_dir))
@@ -192,10 +192,10 @@ def folder_options(options: ConvertOptions, output_dir: str) -> ConvertOptions:
     return dataclasses.replace(options, **taken)
 
 
-def as_flags(settings: dict[str, Any]) -> str:
+def as_flags(settings: dict[str, Any], task: str) -> str:
     """The convert flags that reproduce a folder's recorded settings (those not at their
-    defaults), so a command that converts it again keeps them."""
-    default = ConvertOptions().settings()
+    defaults for its `task`), so a command that converts it again keeps them."""
+    default = ConvertOptions().resolved(task).settings()
     flags = []
     for name in _ADOPTED:
         value = settings.get(name, default.get(name))

@@ -37,7 +37,7 @@ def merge_manifest(
         state["source"],
         state["settings"],
         discovery.class_names,
-        options.label_offset,
+        options.label_base(discovery.task),
         schema.feature_types(discovery.class_names is not None, options.keys, discovery.task)
         | dict(discovery.object_features),
         None if options.keys.is_ours else options.keys.record_keys(),

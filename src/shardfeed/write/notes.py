@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from shardfeed.format import manifest, schema
+from shardfeed.format import layout, manifest, schema
 
 
 def label_base_lines(m: manifest.Manifest) -> list[str]:
@@ -19,9 +19,15 @@ def label_base_lines(m: manifest.Manifest) -> list[str]:
         ]
     if m.header.task == schema.DETECTION:
         first, boxes = m.label_offset, schema.BOX_XMIN.rsplit("/", 1)[0]
+        ids = f"{schema.OBJECT_LABEL} holds class ids {first}..{first + len(m.labels or []) - 1}"
+        if first == 0:
+            return [
+                f"  objects: {ids} (--label-offset 0): Model Garden and the OD API take 0 for the background and "
+                "never learn the first class; no label_map.pbtxt written. load and train read them as they are"
+            ]
         return [
-            f"  objects: {schema.OBJECT_LABEL} holds class ids {first}..{first + len(m.labels or []) - 1}, boxes "
-            f"{boxes}/* normalised, as Model Garden's and the OD API's decoders read them"
+            f"  objects: {ids} (0: background) with {layout.LABEL_MAP}, boxes {boxes}/* normalised, as Model "
+            f"Garden's and the OD API's decoders read them; load, grain_dataset and train give models 0..K-1"
         ]
     stored = m.stored_label_range()
     if stored is None:

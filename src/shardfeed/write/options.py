@@ -14,7 +14,7 @@ from typing import Any
 
 from shardfeed.errors import OptionError
 from shardfeed.format import layout
-from shardfeed.format.schema import PRESETS, Schema
+from shardfeed.format.schema import DETECTION, PRESETS, Schema
 from shardfeed.write import near_duplicates, sharding, splits
 from shardfeed.write.images import ImageOptions
 
@@ -22,6 +22,12 @@ COMPRESSIONS = (None, "gzip")
 
 
 LABEL_CONFLICT_RULES = ("keep", "drop", "first")  # ConvertOptions.label_conflicts
+
+# The first class id written per task when label_offset is not given (any other task: 0).
+# Detection: 1, as Model Garden's and the OD API's decoders and label maps number classes, 0
+# being the background their detection generators drop; a first class stored as 0 is never
+# learned or predicted by them.
+DEFAULT_LABEL_OFFSETS = {DETECTION: 1}
 
 
 @dataclass(frozen=True)
@@ -41,7 +47,11 @@ class ConvertOptions:
         by_class: write one shard set per class instead of mixing classes.
         name_template: shard file names; default '{split}-{shard:05d}-of-{num_shards:05d}'.
         compression: None or 'gzip'.
-        label_offset: added to class ids (1 for readers that reserve 0 for background).
+        label_offset: added to class ids in the records. None (the default): the task's own base
+            (`DEFAULT_LABEL_OFFSETS`): detection ids start at 1, 0 left for the background, as
+            Model Garden and the OD API train on them; other tasks' ids start at 0, as Keras and
+            TFDS read them (a `schema` preset's base where one is given). `resolved` fixes it once
+            the source's task is known; shardfeed's readers subtract it, so models see 0..K-1.
         dedupe: drop duplicate images, keeping the first key in sorted order of each set: True
             (or 'exact'): byte-for-byte copies; 'near': also near-copies (`near_radius`).
         image: image checks and write-time transforms (`ImageOptions`).
@@ -86,7 +96,7 @@ class ConvertOptions:
     by_class: bool = False
     name_template: str | None = None
     compression: str | None = None
-    label_offset: int = 0
+    label_offset: int | None = None
     dedupe: bool | str = False
     image: ImageOptions = field(default_factory=ImageOptions)
     schema: str | None = None
@@ -123,7 +133,7 @@ class ConvertOptions:
             if self.schema not in PRESETS:
                 raise OptionError(f"schema must be one of {sorted(PRESETS)}, got {self.schema!r}")
             preset = PRESETS[self.schema]
-            if self.label_offset == 0:
+            if self.label_offset is None:
                 object.__setattr__(self, "label_offset", preset.label_offset)
             if preset.jpeg and isinstance(self.image, ImageOptions) and self.image.image_format == "keep":
                 object.__setattr__(self, "image", dataclasses.replace(self.image, image_format="jpeg"))
@@ -137,7 +147,7 @@ class ConvertOptions:
             object.__setattr__(self, "shard_size", sharding.parse_size(self.shard_size))
         if self.compression not in COMPRESSIONS:
             raise OptionError(f"compression must be one of {list(COMPRESSIONS)}, got {self.compression!r}")
-        if not isinstance(self.label_offset, int) or self.label_offset < 0:
+        if self.label_offset is not None and (not isinstance(self.label_offset, int) or self.label_offset < 0):
             raise OptionError(f"label_offset must be a non-negative integer, got {self.label_offset!r}")
         if not isinstance(self.image, ImageOptions):
             raise OptionError(f"image must be an ImageOptions, got {type(self.image).__name__}")
@@ -158,6 +168,15 @@ class ConvertOptions:
                 "split_groups='near' with append=True is not supported: appended images keep the split the hash "
                 "rule gives them; their near-copies of converted images are reported (report.json)"
             )
+
+    def label_base(self, task: str) -> int:
+        """The first class id written for a source of `task`: `label_offset`, else the task's."""
+        return self.label_offset if self.label_offset is not None else DEFAULT_LABEL_OFFSETS.get(task, 0)
+
+    def resolved(self, task: str) -> ConvertOptions:
+        """These options with `label_offset` set to the label base of `task` (what the manifest's
+        settings store, and a re-run compares)."""
+        return dataclasses.replace(self, label_offset=self.label_base(task))
 
     @property
     def acts_on_near_duplicates(self) -> bool:

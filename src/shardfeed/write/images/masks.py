@@ -216,6 +216,18 @@ def compressed_runs(text: str) -> list[int] | None:
     return runs
 
 
+def class_ids(data: bytes, name: str) -> set[int]:
+    """The class ids a mask's pixels hold, 255 (ignored) aside: how a folder without classes.txt
+    learns how many classes it has (write/sources/segmentation.py).
+
+    Raises:
+        BadImageError: not a one-channel image, or one declaring more pixels than any image may.
+    """
+    if too_large := image_limits.refusal(data, image_limits.DEFAULT_MAX_PIXELS):
+        raise BadImageError(f"mask {name}: {too_large}")
+    return {int(i) for i in np.unique(np.asarray(_ids(data, name)))} - {IGNORE}
+
+
 def _ids(data: bytes, name: str) -> Image.Image:
     """The mask's class ids as an 'L' image.
 

@@ -2,7 +2,7 @@
 than converted as class folders.
 
 A YOLO export whose class names are missing, Roboflow's `train/images` + `train/labels`, LabelImg's
-`images/` + `annotations/`, a segmentation folder without `classes.txt`: the class-folder reader
+`images/` + `annotations/`, a segmentation folder whose masks are not at their images' paths: the class-folder reader
 took each for classes named `images`, `labels`, `annotations`, `masks`, and reported every label
 file as "not an image", exit 0. `refusal` says which layout the folder resembles and what it
 lacks; the folder reader raises it before writing anything.
@@ -51,7 +51,10 @@ def _resembled(root: str, named: list[str]) -> str:
     if {"images", "labels"} <= lower or {"images", "labels"} <= top:
         return "a YOLO folder (images/ and labels/) without its class names: add data.yaml (names:) or classes.txt"
     if {"images", "masks"} <= lower or {"images", "masks"} <= top:
-        return "a segmentation folder (images/ and masks/) without classes.txt: add it, one class name a line"
+        return (
+            "a segmentation folder (images/ and masks/) whose masks are not at their images' paths: "
+            "images/<path>.<ext> needs masks/<path>.png"
+        )
     if {"images", "annotations"} <= lower or {"images", "annotations"} <= top:
         return (
             "LabelImg's layout (images/ and annotations/*.xml) or a COCO root: VOC XMLs are read from Annotations/ "
