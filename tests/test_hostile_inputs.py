@@ -421,7 +421,10 @@ def test_class_lists_and_yaml_linked_outside_or_malformed_are_refused_not_used(s
         assert not (scratch / "out" / folder.name / "labels.txt").exists()
     digits = _yolo(scratch / "src" / "digits", names=None, data_yaml="names: [0, 1]\n")  # unquoted digit names
     convert(str(digits), str(scratch / "out" / "digits"), ConvertOptions(split="train=1"), workers=1, progress=False)
-    assert (scratch / "out" / "digits" / "labels.txt").read_text().split() == ["0:0", "1:1"]
+    assert (scratch / "out" / "digits" / "labels.txt").read_text().split() == [
+        "1:0",
+        "2:1",
+    ]  # ids from 1: 0 is the background
 
 
 def test_coco_annotations_that_are_not_an_object_are_refused_in_one_line(scratch: Path) -> None:

@@ -547,3 +547,47 @@ def test_class_ids_from_1_and_a_label_map_as_model_garden_and_the_od_api_train_o
         return [row[row >= 0].tolist() for _, targets in batches for row in targets["labels"].numpy()]
 
     assert labels(out) == labels(zero) and sorted(map(sorted, labels(out))) == [[], [0, 0, 1]]
+
+
+def test_labelimg_xmls_saved_beside_their_images_convert_as_voc(voc: Path, tmp_path: Path) -> None:
+    """LabelImg's default: each XML saved beside its image (its <filename> the image's name in
+    that folder). Read as VOC, with the boxes of the Annotations/ + JPEGImages/ layout; first-level
+    folders named for splits are the splits; an image with no XML is reported, not dropped
+    unsaid (in VOC's layout too)."""
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    for name in ("chelsea", "coffee", "rocket"):
+        image = next((voc / "JPEGImages").glob(f"{name}.*"))
+        shutil.copy(image, flat / image.name)
+        shutil.copy(voc / "Annotations" / f"{name}.xml", flat / f"{name}.xml")
+    shutil.copy(flat / "rocket.jpg", flat / "unlabelled.jpg")
+    assert isinstance(resolve_source(str(flat)), VocSource)
+    m, r = _converted_beside(flat, voc, tmp_path)
+    assert m.header.task == "detection" and m.labels == r.labels == ["car", "horse", "person"]
+    ours = decoded_all(tmp_path / "out", m)
+    theirs = decoded_all(tmp_path / "reference", r)
+    assert sorted(ours) == ["chelsea.png", "coffee.jpg", "rocket.jpg"]
+    for name, record in ours.items():
+        reference = theirs[f"JPEGImages/{name}"]
+        assert record["groundtruth_classes"].tolist() == reference["groundtruth_classes"].tolist(), name
+        assert np.array_equal(record["groundtruth_boxes"], reference["groundtruth_boxes"]), name
+    skipped = {s["file"]: s["reason"] for s in json.loads((tmp_path / "out" / "report.json").read_text())["skipped"]}
+    assert skipped["unlabelled.jpg"] == "no annotation file (unlabelled.xml does not exist): not converted"
+    assert skipped["chelsea.xml: object 2"] == "<bndbox> does not hold four numbers xmin, ymin, xmax, ymax"
+    assert len(skipped) == 2
+
+    split = tmp_path / "split"
+    for folder, names in (("train", ("chelsea", "rocket")), ("val", ("coffee",))):
+        (split / folder).mkdir(parents=True)
+        for name in names:
+            for file in flat.glob(f"{name}.*"):
+                shutil.copy(file, split / folder / file.name)
+    out = tmp_path / "split_out"
+    convert(str(split), str(out), progress=False)
+    m = manifest.read(str(out))
+    assert m.split_names == ["train", "val"] and m.split("train").num_records == 2 and m.split("val").num_records == 1
+
+
+def decoded_all(out: Path, m: manifest.Manifest) -> dict[str, dict[str, np.ndarray]]:
+    """Every record of every split of `out`, decoded by Model Garden's decoder, by key."""
+    return {key: record for split in m.split_names for key, record in _decoded(out, split).items()}

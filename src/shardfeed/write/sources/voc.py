@@ -10,7 +10,8 @@
                                     there); with them, an image in none of the lists is reported,
                                     not converted, and a listed image without an XML (VOC2012's
                                     test images) is converted as an image without objects
-    (LabelImg's Pascal VOC output laid out as its users do: root/annotations/ and root/images/)
+    (LabelImg's Pascal VOC output as its users keep it: root/annotations/ and root/images/, or
+    each XML beside its image, split folders at the first level: voc_layout.py)
     root/classes.txt                optional: the class names, line i naming class id i; without
                                     it, the names the objects use, sorted (VOC's 20 classes then
                                     get TFDS' voc ids)
@@ -24,6 +25,8 @@ object without a usable name or box, or a name classes.txt lacks is reported wit
 image that two XMLs name (by <filename>) is converted from neither: each XML is reported. An XML
 or image reached through a link that leaves the folder is reported, not read, unless
 `outside_files` (`--outside-files`).
+An image in the images folder that no XML names or is named for is reported as having no
+annotation file (an image without objects has an XML without <object>s, as LabelImg saves one).
 An XML with a DOCTYPE is refused, in any encoding (defusedxml, after expat has decoded it): entity
 declarations are not expanded from downloaded data.
 """
@@ -34,7 +37,6 @@ import dataclasses
 import posixpath
 import warnings
 import xml.etree.ElementTree as ElementTree
-from typing import NamedTuple
 
 import defusedxml
 import defusedxml.ElementTree as defused
@@ -42,29 +44,24 @@ import defusedxml.ElementTree as defused
 from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio
 from shardfeed.format.annotations import SourceObjects, key_number
+from shardfeed.format.manifest import IMAGE_SUFFIXES
 from shardfeed.format.schema import DETECTION, object_attribute
-from shardfeed.write.items import Discovery, Item, file_item, linked_out, read_class_names, read_text_inside
+from shardfeed.write.items import SPLIT_FOLDER_NAMES, Discovery, Item, file_item, linked_out, read_class_names
 from shardfeed.write.sources.segmentation import CLASSES_FILE
+from shardfeed.write.sources.voc_layout import (
+    ANNOTATIONS_DIR,
+    BESIDE,
+    IMAGES_DIR,
+    SPLITS_DIR,
+    SplitLists,
+    looks_like_voc,
+    split_lists,
+    voc_folders,
+)
 
-ANNOTATIONS_DIR, IMAGES_DIR, SPLITS_DIR = "Annotations", "JPEGImages", "ImageSets/Main"
-SPLIT_LISTS = ("train", "val", "trainval", "test")  # ImageSets/Main/<name>.txt (trainval: see _splits)
 IMAGE_EXTS = (".jpg", ".jpeg", ".png")  # JPEGImages/<id><ext>, where an XML's <filename> is wrong or absent
 ATTRIBUTES = ("difficult", "truncated")
 MAX_XML_BYTES = 16 << 20
-
-
-# (annotations, images) folders: VOC's own, and LabelImg's Pascal VOC output as its users lay it out
-LAYOUTS = ((ANNOTATIONS_DIR, IMAGES_DIR), ("annotations", "images"))
-
-
-def voc_folders(path: str) -> tuple[str, str] | None:
-    """The (annotations, images) folder names of a VOC folder at `path` (LAYOUTS), or None."""
-    return next((pair for pair in LAYOUTS if all(fileio.isdir(fileio.join(path, name)) for name in pair)), None)
-
-
-def looks_like_voc(path: str) -> bool:
-    """A folder with Annotations/ and JPEGImages/ (or LabelImg's annotations/ and images/)."""
-    return voc_folders(path) is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,18 +76,6 @@ class _Parsed:
     refused: list[tuple[int, str]]
 
 
-class _SplitLists(NamedTuple):
-    """ImageSets/Main's lists as read: image name -> split, and the lists read (in SPLIT_LISTS order)."""
-
-    of: dict[str, str]
-    lists: tuple[str, ...]
-
-    def list_naming(self, name: str) -> str:
-        """The list that put `name` in its split: trainval.txt for train where that was read."""
-        split = self.of[name]
-        return "trainval" if split == "train" and "trainval" in self.lists else split
-
-
 class VocSource:
     """A Pascal VOC folder (module docstring)."""
 
@@ -101,26 +86,31 @@ class VocSource:
         self.outside_files = outside_files  # read files that links place outside the folder
         self._outside = linked_out(root, outside_files)
         self.annotations_dir, self.images_dir = voc_folders(root) or (ANNOTATIONS_DIR, IMAGES_DIR)
+        self._by_folder = False  # XMLs beside their images, each first-level folder a split (discover)
 
     def discover(self) -> Discovery:
         if not looks_like_voc(self.root):
             raise SourceError(
                 f"{self.root!r} is not a Pascal VOC folder: it needs Annotations/ and JPEGImages/ (or LabelImg's "
-                "annotations/ and images/)"
+                "annotations/ and images/, or its XMLs beside their images)"
             )
         parsed, stems, skipped = self._parsed()
+        if self.annotations_dir == BESIDE:
+            tops = {rel.split("/")[0] for rel in parsed if "/" in rel}
+            self._by_folder = bool(tops) and tops <= SPLIT_FOLDER_NAMES and all("/" in rel for rel in parsed)
         given = fileio.exists(fileio.join(self.root, CLASSES_FILE))
         names = (
             read_class_names(fileio.join(self.root, CLASSES_FILE), self.root)
             if given
             else sorted({n for p in parsed.values() for n in p.names})
         )
-        splits = self._splits()
+        splits = split_lists(self.root) if self.annotations_dir != BESIDE else None
         items = self._annotated(parsed, names, splits, skipped)
         if splits is not None:
             items += self._unannotated(splits, stems, names, skipped)
+        skipped += self._unused(items, parsed, stems, skipped)
         flags = tuple(object_attribute(a) for a in ATTRIBUTES)
-        presplit = splits is not None
+        presplit = splits is not None or self._by_folder
         return Discovery(self.kind, self.root, items, self.root, names, skipped, presplit, DETECTION, flags)
 
     def _parsed(self) -> tuple[dict[str, _Parsed], set[str], list[tuple[str, str]]]:
@@ -136,30 +126,33 @@ class VocSource:
         for rel in sorted(files):
             where = posixpath.join(self.annotations_dir, rel)
             if not rel.lower().endswith(".xml"):
-                skipped.append((where, "not an .xml annotation file"))
+                if self.annotations_dir != BESIDE:  # beside: the images, accounted for by _unused
+                    skipped.append((where, "not an .xml annotation file"))
             elif isinstance(result := self._parse(where), str):
                 skipped.append((where, result))
             else:
-                own = self._image_of(posixpath.basename(posixpath.splitext(rel)[0]))
+                own = self._image_of(self._name(rel))
+                if self.annotations_dir == BESIDE:  # LabelImg's <filename>: the image's name in the XML's folder
+                    result = dataclasses.replace(result, image=posixpath.join(posixpath.dirname(rel), result.image))
                 if not self._exists(result.image) and own is not None:
                     renamed.append(f"{where} names {result.image!r}")
                     result = dataclasses.replace(result, image=own)
                 parsed[rel] = result
         if renamed:
             warnings.warn(
-                f"{len(renamed)} VOC annotation files name a <filename> that is not in {self.images_dir}/ (first: "
-                f"{renamed[0]}); each was paired with {self.images_dir}/<its own name>.jpg instead, as torchvision "
+                f"{len(renamed)} VOC annotation files name a <filename> that is not in {self.images_dir or '.'}/ "
+                f"(first: {renamed[0]}); each was paired with the .jpg of its own name instead, as torchvision "
                 "and mmdet read VOC",
                 stacklevel=2,
             )
-        stems = {posixpath.basename(posixpath.splitext(rel)[0]) for rel in files if rel.lower().endswith(".xml")}
+        stems = {self._name(rel) for rel in files if rel.lower().endswith(".xml")}
         return parsed, stems, skipped
 
     def _annotated(
         self,
         parsed: dict[str, _Parsed],
         names: list[str],
-        splits: _SplitLists | None,
+        splits: SplitLists | None,
         skipped: list[tuple[str, str]],
     ) -> list[Item]:
         """The items of the parsed XMLs, each in its split (from the lists); what cannot be used
@@ -180,10 +173,11 @@ class VocSource:
         for rel, found in parsed.items():
             where = posixpath.join(self.annotations_dir, rel)
             if found.image in twice:  # which XML's objects are the image's cannot be told
-                skipped.append((where, f"names {self.images_dir}/{found.image}, as another annotation file does"))
+                image = posixpath.join(self.images_dir, found.image)
+                skipped.append((where, f"names {image}, as another annotation file does"))
                 continue
             skipped += [(f"{where}: object {i}", why) for i, why in found.refused]
-            split = splits.of.get(posixpath.basename(posixpath.splitext(rel)[0])) if splits is not None else None
+            split = splits.of.get(self._name(rel)) if splits is not None else self._folder_split(rel)
             if splits is not None and split is None:
                 skipped.append((where, f"in none of {SPLITS_DIR}'s lists ({', '.join(splits.lists)}): not converted"))
                 continue
@@ -203,7 +197,7 @@ class VocSource:
         return items
 
     def _unannotated(
-        self, splits: _SplitLists, stems: set[str], names: list[str], skipped: list[tuple[str, str]]
+        self, splits: SplitLists, stems: set[str], names: list[str], skipped: list[tuple[str, str]]
     ) -> list[Item]:
         """The images a split list names that have no XML at all (VOC2012's test images): kept, as
         images without objects, in their split; a listed name with neither XML nor image is
@@ -229,6 +223,38 @@ class VocSource:
             none = _Parsed(image, [], [], {a: [] for a in ATTRIBUTES}, [], [])
             items.append(dataclasses.replace(file_item(self.root, key, -1, split), objects=_objects(none, names, key)))
         return items
+
+    def _name(self, rel: str) -> str:
+        """The image name an XML at `rel` (below the annotations folder) is for: VOC's id (its
+        file name), or beside its image, the path without the extension."""
+        stem = posixpath.splitext(rel)[0]
+        return stem if self.annotations_dir == BESIDE else posixpath.basename(stem)
+
+    def _folder_split(self, rel: str) -> str | None:
+        """XMLs beside their images in split folders (`_by_folder`): the one `rel` is in; else
+        None (split by --split)."""
+        return rel.split("/")[0] if self._by_folder and "/" in rel else None
+
+    def _unused(
+        self, items: list[Item], parsed: dict[str, _Parsed], stems: set[str], skipped: list[tuple[str, str]]
+    ) -> list[tuple[str, str]]:
+        """The images in the images folder that no item is, no XML names or is named for (its
+        report says why), and no report names: each reported as an image without an annotation
+        file (an image without objects has an XML without <object>s, as LabelImg saves one), so
+        every image is accounted for."""
+        images, refused = fileio.walk_files(fileio.join(self.root, self.images_dir))
+        taken = {item.key for item in items} | {file for file, _ in skipped}
+        taken |= {posixpath.join(self.images_dir, found.image) for found in parsed.values()}
+        unused = []
+        for rel in images:
+            key = posixpath.join(self.images_dir, rel)
+            if key in taken or self._name(rel) in stems or not rel.lower().endswith(IMAGE_SUFFIXES):
+                continue
+            xml = posixpath.join(self.annotations_dir, f"{self._name(rel)}.xml")
+            unused.append((key, f"no annotation file ({xml} does not exist): not converted"))
+        if self.images_dir != BESIDE:
+            unused += [(posixpath.join(self.images_dir, k), why) for k, why in refused]
+        return unused
 
     def _exists(self, image: str) -> bool:
         """Whether JPEGImages/`image` exists."""
@@ -271,34 +297,6 @@ class VocSource:
                 for attribute in ATTRIBUTES:
                     found.flags[attribute].append(int((element.findtext(attribute) or "0").strip() in ("1", "true")))
         return found
-
-    def _splits(self) -> _SplitLists | None:
-        """Image name -> split from ImageSets/Main's lists, or None without them: train.txt,
-        val.txt and test.txt make the splits train, val and test; trainval.txt (their union, as
-        VOC2007's trainval tar ships it beside test.txt) makes train where there is no train.txt
-        or val.txt, and is left unread where there is.
-
-        Raises:
-            SourceError: a name listed in two of the lists read.
-        """
-        folder = fileio.join(self.root, SPLITS_DIR)
-        lists = {s: fileio.join(folder, f"{s}.txt") for s in SPLIT_LISTS}
-        present = {s: path for s, path in lists.items() if fileio.exists(path)}
-        if "train" in present or "val" in present:
-            present.pop("trainval", None)
-        if not present:
-            return None
-        splits = _SplitLists({}, tuple(present))
-        for listed, path in present.items():
-            split = "train" if listed == "trainval" else listed
-            for line in read_text_inside(self.root, path, confinement.MAX_LIST_BYTES, "a split list").splitlines():
-                if not (name := line.split()[0] if line.split() else ""):
-                    continue
-                if splits.of.setdefault(name, split) != split:
-                    raise SourceError(
-                        f"{path}: {name} is listed in {splits.list_naming(name)}.txt too; an image is in one split"
-                    )
-        return splits
 
 
 def _box(element: ElementTree.Element) -> tuple[float, float, float, float] | None:
