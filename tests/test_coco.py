@@ -919,7 +919,7 @@ def test_convert_dry_run_says_what_it_would_read_and_writes_nothing(coco: Path, 
     assert done.returncode == 0, done.stderr
     listed = sum(len(d["annotations"]) for d in documents.values()) - 1  # annotation 203: no such category
     assert done.stdout.splitlines()[:4] == [
-        "layout: coco (detection)",
+        "layout: coco (detection), seen: annotations/instances_train2017.json, annotations/instances_val2017.json",
         "classes: 3 (person, car, dog)",
         "images: 3 (train: 2, val: 1)",
         f"objects listed: {listed}",

@@ -591,3 +591,34 @@ def test_labelimg_xmls_saved_beside_their_images_convert_as_voc(voc: Path, tmp_p
 def decoded_all(out: Path, m: manifest.Manifest) -> dict[str, dict[str, np.ndarray]]:
     """Every record of every split of `out`, decoded by Model Garden's decoder, by key."""
     return {key: record for split in m.split_names for key, record in _decoded(out, split).items()}
+
+
+def test_the_layout_with_the_most_evidence_wins_and_dry_run_says_what_it_saw(voc: Path, tmp_path: Path) -> None:
+    """A VOC root that also holds images/ + masks/ beside its Annotations/ (VOC2012 ships its
+    segmentation masks beside the XMLs): the first layout tested (segmentation) took it. Now each
+    layout's evidence is counted: VOC's four (Annotations/, JPEGImages/, ImageSets/Main/,
+    classes.txt) beat segmentation's three, and `--dry-run` names them."""
+    from shardfeed.write.sources.layouts import candidates, recognise
+
+    root = tmp_path / "voc"
+    shutil.copytree(voc, root)
+    for name in ("broken", "entities", "outside", "gone"):
+        (root / "Annotations" / f"{name}.xml").unlink()
+    (root / "ImageSets" / "Main" / "train.txt").write_text("chelsea\ncoffee\nrocket\n")
+    (root / "classes.txt").write_text("person\ncar\nhorse\n")
+    (root / "images").mkdir()
+    (root / "masks").mkdir()
+    Image.fromarray(pasted("rocket")).save(root / "images" / "rocket.png")
+    Image.fromarray(np.zeros((427, 640), np.uint8)).save(root / "masks" / "rocket.png")
+    assert [c.layout for c in candidates(str(root))] == ["voc", "segmentation"]
+    assert recognise(str(root)).evidence == ("Annotations/", "JPEGImages/", "ImageSets/Main/", "classes.txt")
+    assert isinstance(resolve_source(str(root)), VocSource)
+    done = subprocess.run(
+        [sys.executable, "-m", "shardfeed", "convert", str(root), str(tmp_path / "out"), "--dry-run"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == (
+        "layout: voc (detection), seen: Annotations/, JPEGImages/, ImageSets/Main/, classes.txt"
+    )

@@ -324,9 +324,11 @@ def run(args: argparse.Namespace) -> int:
         **_source_options(args),
     )
     if args.dry_run:
+        from shardfeed.write.sources.layouts import recognise
         from shardfeed.write.survey import survey
 
-        print(survey(source).summary(), flush=True)
+        seen = recognise(args.source) if args.labels_from == "folders" else None
+        print(survey(source, seen).summary(), flush=True)
         return 0
     near = {"near_radius": None} if args.near_radius == "off" else {}
     options = from_args(ConvertOptions, args, image=from_args(ImageOptions, args, **image_fields(args)), **near)

@@ -15,6 +15,7 @@ from collections import Counter
 
 from shardfeed.write.items import Discovery
 from shardfeed.write.sources import Source, listed
+from shardfeed.write.sources.layouts import Recognised
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,13 +28,14 @@ class Survey:
     images: dict[str, int]  # split -> images ('' : not split yet: --split decides)
     objects: int | None  # detection: objects listed (before each is checked against its image)
     skipped: list[tuple[str, str]]
+    evidence: tuple[str, ...] = ()  # what showed the layout (layouts.py), where a folder's layout was recognised
 
     def summary(self) -> str:
         """The lines `convert --dry-run` prints."""
         classes = "none" if self.class_names is None else f"{len(self.class_names)} ({_shown(self.class_names)})"
         splits = ", ".join(f"{s or 'to be split (--split)'}: {n:,}" for s, n in sorted(self.images.items()))
         lines = [
-            f"layout: {self.kind} ({self.task})",
+            f"layout: {self.kind} ({self.task})" + (f", seen: {', '.join(self.evidence)}" if self.evidence else ""),
             f"classes: {classes}",
             f"images: {sum(self.images.values()):,} ({splits or 'none'})",
         ]
@@ -46,8 +48,9 @@ class Survey:
         return "\n".join(lines) + "\nnothing written (--dry-run)"
 
 
-def survey(source: Source) -> Survey:
-    """The survey of `source` (a source object: `resolve_source` makes one from a path).
+def survey(source: Source, recognised: Recognised | None = None) -> Survey:
+    """The survey of `source` (a source object: `resolve_source` makes one from a path), with the
+    evidence `recognised` (layouts.recognise) saw for its layout.
 
     Raises:
         SourceError: what `convert` would refuse the source for (not a layout, a bad annotations
@@ -60,7 +63,8 @@ def survey(source: Source) -> Survey:
         if any(i.objects is not None for i in found.items)
         else None
     )
-    return Survey(found.kind, found.task, found.class_names, dict(images), objects, list(found.skipped))
+    evidence = recognised.evidence if recognised is not None else ()
+    return Survey(found.kind, found.task, found.class_names, dict(images), objects, list(found.skipped), evidence)
 
 
 def _shown(names: list[str], most: int = 8) -> str:

@@ -12,11 +12,15 @@ dropped silently.
     webdataset.py   WebDataset tars
     segmentation.py images/ with a mask of class ids each in masks/, and classes.txt
     coco.py         COCO object detection annotations (a .json) and their images folder
-    voc.py          Pascal VOC: Annotations/*.xml and JPEGImages/
+    coco_root.py    a COCO root: annotations/instances_<split>*.json (or Roboflow's split folders)
+    voc.py          Pascal VOC: Annotations/*.xml and JPEGImages/ (voc_layout.py: where they are)
     yolo.py         YOLO: images/ and labels/*.txt, with data.yaml or classes.txt
     staging.py      container images (tables, tars) extracted once into a folder
+    layouts.py      which of these layouts a folder is in, by the evidence it holds
+    resemblance.py  a folder that only resembles an annotated layout: refused, not class folders
 
-A new layout is a new module here with a class like these, and one branch in `resolve_source`.
+A new layout is a new module here with a class like these, its test and evidence in
+layouts.DETECTORS, and its branch in `resolve_source`.
 A source that stages files may also have `finished()`, called when the conversion no longer
 needs them; one with a `root` folder is checked not to hold the output folder.
 """
@@ -30,7 +34,7 @@ from shardfeed.errors import SourceError
 from shardfeed.write.items import Discovery
 from shardfeed.write.sources.arrays import ArraySource
 from shardfeed.write.sources.coco import CocoSource, looks_like_coco
-from shardfeed.write.sources.coco_root import CocoRootSource, looks_like_coco_root
+from shardfeed.write.sources.coco_root import CocoRootSource
 from shardfeed.write.sources.csv_list import CsvSource
 from shardfeed.write.sources.folders import (
     DEFAULT_FILENAME_PATTERN,
@@ -39,11 +43,12 @@ from shardfeed.write.sources.folders import (
     UnlabeledSource,
     empty_source_hint,
 )
-from shardfeed.write.sources.segmentation import SegmentationSource, looks_like_segmentation
-from shardfeed.write.sources.tables import TableSource, looks_like_table
-from shardfeed.write.sources.voc import VocSource, looks_like_voc
-from shardfeed.write.sources.webdataset import WebDatasetSource, looks_like_webdataset
-from shardfeed.write.sources.yolo import YoloSource, looks_like_yolo
+from shardfeed.write.sources.layouts import recognise
+from shardfeed.write.sources.segmentation import SegmentationSource
+from shardfeed.write.sources.tables import TableSource
+from shardfeed.write.sources.voc import VocSource
+from shardfeed.write.sources.webdataset import WebDatasetSource
+from shardfeed.write.sources.yolo import YoloSource
 
 __all__ = [
     "DEFAULT_FILENAME_PATTERN",
@@ -124,18 +129,18 @@ def resolve_source(
     table_keys = ("image_column", "label_column", "outside_files")
     table = {k: v for k, v in container_options.items() if k in table_keys and v is not None}
     wds = {k: v for k, v in container_options.items() if k not in (*table_keys, "images", "masks") and v is not None}
-    if labels_from == "folders" and looks_like_webdataset(source):  # first: img2dataset puts Parquet beside tars
+    found = recognise(source) if labels_from == "folders" else None  # layouts.py: the most evidence wins
+    if found is not None and found.layout == "webdataset":
         return WebDatasetSource(source, **wds)
-    if labels_from == "folders" and looks_like_table(source):
+    if found is not None and found.layout == "table":
         return TableSource(source, **table)
-    if labels_from == "folders" and looks_like_coco_root(source):
-        masks = bool(container_options.get("masks"))
-        return CocoRootSource(source, masks=masks, outside_files=outside)
-    if labels_from == "folders" and looks_like_segmentation(source):
+    if found is not None and found.layout == "coco":
+        return CocoRootSource(source, masks=bool(container_options.get("masks")), outside_files=outside)
+    if found is not None and found.layout == "segmentation":
         return SegmentationSource(source, outside_files=outside)
-    if labels_from == "folders" and looks_like_voc(source):
+    if found is not None and found.layout == "voc":
         return VocSource(source, outside_files=outside)
-    if labels_from == "folders" and looks_like_yolo(source):
+    if found is not None and found.layout == "yolo":
         return YoloSource(source, outside_files=outside)
     if labels_from == "filenames":
         return FilenameSource(source, label_pattern)

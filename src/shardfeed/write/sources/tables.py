@@ -47,6 +47,9 @@ LABEL_NAMES = ("label", "labels", "class", "category", "target", "fine_label")
 _HUB_FILE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-\d{5}-of-\d{5}\.parquet$")
 
 
+SAVE_TO_DISK_FILES = ("dataset_dict.json", "state.json")  # a DatasetDict's, one Dataset's
+
+
 def looks_like_table(path: str) -> bool:
     """A .parquet/.arrow file, or a folder holding Parquet files or a save_to_disk layout."""
     lower = path.lower().rstrip("/")
@@ -54,9 +57,7 @@ def looks_like_table(path: str) -> bool:
         return True
     if not fileio.isdir(path):
         return False
-    return any(fileio.exists(fileio.join(path, n)) for n in ("dataset_dict.json", "state.json")) or bool(
-        _parquet_files(path)
-    )
+    return any(fileio.exists(fileio.join(path, n)) for n in SAVE_TO_DISK_FILES) or bool(_parquet_files(path))
 
 
 def _parquet_files(folder: str) -> list[str]:
@@ -88,9 +89,7 @@ class TableSource:
     def _arrow_layout(self) -> bool:
         if self.path.lower().endswith(".arrow"):
             return True
-        return fileio.isdir(self.path) and any(
-            fileio.exists(fileio.join(self.path, n)) for n in ("dataset_dict.json", "state.json")
-        )
+        return fileio.isdir(self.path) and any(fileio.exists(fileio.join(self.path, n)) for n in SAVE_TO_DISK_FILES)
 
     def tables(self) -> list[tuple[str, str | None]]:
         """(table file, its split or None) in a fixed order."""
