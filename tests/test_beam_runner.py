@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from conftest import shard_bytes
+from test_coco import coco  # noqa: F401 (fixtures: a COCO file and a VOC folder, as their tests build them)
+from test_voc_yolo import voc  # noqa: F401
 
 from shardfeed import ConvertOptions, convert
 
@@ -112,3 +114,35 @@ def test_without_beam_the_runner_fails_with_an_install_hint(photo_tree: Path, tm
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 1
     assert "apache_beam is required for this feature: pip install 'shardfeed[beam]'" in done.stderr
+
+
+@pytest.mark.parametrize("layout", ["coco", "voc", "segmentation"])
+def test_annotated_layouts_on_beam_are_byte_identical_to_local(
+    layout: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Objects (boxes, classes, crowd flags, VOC's difficult/truncated), semantic masks and the
+    skipped annotations travel in the plan files to Beam's workers: the shards, manifest and
+    report.json are the local runner's, byte for byte."""
+    from test_segmentation import segmentation_folder
+
+    from shardfeed.write.sources import CocoSource
+
+    if layout == "coco":
+        annotations = request.getfixturevalue("coco")
+        source: str | CocoSource = CocoSource(str(annotations), str(annotations.parent / "images"))
+    else:
+        source = str(segmentation_folder(tmp_path) if layout == "segmentation" else request.getfixturevalue(layout))
+    options = ConvertOptions(split="train=0.5,validation=0.5", shards=2, seed=1)
+    local = convert(source, str(tmp_path / "local"), options, workers=2, progress=False)
+    beam = convert(
+        source,
+        str(tmp_path / "beam"),
+        options,
+        runner="beam",
+        beam_options="--direct_num_workers=2 --direct_running_mode=multi_threading",
+        progress=False,
+    )
+    assert local.manifest.header.task == ("segmentation" if layout == "segmentation" else "detection")
+    assert beam.manifest.data == local.manifest.data
+    assert shard_bytes(tmp_path / "beam") == shard_bytes(tmp_path / "local")
+    assert (tmp_path / "beam" / "report.json").read_bytes() == (tmp_path / "local" / "report.json").read_bytes()

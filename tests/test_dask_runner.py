@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 from conftest import shard_bytes
+from test_voc_yolo import voc  # noqa: F401 (the fixture: a VOC folder as its tests build it)
 
 from shardfeed import ConvertOptions, convert
+from shardfeed.format import manifest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_dask import start_cluster
@@ -202,3 +204,18 @@ def test_a_scheduler_without_workers_is_said_and_then_an_error(odd_tree: Path, t
         f"error: no Dask worker connected to {address} within 3 s; start workers there (`dask worker {address}`), "
         "on machines that reach the source and output folders"
     ), last
+
+
+def test_a_detection_layout_on_dask_is_byte_identical(
+    cluster: Cluster, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A VOC folder's objects (boxes, classes, difficult/truncated) and its skipped annotations reach
+    the Dask workers in the plan files: shards and report.json are the local runner's."""
+    voc = request.getfixturevalue("voc")
+    options = ConvertOptions(split="train=0.5,validation=0.5", shards=2, seed=1)
+    convert(str(voc), str(tmp_path / "local"), options, workers=2, progress=False)
+    flags = ["--split", "train=0.5,validation=0.5", "--shards", "2", "--seed", "1"]
+    done = _cli(str(voc), str(tmp_path / "dask-out"), *flags, "--runner", "dask", "--dask-address", cluster.address)
+    assert done.returncode == 0, done.stderr
+    assert shard_bytes(tmp_path / "dask-out") == shard_bytes(tmp_path / "local")
+    assert manifest.read(str(tmp_path / "dask-out")).header.task == "detection"
