@@ -211,11 +211,11 @@ def test_a_detection_layout_on_dask_is_byte_identical(
 ) -> None:
     """A VOC folder's objects (boxes, classes, difficult/truncated) and its skipped annotations reach
     the Dask workers in the plan files: shards and report.json are the local runner's."""
-    voc = request.getfixturevalue("voc")
+    root = request.getfixturevalue("voc")
     options = ConvertOptions(split="train=0.5,validation=0.5", shards=2, seed=1)
-    convert(str(voc), str(tmp_path / "local"), options, workers=2, progress=False)
+    convert(str(root), str(tmp_path / "local"), options, workers=2, progress=False)
     flags = ["--split", "train=0.5,validation=0.5", "--shards", "2", "--seed", "1"]
-    done = _cli(str(voc), str(tmp_path / "dask-out"), *flags, "--runner", "dask", "--dask-address", cluster.address)
+    done = _cli(str(root), str(tmp_path / "dask-out"), *flags, "--runner", "dask", "--dask-address", cluster.address)
     assert done.returncode == 0, done.stderr
     assert shard_bytes(tmp_path / "dask-out") == shard_bytes(tmp_path / "local")
     assert manifest.read(str(tmp_path / "dask-out")).header.task == "detection"
