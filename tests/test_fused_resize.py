@@ -155,7 +155,7 @@ def test_a_failed_build_falls_back_with_one_warning_and_is_not_retried(tmp_path:
         done = _use_the_op(tmp_path / "cache", compiler)
         assert done.returncode == 0, done.stderr
         assert "result: None" in done.stdout
-        assert "the fused resize op did not build" in done.stderr and "TensorFlow's ops" in done.stderr
+        assert "the fused resize op: did not build" in done.stderr and "TensorFlow's ops" in done.stderr
     assert calls.read_text().split() == ["build"], "the second process should not have tried again"
     (failed,) = (tmp_path / "cache" / "shardfeed" / "ops").glob("*/failed.txt")
     assert "fatal error: no headers here" in failed.read_text()
@@ -219,14 +219,22 @@ def test_a_new_build_removes_the_cache_folders_nothing_has_used_for_30_days(
         for path in (kept, folder):
             os.utime(path, (old, old) if name != "used-lately" else None)
     # "loaded-now": an old build a process loads now (its key is the real one's) is marked used
-    command = [shutil.which("c++") or "c++", "-O0", "-fPIC", "-shared", str(native_build.SOURCES / "fused_resize.cc")]
-    key = native_build._key(command, ("fused_resize.cc",), "")
-    os.rename(folders["loaded-now"], ops / key)
-    assert native_build.built("kernel.so", command, ("fused_resize.cc",), what="k", instead="-") is not None
-    assert (ops / key / "kernel.so").stat().st_mtime > time.time() - 60
-    assert sorted(p.name for p in ops.iterdir()) == sorted([key, "old-build", "old-failure", "used-lately"])
+    cxx = shutil.which(os.environ.get("CXX", "c++")) or "c++"
 
-    other = [*command, "-DSHARDFEED_OTHER_KEY"]  # a new build (another key): the stale go
-    assert native_build.built("kernel.so", other, ("fused_resize.cc",), what="k", instead="-") is not None
-    new = native_build._key(other, ("fused_resize.cc",), "")
-    assert sorted(p.name for p in ops.iterdir()) == sorted([key, new, "used-lately"])
+    def command(compiler: str, *more: str) -> list[str]:
+        return [compiler, "-O0", "-fPIC", "-shared", str(native_build.SOURCES / "fused_resize.cc"), *more]
+
+    key = native_build._key(command(cxx), ("fused_resize.cc",), "\0", compiler=cxx)
+    os.rename(folders["loaded-now"], ops / key)
+    assert native_build.built("kernel.so", ("fused_resize.cc",), command, what="k", instead="-") is not None
+    assert (ops / key / "kernel.so").stat().st_mtime > time.time() - 60
+    pointers = [p.name for p in ops.glob("kernel.so-*.path")]  # where a machine without a compiler looks
+    assert len(pointers) == 1 and (ops / pointers[0]).read_text() == f"{key}\n"
+    assert sorted(p.name for p in ops.iterdir()) == sorted([key, "old-build", "old-failure", "used-lately", *pointers])
+
+    def other(compiler: str) -> list[str]:  # a new build (another key): the stale go
+        return command(compiler, "-DSHARDFEED_OTHER_KEY")
+
+    assert native_build.built("kernel.so", ("fused_resize.cc",), other, what="k", instead="-") is not None
+    new = native_build._key(other(cxx), ("fused_resize.cc",), "\0", compiler=cxx)
+    assert sorted(p.name for p in ops.iterdir()) == sorted([key, new, "used-lately", *pointers])

@@ -132,20 +132,28 @@ def test_the_fused_resize_op_builds_from_the_wheels_sources(user_env: Path, tmp_
         "print('batch op', batch_decode.available())"
     )
     env_python = str(user_env / "bin" / "python")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))},
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),  # the test's own: the build is made here
+    }
     done = subprocess.run(
-        [env_python, "-c", probe],
-        cwd=tmp_path,
-        env={
-            **{k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))},
-            "XDG_CACHE_HOME": str(tmp_path / "cache"),  # the test's own: the build is made here
-        },
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT_S,
+        [env_python, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S
     )
     assert done.returncode == 0 and "shape (2, 3, 3)" in done.stdout, done.stderr[-3000:]
     assert list((tmp_path / "cache" / "shardfeed" / "ops").glob("*/fused_resize.so"))
     assert f"batch op {JPEG_HEADERS}" in done.stdout, done.stderr[-3000:]
+    # `shardfeed native` in the user's install: what is live, from the builds just made
+    done = subprocess.run(
+        [str(user_env / "bin" / "shardfeed"), "native"],
+        cwd=tmp_path,
+        env={**env, "CXX": "no-such-c++"},  # no compiler now: the builds made before are found
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "fused_resize.so: live (the fused resize op)" in done.stdout, done.stdout
+    assert "compiler none on PATH now (built before" in done.stdout, done.stdout
 
 
 @pytest.fixture(scope="module")

@@ -109,7 +109,7 @@ def test_grain_batches_without_the_library_are_within_a_level(photo_shards: Path
     never more than a few levels off; a window one pixel off would be tens of levels on average."""
     made = {}
     for name, compiler in (("with", "c++"), ("without", str(tmp_path / "no-such-c++"))):
-        env = {**os.environ, "CXX": compiler, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+        env = {**os.environ, "CXX": compiler, "XDG_CACHE_HOME": str(tmp_path / f"cache-{name}")}  # none built before
         out = tmp_path / f"{name}.npy"
         done = subprocess.run(
             [sys.executable, "-c", BATCHES, str(photo_shards), str(out)], capture_output=True, text=True, env=env

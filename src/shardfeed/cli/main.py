@@ -19,6 +19,7 @@ from shardfeed.cli import (
     convert_cmd,
     evaluate_cmd,
     info_cmd,
+    native_cmd,
     predict_cmd,
     report_cmd,
     serve_cmd,
@@ -44,6 +45,7 @@ SUBCOMMANDS = (
     predict_cmd,
     report_cmd,
     serve_cmd,
+    native_cmd,
 )
 log = logging.getLogger("shardfeed")
 

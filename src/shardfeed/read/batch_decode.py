@@ -61,10 +61,11 @@ def _library() -> Any:
     """The loaded op library, built first if this machine has none for this TensorFlow; None
     (with one warning) where that fails."""
     tf = tensorflow()
-    compiler = native_build.compiler("CXX", "c++", "C++", INSTEAD)
-    if compiler is None:
-        return None
     c, *cc = (str(native_build.SOURCES / name) for name in SOURCES)
     flags = tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()
-    command = [compiler, *native_build.OPTIMIZE, "-x", "c", c, "-x", "c++", *cc, *flags, "-ljpeg"]
-    return native_build.op_library(LIBRARY, command, SOURCES, what="the JPEG batch decode op", instead=INSTEAD)
+
+    def command(compiler: str) -> list[str]:
+        return [compiler, *native_build.OPTIMIZE, "-x", "c", c, "-x", "c++", *cc, *flags, "-ljpeg"]
+
+    what = "the JPEG batch decode op"
+    return native_build.op_library(LIBRARY, SOURCES, command, what=what, instead=INSTEAD, libjpeg=True)

@@ -10,8 +10,9 @@ it changes no pixel, and where it cannot be had `load` runs TensorFlow's ops ins
 It is compiled on first use by the machine's C++ compiler (`$CXX`, else `c++`) against the
 installed TensorFlow's headers (`tf.sysconfig`), ~10 s, into the user's cache, once per
 machine, TensorFlow and compiler (read/native_build.py: the key, the lock, `failed.txt`). A
-missing compiler or a failed build or load logs one warning and falls back;
-`DecodeOptions(fused_resize=False)` never builds.
+failed build or load logs one warning and falls back (a machine without a compiler loads a
+library built there before); `DecodeOptions(fused_resize=False)` and SHARDFEED_NATIVE=off never
+build; `shardfeed native` says whether it is live.
 """
 
 from __future__ import annotations
@@ -50,11 +51,8 @@ def _library() -> Any:
     """The loaded op library, built first if this machine has none for this TensorFlow; None
     (with one warning) where that fails."""
     tf = tensorflow()
-    compiler = native_build.compiler("CXX", "c++", "C++", INSTEAD)
-    if compiler is None:
-        return None
-    command = _command(tf, compiler)
-    return native_build.op_library(LIBRARY, command, (KERNEL, OP), what="the fused resize op", instead=INSTEAD)
+    command = functools.partial(_command, tf)
+    return native_build.op_library(LIBRARY, (KERNEL, OP), command, what="the fused resize op", instead=INSTEAD)
 
 
 def _command(tf: Any, compiler: str) -> list[str]:

@@ -15,6 +15,16 @@ processes do not try again (a changed source, library or compiler is a new key);
 killed by a signal (a run interrupted while it built) leaves nothing, and the next process builds. Each caller
 falls back to its pure path, with one warning, where no library can be had.
 
+A build that succeeds also writes a pointer (`<library>-<key>.path`, its key leaving out the
+compiler): a machine whose compiler has since gone (a slim image built from one that had it)
+loads the library found there instead of giving up. Libraries linked against libjpeg have its
+version (read from `jpeglib.h` by the preprocessor) in their key, so a libjpeg installed or
+upgraded after a failed or older build is built for. `SHARDFEED_NATIVE` decides: `auto` (the
+default) as above, `off` never builds or loads one (the pure paths, no warning), `require` makes
+a library that cannot be had an error (`NativeOpError`) instead of a warning. `status()` says, for
+this process, which libraries are live, where, built against what, and what runs instead of
+those that are not (`shardfeed native`).
+
 Every process that loads a library marks it used (its modification time); when a new build is
 made, the cache's other folders that nothing has used for `STALE_DAYS` (builds for sources,
 TensorFlows or compilers since replaced, old failures) are removed, so upgrades do not pile up.
@@ -23,6 +33,7 @@ TensorFlows or compilers since replaced, old failures) are removed, so upgrades 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
@@ -30,10 +41,11 @@ import platform
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from shardfeed.errors import OptionError, ShardfeedError
 from shardfeed.format import layout
 from shardfeed.format.folder_lock import waited
 from shardfeed.lazy import tensorflow
@@ -49,55 +61,165 @@ STALE_DAYS = 30  # a cache folder nothing has used for this long goes when a new
 OPTIMIZE = ("-O3", "-ffp-contract=off", "-fPIC", "-shared")
 
 
-def op_library(library: str, command: Sequence[str], sources: Sequence[str], *, what: str, instead: str) -> Any:
+ENV = "SHARDFEED_NATIVE"
+MODES = ("auto", "off", "require")
+LIBJPEG_PROBE = "#include <stdio.h>\n#include <jpeglib.h>\nshardfeed_libjpeg JPEG_LIB_VERSION LIBJPEG_TURBO_VERSION\n"
+
+
+class NativeOpError(ShardfeedError, RuntimeError):
+    """A native library that SHARDFEED_NATIVE=require asks for cannot be had."""
+
+
+@dataclasses.dataclass
+class Library:
+    """What this process knows of one native library (`status`)."""
+
+    what: str  # 'the fused resize op'
+    instead: str  # what runs where it is not live
+    live: bool = False
+    path: str | None = None
+    built_with: dict[str, str] = dataclasses.field(default_factory=dict)  # tensorflow, libjpeg, compiler, machine
+    reason: str | None = None  # why it is not live
+
+
+_STATUS: dict[str, Library] = {}
+
+
+def status() -> dict[str, Library]:
+    """The native libraries this process has asked for, by file name (`shardfeed native`)."""
+    return dict(_STATUS)
+
+
+def mode() -> str:
+    """SHARDFEED_NATIVE's value: auto (default), off or require.
+
+    Raises:
+        OptionError: another value.
+    """
+    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if value not in MODES:
+        raise OptionError(f"{ENV}={value!r}: expected one of {', '.join(MODES)}")
+    return value
+
+
+def op_library(
+    library: str, sources: Sequence[str], command: Callable[[str], list[str]], *, what: str, instead: str, **kw: Any
+) -> Any:
     """A TensorFlow op library: `built` (keyed by TensorFlow's version too) and loaded into this
-    process; None where either fails, with one warning naming `what` and what runs `instead`."""
+    process; None where either fails (`unavailable`)."""
     tf = tensorflow()
-    path = built(library, command, sources, what=what, instead=instead, extra=tf.__version__)
+    path = built(library, sources, command, what=what, instead=instead, extra=tf.__version__, **kw)
     if path is None:
         return None
     try:
         return tf.load_op_library(str(path))
     except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError, tf.errors.AlreadyExistsError) as e:
-        log.warning("%s %s did not load (%s): %s", what, path, e, instead)
+        unavailable(library, f"{path} did not load ({e})")
         return None
-
-
-def compiler(variable: str, default: str, language: str, instead: str) -> str | None:
-    """The compiler `$variable` names (else `default`) as a path; None where there is none, with
-    one warning saying what runs `instead`."""
-    name = os.environ.get(variable, default)
-    found = shutil.which(name)
-    if found is None:
-        log.warning("no %s compiler (%s): %s", language, name, instead)
-    return found
 
 
 def built(
-    library: str, command: Sequence[str], sources: Sequence[str], *, what: str, instead: str, extra: str = ""
+    library: str,
+    sources: Sequence[str],
+    command: Callable[[str], list[str]],
+    *,
+    what: str,
+    instead: str,
+    extra: str = "",
+    libjpeg: bool = False,
 ) -> Path | None:
-    """`library` compiled by `command` (without its output path: `-o <path>` is added) from
-    `sources` (files of read/csrc/, which the command names) into its folder of the cache, now
-    unless there; None where its build failed, now or before, or the cache cannot be written,
-    with one warning naming `what` and what runs `instead`."""
+    """`library` compiled by `command(compiler)` (without its output path: `-o <path>` is added)
+    from `sources` (files of read/csrc/, which the command names) into its folder of the cache,
+    now unless there; where there is no compiler, the library an earlier build left (its
+    pointer). None (`unavailable`) where SHARDFEED_NATIVE is off, its build failed, now or
+    before, or the cache cannot be written. `extra` (TensorFlow's version) and, with `libjpeg`,
+    the version of the libjpeg headers the compiler sees are in its key."""
+    entry = _STATUS.setdefault(library, Library(what, instead))
+    entry.built_with = {"machine": platform.machine(), **({"tensorflow": extra} if extra else {})}
+    if mode() == "off":
+        unavailable(library, f"{ENV}=off", quiet=True)
+        return None
+    cache = Path(layout.user_cache("ops"))
+    pointer = cache / f"{library}-{_key([], sources, extra)}.path"
+    name = os.environ.get("CXX", "c++")
+    compiler = shutil.which(name)
+    if compiler is None:
+        found = _pointed(pointer, library)
+        if found is None:
+            unavailable(library, f"no C++ compiler ({name}) on PATH, and no build of it in {cache}")
+            return None
+        return _live(library, found, compiler=f"none on PATH now (built before, {found.parent.name})")
     try:
-        folder = Path(layout.user_cache("ops")) / _key(command, sources, extra)
-        path = _built(folder / library, command, what)
+        version = _libjpeg_version(compiler) if libjpeg else ""
+        full = command(compiler)
+        folder = cache / _key(full, sources, f"{extra}\0{version}", compiler=compiler)
+        path = _built(folder / library, full, what)
     except (OSError, subprocess.SubprocessError) as e:  # an unwritable cache, a compiler that cannot start
-        log.warning("%s could not be built (%s): %s", what, e, instead)
+        unavailable(library, f"could not be built ({e})")
         return None
     if path is None:
-        log.warning("%s did not build (%s): %s", what, folder / FAILED, instead)
+        unavailable(library, f"did not build ({folder / FAILED})")
+        return None
+    with contextlib.suppress(OSError):
+        pointer.write_text(folder.name + "\n")
+    return _live(library, path, compiler=compiler, **({"libjpeg": version or "no jpeglib.h"} if libjpeg else {}))
+
+
+def unavailable(library: str, reason: str, *, quiet: bool = False) -> None:
+    """Records why `library` is not live and says it once (a warning naming what runs instead;
+    none when `quiet`); under SHARDFEED_NATIVE=require raises instead.
+
+    Raises:
+        NativeOpError: SHARDFEED_NATIVE=require.
+    """
+    entry = _STATUS.setdefault(library, Library(library, "the pure path"))
+    entry.live, entry.path, entry.reason = False, None, reason
+    if mode() == "require":
+        raise NativeOpError(f"{entry.what} cannot be used: {reason} ({ENV}=require; `shardfeed native` says more)")
+    if not quiet:
+        log.warning("%s: %s: %s", entry.what, reason, entry.instead)
+
+
+def _live(library: str, path: Path, **facts: str) -> Path:
+    """Records `library` as live at `path`, built with `facts`."""
+    entry = _STATUS[library]
+    entry.live, entry.path, entry.reason = True, str(path), None
+    entry.built_with.update(facts)
     return path
 
 
-def _key(command: Sequence[str], sources: Sequence[str], extra: str) -> str:
-    """What a built library depends on: the sources, the command, the compiler's version, the
-    machine type, and `extra`."""
+def _pointed(pointer: Path, library: str) -> Path | None:
+    """The library an earlier build's pointer names, where it is still there."""
+    try:
+        found = pointer.parent / pointer.read_text().strip() / library
+    except OSError:
+        return None
+    if not found.is_file():
+        return None
+    _mark_used(found)
+    return found
+
+
+def _libjpeg_version(compiler: str) -> str:
+    """'62 2.1.5': JPEG_LIB_VERSION and LIBJPEG_TURBO_VERSION as the compiler's preprocessor
+    reads them from jpeglib.h; '' where it has no jpeglib.h (its build then fails: headers
+    installed later change this, so the key, so the build is tried again)."""
+    done = subprocess.run(
+        [compiler, "-E", "-P", "-x", "c", "-"], input=LIBJPEG_PROBE, capture_output=True, text=True, timeout=60
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("shardfeed_libjpeg")]
+    return " ".join(lines[-1].split()[1:]) if done.returncode == 0 and lines else ""
+
+
+def _key(command: Sequence[str], sources: Sequence[str], extra: str, *, compiler: str | None = None) -> str:
+    """What a built library depends on: the sources, the command, the compiler's version (none
+    given: the pointer's key, which leaves the compiler out), the machine type, and `extra`."""
     digest = hashlib.sha256()
     for name in sources:
         digest.update((SOURCES / name).read_bytes())
-    version = subprocess.run([command[0], "--version"], capture_output=True, text=True, timeout=60).stdout
+    version = ""
+    if compiler is not None:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
     digest.update("\0".join([*command, version, platform.machine(), extra]).encode())
     return digest.hexdigest()[:20]
 

@@ -139,18 +139,19 @@ def available() -> bool:
 def _library() -> Any:
     """The library, its functions' types declared, built first if this machine has none; None
     (with one warning) where that fails."""
-    compiler = native_build.compiler("CXX", "c++", "C++", INSTEAD)
-    if compiler is None:
-        return None
     c, *cc = (str(native_build.SOURCES / name) for name in SOURCES)
-    command = [compiler, *native_build.OPTIMIZE, "-x", "c", c, "-x", "c++", *cc, "-ljpeg"]
-    path = native_build.built(LIBRARY, command, SOURCES, what="the crop-window JPEG decoder", instead=INSTEAD)
+
+    def command(compiler: str) -> list[str]:
+        return [compiler, *native_build.OPTIMIZE, "-x", "c", c, "-x", "c++", *cc, "-ljpeg"]
+
+    what = "the crop-window JPEG decoder"
+    path = native_build.built(LIBRARY, SOURCES, command, what=what, instead=INSTEAD, libjpeg=True)
     if path is None:
         return None
     try:
         library = ctypes.CDLL(str(path))
     except OSError as e:
-        log.warning("the crop-window JPEG decoder %s did not load (%s): %s", path, e, INSTEAD)
+        native_build.unavailable(LIBRARY, f"{path} did not load ({e})")
         return None
     library.shardfeed_window_decode.argtypes = [
         ctypes.c_char_p,  # data
