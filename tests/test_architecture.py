@@ -90,16 +90,49 @@ def test_no_private_names_imported_across_modules() -> None:
     assert private == []
 
 
+def code_lines(tree: ast.Module, text: str) -> set[int]:
+    """The line numbers of `text` that hold code: not blank, not only a comment, not part of a
+    module's, class's or function's docstring."""
+    docstrings: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and body:
+            first = body[0]
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                docstrings |= set(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    return {
+        number
+        for number, line in enumerate(text.splitlines(), start=1)
+        if line.strip() and not line.strip().startswith("#") and number not in docstrings
+    }
+
+
 def test_modules_and_functions_stay_small() -> None:
-    long_modules = [f"{p.name}: {n}" for p in modules() if (n := len(p.read_text().splitlines())) > 400]
-    long_functions = []
+    """Alarms for a second look, counted in code lines (docstrings, comments and blank lines
+    aside, so that explaining a module never pushes it over): modules over 400, functions over 80."""
+    long_modules, long_functions = [], []
     for path in modules():
-        for node in ast.walk(ast.parse(path.read_text())):
+        text = path.read_text()
+        tree = ast.parse(text)
+        code = code_lines(tree, text)
+        if len(code) > 400:
+            long_modules.append(f"{path.name}: {len(code)} code lines")
+        for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                length = len([n for n in code if node.lineno <= n <= (node.end_lineno or node.lineno)])
                 if length > 80:
-                    long_functions.append(f"{dotted(path)}.{node.name}: {length} lines")
+                    long_functions.append(f"{dotted(path)}.{node.name}: {length} code lines")
     assert long_modules == [] and long_functions == []
+
+
+def test_the_size_alarm_counts_code_not_docstrings() -> None:
+    """A module of 450 lines, 300 of them docstring and comments: 150 code lines."""
+    text = '"""' + "doc\n" * 200 + '"""\n' + "# note\n" * 100 + "x = 1\n" * 150
+    assert len(code_lines(ast.parse(text), text)) == 150
 
 
 def test_load_keeps_a_short_signature() -> None:
@@ -189,17 +222,22 @@ def test_user_errors_are_shardfeed_errors() -> None:
 
 def test_the_architecture_page_names_every_module() -> None:
     """docs/architecture.md names each module: by its path (`write/shards.py`), by its file name in
-    its stage's table (`trainer.py`), or by a pattern (`cli/*_cmd.py`)."""
+    its stage's table where no other module has that name (`trainer.py`; one mention of
+    `options.py` covered four modules), or by a pattern (`cli/*_cmd.py`)."""
     import fnmatch
     import re
+    from collections import Counter
 
     page = (SRC.parents[1] / "docs" / "architecture.md").read_text()
     quoted = set(re.findall(r"`([^`\s]+\.py)`", page)) | set(re.findall(r"\b([a-z_]+/[a-z_*]+\.py)\b", page))
+    named = Counter(path.name for path in modules())  # a file name several modules have names none of them
     missing = [
         rel
         for path in modules()
         if path.name != "__init__.py" and path.parent != SRC
         for rel in [path.relative_to(SRC).as_posix()]
-        if rel not in quoted and path.name not in quoted and not any(fnmatch.fnmatch(rel, q) for q in quoted)
+        if rel not in quoted
+        and not (path.name in quoted and named[path.name] == 1)
+        and not any(fnmatch.fnmatch(rel, q) for q in quoted)
     ]
-    assert missing == []
+    assert missing == [], missing

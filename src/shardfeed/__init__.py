@@ -21,6 +21,7 @@ from shardfeed.errors import CorruptRecordError as CorruptRecordError
 from shardfeed.errors import ManifestError as ManifestError
 from shardfeed.errors import MeasurementError as MeasurementError
 from shardfeed.errors import MissingDependencyError as MissingDependencyError
+from shardfeed.errors import NativeOpError as NativeOpError
 from shardfeed.errors import OptionError as OptionError
 from shardfeed.errors import RunFolderError as RunFolderError
 from shardfeed.errors import ServiceError as ServiceError
@@ -74,6 +75,7 @@ __all__ = [
     "MeasurementError",
     "MissingDependencyError",
     "Mixture",
+    "NativeOpError",
     "OptionError",
     "ReadOptions",
     "RunFolderError",

@@ -77,6 +77,11 @@ class MissingDependencyError(ShardfeedError, ImportError):
     """An optional dependency is not installed; the message says how to install it."""
 
 
+class NativeOpError(ShardfeedError, RuntimeError):
+    """A native library that SHARDFEED_NATIVE=require asks for cannot be had (read/native_build.py);
+    the message says why."""
+
+
 class MeasurementError(ShardfeedError, RuntimeError):
     """A pipeline measured in a process of its own (`bench`, train's probe) failed; the message
     names it and gives that process's last line."""

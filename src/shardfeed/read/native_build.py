@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from shardfeed.errors import OptionError, ShardfeedError
+from shardfeed.errors import NativeOpError, OptionError
 from shardfeed.format import layout
 from shardfeed.format.folder_lock import waited
 from shardfeed.lazy import tensorflow
@@ -64,10 +64,6 @@ OPTIMIZE = ("-O3", "-ffp-contract=off", "-fPIC", "-shared")
 ENV = "SHARDFEED_NATIVE"
 MODES = ("auto", "off", "require")
 LIBJPEG_PROBE = "#include <stdio.h>\n#include <jpeglib.h>\nshardfeed_libjpeg JPEG_LIB_VERSION LIBJPEG_TURBO_VERSION\n"
-
-
-class NativeOpError(ShardfeedError, RuntimeError):
-    """A native library that SHARDFEED_NATIVE=require asks for cannot be had."""
 
 
 @dataclasses.dataclass
