@@ -7,6 +7,7 @@ import dataclasses
 import re
 from pathlib import Path
 
+import pytest
 from conftest import string_constants
 
 import shardfeed
@@ -77,3 +78,24 @@ def test_every_file_of_a_converted_and_appended_folder_is_named_by_the_layout(ph
     assert any("-g0001-" in f for f in files), files  # the append wrote a generation
     assert [f for f in files if not _described(f, {"train", "validation"})] == []
     assert not (out / layout.WORK_DIR).exists()
+
+
+@pytest.mark.parametrize(
+    "template",
+    [layout.SHARD_TEMPLATE, layout.BY_CLASS_TEMPLATE, "{split}{shard:02d}-{num_shards}.tfrec", "x_{split}_{shard}.rec"],
+)
+def test_shard_names_are_read_back_by_the_template_that_made_them(template: str) -> None:
+    """adopt and the TFDS metadata read shard names back through format/layout.py, not by their
+    own regexes: every name a template makes gives back its fields; other names give None."""
+    for split, label, shard, count in (("train", "cat", 0, 4), ("validation", "hot_dog", 11, 16), ("test", "a", 3, 7)):
+        name = template.format(split=split, label=label, shard=shard, num_shards=count)
+        fields = layout.shard_name_fields(name, template)
+        assert fields is not None, name
+        assert fields["split"] == split and int(fields["shard"]) == shard, (name, fields)
+        if "{label}" in template:
+            assert fields["label"] == label
+    generation = layout.generation_template(layout.SHARD_TEMPLATE, 2).format(split="train", shard=0, num_shards=1)
+    assert layout.shard_name_fields(generation) is None and layout.generation_of(generation, "train") == 2
+    assert layout.generation_of("train-00000-of-00001", "train") == 0
+    assert layout.shard_name_fields("train-00000-of-00004.tfrecord") is None
+    assert layout.shard_name_fields("README") is None

@@ -11,6 +11,7 @@ another module spells one of these names itself.
       index/train.labels.npy             each split's record labels, made when a sampler asks (labels_file)
       manifest.json                    MANIFEST, written last: a folder without it is unfinished
       labels.txt                       LABELS, one `id:name` line per class
+      label_map.pbtxt                  LABEL_MAP: detection's class ids as the OD API reads them
       report.json, report.html         REPORT (every skipped, re-encoded, duplicate input), REPORT_PAGE
       dataset_info.json, features.json TFDS_INFO, TFDS_FEATURES and the ClassLabel names file
       image.class.label.labels.txt       (tfds_labels_file), so `tfds.builder_from_directory` reads it
@@ -27,12 +28,14 @@ containers' staging copies (staged/) and the fused resize op's builds (ops/).
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 
 SHARD_TEMPLATE = "{split}-{shard:05d}-of-{num_shards:05d}"
 BY_CLASS_TEMPLATE = "{split}-{label}-{shard:05d}-of-{num_shards:05d}"
 GENERATION = "g{:04d}"  # generation N of `convert --append`: shards split-gNNNN-..., its inputs list
-GENERATION_PATTERN = r"g(\d{4})"  # and how a name is read back
+GENERATION_PATTERN = r"g(\d{4})"  # and how a name is read back (generation_of)
 
 INDEX_DIR = "index"  # a sub-folder, so 'train-*' globs match only shards
 INDEX_SUFFIX = ".idx"
@@ -91,3 +94,34 @@ def incomplete(path: str) -> str:
 def labels_file(split: str) -> str:
     """Every record's label of a split, in record order (read/record_labels.py), relative to the folder."""
     return f"{INDEX_DIR}/{split}.labels.npy"
+
+
+_FIELD = re.compile(r"\{(\w+)(?::0?(\d+)d)?\}")  # a template's {split}, {label}, {shard:05d}, ...
+_FIELD_PATTERNS = {"split": r"[A-Za-z][A-Za-z0-9_]*", "shard": r"\d+", "num_shards": r"\d+"}
+
+
+@functools.cache
+def _template_pattern(template: str) -> re.Pattern[str]:
+    """A regex that matches the names `template` makes, a group per field."""
+    parts, position = [], 0
+    for field in _FIELD.finditer(template):
+        parts.append(re.escape(template[position : field.start()]))
+        name, width = field.group(1), field.group(2)
+        value = rf"\d{{{width}}}" if width else _FIELD_PATTERNS.get(name, r"[^/]+?")
+        parts.append(f"(?P<{name}>{value})")
+        position = field.end()
+    parts.append(re.escape(template[position:]))
+    return re.compile("^" + "".join(parts) + "$")
+
+
+def shard_name_fields(name: str, template: str = SHARD_TEMPLATE) -> dict[str, str] | None:
+    """The fields of a shard file name `template` made ({'split': 'train', 'shard': '00000',
+    'num_shards': '00004'}), or None where it is not one of its names."""
+    found = _template_pattern(template).match(name)
+    return found.groupdict() if found else None
+
+
+def generation_of(shard_file: str, split: str) -> int:
+    """The generation a shard of `split` belongs to: N for `split-gNNNN-...` (an append's), 0 else."""
+    found = re.match(re.escape(split) + "-" + GENERATION_PATTERN + "-", shard_file)
+    return int(found.group(1)) if found else 0

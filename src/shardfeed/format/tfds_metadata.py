@@ -78,8 +78,7 @@ def _generation_splits(split: str, info: dict[str, Any]) -> list[dict[str, Any]]
     sequence per split."""
     generations: dict[int, list[dict[str, Any]]] = {}
     for shard in info["shards"]:
-        found = re.match(re.escape(split) + "-" + layout.GENERATION_PATTERN + "-", shard["file"])
-        generations.setdefault(int(found.group(1)) if found else 0, []).append(shard)
+        generations.setdefault(layout.generation_of(shard["file"], split), []).append(shard)
     return [
         {
             "filepathTemplate": TFDS_TEMPLATE if g == 0 else f"{split}-{layout.GENERATION.format(g)}-{{SHARD_X_OF_Y}}",

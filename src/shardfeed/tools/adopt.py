@@ -18,7 +18,6 @@ import contextlib
 import errno
 import hashlib
 import os
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -50,7 +49,6 @@ from shardfeed.tools.foreign_scan import (
 __all__ = ["AdoptOptions", "AdoptResult", "adopt"]
 
 UNSPLIT = "train"  # the split of files whose names carry none
-_DEFAULT_NAME = re.compile(r"^(?P<split>[A-Za-z]+)-\d{5}-of-\d{5}$")  # layout.SHARD_TEMPLATE
 
 
 @dataclass
@@ -222,7 +220,7 @@ def _manifest(
         },
         settings={
             "compression": compression,
-            "name_template": layout.SHARD_TEMPLATE if all(_DEFAULT_NAME.match(n) for n in names) else None,
+            "name_template": layout.SHARD_TEMPLATE if all(layout.shard_name_fields(n) for n in names) else None,
             "adopt": options.recorded(),
         },
         labels=labels,
