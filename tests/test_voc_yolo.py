@@ -610,7 +610,7 @@ def test_the_layout_with_the_most_evidence_wins_and_dry_run_says_what_it_saw(voc
     (root / "masks").mkdir()
     Image.fromarray(pasted("rocket")).save(root / "images" / "rocket.png")
     Image.fromarray(np.zeros((427, 640), np.uint8)).save(root / "masks" / "rocket.png")
-    assert [c.layout for c in candidates(str(root))] == ["voc", "segmentation"]
+    assert [c.layout for c in candidates(str(root))] == ["voc", "masks"]
     assert recognise(str(root)).evidence == ("Annotations/", "JPEGImages/", "ImageSets/Main/", "classes.txt")
     assert isinstance(resolve_source(str(root)), VocSource)
     done = subprocess.run(

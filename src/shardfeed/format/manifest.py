@@ -26,6 +26,7 @@ from shardfeed.format.manifest_builder import (
     SplitInfo,
 )
 from shardfeed.format.schema import Schema
+from shardfeed.format.tasks import task_of
 
 # Names a held-out split goes by, in order of preference (.npz sources give train/test).
 HELD_OUT_SPLITS = ("validation", "val", "valid", "test", "eval", "dev")
@@ -332,7 +333,7 @@ def total_problems(data: dict[str, Any]) -> list[str]:
                 given = split.get(field_name)
                 problems.append(f"splits.{name}.{field_name} is {given} but its shards' {field_name} add up to {total}")
         classes = split.get("class_counts") or {}
-        one_each = data.get("task", "classification") == "classification"  # a segmentation image shows several
+        one_each = task_of(data.get("task")).one_label  # an image of the other tasks shows several classes
         if data["labels"] is not None and one_each and classes and sum(classes.values()) != split.get("num_records"):
             problems.append(
                 f"splits.{name}.class_counts add up to {sum(classes.values())} but splits.{name}.num_records is "

@@ -188,7 +188,7 @@ class Header:
             (`Schema.record_keys`; adopted folders, `--schema` presets); None: ours.
         label_range: the first and last stored class id, where read off the records (adopted
             folders); None: 0..K-1 plus the offset, as `convert` writes them.
-        task: what the records hold beside the image (`schema.TASKS`): 'classification' (a
+        task: what the records hold beside the image (`tasks.TASKS`): 'classification' (a
             class id; not written, the default) or 'segmentation' (a mask of class ids, `labels`
             naming them).
     """

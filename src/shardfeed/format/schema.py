@@ -102,9 +102,9 @@ FEATURE_KEYS = (*IMAGE_TYPES, *LABEL_TYPES, *OBJECT_TYPES, *MASK_TYPES, *SEGMENT
 FOREIGN_DIMENSIONS = {HEIGHT: ("height",), WIDTH: ("width",), CHANNELS: ("channels", "depth")}
 
 
-# What a folder's records hold beside the image (the manifest's `task`; absent: classification).
+# What a folder's records hold beside the image (the manifest's `task`; absent: classification);
+# each task's facts: format/tasks.py.
 CLASSIFICATION, SEGMENTATION, MULTI_LABEL, DETECTION = "classification", "segmentation", "multi_label", "detection"
-TASKS = (CLASSIFICATION, SEGMENTATION, MULTI_LABEL, DETECTION)  # one id; a mask of ids; several ids; boxes
 
 
 def class_text(example: Mapping[str, Any], labels: list[str], offset: int) -> str:
@@ -112,22 +112,6 @@ def class_text(example: Mapping[str, Any], labels: list[str], offset: int) -> st
     a multi-label record's list, as 'cat, dog'."""
     ids = example[LABEL]
     return ", ".join(labels[int(i) - offset] for i in (ids if isinstance(ids, list) else [ids]))
-
-
-def feature_types(labelled: bool, keys: Schema | None = None, task: str = CLASSIFICATION) -> dict[str, str]:
-    """The manifest's `features` entry: record key -> type (the image and label under `keys`'
-    names when a preset renames them; a segmentation folder's mask instead of a label)."""
-    if task == SEGMENTATION:
-        return {**IMAGE_TYPES, **SEGMENTATION_TYPES}
-    if task == MULTI_LABEL:  # lists of ids and of names
-        return {**IMAGE_TYPES, LABEL: "int64", TEXT: "bytes"}
-    if task == DETECTION:
-        return {**IMAGE_TYPES, **OBJECT_TYPES}
-    types = {**IMAGE_TYPES, **(LABEL_TYPES if labelled else {})}
-    if keys is None or keys.is_ours:
-        return types
-    renamed = {ENCODED: keys.image_key, LABEL: keys.label_key or LABEL}
-    return dict(sorted((renamed.get(k, k), t) for k, t in types.items()))
 
 
 @dataclass(frozen=True)

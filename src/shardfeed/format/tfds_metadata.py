@@ -21,6 +21,7 @@ import re
 from typing import Any
 
 from shardfeed.format import fileio, layout, manifest, schema
+from shardfeed.format.tasks import task_of
 
 # Every file this module may write (an overwrite removes them): the labels file is named after the
 # label feature, ours or a `--schema` preset's.
@@ -115,9 +116,9 @@ def features(data: dict[str, Any]) -> dict[str, Any]:
     connectors: dict[str, Any] = {}
     keys = schema.Schema.of_manifest(data.get("schema"))
     known = {*schema.FEATURE_KEYS, keys.image_key, keys.label_key}
-    lists = {keys.label_key or schema.LABEL, schema.TEXT} if data.get("task") == schema.MULTI_LABEL else set()
-    if data.get("task") == schema.DETECTION:  # one value per object
-        lists = {*schema.OBJECT_TYPES, *schema.MASK_TYPES} - {schema.SOURCE_ID}
+    lists = set(task_of(data.get("task")).list_features)  # one value per label or object
+    if schema.LABEL in lists:
+        lists.add(keys.label_key or schema.LABEL)
     for key, kind in data["features"].items():
         if key not in known:  # other writers' extras (boxes, ...): TFDS parses only those listed
             continue

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardfeed.errors import ConvertError, OptionError, SourceError
-from shardfeed.format import fileio, folder_lock, label_map, layout, manifest, schema, tfds_metadata
+from shardfeed.format import fileio, folder_lock, label_map, layout, manifest, tfds_metadata
 from shardfeed.format.manifest import Manifest
+from shardfeed.format.tasks import task_of
 from shardfeed.parallel import WorkerPool
 from shardfeed.write import dedupe, folder_state, local_runner, merge, notes, shards
 from shardfeed.write.append import Append, AppendOutcome, appendable
@@ -318,7 +319,7 @@ class _Conversion:
         )
         merge.write_report(self.output_dir, report, moves)
         manifest.write_labels(self.output_dir, discovery.class_names, self.options.label_base(discovery.task))
-        if discovery.task == schema.DETECTION and discovery.class_names:
+        if task_of(discovery.task).label_map and discovery.class_names:
             label_map.write(self.output_dir, discovery.class_names, self.options.label_base(discovery.task))
         if appendable(discovery, self.options):
             write_inputs(self.output_dir, self.work_dir, results, generation=0)

@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from shardfeed.format import fileio, layout, manifest, schema, storage
+from shardfeed.format import fileio, layout, manifest, storage
 from shardfeed.format.manifest_builder import Counts, Header, ManifestBuilder
+from shardfeed.format.tasks import task_of
 from shardfeed.write import near_duplicates, perceptual_hash, shards
 from shardfeed.write.items import Discovery
 from shardfeed.write.options import ConvertOptions
@@ -38,7 +39,7 @@ def merge_manifest(
         state["settings"],
         discovery.class_names,
         options.label_base(discovery.task),
-        schema.feature_types(discovery.class_names is not None, options.keys, discovery.task)
+        task_of(discovery.task).feature_types(discovery.class_names is not None, options.keys)
         | dict(discovery.object_features),
         None if options.keys.is_ours else options.keys.record_keys(),
         task=discovery.task,

@@ -14,7 +14,8 @@ from typing import Any
 
 from shardfeed.errors import OptionError
 from shardfeed.format import layout
-from shardfeed.format.schema import DETECTION, PRESETS, Schema
+from shardfeed.format.schema import PRESETS, Schema
+from shardfeed.format.tasks import task_of
 from shardfeed.write import near_duplicates, sharding, splits
 from shardfeed.write.images import ImageOptions
 
@@ -22,12 +23,6 @@ COMPRESSIONS = (None, "gzip")
 
 
 LABEL_CONFLICT_RULES = ("keep", "drop", "first")  # ConvertOptions.label_conflicts
-
-# The first class id written per task when label_offset is not given (any other task: 0).
-# Detection: 1, as Model Garden's and the OD API's decoders and label maps number classes, 0
-# being the background their detection generators drop; a first class stored as 0 is never
-# learned or predicted by them.
-DEFAULT_LABEL_OFFSETS = {DETECTION: 1}
 
 
 @dataclass(frozen=True)
@@ -48,7 +43,7 @@ class ConvertOptions:
         name_template: shard file names; default '{split}-{shard:05d}-of-{num_shards:05d}'.
         compression: None or 'gzip'.
         label_offset: added to class ids in the records. None (the default): the task's own base
-            (`DEFAULT_LABEL_OFFSETS`): detection ids start at 1, 0 left for the background, as
+            (`TaskSpec.label_base`, format/tasks.py): detection ids start at 1, 0 left for the background, as
             Model Garden and the OD API train on them; other tasks' ids start at 0, as Keras and
             TFDS read them (a `schema` preset's base where one is given). `resolved` fixes it once
             the source's task is known; shardfeed's readers subtract it, so models see 0..K-1.
@@ -171,7 +166,7 @@ class ConvertOptions:
 
     def label_base(self, task: str) -> int:
         """The first class id written for a source of `task`: `label_offset`, else the task's."""
-        return self.label_offset if self.label_offset is not None else DEFAULT_LABEL_OFFSETS.get(task, 0)
+        return self.label_offset if self.label_offset is not None else task_of(task).label_base
 
     def resolved(self, task: str) -> ConvertOptions:
         """These options with `label_offset` set to the label base of `task` (what the manifest's

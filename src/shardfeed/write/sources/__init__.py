@@ -136,7 +136,7 @@ def resolve_source(
         return TableSource(source, **table)
     if found is not None and found.layout == "coco":
         return CocoRootSource(source, masks=bool(container_options.get("masks")), outside_files=outside)
-    if found is not None and found.layout == "segmentation":
+    if found is not None and found.layout == "masks":
         return SegmentationSource(source, outside_files=outside)
     if found is not None and found.layout == "voc":
         return VocSource(source, outside_files=outside)

@@ -29,7 +29,7 @@ from shardfeed.write.sources.yolo import looks_like_yolo
 class Recognised:
     """A layout a folder is in, and the evidence seen for it (paths relative to the folder)."""
 
-    layout: str  # the source that reads it: 'webdataset', 'table', 'coco' (a COCO root), 'segmentation', 'voc', 'yolo'
+    layout: str  # its reader: 'webdataset', 'table', 'coco' (a COCO root), 'masks' (segmentation), 'voc', 'yolo'
     evidence: tuple[str, ...]
 
     def describe(self) -> str:
@@ -81,7 +81,7 @@ DETECTORS: tuple[tuple[str, Callable[[str], bool], Callable[[str], tuple[str, ..
         lambda r: _present(r, SAVE_TO_DISK_FILES) + _suffixed(r, (".parquet", ".arrow"), "tables"),
     ),
     ("coco", looks_like_coco_root, _coco_root),
-    ("segmentation", looks_like_segmentation, lambda r: _present(r, ("images/", "masks/", "classes.txt"))),
+    ("masks", looks_like_segmentation, lambda r: _present(r, ("images/", "masks/", "classes.txt"))),
     ("voc", looks_like_voc, _voc),
     ("yolo", looks_like_yolo, _yolo),
 )
