@@ -21,7 +21,6 @@ KNOWN = {
     "read/grain_targets.py": 7,
     "read/index_pipeline.py": 1,
     "read/indexed.py": 7,
-    "read/plan.py": 4,
     "tools/adopt.py": 2,
     "tools/dataset_info.py": 2,
     "tools/dataset_report.py": 1,

@@ -27,12 +27,15 @@ import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from shardfeed.errors import ManifestError, OptionError, SourceError
 from shardfeed.format.image_format import sniff_format
+
+if TYPE_CHECKING:
+    from shardfeed.format.tasks import TaskSpec
 
 ENCODED = "image/encoded"
 FORMAT = "image/format"
@@ -174,7 +177,8 @@ FOREIGN_KEY_NAMES = tuple(f.name for f in dataclasses.fields(ForeignKeys))  # al
 
 @dataclass(frozen=True)
 class Schema:
-    """Which features hold the image and the label (ours by default: the ImageNet keys)."""
+    """Which features hold the image and the label (ours by default: the ImageNet keys), and the
+    reading hints a folder's manifest gives (its task, its classes, its images' formats)."""
 
     image_key: str = ENCODED
     label_key: str | None = LABEL
@@ -188,9 +192,23 @@ class Schema:
     max_side: int | None = None  # the longest image side, when the manifest knows it
     short_sides: tuple[tuple[int, int], ...] | None = None  # (side bucket, images), ditto
     label_names: tuple[str, ...] | None = None  # label = index of image/class/text in these (a mixture's map)
-    mask_key: str | None = None  # a segmentation mask (PNG of class ids) to read beside the image, not a label
-    multi_hot: int | None = None  # the label is a list of ids (multi-label), read as k-hot over this many classes
-    objects: bool = False  # boxes and their classes (detection) instead of a label
+    task: TaskSpec | None = None  # what the records hold beside the image (format/tasks.py); None: one class id
+    num_classes: int | None = None  # the folder's classes (a multi-label record's k-hot length)
+
+    @property
+    def mask_key(self) -> str | None:
+        """The segmentation mask (a PNG of class ids) read beside the image instead of a label, or None."""
+        return SEGMENTATION_MASK if self.task is not None and self.task.target == "mask" else None
+
+    @property
+    def multi_hot(self) -> int | None:
+        """The k-hot length a multi-label record's list of ids is read as, or None (one id)."""
+        return self.num_classes if self.task is not None and self.task.target == "ids" else None
+
+    @property
+    def objects(self) -> bool:
+        """Whether boxes and their classes (detection) are read instead of a label."""
+        return self.task is not None and self.task.target == "objects"
 
     @property
     def is_ours(self) -> bool:

@@ -20,15 +20,11 @@ from typing import Any
 from shardfeed.errors import OptionError
 from shardfeed.format import fileio
 from shardfeed.format.schema import (
-    CLASSIFICATION,
-    DETECTION,
     FILENAME,
-    MULTI_LABEL,
-    SEGMENTATION,
-    SEGMENTATION_MASK,
     ForeignKeys,
     Schema,
 )
+from shardfeed.format.tasks import task_of
 from shardfeed.read import foreign, shardset
 from shardfeed.read.mixture import MixedSplit, Mixture, open_mixture
 from shardfeed.read.options import BATCH_SIZE, DecodeOptions, ReadOptions, ServiceOptions
@@ -231,18 +227,16 @@ def _task_schema(shards: ShardSet, schema: Schema, read: ReadOptions) -> Schema:
             objects' classes, for repeat-factor sampling).
     """
     m = shards.manifest
-    if m is None or m.header.task == CLASSIFICATION:
+    spec = task_of(m.header.task) if m is not None else None
+    if m is None or spec is None or spec.one_label:
         return schema
-    if read.balance and m.header.task != DETECTION:
+    if read.balance and spec.target != "objects":
         raise OptionError(
             f"balance='class' samples by each image's one class (or a detection image's objects); {m.path} holds "
-            f"{m.header.task} records"
+            f"{spec.name} records"
         )
-    if m.header.task == MULTI_LABEL:
-        return dataclasses.replace(schema, multi_hot=len(m.labels or []))
-    if m.header.task != SEGMENTATION:
-        return dataclasses.replace(schema, label_key=None, objects=True)
-    return dataclasses.replace(schema, label_key=None, mask_key=SEGMENTATION_MASK)
+    label_key = schema.label_key if spec.target == "ids" else None  # a mask or objects instead of a label
+    return dataclasses.replace(schema, task=spec, num_classes=len(m.labels or []), label_key=label_key)
 
 
 def _check_bucket(path: DataPath, decode: DecodeOptions) -> None:
