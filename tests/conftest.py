@@ -216,6 +216,13 @@ def _encoded(image: Image.Image, fmt: str) -> bytes:
     return buffer.getvalue()
 
 
+def shardfeed_cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`shardfeed ARGS` run as a user runs it, in a process of its own (`env` over this one's)."""
+    return subprocess.run(
+        [sys.executable, "-m", "shardfeed", *args], capture_output=True, text=True, env={**os.environ, **env}
+    )
+
+
 def copy_tree(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import photos, shard_bytes
+from conftest import photos, shard_bytes, shardfeed_cli
 from PIL import Image
 
 from shardfeed import ConvertOptions, DecodeOptions, ImageOptions, IndexedRecords, OptionError, convert, load
@@ -293,18 +293,12 @@ def test_masks_without_classes_txt_name_their_ids(folder: Path, tmp_path: Path) 
     any mask holds: 7 in stray_id's), said in one warning; the masks stored are those the
     classes.txt conversion stores."""
     import shutil
-    import subprocess
-    import sys
 
     root = tmp_path / "data"
     shutil.copytree(folder, root)
     (root / "classes.txt").unlink()
     out = tmp_path / "out"
-    done = subprocess.run(
-        [sys.executable, "-m", "shardfeed", "convert", str(root), str(out), "--split", "train=1"],
-        capture_output=True,
-        text=True,
-    )
+    done = shardfeed_cli("convert", str(root), str(out), "--split", "train=1")
     assert done.returncode == 0, done.stderr
     warned = [line for line in done.stderr.splitlines() if "has no classes.txt" in line]
     assert len(warned) == 1 and "its 7 masks hold class ids up to 7, named class_0 .. class_7" in warned[0], warned

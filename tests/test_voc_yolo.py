@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import photos
+from conftest import photos, shardfeed_cli
 from PIL import Image
 from test_coco import BLUE, RED, decoded, frames
 
@@ -510,9 +510,7 @@ def test_class_ids_from_1_and_a_label_map_as_model_garden_and_the_od_api_train_o
     from shardfeed.format import label_map
 
     out = tmp_path / "out"
-    done = subprocess.run(
-        [sys.executable, "-m", "shardfeed", "convert", str(yolo), str(out)], capture_output=True, text=True
-    )
+    done = shardfeed_cli("convert", str(yolo), str(out))
     assert done.returncode == 0, done.stderr
     assert "class ids 1..2 (0: background) with label_map.pbtxt" in done.stdout
     assert (out / "labels.txt").read_text() == "1:person\n2:car\n"
@@ -532,11 +530,7 @@ def test_class_ids_from_1_and_a_label_map_as_model_garden_and_the_od_api_train_o
         frames(records["images/train/chelsea.png"]["image"], box, colour, tolerance=0)
 
     zero = tmp_path / "zero"
-    done = subprocess.run(
-        [sys.executable, "-m", "shardfeed", "convert", str(yolo), str(zero), "--label-offset", "0"],
-        capture_output=True,
-        text=True,
-    )
+    done = shardfeed_cli("convert", str(yolo), str(zero), "--label-offset", "0")
     assert done.returncode == 0, done.stderr
     assert "never learn the first class; no label_map.pbtxt written" in done.stdout
     assert not (zero / "label_map.pbtxt").exists() and (zero / "labels.txt").read_text() == "0:person\n1:car\n"
@@ -613,11 +607,7 @@ def test_the_layout_with_the_most_evidence_wins_and_dry_run_says_what_it_saw(voc
     assert [c.layout for c in candidates(str(root))] == ["voc", "masks"]
     assert recognise(str(root)).evidence == ("Annotations/", "JPEGImages/", "ImageSets/Main/", "classes.txt")
     assert isinstance(resolve_source(str(root)), VocSource)
-    done = subprocess.run(
-        [sys.executable, "-m", "shardfeed", "convert", str(root), str(tmp_path / "out"), "--dry-run"],
-        capture_output=True,
-        text=True,
-    )
+    done = shardfeed_cli("convert", str(root), str(tmp_path / "out"), "--dry-run")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == (
         "layout: voc (detection), seen: Annotations/, JPEGImages/, ImageSets/Main/, classes.txt"
