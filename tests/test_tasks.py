@@ -19,7 +19,6 @@ NAMES = {"CLASSIFICATION", "SEGMENTATION", "MULTI_LABEL", "DETECTION"}
 KNOWN = {
     "format/manifest_builder.py": 1,  # the manifest leaves out the default task
     "read/grain_targets.py": 7,
-    "read/index_pipeline.py": 1,
     "read/indexed.py": 7,
     "tools/adopt.py": 2,
     "tools/dataset_info.py": 2,

@@ -39,6 +39,8 @@ class TaskSpec:
         label_base: the first class id `convert` writes where `--label-offset` is not given.
         label_map: whether `convert` writes the OD API's label_map.pbtxt beside labels.txt.
         list_features: the features holding one value per label or object (TFDS Sequences).
+        balance: how `ReadOptions(balance='class')` samples it: 'class' by each image's one class,
+            'objects' by repeat factors of its objects' classes (LVIS'); None: not at all.
     """
 
     name: str
@@ -47,6 +49,7 @@ class TaskSpec:
     label_base: int = 0
     label_map: bool = False
     list_features: frozenset[str] = frozenset()
+    balance: Literal["class", "objects"] | None = None
 
     @property
     def one_label(self) -> bool:
@@ -69,7 +72,7 @@ class TaskSpec:
 TASKS: dict[str, TaskSpec] = {
     spec.name: spec
     for spec in (
-        TaskSpec(CLASSIFICATION, "id", schema.LABEL_TYPES),
+        TaskSpec(CLASSIFICATION, "id", schema.LABEL_TYPES, balance="class"),
         TaskSpec(
             MULTI_LABEL,
             "ids",
@@ -84,6 +87,7 @@ TASKS: dict[str, TaskSpec] = {
             label_base=1,
             label_map=True,
             list_features=frozenset({*schema.OBJECT_TYPES, *schema.MASK_TYPES} - {schema.SOURCE_ID}),
+            balance="objects",
         ),
     )
 }

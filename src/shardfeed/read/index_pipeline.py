@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from shardfeed.format.schema import DETECTION
+from shardfeed.format.tasks import task_of
 from shardfeed.lazy import tensorflow
 from shardfeed.read.indexed import IndexedRecords
 from shardfeed.read.mixture import MixedRecords, MixedSplit
@@ -85,9 +85,10 @@ class IndexedEpochs:
         shuffled = read.order == "global" and plan.training
         self.orders = _EpochOrders(self.n, plan.base_seed, shuffled=shuffled, mixture=plan.mixture)
         m = plan.shards.manifest
-        if read.balance and plan.training and m is not None and m.header.task == DETECTION:  # LVIS' repeat factors
+        balance = task_of(m.header.task).balance if m is not None and read.balance and plan.training else None
+        if balance == "objects":  # LVIS' repeat factors of the objects' classes
             self.orders.factors = repeat_factors(record_classes(m, plan.split), read.repeat_threshold)
-        elif read.balance and plan.training and m is not None:
+        elif balance == "class":
             self.orders.labels = record_labels(m, plan.split)
         buffered = plan.training and read.order == "buffer" and plan.mixture is None  # even splits, asked for a buffer
         window = read.buffer_size(len(self.positions)) if buffered else 0

@@ -230,7 +230,7 @@ def _task_schema(shards: ShardSet, schema: Schema, read: ReadOptions) -> Schema:
     spec = task_of(m.header.task) if m is not None else None
     if m is None or spec is None or spec.one_label:
         return schema
-    if read.balance and spec.target != "objects":
+    if read.balance and spec.balance is None:
         raise OptionError(
             f"balance='class' samples by each image's one class (or a detection image's objects); {m.path} holds "
             f"{spec.name} records"
