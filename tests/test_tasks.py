@@ -20,7 +20,6 @@ KNOWN = {
     "format/manifest_builder.py": 1,  # the manifest leaves out the default task
     "read/grain_targets.py": 7,
     "read/indexed.py": 7,
-    "tools/adopt.py": 2,
     "tools/dataset_info.py": 2,
     "tools/dataset_report.py": 1,
     "tools/foreign_scan.py": 4,

@@ -39,6 +39,8 @@ class TaskSpec:
         label_base: the first class id `convert` writes where `--label-offset` is not given.
         label_map: whether `convert` writes the OD API's label_map.pbtxt beside labels.txt.
         list_features: the features holding one value per label or object (TFDS Sequences).
+        text_key: the feature naming the classes of a record's labels (image/class/text; a
+            detection record's image/object/class/text), None where there is none.
         balance: how `ReadOptions(balance='class')` samples it: 'class' by each image's one class,
             'objects' by repeat factors of its objects' classes (LVIS'); None: not at all.
     """
@@ -49,6 +51,7 @@ class TaskSpec:
     label_base: int = 0
     label_map: bool = False
     list_features: frozenset[str] = frozenset()
+    text_key: str | None = schema.TEXT
     balance: Literal["class", "objects"] | None = None
 
     @property
@@ -79,7 +82,7 @@ TASKS: dict[str, TaskSpec] = {
             {schema.LABEL: "int64", schema.TEXT: "bytes"},
             list_features=frozenset({schema.LABEL, schema.TEXT}),
         ),
-        TaskSpec(SEGMENTATION, "mask", schema.SEGMENTATION_TYPES),
+        TaskSpec(SEGMENTATION, "mask", schema.SEGMENTATION_TYPES, text_key=None),
         TaskSpec(
             DETECTION,
             "objects",
@@ -87,6 +90,7 @@ TASKS: dict[str, TaskSpec] = {
             label_base=1,
             label_map=True,
             list_features=frozenset({*schema.OBJECT_TYPES, *schema.MASK_TYPES} - {schema.SOURCE_ID}),
+            text_key=schema.OBJECT_TEXT,
             balance="objects",
         ),
     )

@@ -35,6 +35,7 @@ from shardfeed.format.manifest_builder import (
     ShardInfo,
 )
 from shardfeed.format.schema import Schema
+from shardfeed.format.tasks import task_of
 from shardfeed.read import foreign
 from shardfeed.tools.foreign_scan import (
     AdoptOptions,
@@ -114,7 +115,8 @@ def adopt(
         else:
             changes = []
         keys, task = schema_and_task(files, compression, options)
-        text_key = schema.OBJECT_TEXT if task == schema.DETECTION else None if keys.label_key is None else schema.TEXT
+        spec = task_of(task)
+        text_key = spec.text_key if keys.label_key is not None or not spec.one_label else None
         tasks = [ShardTask(f, compression, keys, text_key, task, options.offset) for f in files]
         scans = scan_all(tasks, options.workers, progress)
         refuse_damage(scans)
@@ -243,7 +245,7 @@ def _facts(
     class, and its objects)."""
     name = os.path.basename(file)
     info = ShardInfo(name, layout.index_file(name), len(scan.sizes), scan.num_bytes, scan.sha256)
-    detection = task == schema.DETECTION
+    detection = task_of(task).target == "objects"
     class_counts: Counter[str] = Counter()
     if labels is not None:
         for label, n in (scan.image_classes if detection else scan.labels).items():
