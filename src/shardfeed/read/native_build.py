@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import logging
 import os
@@ -156,8 +157,9 @@ def built(
     if path is None:
         unavailable(library, f"did not build ({folder / FAILED})")
         return None
-    with contextlib.suppress(OSError):
-        pointer.write_text(folder.name + "\n")
+    with contextlib.suppress(OSError):  # written once per build, not by every process that loads it
+        if not pointer.is_file() or pointer.read_text().strip() != folder.name:
+            pointer.write_text(folder.name + "\n")
     return _live(library, path, compiler=compiler, **({"libjpeg": version or "no jpeglib.h"} if libjpeg else {}))
 
 
@@ -196,6 +198,7 @@ def _pointed(pointer: Path, library: str) -> Path | None:
     return found
 
 
+@functools.cache  # one preprocessor run a process, for both libraries linked to libjpeg
 def _libjpeg_version(compiler: str) -> str:
     """'62 2.1.5': JPEG_LIB_VERSION and LIBJPEG_TURBO_VERSION as the compiler's preprocessor
     reads them from jpeglib.h; '' where it has no jpeglib.h (its build then fails: headers

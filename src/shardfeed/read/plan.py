@@ -227,8 +227,10 @@ def _task_schema(shards: ShardSet, schema: Schema, read: ReadOptions) -> Schema:
             objects' classes, for repeat-factor sampling).
     """
     m = shards.manifest
-    spec = task_of(m.header.task) if m is not None else None
-    if m is None or spec is None or spec.one_label:
+    if m is None:
+        return schema
+    spec = task_of(m.header.task)
+    if spec.one_label:
         return schema
     if read.balance and spec.balance is None:
         raise OptionError(

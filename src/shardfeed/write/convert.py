@@ -318,9 +318,10 @@ class _Conversion:
             state, duplicates, discovery, self.options, results, dropped, near, moves, report=report
         )
         merge.write_report(self.output_dir, report, moves)
-        manifest.write_labels(self.output_dir, discovery.class_names, self.options.label_base(discovery.task))
+        first_id = self.options.label_base(discovery.task)
+        manifest.write_labels(self.output_dir, discovery.class_names, first_id)
         if task_of(discovery.task).label_map and discovery.class_names:
-            label_map.write(self.output_dir, discovery.class_names, self.options.label_base(discovery.task))
+            label_map.write(self.output_dir, discovery.class_names, first_id)
         if appendable(discovery, self.options):
             write_inputs(self.output_dir, self.work_dir, results, generation=0)
         tfds_metadata.write(self.output_dir, data)

@@ -130,17 +130,18 @@ def resolve_source(
     table = {k: v for k, v in container_options.items() if k in table_keys and v is not None}
     wds = {k: v for k, v in container_options.items() if k not in (*table_keys, "images", "masks") and v is not None}
     found = recognise(source) if labels_from == "folders" else None  # layouts.py: the most evidence wins
-    if found is not None and found.layout == "webdataset":
+    layout = found.layout if found is not None else None
+    if layout == "webdataset":
         return WebDatasetSource(source, **wds)
-    if found is not None and found.layout == "table":
+    if layout == "table":
         return TableSource(source, **table)
-    if found is not None and found.layout == "coco":
+    if layout == "coco":
         return CocoRootSource(source, masks=bool(container_options.get("masks")), outside_files=outside)
-    if found is not None and found.layout == "masks":
+    if layout == "masks":
         return SegmentationSource(source, outside_files=outside)
-    if found is not None and found.layout == "voc":
+    if layout == "voc":
         return VocSource(source, outside_files=outside)
-    if found is not None and found.layout == "yolo":
+    if layout == "yolo":
         return YoloSource(source, outside_files=outside)
     if labels_from == "filenames":
         return FilenameSource(source, label_pattern)

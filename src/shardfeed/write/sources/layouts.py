@@ -32,10 +32,6 @@ class Recognised:
     layout: str  # its reader: 'webdataset', 'table', 'coco' (a COCO root), 'masks' (segmentation), 'voc', 'yolo'
     evidence: tuple[str, ...]
 
-    def describe(self) -> str:
-        """'voc (Annotations/, JPEGImages/, ImageSets/Main/)': the layout and what showed it."""
-        return f"{self.layout} ({', '.join(self.evidence)})"
-
 
 def _present(root: str, names: tuple[str, ...]) -> tuple[str, ...]:
     """Those of `names` (files, or folders ending in '/') that exist in `root`."""
