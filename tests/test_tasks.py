@@ -8,7 +8,10 @@ import ast
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 import shardfeed
+from shardfeed.errors import ManifestError
 from shardfeed.format import schema
 from shardfeed.format.tasks import TASKS, task_of
 
@@ -96,9 +99,5 @@ def test_each_task_says_its_facts() -> None:
     assert unlabeled == schema.IMAGE_TYPES
     renamed = task_of(schema.CLASSIFICATION).feature_types(True, schema.PRESETS["tfds"].keys)
     assert "image" in renamed and "label" in renamed and schema.LABEL not in renamed
-    import pytest
-
-    from shardfeed.errors import ManifestError
-
     with pytest.raises(ManifestError, match="task 'captions' is not one this shardfeed knows"):
         task_of("captions")
