@@ -29,7 +29,7 @@ ONE_RUN = """
 import json, os, resource, sys, time
 import numpy as np
 from skimage import data
-from shardfeed.training.models import build_model
+from shardfeed.training import build_model
 name, size, batch, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 photo = data.chelsea()
 rng = np.random.default_rng(0)

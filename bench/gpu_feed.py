@@ -80,7 +80,7 @@ def one_run(feed: str, model: str, data: str, size: int, batch: int, steps: int)
     import shardfeed
     from shardfeed.format import manifest
     from shardfeed.read.options import DecodeOptions
-    from shardfeed.training.models import build_model
+    from shardfeed.training import build_model
 
     gpu = bool(tf.config.list_physical_devices("GPU"))
     keras.mixed_precision.set_global_policy("mixed_float16" if gpu else "float32")

@@ -68,7 +68,7 @@ def test_bench_measures_global_shuffle_over_epochs(photo_tree: Path, tmp_path: P
 
 
 def test_bench_with_a_model_says_which_side_limits_training(digits_tree: Path, tmp_path: Path) -> None:
-    from shardfeed.training.models import build_model
+    from shardfeed.training import build_model
 
     out = tmp_path / "out"
     convert(str(digits_tree), str(out), ConvertOptions(shards=2), workers=1, progress=False)
@@ -93,7 +93,7 @@ def test_bench_with_a_model_says_which_side_limits_training(digits_tree: Path, t
 def test_python_bench_returns_the_verdict_too(digit_shards: Path) -> None:
     """The verdict is the Python API's answer, not something only the CLI computes."""
     import shardfeed
-    from shardfeed.training.models import build_model
+    from shardfeed.training import build_model
 
     net = build_model("small_cnn", [str(i) for i in range(10)], (16, 16))
     result = shardfeed.tools.bench(str(digit_shards), batch_size=16, image_size=16, model=net)
@@ -106,7 +106,7 @@ def test_bench_times_a_grayscale_model_on_grayscale_batches(digit_shards: Path) 
     defaults, three channels, which a one-channel model refuses)."""
     import shardfeed
     from shardfeed.read.options import DecodeOptions
-    from shardfeed.training.models import build_model
+    from shardfeed.training import build_model
 
     net = build_model("small_cnn", [str(i) for i in range(10)], (16, 16), channels=1)
     result = shardfeed.tools.bench(

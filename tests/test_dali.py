@@ -117,7 +117,7 @@ def test_bench_with_a_model_measures_the_dali_feed_beside_load(photo_shards: Pat
     """Where a GPU and DALI are present `bench --model` measures both decode paths against the model;
     here dali_feed=True runs that branch in DALI's CPU mode: both feeds in fresh processes."""
     import shardfeed
-    from shardfeed.training.models import build_model
+    from shardfeed.training import build_model
 
     net = build_model("small_cnn", ["a", "b", "c", "d"], (32, 32))
     result = shardfeed.tools.bench(str(photo_shards), batch_size=8, image_size=32, model=net, dali_feed=True, rounds=1)

@@ -21,9 +21,10 @@ import pytest
 from bench.corpus import TAGS, build_segmentation_corpus, build_shapes_coco_corpus
 from shardfeed import OptionError
 from shardfeed.format.schema import DETECTION, SEGMENTATION
+from shardfeed.training import build_model
 from shardfeed.training.fine_tune import backbone_of, schedule, set_phase
 from shardfeed.training.model_choice import choose_image_size, choose_model
-from shardfeed.training.models import build_model, load_model
+from shardfeed.training.models import load_model
 
 pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from shardfeed.training.evaluation import MAX_PLOTTED_CLASSES, most_confused, plot_confusion
+from shardfeed.training.classification_metrics import MAX_PLOTTED_CLASSES, most_confused, plot_confusion
 
 
 def test_most_confused_picks_the_classes_with_the_most_errors() -> None:

@@ -16,11 +16,10 @@ import numpy as np
 import pytest
 
 from shardfeed.errors import OptionError
-from shardfeed.training import TrainOptions, load_model, read_resume_point, train
+from shardfeed.training import TrainOptions, build_model, load_model, read_resume_point, train
 from shardfeed.training.backbones import BACKBONES
 from shardfeed.training.fine_tune import FINE_TUNE, HEAD, backbone_of, schedule, trainable_flags
 from shardfeed.training.model_choice import choose_model
-from shardfeed.training.models import build_model
 
 pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
 

@@ -15,8 +15,9 @@ import pytest
 from conftest import crops, photos
 
 from shardfeed.errors import OptionError
+from shardfeed.training import build_model
 from shardfeed.training.backbones import BACKBONES
-from shardfeed.training.models import build_model, load_model
+from shardfeed.training.models import load_model
 
 pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
 

@@ -13,8 +13,8 @@ import pytest
 
 from shardfeed import ConvertOptions, DecodeOptions, convert, load, read_manifest
 from shardfeed.cli.main import main
-from shardfeed.training import evaluate, load_model, predict, read_resume_point, train
-from shardfeed.training.models import build_model, model_class_names
+from shardfeed.training import build_model, evaluate, load_model, predict, read_resume_point, train
+from shardfeed.training.models import model_class_names
 from shardfeed.training.options import TrainOptions
 from shardfeed.training.samples import write_digits_folders
 
@@ -267,15 +267,13 @@ def test_prediction_grid_shows_the_csvs_first_files_with_their_names() -> None:
     import tensorflow as tf
 
     from shardfeed.tools.preview import keep_first
-    from shardfeed.training.prediction import _caption
+    from shardfeed.training.tasks.classification import caption
 
     names = [f"photos/img_{i:03d}.jpg" for i in range(40)]
     random.Random(0).shuffle(names)
     shown: list = []
     for i, name in enumerate(names):
-        keep_first(
-            shown, (name, tf.fill([2, 2, 3], i), _caption({"file": name, "class": "cat", "probability": 0.5})), 6
-        )
+        keep_first(shown, (name, tf.fill([2, 2, 3], i), caption({"file": name, "class": "cat", "probability": 0.5})), 6)
     kept = sorted(shown, key=lambda t: t[0])
     assert [t[0] for t in kept] == [f"photos/img_{i:03d}.jpg" for i in range(6)]
     assert kept[0][2] == "photos/img_000.jpg\ncat (0.50)"

@@ -331,7 +331,7 @@ def test_every_training_batch_is_padded_to_the_most_objects_in_one_image(source:
     from shardfeed.format import manifest
     from shardfeed.format.schema import DETECTION
     from shardfeed.read.options import DecodeOptions
-    from shardfeed.training.objectives import objective_for
+    from shardfeed.training.tasks import objective_for
 
     coco = json.loads((source / "instances.json").read_text())
     per_image = Counter(a["image_id"] for a in coco["annotations"])

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from shardfeed.format import manifest, schema
 from shardfeed.read.sampling import sample_examples
+from shardfeed.training.tasks import objective_for
 
 TINY_SET = 500
 PHOTO_SIDE = 128
@@ -45,12 +46,11 @@ def choose_augment(
     """
     m = manifest.opened(data)
     count = m.split(split).num_records
-    if m.header.task == schema.DETECTION:  # the setting the detector was measured with, whatever the count
-        return AugmentChoice("flip", "boxes: flips, which keep every object whole (a crop cuts some away)")
+    own = objective_for(m.header.task, m.path).augment(count, tiny_set)  # masks and boxes: their own
+    if own is not None:
+        return AugmentChoice(*own)
     if count < tiny_set:
         return AugmentChoice("none", f"{count} training images (< {tiny_set}): too few for augmentation to pay off")
-    if m.header.task == schema.SEGMENTATION:
-        return AugmentChoice("inception", "segmentation masks: random-resized crops and flips, which masks follow")
 
     side = median_short_side(m, split, seed=seed)
     if side >= photo_side:

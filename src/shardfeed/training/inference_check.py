@@ -14,8 +14,8 @@ import math
 from typing import Any
 
 from shardfeed.training.inputs import RunInputs
-from shardfeed.training.objectives import Objective
 from shardfeed.training.run_folder import RunFolder
+from shardfeed.training.tasks import Objective
 
 log = logging.getLogger("shardfeed")
 INFERENCE_SAMPLE = 1024  # training images re-scored in inference mode at the end
@@ -27,7 +27,7 @@ def inference_check(
 ) -> dict[str, Any]:
     """Re-scores up to INFERENCE_SAMPLE images of `split` in inference mode, and warns when that,
     the training-mode figure Keras printed, and the validation figure disagree (`metric`: the
-    objective's, training/objectives.py; accuracy for classes).
+    objective's, training/tasks/; accuracy for classes).
 
     With BatchNorm the training-mode figure can be far above the model's (0.89 while fitting,
     0.20 in inference mode, seen on a short run); validation figures are always inference-mode.

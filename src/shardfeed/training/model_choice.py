@@ -37,20 +37,18 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from shardfeed.format import manifest, schema
+from shardfeed.format import manifest
 from shardfeed.read.options import BATCH_SIZE, IMAGE_SIZE
 from shardfeed.training.augment_choice import choose_augment, median_short_side
 from shardfeed.training.backbones import BACKBONES, IMAGENET, imagenet_source
-from shardfeed.training.detector import DETECTOR, STRIDE
 from shardfeed.training.encoders import MULTIPLE
-from shardfeed.training.models import SEGMENTER
-from shardfeed.training.options import AUTO, DETECTION_BATCH_SIZE, DETECTION_EPOCHS, EPOCHS, TrainOptions
+from shardfeed.training.options import AUTO, EPOCHS, TrainOptions
+from shardfeed.training.tasks import Objective, objective_for
 
 SMALL_SIDE = 64
 FEW = 1_000
 MANY = 50_000
 DENSE_BACKBONE = "mobilenet_v2"  # the encoder of masks and boxes where ImageNet's weights can be had
-DENSE = {schema.SEGMENTATION: (SEGMENTER, "masks"), schema.DETECTION: (DETECTOR, "boxes")}
 
 log = logging.getLogger("shardfeed")
 
@@ -88,8 +86,9 @@ def choose_model(
     m = manifest.opened(data)
     count = m.split(split).num_records
     side = median_short_side(m, split, seed=seed)
-    if m.header.task in DENSE:
-        return _dense_model(m.header.task, side, weights, source)
+    objective = objective_for(m.header.task, m.path)
+    if objective.own_model is not None:
+        return _dense_model(objective, side, weights, source)
     if side < SMALL_SIDE:
         return ModelChoice("small_cnn", f"small images (median shorter side {side:g} px < {SMALL_SIDE})")
     backbone = _by_size(count)
@@ -105,9 +104,9 @@ def choose_model(
     return backbone
 
 
-def _dense_model(task: str, side: float, weights: str, source: Callable[[str], str | None]) -> ModelChoice:
+def _dense_model(objective: Objective, side: float, weights: str, source: Callable[[str], str | None]) -> ModelChoice:
     """The model for masks or boxes (module docstring)."""
-    own, what = DENSE[task]
+    own, what = objective.own_model or "", objective.what
     if side < SMALL_SIDE:
         return ModelChoice(own, f"{what} on small images (median shorter side {side:g} px < {SMALL_SIDE})")
     found = source(DENSE_BACKBONE) if weights == AUTO else None
@@ -136,12 +135,13 @@ def choose_image_size(data: str | manifest.Manifest, split: str, *, seed: int = 
     """The input side for training `model` on `data[split]` when none is asked for (module
     docstring): a backbone's U-Net takes multiples of 32 (training/encoders.py)."""
     m = manifest.opened(data)
-    multiple = {schema.SEGMENTATION: 8, schema.DETECTION: STRIDE}.get(m.header.task)
+    objective = objective_for(m.header.task, m.path)
+    multiple = objective.size_multiple
     if multiple is None:
         return SizeChoice(IMAGE_SIZE, "the default")
     if model in BACKBONES:
         multiple = MULTIPLE
-    what = "masks" if m.header.task == schema.SEGMENTATION else "boxes"
+    what = objective.what
     side = median_short_side(m, split, seed=seed)
     own = max(multiple, -(-int(side) // multiple) * multiple)  # rounded up to a multiple of the model's
     if own >= IMAGE_SIZE:
@@ -152,8 +152,8 @@ def choose_image_size(data: str | manifest.Manifest, split: str, *, seed: int = 
 def resolved(options: TrainOptions, data: manifest.Manifest) -> TrainOptions:
     """`options` with what was left to the data chosen from it, each choice and its reason
     logged: model='auto' (`choose_model`), no image size (`choose_image_size`, said where it
-    is not the default), no epochs or batch size (`EPOCHS`, `BATCH_SIZE`; for boxes
-    `DETECTION_EPOCHS`, `DETECTION_BATCH_SIZE`, said) and augment='auto' (`choose_augment`)."""
+    is not the default), no epochs or batch size (the task's: `EPOCHS`, `BATCH_SIZE`,
+    or its own, said: training/tasks/) and augment='auto' (`choose_augment`)."""
     split, seed = options.train_split, options.seed
     if options.model == AUTO:
         model = choose_model(data, split, seed=seed, weights=options.weights)
@@ -164,15 +164,15 @@ def resolved(options: TrainOptions, data: manifest.Manifest) -> TrainOptions:
         if size.side != IMAGE_SIZE:
             log.info("image size: %d, chosen for %s (--image-size to override)", size.side, size.reason)
         options = replace(options, image_size=size.side)
-    boxes = data.header.task == schema.DETECTION
+    objective = objective_for(data.header.task, data.path)
     if options.epochs is None:
-        if boxes:
-            log.info("epochs: %d, for boxes: a detector from random weights needs them (--epochs)", DETECTION_EPOCHS)
-        options = replace(options, epochs=DETECTION_EPOCHS if boxes else EPOCHS)
+        if objective.epochs != EPOCHS:
+            log.info("epochs: %d, %s (--epochs)", objective.epochs, objective.defaults_why)
+        options = replace(options, epochs=objective.epochs)
     if options.batch_size is None:
-        if boxes:
-            log.info("batch size: %d, for boxes: the steps a detector learns from (--batch-size)", DETECTION_BATCH_SIZE)
-        options = replace(options, batch_size=DETECTION_BATCH_SIZE if boxes else BATCH_SIZE)
+        if objective.batch_size != BATCH_SIZE:
+            log.info("batch size: %d, %s (--batch-size)", objective.batch_size, objective.defaults_why)
+        options = replace(options, batch_size=objective.batch_size)
     if options.augment == AUTO:
         choice = choose_augment(data, split, seed=seed)
         log.info("augment: %s, chosen for %s (--augment to override)", choice.preset, choice.reason)

@@ -16,12 +16,11 @@ import numpy as np
 
 from shardfeed import lazy
 from shardfeed.errors import OptionError
-from shardfeed.format.schema import CLASSIFICATION, DETECTION, SEGMENTATION
 from shardfeed.training.backbones import BACKBONES, IMAGENET, application, caffe_layer, first_line, preprocessed
 from shardfeed.training.detector import DETECTOR, build_detector, detector_class
 from shardfeed.training.encoders import pyramid_encoder, pyramid_encoder_class, unet_probabilities
 
-SEGMENTER = "small_unet"  # what a segmentation run trains (training/objectives.py)
+SEGMENTER = "small_unet"  # what a segmentation run trains (training/tasks/segmentation.py)
 MODELS = ("small_cnn", *BACKBONES, SEGMENTER, DETECTOR)
 
 
@@ -68,7 +67,7 @@ def pixel_crossentropy() -> Any:
     return PixelCrossentropy
 
 
-def build_model(
+def classifier(
     name: str,
     class_names: list[str],
     image_size: tuple[int, int],
@@ -76,61 +75,70 @@ def build_model(
     channels: int = 3,
     weights: str | None = None,
     activation: str = "softmax",
-    task: str = CLASSIFICATION,
 ) -> Any:
-    """A model for `task`: uint8 [H, W, C] in; for classes, class probabilities out (float32, also
-    under mixed precision): one distribution over the classes (softmax), or with
-    activation='sigmoid' one probability per class (multi-label).
+    """A classifier: uint8 [H, W, C] in, class probabilities out (float32, also under mixed
+    precision): one distribution over the classes (softmax), or with activation='sigmoid' one
+    probability per class (multi-label).
 
     Args:
         name: 'small_cnn' (the cats-vs-dogs recipe's CNN) or a keras.applications backbone
-            (`BACKBONES`), with its own preprocessing inside the model; 'small_unet' makes a
-            segmenter instead: class probabilities per pixel, [H, W, K]; 'retinanet' KerasHub's
-            detector (training/detector.py; not compiled: it compiles with its own losses). A
-            backbone for a segmentation or detection `task` is that model's encoder
-            (training/encoders.py).
-        weights: None or 'none' (random initialisation), 'imagenet' (Keras downloads and caches
-            them; without a network: an OptionError naming the file and where to put it), or a
-            local file: backbone weights without the top (e.g. *_notop.h5) or the whole model's.
+            (`BACKBONES`), with its own preprocessing inside the model.
+        weights: None (random initialisation), 'imagenet' or a local file (`build_model`).
 
     Raises:
-        OptionError: unknown model name; weights that cannot be had or do not fit the model.
+        OptionError: small_cnn asked for ImageNet weights; weights that do not fit the model.
     """
     keras = lazy.keras()
-    if name not in MODELS:
-        raise OptionError(f"model must be one of {list(MODELS)}, got {name!r}")
-    if task in (SEGMENTATION, DETECTION) and name not in (*BACKBONES, SEGMENTER, DETECTOR):
-        raise OptionError(f"{name} is a classifier; {task} is learned by {SEGMENTER}, {DETECTOR} or on a backbone")
-    weights = None if weights in (None, "none") else weights
-    if name == DETECTOR:
-        return build_detector(class_names, image_size, weights=weights)
-    if task == DETECTION and name in BACKBONES:
-        encoder, whole_model_file = pyramid_encoder(name, image_size, channels, weights)
-        net = build_detector(class_names, image_size, image_encoder=encoder)
-        return _with_whole_weights(net, whole_model_file, f"{name} detector", class_names, image_size, channels)
+    inputs = keras.Input((*image_size, channels), dtype="uint8", name="image")
+    if name == "small_cnn":
+        if weights == IMAGENET:
+            raise OptionError("small_cnn has no ImageNet weights; pick a keras.applications --model for them")
+        x, whole_model_file = small_cnn(keras, inputs), weights
+    else:
+        backbone, whole_model_file = application(name, image_size, weights)
+        x = backbone(preprocessed(inputs, name, channels))
+    x = keras.layers.Dense(len(class_names), name="logits")(x)
+    x = keras.layers.Activation(activation, dtype="float32", name="probabilities")(x)
+    outputs = class_names_layer()(class_names, name="class_names", dtype="float32")(x)
+    model = keras.Model(inputs, outputs, name=name)
+    return with_whole_weights(model, whole_model_file, name, class_names, image_size, channels)
+
+
+def unet(
+    name: str, class_names: list[str], image_size: tuple[int, int], *, channels: int = 3, weights: str | None = None
+) -> Any:
+    """A segmenter: uint8 [H, W, C] in, class probabilities per pixel out, [H, W, K]: the small
+    U-Net (`SEGMENTER`) or a U-Net on a keras.applications backbone's encoder
+    (training/encoders.py).
+
+    Raises:
+        OptionError: sides the U-Net cannot take; weights that cannot be had or do not fit.
+    """
+    keras = lazy.keras()
     inputs = keras.Input((*image_size, channels), dtype="uint8", name="image")
     if name == SEGMENTER:
         if image_size[0] % 8 or image_size[1] % 8:
             raise OptionError(f"{SEGMENTER} takes sides that are multiples of 8 (its 3 poolings), got {image_size}")
         return _small_unet(keras, inputs, class_names, weights)
-    if task == SEGMENTATION:  # a backbone's U-Net
-        x, whole_model_file = unet_probabilities(inputs, name, image_size, channels, weights, len(class_names))
-    else:
-        if name == "small_cnn":
-            if weights == IMAGENET:
-                raise OptionError("small_cnn has no ImageNet weights; pick a keras.applications --model for them")
-            x, whole_model_file = _small_cnn(keras, inputs), weights
-        else:
-            backbone, whole_model_file = application(name, image_size, weights)
-            x = backbone(preprocessed(inputs, name, channels))
-        x = keras.layers.Dense(len(class_names), name="logits")(x)
-        x = keras.layers.Activation(activation, dtype="float32", name="probabilities")(x)
+    x, whole_model_file = unet_probabilities(inputs, name, image_size, channels, weights, len(class_names))
     outputs = class_names_layer()(class_names, name="class_names", dtype="float32")(x)
-    model = keras.Model(inputs, outputs, name=name if task != SEGMENTATION else f"{name}_unet")
-    return _with_whole_weights(model, whole_model_file, name, class_names, image_size, channels)
+    model = keras.Model(inputs, outputs, name=f"{name}_unet")
+    return with_whole_weights(model, whole_model_file, name, class_names, image_size, channels)
 
 
-def _with_whole_weights(
+def detector(
+    name: str, class_names: list[str], image_size: tuple[int, int], *, channels: int = 3, weights: str | None = None
+) -> Any:
+    """A detector (training/detector.py), not compiled: KerasHub's RetinaNet (`DETECTOR`) on its
+    own small ResNet, or on a keras.applications backbone's pyramid (training/encoders.py)."""
+    if name == DETECTOR:
+        return build_detector(class_names, image_size, weights=weights)
+    encoder, whole_model_file = pyramid_encoder(name, image_size, channels, weights)
+    net = build_detector(class_names, image_size, image_encoder=encoder)
+    return with_whole_weights(net, whole_model_file, f"{name} detector", class_names, image_size, channels)
+
+
+def with_whole_weights(
     model: Any, file: str | None, what: str, class_names: list[str], image_size: tuple[int, int], channels: int
 ) -> Any:
     """`model` with the weights of `file` loaded into it (a whole model's weights), when given.
@@ -175,7 +183,7 @@ def _small_unet(keras: Any, inputs: Any, class_names: list[str], weights: str | 
 
 
 def _conv_block(keras: Any, x: Any, filters: int) -> Any:
-    """Two 3x3 convolutions, each with BatchNorm (momentum 0.9, as `_small_cnn`) and ReLU."""
+    """Two 3x3 convolutions, each with BatchNorm (momentum 0.9, as `small_cnn`) and ReLU."""
     for _ in range(2):
         x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
         x = keras.layers.BatchNormalization(momentum=0.9)(x)
@@ -186,7 +194,7 @@ def _conv_block(keras: Any, x: Any, filters: int) -> Any:
 SMALL_CNN_WIDTHS = (32, 64, 128, 256)  # one stage each: 3x3 convolution, BatchNorm, ReLU, 2x2 pooling
 
 
-def _small_cnn(keras: Any, inputs: Any) -> Any:
+def small_cnn(keras: Any, inputs: Any) -> Any:
     """Four stages of `SMALL_CNN_WIDTHS`, global average pooling and dropout. The fourth stage
     (256 filters, added 2026-11-29) sees the whole of a 32-px image: with three, the digits demo
     scored at scikit-learn's SVC (0.9853-0.9912 over five seeds, missing 9s written like 3s and 5s);

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from shardfeed.training.classification_metrics import MAX_PLOTTED_CLASSES
 from shardfeed.training.models import scored
 
 DEFAULT_THRESHOLD = 0.5  # a class's threshold when validation cannot choose one (no positives, or no validation)
@@ -124,3 +125,24 @@ def multi_label_metrics(
         "per_class": per_class,
         "class_names": names,
     }
+
+
+def plot_average_precision(result: dict[str, Any], path: str, split: str) -> None:
+    """A multi-label evaluation's average precision per class, as bars (classes without a
+    positive image in the split have none, and no bar)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    per_class = result["per_class"]
+    names = [n for n in result["class_names"] if per_class[n]["ap"] is not None][:MAX_PLOTTED_CLASSES]
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.35 * len(names) + 2), 3.5))
+    ax.bar(range(len(names)), [per_class[n]["ap"] for n in names], color="tab:blue")
+    ax.set_xticks(range(len(names)), names, rotation=90, fontsize=8)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("average precision")
+    ax.set_title(f"{split}: mAP {result['mAP']:.3f}" if result["mAP"] is not None else split)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -82,7 +82,7 @@ class RunRecord:
     precise_bn: bool = False  # BatchNorm statistics recomputed at the end (absent in older run.json files)
     devices: int | str = 1  # as asked (--devices); device_names: those it trained on
     device_names: list[str] | None = None
-    task: str = CLASSIFICATION  # what it learned (training/objectives.py); absent in older run.json files
+    task: str = CLASSIFICATION  # what it learned (training/tasks/); absent in older run.json files
 
     @classmethod
     def of(

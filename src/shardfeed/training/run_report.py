@@ -17,22 +17,12 @@ import os
 from dataclasses import asdict
 from typing import Any
 
-import numpy as np
-
 from shardfeed.deprecation import renamed
 from shardfeed.format import manifest
-from shardfeed.format.schema import DETECTION, MULTI_LABEL, SEGMENTATION
-from shardfeed.read.options import ReadOptions
 from shardfeed.tools import html_page as h
-from shardfeed.tools.preview import drawn_boxes
-from shardfeed.training.detection_metrics import ImageErrors, ImageObjects, image_errors, summary_line
-from shardfeed.training.detector import detections, truths
 from shardfeed.training.evaluation import evaluate
-from shardfeed.training.inputs import RunInputs
-from shardfeed.training.models import load_model, predicted
-from shardfeed.training.run_folder import AVERAGE_PRECISION, CONFUSION, LOG, MASKS_GRID, REPORT, RunFolder
-
-WORST = 16
+from shardfeed.training.run_folder import LOG, REPORT, RunFolder
+from shardfeed.training.tasks import objective_for
 
 
 @renamed(data="path")
@@ -45,7 +35,7 @@ def run_report(run_dir: str, output: str | None = None, *, path: str | None = No
     result = evaluate(run_dir, data, split=split)
     sections = [
         _curves(run_dir),
-        _per_class(result, split),
+        objective_for(record.task).per_class(result, split),
         _worst(run_dir, data, split),
         h.section("Settings", h.table(["setting", "value"], [[h.esc(k), h.esc(v)] for k, v in _settings(run_dir)])),
     ]
@@ -101,7 +91,7 @@ def plot_curves(run_dir: str, output: str) -> None:
 
 def _quality(log: dict[str, list[float]]) -> str:
     """The logged metric that says how good the model is: accuracy, or a multi-label run's
-    `auc_pr`, or a segmentation run's `mean_iou` (training/objectives.py); a detection run logs
+    `auc_pr`, or a segmentation run's `mean_iou` (training/tasks/); a detection run logs
     losses alone, of which its classification loss (`cls_logits_loss`, KerasHub's name) is the
     one beside the total worth a chart (its mAP is computed at the end, not per epoch)."""
     found = ("auc_pr", "mean_iou", "cls_logits_loss")
@@ -118,131 +108,11 @@ def _curves(run_dir: str) -> str:
     return h.section("Per epoch (train: training mode; val: inference mode)", *charts)
 
 
-def _per_class(result: dict[str, Any], split: str) -> str:
-    if "mAP@0.5" in result:
-        return _per_class_boxes(result, split)
-    if "mAP" in result:
-        return _per_class_tags(result, split)
-    if "mean_iou" in result:
-        return _per_class_masks(result, split)
-    confusion = np.array(result["confusion_matrix"])
-    names = result["class_names"]
-    rows = []
-    for i, name in enumerate(names):
-        true, predicted = confusion[i].sum(), confusion[:, i].sum()
-        recall = f"{confusion[i, i] / true:.3f}" if true else "—"
-        precision = f"{confusion[i, i] / predicted:.3f}" if predicted else "—"
-        rows.append([h.esc(name), f"{true:,}", precision, recall])
-    summary = f"{split}: {result['examples']:,} images, accuracy {result['accuracy']:.4f}, loss {result['loss']:.4f}"
-    matrix = h.png_file(os.path.join(result["output_dir"], CONFUSION))
-    table = h.table(["class", "images", "precision", "recall"], rows, (1, 2, 3))
-    undefined = any("—" in row for row in rows)
-    note = '<p class="note">—: no image predicted as that class (precision) or none in it (recall)</p>'
-    return h.section("Per class", f"<p>{h.esc(summary)}</p>", table, note if undefined else "", matrix)
-
-
-def _per_class_tags(result: dict[str, Any], split: str) -> str:
-    """A multi-label evaluation per class: images, AP, the threshold and what it gives."""
-
-    def shown(value: float | None) -> str:
-        return "—" if value is None else f"{value:.3f}"
-
-    rows = [
-        [h.esc(name), f"{c['images']:,}", shown(c["ap"]), f"{c['threshold']:.3f}"]
-        + [shown(c[k]) for k in ("precision", "recall", "f1")]
-        for name, c in result["per_class"].items()
-    ]
-    scored = shown(result["mAP"])
-    summary = f"{split}: {result['examples']:,} images, mAP {scored}, micro F1 {result['micro_f1']:.4f}"
-    table = h.table(["class", "images", "AP", "threshold", "precision", "recall", "F1"], rows, (1, 2, 3, 4, 5, 6))
-    bars = h.png_file(os.path.join(result["output_dir"], AVERAGE_PRECISION))
-    note = '<p class="note">—: no image of that class in the split (AP, recall) or none predicted (precision)</p>'
-    return h.section("Per class", f"<p>{h.esc(summary)}</p>", table, note, bars)
-
-
-def _per_class_boxes(result: dict[str, Any], split: str) -> str:
-    """A detection evaluation: COCO's figures, and each class's AP."""
-    rows = [[h.esc(name), "—" if ap is None else f"{ap:.3f}"] for name, ap in result["per_class_ap"].items()]
-    summary = f"{split}: {result['examples']:,} images, {summary_line(result)} (COCO's, pycocotools)"
-    note = '<p class="note">AP: averaged over IoU 0.5-0.95, as COCO\'s mAP; —: no object of that class</p>'
-    return h.section("Per class", f"<p>{h.esc(summary)}</p>", h.table(["class", "AP"], rows, (1,)), note)
-
-
-def _per_class_masks(result: dict[str, Any], split: str) -> str:
-    """A segmentation evaluation per class: its pixels and IoU, and images with their masks."""
-    rows = [
-        [h.esc(name), f"{result['per_class_pixels'][name]:,}", "—" if iou is None else f"{iou:.3f}"]
-        for name, iou in result["per_class_iou"].items()
-    ]
-    iou, accuracy = result["mean_iou"], result["pixel_accuracy"]
-    summary = f"{split}: {result['examples']:,} images, mean IoU {iou or 0:.4f}, pixel accuracy {accuracy or 0:.4f}"
-    table = h.table(["class", "pixels", "IoU"], rows, (1, 2))
-    grid = h.png_file(os.path.join(result["output_dir"], MASKS_GRID))
-    return h.section("Per class", f"<p>{h.esc(summary)}</p>", table, grid)
-
-
 def _worst(run_dir: str, data: str, split: str) -> str:
-    """The held-out images the model got most wrong (lowest probability of the true class)."""
+    """The held-out images the model got most wrong, as the run's task judges them."""
     folder = RunFolder(run_dir)
     record = folder.read_record()
-    if record.task == SEGMENTATION:  # the per-class section's grid shows the masks
-        return ""
-    net = load_model(folder.model_file())
-    if record.task == DETECTION:
-        return _worst_boxes(net, record.inputs(data), split, record.class_names)
-    names = record.class_names
-    found: list[tuple[float, np.ndarray, str, str, str]] = []
-    tagged = record.task == MULTI_LABEL
-    limits = np.asarray(folder.read_thresholds(names).values) if tagged else None
-    for images, labels, files in record.inputs(data).evaluation(split, read=ReadOptions(with_filenames=True)):
-        probs = predicted(net, images)
-        for i, p in enumerate(probs):
-            file = files[i].numpy().decode()
-            if limits is not None:  # the image's worst class: the score farthest from its truth
-                truth = labels[i].numpy() > 0
-                guessed = p >= limits
-                if (guessed != truth).any():
-                    said, real = (";".join(np.array(names)[m]) or "(none)" for m in (guessed, truth))
-                    found.append((1 - float(np.abs(truth - p).max()), images[i].numpy(), file, said, real))
-                continue
-            true, guess = int(labels[i]), int(np.argmax(p))
-            if guess != true:
-                found.append((float(p[true]), images[i].numpy(), file, names[guess], names[true]))
-        found = sorted(found, key=lambda x: x[0])[:WORST]
-    if not found:
-        return h.section("Worst classified", f"<p>every {h.esc(split)} image is classified correctly</p>")
-    tiles = [
-        h.figure(h.thumbnail(img), f"{file}: predicted {guess}, true {true} (p={p:.2f})")
-        for p, img, file, guess, true in found
-    ]
-    return h.section(f"Worst classified ({split})", f'<div class="grid">{"".join(tiles)}</div>')
-
-
-def _worst_boxes(net: Any, inputs: RunInputs, split: str, names: list[str]) -> str:
-    """The held-out images with the most misses and false detections at IoU 0.5 (pycocotools'
-    matching: `detection_metrics.image_errors`), each as the model saw it, once with its true
-    boxes and once with the detected ones; only the WORST worst are held."""
-    found: list[tuple[int, str, np.ndarray, ImageObjects, ImageObjects, ImageErrors]] = []
-    for images, targets, files in inputs.evaluation(split, read=ReadOptions(with_filenames=True)):
-        pixels, truth, detected = np.asarray(images), truths(images, targets), detections(net, images)
-        for i, errors in enumerate(image_errors(truth, detected, names)):
-            if errors.count:
-                found.append((-errors.count, files[i].numpy().decode(), pixels[i], truth[i], detected[i], errors))
-        found = sorted(found, key=lambda x: x[:2])[:WORST]
-    if not found:
-        return h.section("Worst detected", f"<p>every {h.esc(split)} object is found, and nothing else (IoU 0.5)</p>")
-    tiles = []
-    for _, file, image, truth_here, detected_here, errors in found:
-        for objects, said in (
-            (truth_here, "true"),
-            (detected_here, f"found: {errors.missed} missed, {errors.false} false"),
-        ):
-            tile = drawn_boxes(file, image, objects.boxes.tolist(), objects.classes.tolist(), names)
-            tiles.append(h.figure(h.thumbnail(tile.image, 160), f"{file} {said}: {tile.caption}"))
-    note = "each image twice: its true boxes, then the detected ones; misses and false detections at IoU 0.5"
-    return h.section(
-        f"Worst detected ({split})", f'<p class="note">{note}</p>', f'<div class="grid">{"".join(tiles)}</div>'
-    )
+    return objective_for(record.task).worst(folder, record.inputs(data), split, record.class_names)
 
 
 def _settings(run_dir: str) -> list[tuple[str, Any]]:

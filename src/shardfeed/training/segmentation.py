@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from shardfeed.training.objectives import IGNORED
+from shardfeed.format.schema import IGNORED_LABEL as IGNORED
 
 
 def pixel_confusion(truth: np.ndarray, scores: np.ndarray, classes: int) -> np.ndarray:
@@ -76,7 +76,7 @@ def restored_mask(guessed: np.ndarray, height: int, width: int) -> np.ndarray:
     to `height` x `width`, so that it lies on the file's pixels."""
     from PIL import Image
 
-    from shardfeed.read.boxes import letterbox_numbers
+    from shardfeed.read.targets.geometry import letterbox_numbers
 
     frame_h, frame_w, top, left = letterbox_numbers(height, width, guessed.shape[:2])
     cut = np.ascontiguousarray(guessed[top : top + frame_h, left : left + frame_w].astype(np.uint8))
@@ -126,3 +126,28 @@ def predicted_masks(
 def _present(mask: np.ndarray, names: list[str]) -> list[str]:
     """The classes a mask shows, background (0) and ignored pixels aside."""
     return [names[c] for c in np.unique(mask) if 0 < c < len(names)]
+
+
+GRID_IMAGES = 6  # images `evaluate` draws with their true and predicted masks
+
+
+def masks_scored(net: Any, ds: Any, names: list[str], total: int, grid: str) -> dict[str, Any]:
+    """A segmentation model over a split: the pixel confusion matrix, batch by batch (never
+    every probability map at once), its metrics, and the first images drawn with their masks."""
+    from tqdm import tqdm
+
+    from shardfeed.training.models import predicted
+
+    confusion = np.zeros((len(names), len(names)), np.int64)
+    shown: list[tuple[str, np.ndarray, np.ndarray | None, np.ndarray]] = []
+    examples = 0
+    with tqdm(total=total, unit="img", desc="evaluate", disable=None) as bar:
+        for images, masks in ds:
+            scores, truth = predicted(net, images), masks.numpy()
+            confusion += pixel_confusion(truth, scores, len(names))
+            for i in range(min(len(truth), GRID_IMAGES - len(shown))):
+                shown.append((f"image {examples + i}", images[i].numpy(), truth[i], scores[i].argmax(axis=-1)))
+            examples += len(truth)
+            bar.update(len(truth))
+    draw_masks(shown, names, grid)
+    return segmentation_metrics(confusion, names, examples)

@@ -1,5 +1,5 @@
 """train: fit a Keras classifier (one class per image, or several) on converted shards, with
-checkpoints, logs and resume; what it learns by task is training/objectives.py.
+checkpoints, logs and resume; what it learns by task is training/tasks/.
 
 One call of `train` is one `_TrainingRun`: it reads the manifest once, resolves the options
 against the data, and holds the data, the run folder (training/run_folder.py, which names every
@@ -16,14 +16,12 @@ from typing import Any
 from shardfeed.deprecation import renamed
 from shardfeed.errors import OptionError, SourceError, tensorflow_message
 from shardfeed.format import manifest, storage
-from shardfeed.format.schema import CLASSIFICATION, DETECTION
 from shardfeed.lazy import tensorflow
 from shardfeed.read.mixture import Mixture, open_mixture
 from shardfeed.read.options import ReadOptions
 from shardfeed.read.remote.feed import check_room
 from shardfeed.tools.bottleneck import PROBE_BATCHES, input_probe
 from shardfeed.training.batchnorm import batches_for, precise_bn_callback
-from shardfeed.training.detector import REACH_IMAGES, check_anchor_reach
 from shardfeed.training.devices import place, set_precision
 from shardfeed.training.fine_tune import (
     WHOLE,
@@ -43,13 +41,12 @@ from shardfeed.training.inference_check import (
 )
 from shardfeed.training.inputs import RunInputs
 from shardfeed.training.model_choice import resolved
-from shardfeed.training.models import build_model, load_model
-from shardfeed.training.objectives import objective_for
+from shardfeed.training.models import load_model
 from shardfeed.training.options import AUTO, TrainOptions
 from shardfeed.training.resume import fit_resumable, starting_point
 from shardfeed.training.run_folder import CURVES, LOG, MODEL, TENSORBOARD, RunFolder, RunRecord
 from shardfeed.training.run_report import plot_curves
-from shardfeed.training.task_results import task_results
+from shardfeed.training.tasks import build_model, objective_for
 
 log = logging.getLogger("shardfeed")
 
@@ -144,7 +141,7 @@ class _TrainingRun:
         """`options` with the task's model, and what was left to the data (model='auto', no
         image size, augment='auto') chosen from it (training/model_choice.py)."""
         self.manifest.split(options.train_split)  # exists, or a message listing those that do
-        if options.class_weight and self.objective.task != CLASSIFICATION:
+        if options.class_weight and not self.objective.class_weights:
             raise OptionError(
                 f"class_weight weighs each image by its one class; {self.data} holds {self.objective.task} labels"
             )
@@ -249,9 +246,9 @@ class _TrainingRun:
 
         self.keras, o = keras, self.options
         keras.utils.set_random_seed(o.seed)
-        if self.objective.task == DETECTION and not self.resume:  # a size whose objects no anchor reaches: refused
+        if not self.resume:  # data the model cannot learn from: refused before fitting
             height, width = self.record.image_size
-            check_anchor_reach(self.inputs.evaluation(o.train_split).take(-(-REACH_IMAGES // o.batch)), (height, width))
+            self.objective.check_data(self.inputs, o.train_split, o.batch, (height, width))
         precision = set_precision(keras, o)
         placement = place(o.devices)
         described = placement.describe(o.batch)
@@ -301,8 +298,7 @@ class _TrainingRun:
             "precision": precision,
             **placement.as_json(),
             "precise_bn_images": precise.images,  # 0 when off (never run) or settled
-            **task_results(
-                self.objective.task,
+            **self.objective.results(
                 net,
                 self.inputs,
                 self.manifest,
@@ -360,10 +356,7 @@ class _TrainingRun:
     def _new_model(self) -> Any:
         """A new model for the run, from its starting weights (compiled by `enter`)."""
         o, names, size = self.options, self.record.class_names, self.record.image_size
-        activation, task = self.objective.activation, self.objective.task
-        return build_model(
-            o.model, names, size, channels=o.channels, weights=self.weights, activation=activation, task=task
-        )
+        return build_model(o.model, names, size, channels=o.channels, weights=self.weights, task=self.objective.task)
 
     def enter(self, net: Any, phase: Phase, number: int, *, loaded: bool = False) -> Any:
         """`net` set up for `phase`: its trainable flags, and compiled with the phase's optimizer
