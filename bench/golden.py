@@ -8,7 +8,10 @@ and after and comparing the two JSON files:
     diff before.json after.json                                         # nothing: same bytes
 
 Conversions run through the CLI (whose flags are stable); reads through `shardfeed.load` with the
-settings users type every day, plus global order, even splits and evaluation preprocessing.
+settings users type every day, plus global order, even splits and evaluation preprocessing. Each
+annotated task (multi-label, segmentation, detection: the shapes corpora of bench/corpus.py) too:
+its shards, `load`'s batches (augmented training, evaluation, letterboxed), `grain_dataset`'s
+and `IndexedRecords`' targets, the twins a move of the task code must keep equal.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import numpy as np
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import build_corpus
+from corpus import build_corpus, build_segmentation_corpus, build_shapes_coco_corpus, build_tagged_corpus
 
 CONVERSIONS = {
     "keep": [],
@@ -95,6 +98,79 @@ def _load(shardfeed: Any, path: str, options: dict[str, Any]) -> Any:
     return shardfeed.load(path, **kwargs, read=read, decode=decode)
 
 
+TASK_CORPORA = {
+    "multi_label": (lambda root: build_tagged_corpus(root, 48), ["--multi-label"]),
+    "segmentation": (lambda root: build_segmentation_corpus(root, 48), []),
+    "detection": (lambda root: build_shapes_coco_corpus(root, 48), []),
+}
+TASK_READS: dict[str, dict[str, Any]] = {
+    "train": {"seed": 0, "training": True},
+    "eval": {"split": "validation", "training": False},
+    "letterbox": {"split": "validation", "training": False, "letterbox": True},
+}
+
+
+def _digest(batches: Any) -> str:
+    """SHA-256 of every array of `batches` (tuples and dicts of arrays, in key order)."""
+    h = hashlib.sha256()
+
+    def add(part: Any) -> None:
+        if isinstance(part, dict):
+            for key in sorted(part):
+                add(part[key])
+        elif isinstance(part, tuple | list):
+            for item in part:
+                add(item)
+        else:
+            array = np.asarray(part)
+            h.update(str((array.dtype, array.shape)).encode() + array.tobytes())
+
+    for batch in batches:
+        add(batch)
+    return h.hexdigest()
+
+
+def task_digests(work: Path) -> dict[str, Any]:
+    """Each annotated task's shards, and the batches `load` and `grain_dataset` make of them."""
+    import shardfeed
+
+    out: dict[str, Any] = {}
+    for task, (build, flags) in TASK_CORPORA.items():
+        source = Path(build(str(work / f"{task}_source")))
+        folder = work / task
+        split = ["--split", "train=0.75,validation=0.25", "--no-report"]
+        out[task] = {"shards": convert(source, folder, [*flags, *split])}
+        for name, options in TASK_READS.items():
+            decode = shardfeed.DecodeOptions(letterbox=options.get("letterbox", False))
+            ds = shardfeed.load(
+                str(folder),
+                split=options.get("split", "train"),
+                seed=options.get("seed"),
+                training=options["training"],
+                batch_size=8,
+                image_size=48,
+                decode=decode,
+            )
+            out[task][f"load_{name}"] = _digest(ds.take(3).as_numpy_iterator())
+            try:
+                grain = shardfeed.grain_dataset(
+                    str(folder),
+                    split=options.get("split", "train"),
+                    seed=options.get("seed"),
+                    training=options["training"],
+                    batch_size=8,
+                    image_size=48,
+                    letterbox=options.get("letterbox", False),
+                    num_threads=1,
+                )
+            except ImportError:
+                continue
+            out[task][f"grain_{name}"] = _digest(list(grain)[:3])
+        records = shardfeed.IndexedRecords(str(folder), "train")
+        out[task]["indexed"] = _digest(records[i] for i in range(8))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="/tmp/shardfeed-golden", help="work folder")
@@ -110,6 +186,7 @@ def main() -> None:
     for name, flags in CONVERSIONS.items():
         result[name] = convert(photos, work / name, flags)
     result["load"] = load_digests(str(work / "keep"))
+    result["tasks"] = task_digests(work)
     print(json.dumps(result, indent=1, sort_keys=True))
 
 

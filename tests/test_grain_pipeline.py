@@ -215,7 +215,7 @@ def test_the_scaled_windows_and_dct_scales_are_loads() -> None:
     import tensorflow as tf
 
     from shardfeed.read import decode, grain_batches
-    from shardfeed.read.grain_targets import View
+    from shardfeed.read.targets import View
 
     rng = np.random.default_rng(0)
     size = (56, 40)

@@ -21,22 +21,11 @@ NAMES = {"CLASSIFICATION", "SEGMENTATION", "MULTI_LABEL", "DETECTION"}
 # the registry; a module not listed may compare none.
 KNOWN = {
     "format/manifest_builder.py": 1,  # the manifest leaves out the default task
-    "read/grain_targets.py": 7,
-    "read/indexed.py": 7,
     "tools/dataset_info.py": 2,
     "tools/dataset_report.py": 1,
     "tools/foreign_scan.py": 4,
     "tools/preview.py": 5,
     "tools/verification.py": 6,
-    "training/augment_choice.py": 2,
-    "training/evaluation.py": 4,
-    "training/model_choice.py": 2,
-    "training/models.py": 4,
-    "training/objectives.py": 12,
-    "training/prediction.py": 4,
-    "training/run_report.py": 3,
-    "training/task_results.py": 3,
-    "training/trainer.py": 2,
     "write/notes.py": 2,
     "write/sources/staging.py": 2,
     "write/sources/tables.py": 3,
@@ -86,6 +75,21 @@ def test_the_counter_sees_each_form_of_comparison(tmp_path: Path) -> None:
         "d = t == 'classification'\ne = t == 'other'\n"
     )
     assert comparisons(module) == 4
+
+
+def test_every_task_has_one_objective() -> None:
+    """`train`, `evaluate`, `predict` and `report` ask training/tasks/ for each task's part."""
+    from shardfeed.training.tasks import OBJECTIVES, objective_for
+
+    assert set(OBJECTIVES) == set(TASKS)
+    assert all(objective.task == name for name, objective in OBJECTIVES.items())
+    assert objective_for(None) is OBJECTIVES[schema.CLASSIFICATION]
+    assert {o.metric: o.mode for o in OBJECTIVES.values()} == {
+        "accuracy": "max",
+        "auc_pr": "max",
+        "mean_iou": "max",
+        "loss": "min",
+    }
 
 
 def test_each_task_says_its_facts() -> None:

@@ -31,12 +31,14 @@ from shardfeed.lazy import tensorflow
 from shardfeed.read import index_pipeline, options, shard_pipeline
 from shardfeed.read import service as service_lib
 from shardfeed.read.augment import Augment, resolve_augment
-from shardfeed.read.decode import Preprocess, feature_spec, record_parser
+from shardfeed.read.decode import Preprocess
 from shardfeed.read.decoders import batch_decodable, batch_decoder, record_decoder, record_preparer
 from shardfeed.read.options import BATCH_SIZE, IMAGE_SIZE, DecodeOptions, ReadOptions, ServiceOptions
+from shardfeed.read.parsing import feature_spec, record_parser
 from shardfeed.read.plan import ReadPlan, resolve
 from shardfeed.read.raising import raising
 from shardfeed.read.shardset import DataPath
+from shardfeed.read.targets import targets_of
 
 
 def load(
@@ -105,10 +107,11 @@ def load(
         decode=decode,
     )
     augmenting = resolve_augment(augment, plan.training)
-    if plan.schema.mask_key is not None or plan.schema.objects:
+    targets = targets_of(plan.schema.task)
+    if targets.exact:
         _check_masks_follow(augmenting, decode)
-    if plan.schema.multi_hot and decode.decoder == "dali":
-        raise OptionError("decoder='dali' reads one class id per image; a multi-label folder's come with decoder='tf'")
+    if not targets.images_only and decode.decoder == "dali":
+        raise OptionError(f"decoder='dali' reads one class id per image; {targets.task} records come with decoder='tf'")
     if decode.decoder == "dali":
         from shardfeed.read.dali import dali_dataset
 
@@ -126,7 +129,10 @@ def _preprocess(plan: ReadPlan, size: tuple[int, int], augment: Augment | None, 
     service's workers (other processes) would not have loaded (the same pixels either way)."""
     if plan.service is not None:
         decode = dataclasses.replace(decode, fused_resize=False)
-    return Preprocess(size, augment, decode, whole_image=plan.schema.objects, training=plan.training)
+    targets = targets_of(plan.schema.task)
+    return Preprocess(
+        size, augment, decode, whole_image=targets.whole_image, exact=targets.exact, training=plan.training
+    )
 
 
 def _check_masks_follow(augment: Augment | None, decode: DecodeOptions) -> None:
@@ -163,7 +169,7 @@ def _stream(plan: ReadPlan, preprocess: Preprocess) -> Any:
             # filter_fn sees the record's every feature; what passes is parsed as the readers parse
             ds = ds.map(lambda record, seed: (parse(tf.expand_dims(record, 0)), tf.expand_dims(seed, 0))).unbatch()
         ds = ds.map(decoder, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
-        if plan.schema.objects:  # a different number of objects per image: padded with -1, never ragged
+        if targets_of(plan.schema.task).padded:  # a different number of objects per image: padded with -1
             ds = ds.padded_batch(
                 plan.batch_size,
                 padded_shapes=_padded_shapes(ds.element_spec, preprocess.config.max_objects),

@@ -1,8 +1,7 @@
-"""Parse records and decode images: where the JPEG is decoded (and only what is needed).
+"""Decode images: where the JPEG is decoded (and only what is needed), and the windows a target
+shares with its image (the crop window, the letterbox's frame).
 
-Records are parsed where they are read, a chunk at a time (`record_parser`: one `parse_example`
-per 64 records in the shard reader's batches, measured 1.08x `load`'s training images/s against a
-`parse_single_example` per record). Each image is then decoded on its own (mapped per record and
+Records are parsed first (read/parsing.py). Each image is then decoded on its own (mapped per record and
 fused with the batching by tf.data: a batch-wide decode with TensorFlow's ops in `map_fn` measured
 0.1-0.2 ms more CPU per image; all-JPEG folders are decoded a batch at a time by a compiled op
 instead, read/decoders.py and read/batch_decode.py, with this module's windows) by format,
@@ -13,12 +12,11 @@ the record's height/width/channels, float pixel lists (the MNIST/Estimator recip
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from shardfeed.format.schema import BOX_KEYS, OBJECT_IS_CROWD, OBJECT_LABEL, TEXT, Schema
+from shardfeed.format.schema import Schema
 from shardfeed.lazy import tensorflow
 from shardfeed.read import fused_resize
 from shardfeed.read.augment import Augment, flip_seed, flipped, photometric, random_crop_window
@@ -35,55 +33,19 @@ class Preprocess:
     image_size: tuple[int, int]
     augment: Augment | None  # None: evaluation preprocessing (the centre crop)
     config: DecodeOptions = field(default_factory=DecodeOptions)
-    whole_image: bool = False  # evaluation reads the whole image, not the centre crop (detection)
+    whole_image: bool = False  # evaluation reads the whole image, not the centre crop (`Targets.whole_image`)
+    exact: bool = False  # the window cut at full resolution, as masks and boxes are placed (`Targets.exact`)
     training: bool = False  # training batches (crowd regions left out unless config.crowd_targets)
 
 
-def feature_spec(schema: Schema) -> dict[str, Any]:
+def stored_dimensions(parsed: dict[str, Any], schema: Schema) -> tuple[Any, Any, Any]:
+    """A record's stored height, width and channels (int64 scalars; 0 where not parsed)."""
     tf = tensorflow()
-    spec: dict[str, Any] = {}
-    if schema.pixels_as_floats:
-        spec[schema.image_key] = tf.io.VarLenFeature(tf.float32)
-    else:
-        spec[schema.image_key] = tf.io.FixedLenFeature([], tf.string)
-    for key in (schema.height_key, schema.width_key, schema.channels_key):
-        if key:
-            spec[key] = tf.io.FixedLenFeature([], tf.int64, default_value=0)
-    if schema.label_names:
-        spec[TEXT] = tf.io.FixedLenFeature([], tf.string, default_value="")
-    elif schema.label_key and schema.multi_hot:
-        spec[schema.label_key] = tf.io.VarLenFeature(tf.int64)
-    elif schema.label_key:
-        spec[schema.label_key] = tf.io.FixedLenFeature([], tf.int64)
-    if schema.filename_key:
-        spec[schema.filename_key] = tf.io.FixedLenFeature([], tf.string, default_value="")
-    if schema.mask_key:
-        spec[schema.mask_key] = tf.io.FixedLenFeature([], tf.string)
-    if schema.objects:
-        spec |= {key: tf.io.VarLenFeature(tf.float32) for key in BOX_KEYS}
-        spec[OBJECT_LABEL] = tf.io.VarLenFeature(tf.int64)
-        spec[OBJECT_IS_CROWD] = tf.io.VarLenFeature(tf.int64)
-    return spec
-
-
-def parsed_schema(schema: Schema) -> Schema:
-    """The schema records are parsed with: for all-JPEG shards without the dimensions, which only
-    serve raw-pixel records (fewer features make each parse cheaper)."""
-    if schema.all_jpeg and not schema.objects:  # boxes are placed with the stored image's size
-        return dataclasses.replace(schema, height_key=None, width_key=None, channels_key=None)
-    return schema
-
-
-def record_parser(schema: Schema) -> Callable[[Any], Any]:
-    """A function (serialized records [N]) -> the features `record_decoder` reads, each [N, ...]; a
-    list feature (boxes, multi-label ids, float pixels) ragged, so that each record, unbatched,
-    has its own values as a dense 1-D tensor."""
-    tf = tensorflow()
-    spec = {
-        key: tf.io.RaggedFeature(feature.dtype) if isinstance(feature, tf.io.VarLenFeature) else feature
-        for key, feature in feature_spec(parsed_schema(schema)).items()
-    }
-    return tf.autograph.experimental.do_not_convert(lambda serialized: tf.io.parse_example(serialized, spec))
+    zero = tf.constant(0, tf.int64)
+    height, width, channels = (
+        parsed[k] if k else zero for k in (schema.height_key, schema.width_key, schema.channels_key)
+    )
+    return height, width, channels
 
 
 def decode_one(
@@ -188,7 +150,7 @@ def may_scale(schema: Schema, options: Preprocess) -> bool:
     images have a shorter side of twice the output or more (the manifest's side histogram), else
     when the longest side allows it (older manifests), or when nothing is known (foreign files).
     """
-    if not options.config.dct_scaling or schema.mask_key is not None or schema.objects:  # cut at full resolution
+    if not options.config.dct_scaling or options.exact:  # cut at full resolution
         return False
     need = 2 * min(options.image_size)
     if schema.short_sides is not None:

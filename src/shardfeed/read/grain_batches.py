@@ -10,7 +10,7 @@ threads or in a Grain worker (read/grain_pipeline.py says what a batch holds).
                    resize, so `load`'s values); what it cannot take (other formats, letterboxes,
                    antialiasing, a JPEG its libjpeg refuses, or no library) one record at a time
     targets        each record's boxes, mask or labels placed as its view of the image
-                   (read/grain_targets.py)
+                   (read/targets/)
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ from shardfeed import lazy
 from shardfeed.format.image_format import sniff_format
 from shardfeed.read import window_decode
 from shardfeed.read.augment import Augment
-from shardfeed.read.grain_targets import Targets, View
 from shardfeed.read.indexed import IndexedRecords
 from shardfeed.read.options import FAST_DCT
 from shardfeed.read.order import global_order, record_uniforms
+from shardfeed.read.targets import Placing, Targets, View
+from shardfeed.read.targets.geometry import letterbox_numbers
 
 CROP_FRACTION = 0.875  # the evaluation centre crop, as `DecodeOptions.crop_fraction`
 CROP_TRIES = 10  # random-resized crop attempts before the whole image, as TensorFlow's sampler
@@ -51,7 +52,8 @@ class Batches:
     training: bool
     augment: Augment | None
     steps: int
-    targets: Targets
+    targets: Targets  # the task's (read/targets/)
+    placing: Placing  # how they are placed: the decode options, min_visible, crowds
 
     def __call__(self, number: int) -> tuple[np.ndarray, Any]:
         epoch, step = divmod(int(number), self.steps)
@@ -64,9 +66,9 @@ class Batches:
         views = [self._view(data, iter(randoms[row])) for row, (data, _) in enumerate(encoded)]
         for row in self._batch_decoded([data for data, _ in encoded], views, images):
             self._pixels(encoded[row][0], views[row], images[row])
-        return images, self.targets.batched(
-            [self.targets.placed(t, view) for (_, t), view in zip(encoded, views, strict=True)]
-        )
+        placing = self.placing
+        placed = [self.targets.placed(t, view, placing) for (_, t), view in zip(encoded, views, strict=True)]
+        return images, self.targets.batched(placed, placing)
 
     def _view(self, data: bytes, draws: Iterator[float]) -> View:
         """How one record's image is made: its crop (random when augmenting), where the picture
@@ -75,14 +77,21 @@ class Batches:
         height, width = _image_size(data)
         if self.augment is not None and self.augment.crop:
             window = _random_window(height, width, draws, self.augment)
-        elif self.targets.whole_image:
+        elif self.targets.whole_image or self.placing.decode.letterbox:  # every object in view; a whole letterbox
             window = (0, 0, height, width)
         else:
             side = max(1, int(min(height, width) * (CROP_FRACTION if not self.training else 1.0)))
             window = ((height - side) // 2, (width - side) // 2, side, side)
-        frame = self.targets.frame(window, self.size, self.augment)
+        frame = self._frame(window)
         flipped = self.augment is not None and self.augment.flip and next(draws) < 0.5
         return View((height, width), window, frame, self.size, flipped)
+
+    def _frame(self, window: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+        """Where the window's picture lies in the output: all of it, or letterboxed (asked for,
+        and not randomly cropped)."""
+        if self.placing.decode.letterbox and (self.augment is None or not self.augment.crop):
+            return letterbox_numbers(window[2], window[3], self.size)
+        return (*self.size, 0, 0)
 
     def _batch_decoded(self, data: list[bytes], views: list[View], images: np.ndarray) -> list[int]:
         """Decodes the batch's JPEGs that fill their output (not letterboxed, no antialiasing)
@@ -94,7 +103,7 @@ class Batches:
         rows = [
             row
             for row, view in enumerate(views)
-            if view.frame == whole and not self.targets.decode.antialias and sniff_format(data[row]) == "jpeg"
+            if view.frame == whole and not self.placing.decode.antialias and sniff_format(data[row]) == "jpeg"
         ]
         if not rows:
             return list(range(len(views)))
@@ -103,7 +112,7 @@ class Batches:
         every = len(rows) == len(views)
         out = images if every else np.empty((len(rows), *images.shape[1:]), np.uint8)
         ok = window_decode.decode_resize(
-            [data[row] for row in rows], windows, ratios, flips, out, self.targets.decode.dct_method in FAST_DCT
+            [data[row] for row in rows], windows, ratios, flips, out, self.placing.decode.dct_method in FAST_DCT
         )
         if ok is None:
             return list(range(len(views)))
@@ -117,10 +126,10 @@ class Batches:
         resized (or letterboxed), maybe flipped, one record at a time (`_batch_decoded`'s
         leftovers: other formats, letterboxes, antialiasing, JPEGs its libjpeg refuses)."""
         cut = _decoded_window(data, view, exact=self.targets.exact)
-        plain = view.frame == (*self.size, 0, 0) and not self.targets.decode.antialias
+        plain = view.frame == (*self.size, 0, 0) and not self.placing.decode.antialias
         if plain and window_decode.resize_into(cut, out, view.flipped):  # load's fused resize and flip
             return
-        _resize_into(cut, view.frame, out, antialias=self.targets.decode.antialias)
+        _resize_into(cut, view.frame, out, antialias=self.placing.decode.antialias)
         if view.flipped:
             _cv2().flip(out, 1, dst=out)  # in place, in C (NumPy's reversed copy of 3-byte pixels is ~6x slower)
 

@@ -5,7 +5,7 @@
 
 Each element is one batch, (uint8 images [B, H, W, 3], int32 labels [B]) — or, beyond one
 label, what `load` yields beside the images (boxes and labels padded with -1, masks, k-hot
-vectors: read/grain_targets.py), moved with the pixels — made by a Grain `MapDataset` over
+vectors: read/targets/), moved with the pixels — made by a Grain `MapDataset` over
 global batch numbers: batch g is step g % steps of epoch g // steps, so
 
     order          each epoch reads `order.global_order(N, seed, epoch)`, the permutation `load`'s
@@ -57,10 +57,10 @@ from shardfeed import lazy
 from shardfeed.errors import OptionError
 from shardfeed.read.augment import Augment, resolve_augment
 from shardfeed.read.grain_batches import Batches
-from shardfeed.read.grain_targets import Targets
 from shardfeed.read.indexed import IndexedRecords
 from shardfeed.read.options import BATCH_SIZE, IMAGE_SIZE, DecodeOptions, ReadOptions
 from shardfeed.read.plan import resolve
+from shardfeed.read.targets import Placing, targets_of
 
 
 def grain_dataset(
@@ -87,7 +87,7 @@ def grain_dataset(
     starting at (start_epoch, start_step); `.steps_per_epoch` tells Keras the epoch's length.
     `num_workers` > 0 makes the batches in that many worker processes (`num_threads` threads
     each); a many-core host wants about one per core. `letterbox`, `bounding_box_format`,
-    `max_objects`, `antialias` and `crowd_targets` are `DecodeOptions`' (read/grain_targets.py:
+    `max_objects`, `antialias` and `crowd_targets` are `DecodeOptions`' (read/targets/:
     what each task's batches hold).
 
     The read is resolved by the same plan as `load` and `steps_per_epoch` (read/plan.py): the
@@ -127,8 +127,9 @@ def grain_dataset(
         crowd_targets=crowd_targets,
     )
     least = augmenting.min_visible if augmenting is not None and augmenting.crop else 0.0
-    targets = Targets(records.manifest.header.task, decode, least, drop_crowd=plan.training and not crowd_targets)
-    make = Batches(records, batch_size, size, plan.base_seed, plan.training, augmenting, steps, targets)  # type: ignore[arg-type]
+    targets = targets_of(records.manifest.header.task)
+    placing = Placing(decode, least, drop_crowd=plan.training and not crowd_targets)
+    make = Batches(records, batch_size, size, plan.base_seed, plan.training, augmenting, steps, targets, placing)  # type: ignore[arg-type]
     ds = grain.MapDataset.range(first, last).map(make)
     ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=2 * num_threads))
     if num_workers:

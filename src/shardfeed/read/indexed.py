@@ -29,14 +29,15 @@ import numpy as np
 
 from shardfeed.errors import CorruptRecordError, OptionError
 from shardfeed.format import fileio, manifest, schema, tfrecord
-from shardfeed.format.annotations import read_objects
 from shardfeed.format.example_proto import parse_example
+from shardfeed.format.tasks import task_of
 from shardfeed.read import shardset
 from shardfeed.read.options import ReadOptions
 from shardfeed.read.order import GlobalOrderSampler
 from shardfeed.read.pixels import decode_image
 from shardfeed.read.remote.cache import ShardCache
 from shardfeed.read.remote.feed import WAIT_FOR_ROOM, remote_shards
+from shardfeed.read.targets import targets_of
 
 
 class IndexedRecords:
@@ -67,7 +68,9 @@ class IndexedRecords:
         cache: ShardCache | None = None,
     ) -> None:
         self.manifest = manifest.opened(path)
-        self._task = self.manifest.header.task  # asked per record: read once
+        spec = task_of(self.manifest.header.task)  # asked per record: read once
+        self._one_label, self._targets = spec.one_label, targets_of(spec)
+        self._classes = len(self.manifest.labels or [])
         self._label_offset = self.manifest.label_offset
         if self.manifest.compression == "gzip":
             raise OptionError(
@@ -177,11 +180,11 @@ class IndexedRecords:
     def encoded(self, index: int) -> tuple[bytes, Any]:
         """Record `index`'s stored image bytes and class id (beyond one label: its `target`),
         from one parse."""
-        if self._task == schema.CLASSIFICATION and self._keys_are_ours:  # the two features alone
+        if self._one_label and self._keys_are_ours:  # the two features alone
             example = self.example(index, (schema.ENCODED, schema.LABEL))
             return example[schema.ENCODED], self._class_id(example, index)
         example = self._ours(self.example(index))
-        if self._task != schema.CLASSIFICATION:
+        if not self._one_label:
             return example[schema.ENCODED], self.target(example)
         return example[schema.ENCODED], self._class_id(example, index)
 
@@ -195,9 +198,9 @@ class IndexedRecords:
         return self._class_id(self._ours(self.example(index)), index)
 
     def _class_id(self, example: dict[str, Any], index: int) -> int:
-        if self._task != schema.CLASSIFICATION:
+        if not self._one_label:
             raise OptionError(
-                f"record {index} of {self.manifest.path} holds {self._task} labels, not one class id: "
+                f"record {index} of {self.manifest.path} holds {self._targets.task} labels, not one class id: "
                 f"read example({index})"
             )
         return int(example[schema.LABEL]) - self._label_offset
@@ -227,34 +230,16 @@ class IndexedRecords:
         """(uint8 image HWC, target): the class id (-1 unlabeled), or what the task holds
         (`target`)."""
         example = self._ours(example)
-        if self._task != schema.CLASSIFICATION:
-            return decode_image(example), self.target(example)
-        label = example.get(schema.LABEL)
-        return decode_image(example), -1 if label is None else int(label) - self.manifest.label_offset
+        return decode_image(example), self.target(example)
 
     def target(self, example: dict[str, Any]) -> Any:
         """What a parsed record holds beside its image, as `load` gives it (before any crop):
         detection {"boxes": float32 [N, 4] (xmin, ymin, xmax, ymax) in pixels of the stored
         image, "labels": int64 [N], "is_crowd": bool [N] (COCO's crowd regions, which training
         batches leave out: `DecodeOptions.crowd_targets`)}; segmentation the mask, uint8 [H, W] class ids (255:
-        ignored); multi-label k-hot float32 [K]; else the class id."""
-        offset = self.manifest.label_offset
-        if self._task == schema.DETECTION:
-            wrapped = {k: v if isinstance(v, list) else [v] for k, v in example.items()}
-            width, height = int(example[schema.WIDTH]), int(example[schema.HEIGHT])
-            objects = read_objects(wrapped, width=width, height=height, label_offset=offset)
-            return {"boxes": objects.boxes, "labels": objects.classes, "is_crowd": objects.is_crowd}
-        if self._task == schema.SEGMENTATION:
-            from PIL import Image
-
-            with Image.open(io.BytesIO(example[schema.SEGMENTATION_MASK])) as mask:
-                return np.asarray(mask, np.uint8)
-        if self._task == schema.MULTI_LABEL:
-            ids = example.get(schema.LABEL, [])
-            k_hot = np.zeros(len(self.manifest.labels or []), np.float32)
-            k_hot[np.asarray(ids if isinstance(ids, list) else [ids], np.int64) - offset] = 1.0
-            return k_hot
-        return int(example[schema.LABEL]) - offset
+        ignored); multi-label k-hot float32 [K]; else the class id (-1: unlabeled). Each task's is
+        read/targets/'s `Targets.raw`."""
+        return self._targets.raw(example, self._label_offset, self._classes)
 
     def as_torch(self) -> IndexedRecords:
         """This object: it already has the `__len__`/`__getitem__` a torch Dataset (or a Grain

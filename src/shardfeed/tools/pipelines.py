@@ -293,7 +293,7 @@ def _parsed(records: Any, schema: Schema) -> Any:
     """Batches of records parsed with the features `load` parses (for JPEG shards: the image
     bytes and the label); the image bytes."""
     tf = tensorflow()
-    from shardfeed.read.decode import feature_spec, parsed_schema
+    from shardfeed.read.parsing import feature_spec, parsed_schema
 
     schema = parsed_schema(schema)
     features = feature_spec(schema)
@@ -332,9 +332,9 @@ def _memory_records(spec: PipelineSpec) -> Any:
     order, seeds per epoch and hand-off."""
     tf = tensorflow()
     from shardfeed.read import shardset
-    from shardfeed.read.decode import record_parser
     from shardfeed.read.decoders import batch_decodable, batch_decoder, record_decoder, record_preparer
     from shardfeed.read.indexed import IndexedRecords
+    from shardfeed.read.parsing import record_parser
 
     records = IndexedRecords(spec.path, split=spec.split)
     serialized = [records.record(i) for i in range(min(len(records), IN_MEMORY))]

@@ -1,16 +1,30 @@
-"""Box geometry shared by `load` (TensorFlow tensors) and `grain_dataset` (NumPy arrays).
+"""The geometry a target shares with its image, for `load` (TensorFlow tensors) and
+`grain_dataset` (NumPy arrays).
 
-Both place a detection record's boxes by the same arithmetic, so the two feeds give the same
-coordinates for the same crop window and flip: here are KerasHub's box formats made from pixel
-edges, and where a letterboxed image lies in its output (`tf.image.resize_with_pad`'s numbers).
-The functions use only arithmetic, so they take either kind of array.
+Both place a record's targets by the same arithmetic, so the two feeds give the same values for
+the same crop window and flip: here are KerasHub's box formats made from pixel edges, where a
+letterboxed image lies in its output (`tf.image.resize_with_pad`'s numbers), and `View`, how one
+output image was made from its stored image. The functions use only arithmetic, so they take
+either kind of array.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class View:
+    """How one output image was made from its stored image."""
+
+    shape: tuple[int, int]  # the stored image's (height, width)
+    window: tuple[int, int, int, int]  # the cut: top, left, height, width, in its pixels
+    frame: tuple[int, int, int, int]  # the picture in the output: height, width, top, left
+    size: tuple[int, int]  # the output's (height, width)
+    flipped: bool
 
 
 def box_columns(x0: Any, y0: Any, x1: Any, y1: Any, name: str, size: tuple[float, float]) -> tuple[Any, ...]:
