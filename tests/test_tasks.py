@@ -1,11 +1,11 @@
-"""A task is a type (format/tasks.py): its facts in one registry, and a ratchet on the modules
-that still compare task names instead of asking it (issue 80: 105 such comparisons in 33 modules
-when it was filed; each move to the registry lowers a count here, and no count may grow)."""
+"""A task is a type: its data facts in format/tasks.py (`TASKS`), its targets in read/targets/
+(`TARGETS`), its objective in training/tasks/ (`OBJECTIVES`), and a fitness test in the style of
+tests/test_layout.py: no other module compares a task name (issue 80: 105 such comparisons in 33
+modules when it was filed), so a new task is a module in each of those three places."""
 
 from __future__ import annotations
 
 import ast
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -17,19 +17,7 @@ from shardfeed.format.tasks import TASKS, task_of
 
 SRC = Path(shardfeed.__file__).parent
 NAMES = {"CLASSIFICATION", "SEGMENTATION", "MULTI_LABEL", "DETECTION"}
-# Modules that still compare task names, and how often: lower a count when a comparison moves to
-# the registry; a module not listed may compare none.
-KNOWN = {
-    "format/manifest_builder.py": 1,  # the manifest leaves out the default task
-    "tools/dataset_info.py": 2,
-    "tools/dataset_report.py": 1,
-    "tools/foreign_scan.py": 4,
-    "tools/preview.py": 5,
-    "tools/verification.py": 6,
-    "write/notes.py": 2,
-    "write/sources/staging.py": 2,
-    "write/sources/tables.py": 3,
-}
+REGISTRIES = ("format/tasks.py", "read/targets/", "training/tasks/")  # where a task's name may decide
 
 
 def _is_task(node: ast.AST) -> bool:
@@ -53,18 +41,27 @@ def comparisons(path: Path) -> int:
     return found
 
 
-def test_no_module_compares_task_names_more_than_it_did() -> None:
-    counted = Counter(
-        {
-            rel: n
-            for path in sorted(SRC.rglob("*.py"))
-            if (rel := path.relative_to(SRC).as_posix()) != "format/tasks.py" and (n := comparisons(path))
-        }
+def test_no_module_outside_the_registries_compares_task_names() -> None:
+    """A stage asks the registries (a TaskSpec's facts, its Targets, its Objective) what a task
+    does; comparing its name is how 105 branches in 33 modules came about."""
+    found = {
+        rel: n
+        for path in sorted(SRC.rglob("*.py"))
+        if not (rel := path.relative_to(SRC).as_posix()).startswith(REGISTRIES) and (n := comparisons(path))
+    }
+    assert found == {}, (
+        f"ask format/tasks.py, read/targets/ or training/tasks/ instead of comparing task names: {found}"
     )
-    grown = {rel: (n, KNOWN.get(rel, 0)) for rel, n in counted.items() if n > KNOWN.get(rel, 0)}
-    assert grown == {}, f"ask format/tasks.py instead of comparing task names (now, allowed): {grown}"
-    lowered = {rel: (counted.get(rel, 0), n) for rel, n in KNOWN.items() if counted.get(rel, 0) < n}
-    assert lowered == {}, f"fewer comparisons than KNOWN says (now, listed): lower KNOWN to match: {lowered}"
+
+
+def test_every_task_has_its_targets() -> None:
+    """`load`, `grain_dataset` and `IndexedRecords` ask read/targets/ for each task's part."""
+    from shardfeed.read.targets import TARGETS, targets_of
+
+    assert set(TARGETS) == set(TASKS)
+    assert all(targets.task == name for name, targets in TARGETS.items())
+    assert targets_of(None) is TARGETS[schema.CLASSIFICATION] and targets_of(TASKS[schema.DETECTION]).padded
+    assert {name for name, t in TARGETS.items() if t.exact} == {schema.SEGMENTATION, schema.DETECTION}
 
 
 def test_the_counter_sees_each_form_of_comparison(tmp_path: Path) -> None:

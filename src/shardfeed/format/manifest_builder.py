@@ -26,7 +26,7 @@ from typing import Any
 
 from shardfeed.format import layout
 from shardfeed.format.annotations import COCO_SIZES
-from shardfeed.format.schema import CLASSIFICATION
+from shardfeed.format.tasks import DEFAULT_TASK
 from shardfeed.version import __version__
 
 FORMAT_NAME = "shardfeed"
@@ -200,7 +200,7 @@ class Header:
     features: Mapping[str, str]
     schema: Mapping[str, Any] | None = None
     label_range: tuple[int, int] | None = None
-    task: str = CLASSIFICATION
+    task: str = DEFAULT_TASK
 
     @classmethod
     def of_manifest(cls, data: Mapping[str, Any]) -> Header:
@@ -214,7 +214,7 @@ class Header:
             data.get("features", {}),
             data.get("schema"),
             (found[0], found[1]) if found else None,
-            data.get("task", CLASSIFICATION),
+            data.get("task", DEFAULT_TASK),
         )
 
     def fields(self) -> dict[str, Any]:
@@ -230,7 +230,7 @@ class Header:
             out["schema"] = dict(self.schema)
         if self.label_range is not None:
             out["label_range"] = list(self.label_range)
-        if self.task != CLASSIFICATION:
+        if self.task != DEFAULT_TASK:  # left out: what a manifest without one holds
             out["task"] = self.task
         return out
 

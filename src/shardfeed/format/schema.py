@@ -178,7 +178,8 @@ FOREIGN_KEY_NAMES = tuple(f.name for f in dataclasses.fields(ForeignKeys))  # al
 @dataclass(frozen=True)
 class Schema:
     """Which features hold the image and the label (ours by default: the ImageNet keys), and the
-    reading hints a folder's manifest gives (its task, its classes, its images' formats)."""
+    reading hints a folder's manifest gives (its task, its classes, its images' formats). What a
+    task's records hold beside the image is read/targets/' (`targets_of(schema.task)`)."""
 
     image_key: str = ENCODED
     label_key: str | None = LABEL
@@ -194,21 +195,6 @@ class Schema:
     label_names: tuple[str, ...] | None = None  # label = index of image/class/text in these (a mixture's map)
     task: TaskSpec | None = None  # what the records hold beside the image (format/tasks.py); None: one class id
     num_classes: int | None = None  # the folder's classes (a multi-label record's k-hot length)
-
-    @property
-    def mask_key(self) -> str | None:
-        """The segmentation mask (a PNG of class ids) read beside the image instead of a label, or None."""
-        return SEGMENTATION_MASK if self.task is not None and self.task.target == "mask" else None
-
-    @property
-    def multi_hot(self) -> int | None:
-        """The k-hot length a multi-label record's list of ids is read as, or None (one id)."""
-        return self.num_classes if self.task is not None and self.task.target == "ids" else None
-
-    @property
-    def objects(self) -> bool:
-        """Whether boxes and their classes (detection) are read instead of a label."""
-        return self.task is not None and self.task.target == "objects"
 
     @property
     def is_ours(self) -> bool:

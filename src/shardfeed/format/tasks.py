@@ -18,13 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from shardfeed.errors import ManifestError
 from shardfeed.format import schema
+from shardfeed.format.annotations import stored_objects_problem
 from shardfeed.format.schema import CLASSIFICATION, DETECTION, MULTI_LABEL, SEGMENTATION
 
 Target = Literal["id", "ids", "mask", "objects"]  # TaskSpec.target
+DEFAULT_TASK = CLASSIFICATION  # a manifest without `task` holds it
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class TaskSpec:
             detection record's image/object/class/text), None where there is none.
         balance: how `ReadOptions(balance='class')` samples it: 'class' by each image's one class,
             'objects' by repeat factors of its objects' classes (LVIS'); None: not at all.
+        mask_feature: the feature holding a PNG of class ids a pixel (segmentation), or None.
     """
 
     name: str
@@ -53,12 +56,32 @@ class TaskSpec:
     list_features: frozenset[str] = frozenset()
     text_key: str | None = schema.TEXT
     balance: Literal["class", "objects"] | None = None
+    mask_feature: str | None = None
 
     @property
     def one_label(self) -> bool:
         """Whether each image has one class id in image/class/label (a renamed label key, a
         `--schema` preset, class-balanced sampling by it and a per-image label apply)."""
         return self.target == "id"
+
+    @property
+    def objects(self) -> bool:
+        """Whether each image holds objects: boxes with a class each (COCO's sizes, instance
+        counts, boxes drawn)."""
+        return self.target == "objects"
+
+    def record_problem(self, features: Mapping[str, list[Any]], classes: int, offset: int) -> str | None:
+        """What is wrong with a stored record's labels beyond one class id (`verify`), or None:
+        a multi-label record's ids not in 0..K-1, a detection record's objects
+        (`annotations.stored_objects_problem`). One class id and a mask's pixels are checked by
+        `verify` itself (the label map; the mask decoded)."""
+        if self.target == "ids":
+            ids = [int(v) - offset for v in features.get(schema.LABEL, [])]
+            if not ids or not all(0 <= i < classes for i in ids):
+                return f"labels {ids} are not ids in 0..{classes - 1}"
+        if self.objects:
+            return stored_objects_problem(features, classes, offset)
+        return None
 
     def feature_types(self, labelled: bool, keys: schema.Schema | None = None) -> dict[str, str]:
         """The manifest's `features` entry: record key -> type (the image and label under
@@ -82,7 +105,7 @@ TASKS: dict[str, TaskSpec] = {
             {schema.LABEL: "int64", schema.TEXT: "bytes"},
             list_features=frozenset({schema.LABEL, schema.TEXT}),
         ),
-        TaskSpec(SEGMENTATION, "mask", schema.SEGMENTATION_TYPES, text_key=None),
+        TaskSpec(SEGMENTATION, "mask", schema.SEGMENTATION_TYPES, text_key=None, mask_feature=schema.SEGMENTATION_MASK),
         TaskSpec(
             DETECTION,
             "objects",
@@ -103,7 +126,7 @@ def task_of(name: str | None) -> TaskSpec:
     Raises:
         ManifestError: a task this version does not know.
     """
-    spec = TASKS.get(name or CLASSIFICATION)
+    spec = TASKS.get(name or DEFAULT_TASK)
     if spec is None:
         raise ManifestError(f"task {name!r} is not one this shardfeed knows ({', '.join(TASKS)})")
     return spec

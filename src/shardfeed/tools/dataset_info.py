@@ -15,6 +15,7 @@ from shardfeed.errors import OptionError, SourceError
 from shardfeed.format import manifest, schema, tfrecord
 from shardfeed.format.example_proto import parse_example
 from shardfeed.format.schema import FOREIGN_KEY_NAMES, ForeignKeys
+from shardfeed.format.tasks import task_of
 from shardfeed.read import shardset as reader
 from shardfeed.read.sampling import sample_examples
 from shardfeed.write.notes import non_jpeg_note
@@ -98,9 +99,10 @@ def _image_stats(m: manifest.Manifest, split: str, sample: int, seed: int) -> di
     heights, widths, formats, channels = [], [], Counter[str](), Counter[int]()
     together: Counter[str] = Counter()  # multi-label: pairs of classes on one image
     coverage: Counter[int] = Counter()  # segmentation: mask pixels per class id (255: ignored)
+    mask_feature = task_of(m.header.task).mask_feature
     for f in sample_examples(m, split, sample, seed):
-        if m.header.task == schema.SEGMENTATION:
-            coverage.update(_mask_pixels(f[schema.SEGMENTATION_MASK]))
+        if mask_feature is not None:
+            coverage.update(_mask_pixels(f[mask_feature]))
         heights.append(int(f.get(schema.HEIGHT, 0)))
         widths.append(int(f.get(schema.WIDTH, 0)))
         formats[f.get(schema.FORMAT, b"?").decode()] += 1
@@ -257,8 +259,9 @@ def _label_lines(data: dict[str, Any]) -> list[str]:
             f"  adopted from {_setting(source['path'])}: image in {keys.get('image_key')!r}, "
             f"label in {keys.get('label_key')!r}"
         )
-    if data.get("task") == schema.SEGMENTATION:
-        lines.append(f"  task: segmentation, masks of class ids 0..{len(data['labels'] or []) - 1} (255: ignored)")
+    spec = task_of(data.get("task"))
+    if spec.mask_feature is not None:
+        lines.append(f"  task: {spec.name}, masks of class ids 0..{len(data['labels'] or []) - 1} (255: ignored)")
     elif data["labels"] is not None:
         offset = data["label_offset"]
         stored = data.get("label_range") or [offset, offset + len(data["labels"]) - 1]

@@ -17,6 +17,7 @@ from collections import defaultdict
 from typing import Any
 
 from shardfeed.format import confinement, fileio, image_limits, layout, manifest, schema
+from shardfeed.format.tasks import task_of
 from shardfeed.read.sampling import sample_examples
 from shardfeed.tools import html_page as h
 from shardfeed.tools.preview import annotated
@@ -167,7 +168,7 @@ def _samples(m: manifest.Manifest, sample: list[dict[str, Any]]) -> str:
 
 
 def _class_of(example: dict[str, Any], m: manifest.Manifest) -> str:
-    if m.labels and m.header.task == schema.DETECTION:  # its first object's class
+    if m.labels and task_of(m.header.task).objects:  # its first object's class
         labels = example.get(schema.OBJECT_LABEL, [])
         ids: list[int] = labels if isinstance(labels, list) else [labels]
         return m.labels[int(ids[0]) - m.label_offset] if ids else "(no objects)"

@@ -18,6 +18,7 @@ from shardfeed.format.confinement import text_refusal
 from shardfeed.format.example_proto import parse_example
 from shardfeed.format.image_format import sniff_format
 from shardfeed.format.schema import ForeignKeys, Schema
+from shardfeed.format.tasks import task_of
 from shardfeed.parallel import WorkerPool
 
 MAX_PROBLEMS = 20  # damaged records listed per shard (the rest counted)
@@ -121,10 +122,10 @@ def schema_and_task(files: list[str], compression: str | None, options: AdoptOpt
     firsts = _first_records(files, compression)
     # objects in any file's first record: a split of images without objects may have been
     # written without the object keys (a test split the OD API refused as lacking image/class/label)
-    path, record = next(((f, r) for f, r in firsts if records_task(r) == schema.DETECTION), firsts[0])
+    path, record = next(((f, r) for f, r in firsts if task_of(records_task(r)).objects), firsts[0])
     label_key = options.keys.label_key
     task = schema.CLASSIFICATION if label_key else records_task(record)
-    if label_key is None and task == schema.DETECTION:
+    if label_key is None and task_of(task).objects:
         label_key = ""  # its classes are per object
     return schema.foreign_schema(record, path, options.keys.image_key, label_key), task
 
@@ -197,7 +198,7 @@ def _scan_record(task: ShardTask, scan: ShardScan, data: bytes, offset: int) -> 
         kind = "float pixels" if keys.pixels_as_floats else "encoded image bytes"
         _problem(scan, f"{where}: feature {keys.image_key!r} is {schema.describe(image or [])}, not {kind}")
         return
-    if task.task == schema.DETECTION:
+    if task_of(task.task).objects:
         if problem := _objects(scan, features, task.label_offset, where):
             _problem(scan, f"{where}: {problem}")
             return
@@ -220,7 +221,7 @@ def _scan_record(task: ShardTask, scan: ShardScan, data: bytes, offset: int) -> 
     if size is not None:
         scan.max_side = max(scan.max_side, *size)
         scan.short_sides[manifest.side_bucket(min(size))] += 1
-        if task.task == schema.DETECTION:  # each object's COCO size, in pixels of this image
+        if task_of(task.task).objects:  # each object's COCO size, in pixels of this image
             columns = [features.get(k, []) for k in schema.BOX_KEYS]
             for x0, y0, x1, y1 in zip(*columns, strict=True):
                 area = (x1 - x0) * size[0] * (y1 - y0) * size[1]

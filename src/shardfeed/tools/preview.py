@@ -15,6 +15,7 @@ import numpy as np
 
 from shardfeed.errors import OptionError
 from shardfeed.format import manifest, schema
+from shardfeed.format.tasks import task_of
 from shardfeed.read.augment import Augment
 from shardfeed.read.options import ReadOptions
 from shardfeed.read.pixels import decode_image, to_rgb
@@ -54,9 +55,10 @@ def annotated(example: dict[str, Any], m: manifest.Manifest) -> Tile:
     over it, captioned with its classes (its file name for unlabeled data)."""
     key = example.get(schema.FILENAME, b"").decode(errors="replace")
     image = to_rgb(decode_image(example))
-    if m.header.task == schema.SEGMENTATION:
-        return _overlaid(key, image, example, m.labels or [])
-    if m.header.task == schema.DETECTION:
+    spec = task_of(m.header.task)
+    if spec.mask_feature is not None:
+        return _overlaid(key, image, example[spec.mask_feature], m.labels or [])
+    if spec.objects:
         return _boxed(key, image, example, m)
     return Tile(key, _caption(example, key, m), image)
 
@@ -68,13 +70,13 @@ def _caption(example: dict[str, Any], key: str, m: manifest.Manifest) -> str:
     return schema.class_text(example, m.labels, m.label_offset)
 
 
-def _overlaid(key: str, image: np.ndarray, example: dict[str, Any], names: list[str]) -> Tile:
-    """A segmentation record's image with its mask over it (`tinted`)."""
+def _overlaid(key: str, image: np.ndarray, mask: bytes, names: list[str]) -> Tile:
+    """A segmentation record's image with its stored mask (a PNG) over it (`tinted`)."""
     import io
 
     from PIL import Image
 
-    return tinted(key, image, np.asarray(Image.open(io.BytesIO(example[schema.SEGMENTATION_MASK]))), names)
+    return tinted(key, image, np.asarray(Image.open(io.BytesIO(mask))), names)
 
 
 def tinted(key: str, image: np.ndarray, mask: np.ndarray, names: list[str]) -> Tile:
@@ -169,16 +171,16 @@ def _augmented_tiles(
     )
     batch = next(iter(ds))
     images, labels = batch if isinstance(batch, tuple) else (batch, None)
-    names, task = m.labels or [], m.header.task
+    names, spec = m.labels or [], task_of(m.header.task)
     out = []
     for i in range(int(images.shape[0])):
         image = to_rgb(images[i].numpy())
-        if task == schema.DETECTION:  # the boxes as augmentation moved them
+        if spec.objects:  # the boxes as augmentation moved them
             boxes, classes = labels["boxes"][i].numpy().tolist(), labels["labels"][i].numpy().tolist()
             out.append(drawn_boxes("", image, boxes, classes, names))
-        elif task == schema.SEGMENTATION:
+        elif spec.mask_feature is not None:
             out.append(tinted("", image, labels[i].numpy(), names))
-        elif task == schema.MULTI_LABEL:
+        elif not spec.one_label:  # a k-hot vector
             out.append(Tile("", ", ".join(names[c] for c in np.flatnonzero(labels[i].numpy())), image))
         else:
             out.append(Tile("", names[int(labels[i])] if labels is not None and names else "", image))

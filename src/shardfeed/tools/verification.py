@@ -22,9 +22,9 @@ from typing import Any, BinaryIO, cast
 
 from shardfeed.deprecation import renamed
 from shardfeed.format import fileio, layout, manifest, schema, tfrecord
-from shardfeed.format.annotations import stored_objects_problem
 from shardfeed.format.example_proto import parse_example
 from shardfeed.format.schema import ForeignKeys
+from shardfeed.format.tasks import DEFAULT_TASK, task_of
 from shardfeed.parallel import WorkerPool
 from shardfeed.read import foreign
 from shardfeed.read.shardset import is_converted_folder
@@ -104,7 +104,7 @@ class _ShardTask:
     label_offset: int
     decode: bool
     keys: schema.Schema
-    task: str = schema.CLASSIFICATION  # what each record holds of `labels`: one, a list, a mask, objects
+    task: str = DEFAULT_TASK  # what each record holds of `labels`: one, a list, a mask, objects (format/tasks.py)
 
 
 @dataclass
@@ -205,7 +205,7 @@ def _count_problems(
                 )
             )
         expected = Counter(m.split(split).class_counts)
-        if m.labels is not None and m.header.task == schema.CLASSIFICATION and counts[split] != expected:
+        if m.labels is not None and task_of(m.header.task).one_label and counts[split] != expected:
             problems.append(
                 Problem(
                     f"split {split!r}: class counts {dict(counts[split])} differ from the manifest's {dict(expected)}"
@@ -295,18 +295,14 @@ def verify_shard(task: _ShardTask) -> _ShardOutcome:
 
 
 def _beyond_one_label(task: _ShardTask, features: dict[str, list[Any]]) -> str | None:
-    """What is wrong with a record's multi-label ids, objects or mask (decoded when `task.decode`), or None."""
-    classes = len(task.labels or [])
-    if task.task == schema.MULTI_LABEL:
-        ids = [int(v) - task.label_offset for v in features.get(schema.LABEL, [])]
-        if not ids or not all(0 <= i < classes for i in ids):
-            return f"labels {ids} are not ids in 0..{classes - 1}"
-    if task.task == schema.DETECTION:
-        return stored_objects_problem(features, classes, task.label_offset)
-    if task.task == schema.SEGMENTATION and task.decode:
+    """What is wrong with a record's multi-label ids or objects (the task's `record_problem`), or
+    its mask (decoded when `task.decode`), or None."""
+    spec, classes = task_of(task.task), len(task.labels or [])
+    if problem := spec.record_problem(features, classes, task.label_offset):
+        return problem
+    if spec.mask_feature is not None and task.decode:
         height, width = (int((features.get(k) or [0])[0]) for k in (schema.HEIGHT, schema.WIDTH))
-        mask = (features.get(schema.SEGMENTATION_MASK) or [None])[0]
-        return check_stored_mask(mask, height, width, classes)
+        return check_stored_mask((features.get(spec.mask_feature) or [None])[0], height, width, classes)
     return None
 
 
@@ -327,7 +323,7 @@ def _check_record(task: _ShardTask, index: int, record: bytes, out: _ShardOutcom
         return
     if one(schema.SHA256) not in (None, hashlib.sha256(image).hexdigest().encode()):
         out.problems.append(Problem(f"image bytes do not match {schema.SHA256}", task.file, index))
-    if task.labels is not None and task.task == schema.CLASSIFICATION:
+    if task.labels is not None and task_of(task.task).one_label:
         label, text = one(schema.LABEL), one(schema.TEXT)
         if label is None or not 0 <= label - task.label_offset < len(task.labels):
             out.problems.append(
@@ -350,7 +346,7 @@ def _check_record(task: _ShardTask, index: int, record: bytes, out: _ShardOutcom
             out.class_counts[name] += 1
     if problem := _beyond_one_label(task, features):
         out.problems.append(Problem(problem, task.file, index))
-    elif task.task == schema.DETECTION and task.labels is not None:
+    elif task_of(task.task).objects and task.labels is not None:
         stored = features.get(schema.OBJECT_LABEL, [])  # one below the offset is no class (adopt reports it)
         out.instance_counts.update(task.labels[v - task.label_offset] for v in stored if v >= task.label_offset)
     if task.decode:

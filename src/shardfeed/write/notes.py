@@ -7,17 +7,19 @@ from collections import Counter
 from typing import Any
 
 from shardfeed.format import layout, manifest, schema
+from shardfeed.format.tasks import task_of
 
 
 def label_base_lines(m: manifest.Manifest) -> list[str]:
     """The label base written, said once: readers disagree on it (docs/interop.md has the table),
     and a reader with the other base shifts every label without an error."""
-    if m.header.task == schema.SEGMENTATION:
+    spec = task_of(m.header.task)
+    if spec.mask_feature is not None:
         return [
-            f"  masks: {schema.SEGMENTATION_MASK} holds class ids 0..{len(m.labels or []) - 1} per pixel (255: "
+            f"  masks: {spec.mask_feature} holds class ids 0..{len(m.labels or []) - 1} per pixel (255: "
             "ignored), as Model Garden's segmentation decoder reads them"
         ]
-    if m.header.task == schema.DETECTION:
+    if spec.objects:
         first, boxes = m.label_offset, schema.BOX_XMIN.rsplit("/", 1)[0]
         ids = f"{schema.OBJECT_LABEL} holds class ids {first}..{first + len(m.labels or []) - 1}"
         if first == 0:

@@ -38,7 +38,8 @@ from shardfeed.errors import SourceError
 from shardfeed.format import confinement, fileio, layout
 from shardfeed.format.annotations import SourceObjects
 from shardfeed.format.folder_lock import process_alive
-from shardfeed.format.schema import CLASSIFICATION, DETECTION
+from shardfeed.format.schema import CLASSIFICATION
+from shardfeed.format.tasks import task_of
 from shardfeed.write.items import Discovery, Item, file_item
 
 LISTING = "listing.json"
@@ -112,7 +113,7 @@ class Staged:
             spans = {key: (os.path.join(self.folder, name), at, size) for key, (name, at, size) in found.spans.items()}
             return in_place_discovery(kind, root, dataclasses.replace(found, spans=spans), base=self.folder)
         items = [file_item(self.folder, key, label, split) for key, label, split in found.images]
-        if found.task == DETECTION:
+        if task_of(found.task).objects:
             items = [dataclasses.replace(i, objects=SourceObjects.of_json(found.objects[i.key])) for i in items]
         return Discovery(kind, root, items, self.folder, found.class_names, found.skipped, found.presplit, found.task)
 
@@ -195,6 +196,6 @@ def in_place_discovery(kind: str, root: str, found: Extracted, base: str | None 
     items = []
     for key, label, split in found.images:
         span = found.spans[key]
-        objects = SourceObjects.of_json(found.objects[key]) if found.task == DETECTION else None
+        objects = SourceObjects.of_json(found.objects[key]) if task_of(found.task).objects else None
         items.append(Item(key, label, split, span[2], mtime_ns=mtimes[span[0]], objects=objects, span=span))
     return Discovery(kind, root, items, base or root, found.class_names, found.skipped, found.presplit, found.task)

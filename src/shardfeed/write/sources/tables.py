@@ -38,6 +38,7 @@ from shardfeed.format import confinement, fileio, image_limits, storage
 from shardfeed.format.annotations import SourceObjects, key_number
 from shardfeed.format.image_format import sniff_format
 from shardfeed.format.schema import DETECTION
+from shardfeed.format.tasks import task_of
 from shardfeed.write.items import Discovery
 from shardfeed.write.sources import table_objects, table_rows
 from shardfeed.write.sources.staging import Extracted, Staged, Writer, in_place_discovery
@@ -168,10 +169,10 @@ class TableSource:
             for row, (value, label_value) in enumerate(rows):
                 where = f"{rel} row {row}"
                 key_base = f"{rel}/{row:07d}"  # the table and row: how report.json and image/filename name it
-                if found.task == DETECTION:  # source_id: a number from the row's key
+                if task_of(found.task).objects:  # source_id: a number from the row's key
                     label_value = table_objects.row_objects(label_value, key_number(key_base))
                 self._stage_row(found, writer, names, where, key_base, split, value, label_value, label)
-        if found.task == DETECTION:
+        if task_of(found.task).objects:
             top = max((c for o in found.objects.values() for c in o["classes"]), default=0)
             found.class_names = found.class_names or _id_names(top, f"{label}.category")
             return found
@@ -226,7 +227,7 @@ class TableSource:
         if not data:
             found.skipped.append((where, "no image in the row (empty or null)"))
             return
-        if isinstance(label_value, str) and found.task == DETECTION:
+        if isinstance(label_value, str) and task_of(found.task).objects:
             found.skipped.append((where, f"{label_value} (column {label_column!r})"))
             return
         if label_column is not None and label_value is None:
