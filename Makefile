@@ -6,8 +6,8 @@ STAMP := $(VENV)/.installed
 # CPU TensorFlow by default; GPU users: make install EXTRAS=gpu,dev,docs (see README).
 EXTRAS ?= cpu,dev,docs
 # load's fused resize op and grain_dataset's crop-window JPEG decoder, compiled once into ~/.cache/shardfeed/ops
-# (src/shardfeed/read/native_build.py); where one cannot be built, a warning, and its pure path runs
-FUSED_RESIZE := SHARDFEED_QUIET_TF=1 $(PY) -c "from shardfeed.read import batch_decode, fused_resize, window_decode; fused_resize.available(); window_decode.available(); batch_decode.available()"
+# (src/shardfeed/read/native/build.py); where one cannot be built, a warning, and its pure path runs
+FUSED_RESIZE := SHARDFEED_QUIET_TF=1 $(PY) -c "from shardfeed.read.native import batch_decode, fused_resize, window_decode; fused_resize.available(); window_decode.available(); batch_decode.available()"
 
 .PHONY: install demo demo-detection test test-quick lint typecheck docs bench clean dali
 

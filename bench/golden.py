@@ -148,7 +148,7 @@ def task_digests(work: Path) -> dict[str, Any]:
                 seed=options.get("seed"),
                 training=options["training"],
                 batch_size=8,
-                image_size=48,
+                image_size=(40, 56),  # not square: a letterbox pads, boxes and masks move into its frame
                 decode=decode,
             )
             out[task][f"load_{name}"] = _digest(ds.take(3).as_numpy_iterator())
@@ -159,7 +159,7 @@ def task_digests(work: Path) -> dict[str, Any]:
                     seed=options.get("seed"),
                     training=options["training"],
                     batch_size=8,
-                    image_size=48,
+                    image_size=(40, 56),
                     letterbox=options.get("letterbox", False),
                     num_threads=1,
                 )

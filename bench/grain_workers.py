@@ -52,7 +52,7 @@ def main() -> None:
     from bench.gpu_feed import _tf_data_batches
     from shardfeed.format import manifest
     from shardfeed.read.augment import Augment
-    from shardfeed.read.grain_pipeline import grain_dataset
+    from shardfeed.read.grain.pipeline import grain_dataset
 
     detection = manifest.read(args.data).header.task == "detection"
 

@@ -29,7 +29,7 @@ from bench.corpus import hostile_images
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 PHOTO_NAMES = ("astronaut", "coffee", "chelsea", "rocket")
-# libjpeg's headers, which grain_dataset's crop-window decoder is compiled against (read/window_decode.py)
+# libjpeg's headers, which grain_dataset's crop-window decoder is compiled against (read/native/window_decode.py)
 JPEG_HEADERS = any(Path(folder, "jpeglib.h").is_file() for folder in ("/usr/include", "/usr/local/include"))
 
 

@@ -1,4 +1,4 @@
-"""`load`'s batch decode op (read/batch_decode.py): a batch's JPEGs decoded, resized and flipped
+"""`load`'s batch decode op (read/native/batch_decode.py): a batch's JPEGs decoded, resized and flipped
 into the batch give TensorFlow's `decode_and_crop_jpeg` then the fused resize, value for value,
 at every DCT ratio, chroma layout, channel count and DCT method; a JPEG libjpeg refuses takes
 TensorFlow's ops (decoded, or failing, as before); `load` gives the same batches with and without."""
@@ -14,10 +14,10 @@ from conftest import JPEG_HEADERS, crops, photos
 from PIL import Image
 
 from shardfeed import ConvertOptions, DecodeOptions, convert, load
-from shardfeed.read import batch_decode, fused_resize
 from shardfeed.read.augment import Augment
-from shardfeed.read.decode import Preprocess
-from shardfeed.read.decoders import batch_decodable, batch_decoder
+from shardfeed.read.decode.image import Preprocess
+from shardfeed.read.decode.mapped import batch_decodable, batch_decoder
+from shardfeed.read.native import batch_decode, fused_resize
 from shardfeed.read.options import FAST_DCT
 
 pytestmark = pytest.mark.skipif(
@@ -157,12 +157,12 @@ def test_load_gives_the_same_batches_by_batch_and_by_record(jpeg_shards: Path) -
 
 @pytest.mark.parametrize("dct_method", ["INTEGER_ACCURATE", "INTEGER_FAST", ""])
 def test_grains_batch_decoder_gives_the_ops_values(dct_method: str) -> None:
-    """`grain_dataset`'s ctypes call of the same loop (read/window_decode.py, built without
+    """`grain_dataset`'s ctypes call of the same loop (read/native/window_decode.py, built without
     TensorFlow) on the op's random windows, ratios and flips: every value the op's (which the
     test above holds to TensorFlow's); a CMYK JPEG among them is not ok, its image zeros."""
     import tensorflow as tf
 
-    from shardfeed.read import window_decode
+    from shardfeed.read.native import window_decode
 
     rng = np.random.default_rng(7)
     options = Preprocess((56, 72), None, DecodeOptions(dct_method=dct_method))
@@ -190,7 +190,7 @@ def test_grains_resize_of_a_cut_gives_the_fused_resize_ops_values() -> None:
     apart), flipped or not, up and down: the fused resize op's values."""
     import tensorflow as tf
 
-    from shardfeed.read import window_decode
+    from shardfeed.read.native import window_decode
 
     photo = photos()["astronaut"]
     rng = np.random.default_rng(3)

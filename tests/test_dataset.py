@@ -484,7 +484,7 @@ def test_the_side_histogram_decides_whether_the_dct_scale_choice_is_built() -> N
     tenth of the images or more can decode scaled; older manifests fall back on the longest side,
     foreign files (nothing known) always build it."""
     from shardfeed.format.schema import Schema
-    from shardfeed.read.decode import Preprocess, may_scale
+    from shardfeed.read.decode.image import Preprocess, may_scale
 
     def built(schema: Schema, size: int = 224, scaling: bool = True) -> bool:
         return may_scale(schema, Preprocess((size, size), None, DecodeOptions(dct_scaling=scaling)))

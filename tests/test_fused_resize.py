@@ -15,8 +15,8 @@ import pytest
 from conftest import photos
 
 from shardfeed import DecodeOptions, load
-from shardfeed.read import fused_resize
 from shardfeed.read.augment import Augment
+from shardfeed.read.native import fused_resize
 
 pytestmark = [
     pytest.mark.slow,
@@ -128,7 +128,7 @@ def _use_the_op(cache: Path, compiler: str) -> subprocess.CompletedProcess[str]:
     script = textwrap.dedent(
         """
         import numpy as np, tensorflow as tf
-        from shardfeed.read import fused_resize
+        from shardfeed.read.native import fused_resize
         out = fused_resize.resize_flip(tf.zeros([5, 7, 3], tf.uint8), (3, 4), tf.constant(False))
         print("result:", None if out is None else out.shape)
         """
@@ -183,7 +183,7 @@ def test_no_compiler_falls_back_with_one_warning(tmp_path: Path) -> None:
 def test_processes_starting_together_build_once_and_later_ones_load_it(tmp_path: Path) -> None:
     compiler, calls = _logging_compiler(tmp_path, f'exec {shutil.which("c++")} "$@"')
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "CXX": compiler, "SHARDFEED_QUIET_TF": "1"}
-    script = "import tensorflow as tf; from shardfeed.read import fused_resize as f; "
+    script = "import tensorflow as tf; from shardfeed.read.native import fused_resize as f; "
     script += "print('result:', f.resize_flip(tf.zeros([5, 7, 3], tf.uint8), (3, 4), tf.constant(True)).shape)"
     both = [
         subprocess.Popen(
@@ -206,7 +206,7 @@ def test_a_new_build_removes_the_cache_folders_nothing_has_used_for_30_days(
 ) -> None:
     """Builds of older sources or TensorFlows, and old failures, go when a new build is made, once
     no process has loaded them for `STALE_DAYS`; a library loaded since is kept (loading marks it)."""
-    from shardfeed.read import native_build
+    from shardfeed.read.native import build as native_build
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     ops = tmp_path / "cache" / "shardfeed" / "ops"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from shardfeed import ConvertOptions, IndexedRecords, ReadOptions, convert, grain_dataset, load
-from shardfeed.read import window_decode
+from shardfeed.read.native import window_decode
 from shardfeed.read.order import global_order
 
 pytest.importorskip("grain")
@@ -85,7 +85,7 @@ def test_evaluation_pixels_are_loads(data: Path, antialias: bool) -> None:
     """The centre crops, resized as `load` resizes them (bilinear, half-pixel centres; Pillow's
     widened filter as TensorFlow's `antialias=True`), are `load`'s pixels (TensorFlow's decoder
     and resize, computed independently): exactly, where the compiled batch decoder decodes them
-    (read/window_decode.py); with antialiasing (decoded whole by simplejpeg, resized by Pillow)
+    (read/native/window_decode.py); with antialiasing (decoded whole by simplejpeg, resized by Pillow)
     but for rounding: libjpeg-turbo's chroma upsampling differs by a few levels at colour edges
     between the two builds, Pillow's weights are fixed point. A window one pixel off, or a row
     left unwritten, is tens of levels on average."""
@@ -210,11 +210,14 @@ def test_keras_fits_it_without_tensorflow(backend: str, workers: int, data: Path
 
 @pytest.mark.slow
 def test_the_scaled_windows_and_dct_scales_are_loads() -> None:
-    """grain's window at the DCT scale (`grain_batches.scaled_window`) is `load`'s (`dct_index`,
-    `scaled_window`, TensorFlow's arithmetic) for windows of every size, place and image."""
+    """grain's window at the DCT scale (`grain.batches.scaled_view`, Python ints) is `load`'s
+    (read/geometry.py over TensorFlow's ops, as read/decode/ calls it) for windows of every size,
+    place and image; the scale is the largest of 1/8, 1/4, 1/2 that keeps the window at least
+    the output's size (counted here independently)."""
     import tensorflow as tf
 
-    from shardfeed.read import decode, grain_batches
+    from shardfeed.read.geometry import DCT_SCALES, dct_index, scaled_window, tf_ops
+    from shardfeed.read.grain.batches import scaled_view
     from shardfeed.read.targets import View
 
     rng = np.random.default_rng(0)
@@ -223,9 +226,11 @@ def test_the_scaled_windows_and_dct_scales_are_loads() -> None:
         shape = (int(rng.integers(1, 1200)), int(rng.integers(1, 1200)))
         h, w = int(rng.integers(1, shape[0] + 1)), int(rng.integers(1, shape[1] + 1))
         window = (int(rng.integers(0, shape[0] - h + 1)), int(rng.integers(0, shape[1] - w + 1)), h, w)
-        ours, ratio = grain_batches.scaled_window(View(shape, window, (*size, 0, 0), size, False), exact=False)
-        theirs = decode.DCT_SCALES[int(decode.dct_index(tf.constant(window), size))]
-        assert ratio == theirs, (shape, window)
-        expected = decode.scaled_window(tf.constant(window), tf.constant([*shape, 3]), tf.constant(ratio))
-        assert ours == tuple(expected.numpy().tolist()), (shape, window, ratio)
-        assert grain_batches.scaled_window(View(shape, window, (*size, 0, 0), size, False), exact=True) == (window, 1)
+        ours, ratio = scaled_view(View(shape, window, (*size, 0, 0), size, False), exact=False)
+        assert ratio == next(s for s in (8, 4, 2, 1) if s == 1 or (h // s >= size[0] and w // s >= size[1]))
+        window_t = tf.constant(window)
+        assert ratio == DCT_SCALES[int(dct_index(window_t[2], window_t[3], size, tf_ops()))], (shape, window)
+        theirs = tf.stack(scaled_window(window_t, tf.constant([*shape, 3]), tf.constant(ratio), tf_ops()))
+        assert ours == tuple(theirs.numpy().tolist()), (shape, window, ratio)
+        assert all(isinstance(v, int) for v in ours)
+        assert scaled_view(View(shape, window, (*size, 0, 0), size, False), exact=True) == (window, 1)

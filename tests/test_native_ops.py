@@ -19,7 +19,7 @@ import pytest
 pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None, reason="no C++ compiler")
 
 ASK = (
-    "from shardfeed.read import native_build, window_decode\n"
+    "from shardfeed.read.native import build as native_build, window_decode\n"
     "print('available', window_decode.available())\n"
     "print('status', native_build.status()['window_decode.so'])\n"
 )
@@ -75,7 +75,7 @@ def test_the_key_holds_the_libjpeg_version_the_headers_declare(tmp_path: Path) -
     """A build against no jpeglib.h failed and was never tried again once the headers were
     installed: the key now holds the version the preprocessor reads, so it changes with them.
     The version is checked against jconfig.h/jpeglib.h read here as text."""
-    from shardfeed.read import native_build
+    from shardfeed.read.native import build as native_build
 
     compiler = shutil.which(os.environ.get("CXX", "c++")) or "c++"
     found = native_build._libjpeg_version(compiler)

@@ -127,7 +127,7 @@ def test_the_fused_resize_op_builds_from_the_wheels_sources(user_env: Path, tmp_
     """The ops' C and C++ sources ship in the wheel and compile against the user's TensorFlow
     (the batch decode op also against the system's libjpeg, where its headers are)."""
     probe = (
-        "import tensorflow as tf; from shardfeed.read import batch_decode, fused_resize as f; "
+        "import tensorflow as tf; from shardfeed.read.native import batch_decode, fused_resize as f; "
         "print('shape', f.resize_flip(tf.zeros([5, 7, 3], tf.uint8), (2, 3), tf.constant(True)).shape); "
         "print('batch op', batch_decode.available())"
     )
@@ -228,7 +228,7 @@ import shardfeed
 ds = shardfeed.grain_dataset(sys.argv[1], batch_size=4, image_size=32, seed=0)
 shapes = {(x.shape, x.dtype.name, y.shape) for x, y in ds}
 print(sorted(shapes), ds.steps_per_epoch, "tensorflow" in sys.modules)
-from shardfeed.read import window_decode  # its C source ships in the wheel: the key reads it
+from shardfeed.read.native import window_decode  # its C source ships in the wheel: the key reads it
 print("window decoder", window_decode.available())
 """
 

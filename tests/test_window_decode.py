@@ -1,4 +1,4 @@
-"""grain_dataset's crop-window JPEG decoder (read/window_decode.py): the window's pixels are the
+"""grain_dataset's crop-window JPEG decoder (read/native/window_decode.py): the window's pixels are the
 whole decode's, value for value, at every DCT scale and chroma layout; a JPEG libjpeg refuses
 falls back to the whole decode; without the library the batches are within a level."""
 
@@ -16,7 +16,7 @@ import simplejpeg
 from conftest import JPEG_HEADERS, photos
 from PIL import Image
 
-from shardfeed.read import window_decode
+from shardfeed.read.native import window_decode
 
 needs_decoder = pytest.mark.skipif(
     not JPEG_HEADERS and not window_decode.available(), reason="no libjpeg headers (jpeglib.h) on this machine"
@@ -93,7 +93,7 @@ def test_a_jpeg_libjpeg_refuses_or_warns_about_is_left_to_the_whole_decode() -> 
 BATCHES = """
 import numpy as np, sys
 from shardfeed import grain_dataset
-from shardfeed.read import window_decode
+from shardfeed.read.native import window_decode
 ds = grain_dataset(sys.argv[1], batch_size=8, image_size=(48, 40), seed=5, epochs=2, num_threads=2)
 print("decoder:", window_decode.available())
 np.save(sys.argv[2], np.concatenate([images for images, _ in ds]))

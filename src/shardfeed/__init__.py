@@ -34,7 +34,7 @@ from shardfeed.format.schema import ForeignKeys as ForeignKeys
 from shardfeed.read.augment import Augment as Augment
 from shardfeed.read.dataset import load as load
 from shardfeed.read.dataset import steps_per_epoch as steps_per_epoch
-from shardfeed.read.grain_pipeline import grain_dataset as grain_dataset
+from shardfeed.read.grain.pipeline import grain_dataset as grain_dataset
 from shardfeed.read.indexed import IndexedRecords as IndexedRecords
 from shardfeed.read.mixture import Mixture as Mixture
 from shardfeed.read.options import DecodeOptions as DecodeOptions

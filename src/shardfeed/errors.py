@@ -78,7 +78,7 @@ class MissingDependencyError(ShardfeedError, ImportError):
 
 
 class NativeOpError(ShardfeedError, RuntimeError):
-    """A native library that SHARDFEED_NATIVE=require asks for cannot be had (read/native_build.py);
+    """A native library that SHARDFEED_NATIVE=require asks for cannot be had (read/native/build.py);
     the message says why."""
 
 

@@ -109,7 +109,7 @@ def flip_seed(seed: Any) -> Any:
 def flipped(seed: Any) -> Any:
     """Whether a record is mirrored (a bool tensor): the draw `tf.image.stateless_random_flip_left_right`
     makes with `flip_seed(seed)` (a uniform below 0.5), for what is flipped without that op: boxes,
-    the fused resize (read/fused_resize.py)."""
+    the fused resize (read/native/fused_resize.py)."""
     tf = tensorflow()
     return tf.random.stateless_uniform([], seed=flip_seed(seed)) < 0.5
 

@@ -31,10 +31,10 @@ from shardfeed.lazy import tensorflow
 from shardfeed.read import index_pipeline, options, shard_pipeline
 from shardfeed.read import service as service_lib
 from shardfeed.read.augment import Augment, resolve_augment
-from shardfeed.read.decode import Preprocess
-from shardfeed.read.decoders import batch_decodable, batch_decoder, record_decoder, record_preparer
+from shardfeed.read.decode.image import Preprocess
+from shardfeed.read.decode.mapped import batch_decodable, batch_decoder, record_decoder, record_preparer
+from shardfeed.read.decode.parsing import feature_spec, record_parser
 from shardfeed.read.options import BATCH_SIZE, IMAGE_SIZE, DecodeOptions, ReadOptions, ServiceOptions
-from shardfeed.read.parsing import feature_spec, record_parser
 from shardfeed.read.plan import ReadPlan, resolve
 from shardfeed.read.raising import raising
 from shardfeed.read.shardset import DataPath
@@ -178,7 +178,7 @@ def _stream(plan: ReadPlan, preprocess: Preprocess) -> Any:
             )
         else:
             ds = ds.batch(plan.batch_size, drop_remainder=plan.drop_remainder)
-        if by_batch:  # the batch's JPEGs decoded into it by one op (read/batch_decode.py)
+        if by_batch:  # the batch's JPEGs decoded into it by one op (read/native/batch_decode.py)
             ds = ds.map(batch_decoder(preprocess), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
         if map_fn is not None:
             ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)

@@ -251,20 +251,20 @@ class DecodeOptions:
             always decode at full resolution.
         fused_resize: with dtype 'uint8', no antialiasing, no letterbox and no photometric
             augmentation (the default training and evaluation feeds), resize, round and flip in
-            one compiled TensorFlow op (read/fused_resize.py), built once per TensorFlow with the
+            one compiled TensorFlow op (read/native/fused_resize.py), built once per TensorFlow with the
             machine's C++ compiler: the same pixels, bit for bit, as TensorFlow's ops at about a
             fifth of their CPU (0.06 against ~0.30 ms a 224 px image). Where it cannot be
             built or loaded (one warning) and with a tf.data service (its workers would need the
             op), TensorFlow's ops. False: never built.
         batch_decode: where the fused resize applies and every record is a JPEG without masks
             or boxes, each batch's JPEGs decoded (the crop window only), resized and flipped into
-            the batch by one compiled op (read/batch_decode.py, the system's libjpeg) instead of
+            the batch by one compiled op (read/native/batch_decode.py, the system's libjpeg) instead of
             TensorFlow's ops record by record: the same pixels, bit for bit, for less CPU. Where
             it cannot be built or loaded (one warning), record by record. False: never built.
         map_fn: applied to each decoded batch, (images, labels) -> (images, labels) (unlabeled:
             images -> images); with `ReadOptions(with_filenames=True)` the file names pass by it
             unchanged.
-        decoder: 'tf' (default: TensorFlow on the CPU, read/decode.py) or 'dali' (NVIDIA DALI,
+        decoder: 'tf' (default: TensorFlow on the CPU, read/decode/image.py) or 'dali' (NVIDIA DALI,
             read/dali.py: nvJPEG on a GPU, for hosts whose CPUs cannot decode fast enough;
             `make dali` installs it).
         device: with decoder='dali': 'gpu' (default) or 'cpu' (DALI's CPU decoder: tests, hosts

@@ -52,7 +52,7 @@ def global_order(num_records: int, seed: int, epoch: int) -> np.ndarray:
 
 def record_uniforms(seed: int, epoch: int, positions: np.ndarray, count: int) -> np.ndarray:
     """[len(positions), count] numbers in [0, 1): a pure function of (seed, epoch, position), the
-    per-record randomness of the TensorFlow-free pipeline (read/grain_pipeline.py); a hash, so
+    per-record randomness of the TensorFlow-free pipeline (read/grain/pipeline.py); a hash, so
     drawing them costs no generator per record."""
     keys: np.ndarray = positions.astype(np.uint64)[:, None] * np.uint64(count) + np.arange(count, dtype=np.uint64)
     hashed = _splitmix64(np.bitwise_xor(keys, _epoch_salt(seed, epoch, 0xA06)))

@@ -56,11 +56,11 @@ def bench(
 
     Returns:
         {'shardfeed': Throughput dict, 'settings': ..., and with compare_folder
-         'keras_folder', 'decode_ceiling' (each with best/median images/s and CPU ms per image)
-         and 'ratios' (shardfeed / baseline: by median, best, CPU per image and, with 2+
-         rounds, paired round by round; > 1 is faster); with model, 'model' (its images/s and
-         the cores for 0.95), 'feeds' (each pipeline's images/s as a share of the model's) and
-         'verdict'; with the DALI feed, 'dali' and 'gpu_decode' (its verdict)}.
+            'keras_folder', 'decode_ceiling' (each with best/median images/s and CPU ms per image)
+            and 'ratios' (shardfeed / baseline: by median, best, CPU per image and, with 2+
+            rounds, paired round by round; > 1 is faster); with model, 'model' (its images/s and
+            the cores for 0.95), 'feeds' (each pipeline's images/s as a share of the model's) and
+            'verdict'; with the DALI feed, 'dali' and 'gpu_decode' (its verdict)}.
     """
     read, decode = read or ReadOptions(), decode or DecodeOptions()
     size = options.image_size(image_size)

@@ -2,14 +2,15 @@
 where and against what, and what runs instead of those that are not (DeepSpeed's `ds_report`
 is the anchor).
 
-The three libraries (read/native_build.py builds them): `load`'s fused resize op and its JPEG
+The three libraries (read/native/build.py builds them): `load`'s fused resize op and its JPEG
 batch decode op, `grain_dataset`'s crop-window JPEG decoder. Asking builds those not built yet
 (once per machine), unless SHARDFEED_NATIVE=off.
 """
 
 from __future__ import annotations
 
-from shardfeed.read import batch_decode, fused_resize, native_build, window_decode
+from shardfeed.read.native import batch_decode, fused_resize, window_decode
+from shardfeed.read.native import build as native_build
 
 # What each library's absence costs, as measured (docs/benchmarks/load.md, the named sections).
 COSTS = {

@@ -255,7 +255,7 @@ def _hf_tf_dataset(spec: PipelineSpec) -> Any:
 def _decode_ceiling(spec: PipelineSpec) -> Any:
     """The folder's image bytes in memory, decoded with `load`'s per-image code, map(AUTOTUNE)."""
     tf = tensorflow()
-    from shardfeed.read.decode import decode_one
+    from shardfeed.read.decode.image import decode_one
 
     blobs = []
     for path in image_files(spec.path):
@@ -293,7 +293,7 @@ def _parsed(records: Any, schema: Schema) -> Any:
     """Batches of records parsed with the features `load` parses (for JPEG shards: the image
     bytes and the label); the image bytes."""
     tf = tensorflow()
-    from shardfeed.read.parsing import feature_spec, parsed_schema
+    from shardfeed.read.decode.parsing import feature_spec, parsed_schema
 
     schema = parsed_schema(schema)
     features = feature_spec(schema)
@@ -332,9 +332,9 @@ def _memory_records(spec: PipelineSpec) -> Any:
     order, seeds per epoch and hand-off."""
     tf = tensorflow()
     from shardfeed.read import shardset
-    from shardfeed.read.decoders import batch_decodable, batch_decoder, record_decoder, record_preparer
+    from shardfeed.read.decode.mapped import batch_decodable, batch_decoder, record_decoder, record_preparer
+    from shardfeed.read.decode.parsing import record_parser
     from shardfeed.read.indexed import IndexedRecords
-    from shardfeed.read.parsing import record_parser
 
     records = IndexedRecords(spec.path, split=spec.split)
     serialized = [records.record(i) for i in range(min(len(records), IN_MEMORY))]
@@ -353,7 +353,7 @@ def _memory_records(spec: PipelineSpec) -> Any:
 def _preprocess(spec: PipelineSpec) -> Any:
     """`load`'s per-image settings for `spec` (size, augmentation, decode options)."""
     from shardfeed.read.augment import resolve_augment
-    from shardfeed.read.decode import Preprocess
+    from shardfeed.read.decode.image import Preprocess
 
     augment = resolve_augment(spec.augment, spec.training)
     return Preprocess(spec.image_size, augment, DecodeOptions(**spec.decode), training=spec.training)

@@ -111,7 +111,9 @@ def fit_resumable(
         path: a converted folder (or its `Manifest`; old name `data=`).
         run_dir: where the resume point and model snapshots live.
         save_every: steps between snapshots (and at each epoch end).
-        image_size, augment, decode: as for `load`.
+        image_size: as for `load`.
+        augment: as for `load`.
+        decode: as for `load`.
         read: more read settings (workers, with_filenames, ...); always the global order, from
             where the run stands; each epoch's partial batch dropped unless drop_remainder=False.
         start: applied to the model training starts with, new or resumed, before it trains (and

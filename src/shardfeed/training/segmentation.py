@@ -76,7 +76,7 @@ def restored_mask(guessed: np.ndarray, height: int, width: int) -> np.ndarray:
     to `height` x `width`, so that it lies on the file's pixels."""
     from PIL import Image
 
-    from shardfeed.read.targets.geometry import letterbox_numbers
+    from shardfeed.read.geometry import letterbox_numbers
 
     frame_h, frame_w, top, left = letterbox_numbers(height, width, guessed.shape[:2])
     cut = np.ascontiguousarray(guessed[top : top + frame_h, left : left + frame_w].astype(np.uint8))

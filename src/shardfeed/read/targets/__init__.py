@@ -8,17 +8,17 @@
     detection        targets/detection.py: boxes and their classes, placed with their image
 
 Each module holds its target's tf.data placement (`load`), its NumPy placement (`grain_dataset`)
-and its raw form (`IndexedRecords`) side by side, over targets/geometry.py.
+and its raw form (`IndexedRecords`) side by side, over read/geometry.py.
 """
 
 from __future__ import annotations
 
 from shardfeed.format.schema import CLASSIFICATION
 from shardfeed.format.tasks import TaskSpec, task_of
+from shardfeed.read.geometry import View
 from shardfeed.read.targets.base import Placing, Targets
 from shardfeed.read.targets.classification import ClassificationTargets
 from shardfeed.read.targets.detection import DetectionTargets
-from shardfeed.read.targets.geometry import View
 from shardfeed.read.targets.multi_label import MultiLabelTargets
 from shardfeed.read.targets.segmentation import SegmentationTargets
 

@@ -1,7 +1,7 @@
 """`Targets`: what a task's records hold beside the image, and how it follows its image in every
 reader, written side by side for each task (the modules of this package): what `load` parses and
 places in its tf.data graph, what `IndexedRecords` gives raw, and what `grain_dataset` places and
-batches in NumPy, over one geometry (targets/geometry.py). `TARGETS` (targets/__init__.py) is their
+batches in NumPy, over one geometry (read/geometry.py). `TARGETS` (targets/__init__.py) is their
 registry, keyed by the task's name as format/tasks.py's `TASKS` is.
 """
 
@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from shardfeed.read.geometry import View
 from shardfeed.read.options import DecodeOptions
-from shardfeed.read.targets.geometry import View
 
 if TYPE_CHECKING:
     from shardfeed.format.schema import Schema
-    from shardfeed.read.decode import Preprocess
+    from shardfeed.read.decode.image import Preprocess
 
 TfTargets = Callable[[dict[str, Any], Any], tuple[Any, ...]]  # (parsed features, seed pair) -> targets
 

@@ -19,7 +19,7 @@ from shardfeed.read.targets.base import Placing, Targets, TfTargets
 
 if TYPE_CHECKING:
     from shardfeed.format.schema import Schema
-    from shardfeed.read.decode import Preprocess
+    from shardfeed.read.decode.image import Preprocess
 
 
 class ClassificationTargets(Targets):

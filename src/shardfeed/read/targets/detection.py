@@ -23,13 +23,13 @@ from shardfeed.format.annotations import read_objects
 from shardfeed.format.schema import BOX_KEYS, DETECTION, HEIGHT, OBJECT_IS_CROWD, OBJECT_LABEL, WIDTH
 from shardfeed.lazy import tensorflow
 from shardfeed.read.augment import flipped
-from shardfeed.read.decode import crop_window, letterbox_frame, letterboxed, stored_dimensions
+from shardfeed.read.decode.image import crop_window, letterboxed, stored_dimensions
+from shardfeed.read.geometry import NUMPY, View, box_columns, in_frame, letterbox_frame, tf_ops, window_fractions
 from shardfeed.read.targets.base import Placing, Targets, TfTargets
-from shardfeed.read.targets.geometry import View, box_columns
 
 if TYPE_CHECKING:
     from shardfeed.format.schema import Schema
-    from shardfeed.read.decode import Preprocess
+    from shardfeed.read.decode.image import Preprocess
 
 
 class DetectionTargets(Targets):
@@ -79,20 +79,13 @@ def _placed_boxes(boxes: np.ndarray, labels: np.ndarray, view: View, placing: Pl
     """Boxes (pixels of the stored image, xyxy) as fractions of the window, clipped; those with
     too little left dropped; then in output pixels (inside the letterbox's frame), flipped, in
     the asked format; at most `max_objects`, in stored order."""
-    top, left, h, w = view.window
-    edges = (boxes.astype(np.float64) - [left, top, left, top]) / [w, h, w, h]
-    before = (edges[:, 2] - edges[:, 0]) * (edges[:, 3] - edges[:, 1])
-    edges = np.clip(edges, 0.0, 1.0)
-    after = (edges[:, 2] - edges[:, 0]) * (edges[:, 3] - edges[:, 1])
+    stored = boxes.astype(np.float64)
+    edges = (stored[:, 0], stored[:, 1], stored[:, 2], stored[:, 3])
+    (x0, y0, x1, y1), before, after = window_fractions(edges, view.window, NUMPY)
     keep = (after > 0) & (after >= placing.min_visible * before)
-    frame_h, frame_w, frame_top, frame_left = view.frame
-    x0, x1 = edges[keep, 0] * frame_w + frame_left, edges[keep, 2] * frame_w + frame_left
-    y0, y1 = edges[keep, 1] * frame_h + frame_top, edges[keep, 3] * frame_h + frame_top
-    out_h, out_w = view.size
-    if view.flipped:
-        x0, x1 = out_w - x1, out_w - x0
+    x0, y0, x1, y1 = in_frame((x0[keep], y0[keep], x1[keep], y1[keep]), view.frame, view.size[1], view.flipped, NUMPY)
     decode = placing.decode
-    placed = np.stack(box_columns(x0, y0, x1, y1, decode.bounding_box_format, (out_h, out_w)), axis=-1)
+    placed = np.stack(box_columns(x0, y0, x1, y1, decode.bounding_box_format, view.size), axis=-1)
     most = decode.max_objects or len(placed)
     return placed[:most].astype(np.float32), np.asarray(labels)[keep][:most].astype(np.int32)
 
@@ -110,11 +103,8 @@ def place_boxes(parsed: dict[str, Any], height: Any, width: Any, seed: Any, opti
     shape = tf.cast(tf.stack([height, width, 3]), tf.int32)
     window = tf.cast(crop_window(shape, seed, options), tf.float32)
     h, w = tf.cast(height, tf.float32), tf.cast(width, tf.float32)
-    x0, y0 = (columns[0] * w - window[1]) / window[3], (columns[1] * h - window[0]) / window[2]
-    x1, y1 = (columns[2] * w - window[1]) / window[3], (columns[3] * h - window[0]) / window[2]
-    before = (x1 - x0) * (y1 - y0)
-    x0, y0, x1, y1 = (tf.clip_by_value(v, 0.0, 1.0) for v in (x0, y0, x1, y1))
-    after = (x1 - x0) * (y1 - y0)
+    edges = (columns[0] * w, columns[1] * h, columns[2] * w, columns[3] * h)
+    (x0, y0, x1, y1), before, after = window_fractions(edges, window, tf_ops())
     augment = options.augment
     least = augment.min_visible if augment is not None else 0.0
     keep = tf.logical_and(after > 0, after >= least * before)
@@ -124,17 +114,13 @@ def place_boxes(parsed: dict[str, Any], height: Any, width: Any, seed: Any, opti
         crowd = tf.concat([crowd, tf.zeros_like(labels)], 0)[: tf.size(labels)]
         keep = tf.logical_and(keep, tf.equal(crowd, 0))
     out_h, out_w = (float(v) for v in options.image_size)
+    frame: Any = (out_h, out_w, 0.0, 0.0)
     if letterboxed(options):  # fractions of the window -> pixels of the picture inside the padding
-        frame = tf.cast(
-            letterbox_frame(tf.cast(height, tf.int32), tf.cast(width, tf.int32), options.image_size), tf.float32
-        )
-        x0, x1 = x0 * frame[1] + frame[3], x1 * frame[1] + frame[3]
-        y0, y1 = y0 * frame[0] + frame[2], y1 * frame[0] + frame[2]
-    else:
-        x0, y0, x1, y1 = x0 * out_w, y0 * out_h, x1 * out_w, y1 * out_h
-    if augment is not None and augment.flip:  # the decision tf.image.stateless_random_flip_left_right takes
-        mirrored = flipped(seed)
-        x0, x1 = tf.where(mirrored, out_w - x1, x0), tf.where(mirrored, out_w - x0, x1)
+        at = letterbox_frame(tf.cast(height, tf.int32), tf.cast(width, tf.int32), options.image_size, tf_ops())
+        frame = tf.cast(tf.stack(at), tf.float32)
+    # the flip: the decision tf.image.stateless_random_flip_left_right takes
+    mirrored = flipped(seed) if augment is not None and augment.flip else False
+    x0, y0, x1, y1 = in_frame((x0, y0, x1, y1), frame, out_w, mirrored, tf_ops())
     boxes = box_format(x0, y0, x1, y1, options.config.bounding_box_format, (out_h, out_w))
     boxes, labels = tf.boolean_mask(boxes, keep), tf.boolean_mask(labels, keep)
     if options.config.max_objects is not None:

@@ -17,7 +17,7 @@ from shardfeed.read.targets.base import Targets, TfTargets
 
 if TYPE_CHECKING:
     from shardfeed.format.schema import Schema
-    from shardfeed.read.decode import Preprocess
+    from shardfeed.read.decode.image import Preprocess
 
 
 class MultiLabelTargets(Targets):

@@ -17,13 +17,13 @@ import numpy as np
 from shardfeed.format.schema import IGNORED_LABEL, SEGMENTATION, SEGMENTATION_MASK
 from shardfeed.lazy import tensorflow
 from shardfeed.read.augment import flip_seed
-from shardfeed.read.decode import crop_window, letterbox_frame, letterboxed
+from shardfeed.read.decode.image import crop_window, letterboxed
+from shardfeed.read.geometry import View, letterbox_frame, tf_ops
 from shardfeed.read.targets.base import Placing, Targets, TfTargets
-from shardfeed.read.targets.geometry import View
 
 if TYPE_CHECKING:
     from shardfeed.format.schema import Schema
-    from shardfeed.read.decode import Preprocess
+    from shardfeed.read.decode.image import Preprocess
 
 
 class SegmentationTargets(Targets):
@@ -70,7 +70,7 @@ def decode_mask(data: Any, seed: Any, options: Preprocess) -> Any:
     window = crop_window(tf.shape(mask), seed, options)
     mask = tf.image.crop_to_bounding_box(mask, window[0], window[1], window[2], window[3])
     if letterboxed(options):  # the padding is 255: ignored, as Model Garden's ignore_label
-        frame = letterbox_frame(tf.shape(mask)[0], tf.shape(mask)[1], options.image_size)
+        frame = tf.stack(letterbox_frame(tf.shape(mask)[0], tf.shape(mask)[1], options.image_size, tf_ops()))
         mask = tf.image.resize(mask, frame[:2], method="nearest")
         bottom, right = options.image_size[0] - frame[0] - frame[2], options.image_size[1] - frame[1] - frame[3]
         mask = tf.pad(mask, [[frame[2], bottom], [frame[3], right], [0, 0]], constant_values=IGNORED_LABEL)

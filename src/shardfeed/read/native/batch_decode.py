@@ -1,7 +1,7 @@
 """`load`'s JPEG batches decoded by one compiled TensorFlow op: the pixels of TensorFlow's ops,
 for about three quarters of their CPU.
 
-Per record, `load` ran `decode_and_crop_jpeg` then the fused resize (read/fused_resize.py), and
+Per record, `load` ran `decode_and_crop_jpeg` then the fused resize (read/native/fused_resize.py), and
 tf.data copied each 224 px image into its batch; on 200-500 px photos the decode and the resize
 were ~0.36 of the ~0.49 ms an image, the rest TensorFlow's per-record machinery and copies. The
 op (csrc/decode_resize_batch_op.cc) takes a whole batch's JPEG bytes, crop windows, DCT ratios
@@ -11,9 +11,9 @@ equal, tests/test_batch_decode.py) and resizes it straight into its place in the
 
 It is compiled on first use against TensorFlow's headers (as the fused resize op) and the
 system's libjpeg (`jpeglib.h`, `-ljpeg`; TensorFlow's own libjpeg is not exported), once per
-machine, TensorFlow and compiler (read/native_build.py). Where it cannot be had (one warning),
+machine, TensorFlow and compiler (read/native/build.py). Where it cannot be had (one warning),
 `load` decodes record by record as before; where libjpeg refuses or warns about a JPEG (corrupt
-data, CMYK), that record takes TensorFlow's ops (read/decoders.py), which report as before.
+data, CMYK), that record takes TensorFlow's ops (read/decode/mapped.py), which report as before.
 `DecodeOptions(batch_decode=False)` never builds it.
 """
 
@@ -23,7 +23,7 @@ import functools
 from typing import Any
 
 from shardfeed.lazy import tensorflow
-from shardfeed.read import native_build
+from shardfeed.read.native import build as native_build
 from shardfeed.read.options import FAST_DCT
 
 SOURCES = ("window_decode.c", "fused_resize.cc", "decode_resize_batch.cc", "decode_resize_batch_op.cc")

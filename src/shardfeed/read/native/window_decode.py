@@ -19,7 +19,7 @@ not transformed, decoding stopped after its last row.
 The library is compiled on first use by the machine's C++ compiler (`$CXX`, else `c++`; the
 decoder is C, the resize C++) against the system's libjpeg (`jpeglib.h`, `-ljpeg`: Debian's
 libjpeg62-turbo-dev, Fedora's libjpeg-turbo-devel), once per machine, into the user's cache
-(read/native_build.py). Where that cannot be (no compiler or headers), or a JPEG is one libjpeg
+(read/native/build.py). Where that cannot be (no compiler or headers), or a JPEG is one libjpeg
 refuses or warns about (corrupt data, CMYK), the caller decodes the whole image with simplejpeg
 and resizes it with OpenCV as before (within a level of these pixels), which reports the error
 as before. The calls go through ctypes, which releases the GIL while they run.
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from shardfeed.read import native_build
+from shardfeed.read.native import build as native_build
 
 log = logging.getLogger("shardfeed")
 

@@ -1,10 +1,10 @@
 """What `load` maps over its records: each record's image and what follows it in the elements.
 
     record_decoder   (features, seed pair) -> (image, targets...): mapped per record, fused with
-                     the batching by tf.data (read/decode.py decodes the image)
+                     the batching by tf.data (read/decode/image.py decodes the image)
     record_preparer  (features, seed pair) -> (JPEG bytes, window, DCT ratio, flip, targets...),
     batch_decoder    then, once batched, the batch's JPEGs decoded, resized and flipped into the
-                     batch by one compiled op (read/batch_decode.py): all-JPEG folders, the
+                     batch by one compiled op (read/native/batch_decode.py): all-JPEG folders, the
                      default feeds; the same pixels as `record_decoder`'s
     record_targets   what follows the image: its targets (read/targets/), its file name
 
@@ -19,21 +19,19 @@ from typing import Any
 
 from shardfeed.format.schema import Schema
 from shardfeed.lazy import tensorflow
-from shardfeed.read import batch_decode, fused_resize
 from shardfeed.read.augment import flipped
-from shardfeed.read.decode import (
-    DCT_SCALES,
+from shardfeed.read.decode.image import (
     Preprocess,
     crop_window,
-    dct_index,
     decode_one,
     fusable,
     may_scale,
-    scaled_window,
     stored_dimensions,
     window_at_scale,
 )
-from shardfeed.read.parsing import parsed_schema
+from shardfeed.read.decode.parsing import parsed_schema
+from shardfeed.read.geometry import DCT_SCALES, dct_index, scaled_window, tf_ops
+from shardfeed.read.native import batch_decode, fused_resize
 from shardfeed.read.targets import targets_of
 
 
@@ -101,9 +99,10 @@ def record_preparer(schema: Schema, options: Preprocess) -> Callable[[Any, Any],
         data = parsed[schema.image_key]
         shape = tf.io.extract_jpeg_shape(data)
         window = crop_window(shape, seed, options)
-        ratio = tf.gather(tf.constant(DCT_SCALES), dct_index(window, options.image_size)) if scale else tf.constant(1)
+        index = dct_index(window[2], window[3], options.image_size, tf_ops())
+        ratio = tf.gather(tf.constant(DCT_SCALES), index) if scale else tf.constant(1)
         flip = flipped(seed) if flips else tf.constant(False)
-        return (data, scaled_window(window, shape, ratio), ratio, flip, *targets(parsed, seed))
+        return (data, tf.stack(scaled_window(window, shape, ratio, tf_ops())), ratio, flip, *targets(parsed, seed))
 
     return prepare
 

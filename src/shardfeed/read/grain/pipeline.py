@@ -14,7 +14,7 @@ global batch numbers: batch g is step g % steps of epoch g // steps, so
     decode         JPEG at the DCT scale that keeps the crop at least the output size, the
                    crop window alone, cut as `load`'s `decode_and_crop_jpeg` cuts it, resized
                    bilinearly by `load`'s fused resize and flipped, straight into the batch: a
-                   whole batch's JPEGs in one call of the compiled decoder (read/window_decode.py,
+                   whole batch's JPEGs in one call of the compiled decoder (read/native/window_decode.py,
                    libjpeg's partial decode), so the pixels of a window are `load`'s, value for
                    value; other formats decoded by Pillow, resized by the same resize. Letterboxes
                    and `antialias` (Pillow's widened filter) go one record at a time, resized by
@@ -56,7 +56,7 @@ from typing import Any
 from shardfeed import lazy
 from shardfeed.errors import OptionError
 from shardfeed.read.augment import Augment, resolve_augment
-from shardfeed.read.grain_batches import Batches
+from shardfeed.read.grain.batches import Batches
 from shardfeed.read.indexed import IndexedRecords
 from shardfeed.read.options import BATCH_SIZE, IMAGE_SIZE, DecodeOptions, ReadOptions
 from shardfeed.read.plan import resolve

@@ -1,10 +1,10 @@
 """Decode images: where the JPEG is decoded (and only what is needed), and the windows a target
 shares with its image (the crop window, the letterbox's frame).
 
-Records are parsed first (read/parsing.py). Each image is then decoded on its own (mapped per record and
+Records are parsed first (read/decode/parsing.py). Each image is then decoded on its own (mapped per record and
 fused with the batching by tf.data: a batch-wide decode with TensorFlow's ops in `map_fn` measured
 0.1-0.2 ms more CPU per image; all-JPEG folders are decoded a batch at a time by a compiled op
-instead, read/decoders.py and read/batch_decode.py, with this module's windows) by format,
+instead, read/decode/mapped.py and read/native/batch_decode.py, with this module's windows) by format,
 sniffed from its bytes: JPEG with `decode_and_crop_jpeg` (training: a random-resized crop;
 evaluation: the centre square), PNG/GIF/BMP fully then cropped, raw pixels reshaped from
 the record's height/width/channels, float pixel lists (the MNIST/Estimator recipe) likewise.
@@ -18,11 +18,11 @@ from typing import Any, TypeGuard
 
 from shardfeed.format.schema import Schema
 from shardfeed.lazy import tensorflow
-from shardfeed.read import fused_resize
 from shardfeed.read.augment import Augment, flip_seed, flipped, photometric, random_crop_window
+from shardfeed.read.geometry import DCT_SCALES, dct_index, letterbox_frame, scaled_window, tf_ops
+from shardfeed.read.native import fused_resize
 from shardfeed.read.options import DecodeOptions
 
-DCT_SCALES = (1, 2, 4, 8)  # the reduced sizes libjpeg decodes to directly
 SCALE_SHARE = 0.1  # images that must be able to decode scaled before the per-image choice is built
 
 
@@ -72,7 +72,7 @@ def decode_one(
         if fused is not None:
             return tf.ensure_shape(fused, [*options.image_size, options.config.channels])
     if letterboxed(options):
-        frame = letterbox_frame(tf.shape(image)[0], tf.shape(image)[1], options.image_size)
+        frame = tf.stack(letterbox_frame(tf.shape(image)[0], tf.shape(image)[1], options.image_size, tf_ops()))
         image = tf.image.resize(image, frame[:2], method="bilinear", antialias=options.config.antialias)
         image = tf.image.pad_to_bounding_box(image, frame[2], frame[3], *options.image_size)
     else:
@@ -97,7 +97,7 @@ def _photometric(augment: Augment | None) -> TypeGuard[Augment]:
 
 
 def fusable(options: Preprocess) -> bool:
-    """Whether the resize, rounding and flip can be the fused op's (read/fused_resize.py): its
+    """Whether the resize, rounding and flip can be the fused op's (read/native/fused_resize.py): its
     pixels are those of the uint8 path below, without antialiasing, letterbox or photometric steps."""
     config = options.config
     return (
@@ -113,20 +113,6 @@ def letterboxed(options: Preprocess) -> bool:
     """Whether the image is letterboxed: asked for, and not randomly cropped."""
     augment = options.augment
     return options.config.letterbox and (augment is None or not augment.crop)
-
-
-def letterbox_frame(height: Any, width: Any, size: tuple[int, int]) -> Any:
-    """Where a `height` x `width` image lies in a letterboxed output of `size` (H, W): int32
-    [resized height, resized width, top padding, left padding], by `tf.image.resize_with_pad`'s
-    arithmetic (the image, its boxes and its mask all use these numbers)."""
-    tf = tensorflow()
-    h, w = tf.cast(height, tf.float32), tf.cast(width, tf.float32)
-    out_h, out_w = float(size[0]), float(size[1])
-    ratio = tf.maximum(w / out_w, h / out_h)
-    resized_h, resized_w = tf.floor(h / ratio), tf.floor(w / ratio)
-    top = tf.maximum(0.0, tf.floor((out_h - h / ratio) / 2))
-    left = tf.maximum(0.0, tf.floor((out_w - w / ratio) / 2))
-    return tf.cast(tf.stack([tf.maximum(resized_h, 1.0), tf.maximum(resized_w, 1.0), top, left]), tf.int32)
 
 
 def crop_window(shape: Any, seed: Any, options: Preprocess) -> Any:
@@ -172,9 +158,10 @@ def _jpeg(data: Any, seed: Any, options: Preprocess, scale: bool) -> Any:
         )
 
     def crop(ratio: int) -> Any:
-        return window if ratio == 1 else scaled_window(window, shape, ratio)
+        return window if ratio == 1 else tf.stack(scaled_window(window, shape, ratio, tf_ops()))
 
-    return window_at_scale(data, dct_index(window, options.image_size), crop, options.config)
+    index = dct_index(window[2], window[3], options.image_size, tf_ops())
+    return window_at_scale(data, index, crop, options.config)
 
 
 def window_at_scale(data: Any, index: Any, crop: Callable[[int], Any], config: DecodeOptions) -> Any:
@@ -188,24 +175,6 @@ def window_at_scale(data: Any, index: Any, crop: Callable[[int], Any], config: D
         )
 
     return tf.switch_case(index, [decode(ratio) for ratio in DCT_SCALES])
-
-
-def dct_index(window: Any, size: tuple[int, int]) -> Any:
-    """Which of `DCT_SCALES` to decode `window` at: the largest the window holds the output
-    `size` that many times over (int32 scalar index)."""
-    tf = tensorflow()
-    room = tf.minimum(window[2] // size[0], window[3] // size[1])  # times the window holds the output
-    return tf.reduce_sum(tf.cast(room >= tf.constant(DCT_SCALES[1:]), tf.int32))
-
-
-def scaled_window(window: Any, shape: Any, ratio: Any) -> Any:
-    """`window` in the pixels of the image decoded at 1/`ratio` (libjpeg's crop window is in the
-    scaled image's coordinates): the nearest scaled pixel edges (off by at most half a scaled
-    pixel), inside the scaled image. At ratio 1, `window` itself."""
-    tf = tensorflow()
-    start = (window[:2] + ratio // 2) // ratio
-    end = tf.minimum((window[:2] + window[2:] + ratio // 2) // ratio, (shape[:2] + ratio - 1) // ratio)
-    return tf.concat([start, end - start], 0)
 
 
 def _other(data: Any, height: Any, width: Any, channels: Any, seed: Any, options: Preprocess) -> Any:

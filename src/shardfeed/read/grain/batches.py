@@ -1,12 +1,12 @@
 """`grain_dataset`'s batches: global batch number -> (images, targets), made in this process's
-threads or in a Grain worker (read/grain_pipeline.py says what a batch holds).
+threads or in a Grain worker (read/grain/pipeline.py says what a batch holds).
 
     order          the epoch's `order.global_order` (evaluation: file order), batch by batch
     windows        per record, from numbers hashed from (seed, epoch, position)
                    (`order.record_uniforms`): the random-resized crop as TensorFlow's sampler
                    draws it, the centre crop, or the whole image; the flip
     pixels         a batch's JPEGs decoded, resized and flipped into the batch by one call of
-                   the compiled decoder (read/window_decode.py: `load`'s cut, DCT scale and fused
+                   the compiled decoder (read/native/window_decode.py: `load`'s cut, DCT scale and fused
                    resize, so `load`'s values); what it cannot take (other formats, letterboxes,
                    antialiasing, a JPEG its libjpeg refuses, or no library) one record at a time
     targets        each record's boxes, mask or labels placed as its view of the image
@@ -28,13 +28,13 @@ from PIL import Image
 
 from shardfeed import lazy
 from shardfeed.format.image_format import sniff_format
-from shardfeed.read import window_decode
 from shardfeed.read.augment import Augment
+from shardfeed.read.geometry import DCT_SCALES, dct_index, letterbox_numbers, scaled_window
 from shardfeed.read.indexed import IndexedRecords
+from shardfeed.read.native import window_decode
 from shardfeed.read.options import FAST_DCT
 from shardfeed.read.order import global_order, record_uniforms
 from shardfeed.read.targets import Placing, Targets, View
-from shardfeed.read.targets.geometry import letterbox_numbers
 
 CROP_FRACTION = 0.875  # the evaluation centre crop, as `DecodeOptions.crop_fraction`
 CROP_TRIES = 10  # random-resized crop attempts before the whole image, as TensorFlow's sampler
@@ -95,7 +95,7 @@ class Batches:
 
     def _batch_decoded(self, data: list[bytes], views: list[View], images: np.ndarray) -> list[int]:
         """Decodes the batch's JPEGs that fill their output (not letterboxed, no antialiasing)
-        into `images` by one call of the compiled batch decoder (read/window_decode.py): each
+        into `images` by one call of the compiled batch decoder (read/native/window_decode.py): each
         window cut and decoded as `load`'s `decode_and_crop_jpeg` decodes it at the same DCT
         scale, resized and flipped by `load`'s fused resize, so the pixels of a view are `load`'s
         own. Returns the rows left to decode one by one (all, where the decoder cannot be had)."""
@@ -107,7 +107,7 @@ class Batches:
         ]
         if not rows:
             return list(range(len(views)))
-        windows, ratios = zip(*(scaled_window(views[row], exact=self.targets.exact) for row in rows), strict=True)
+        windows, ratios = zip(*(scaled_view(views[row], exact=self.targets.exact) for row in rows), strict=True)
         flips = np.array([views[row].flipped for row in rows], np.uint8)
         every = len(rows) == len(views)
         out = images if every else np.empty((len(rows), *images.shape[1:]), np.uint8)
@@ -163,35 +163,25 @@ def _random_window(height: int, width: int, draws: Iterator[float], augment: Aug
     return 0, 0, height, width
 
 
-def _dct_scale(window: tuple[int, int, int, int], size: tuple[int, int], *, exact: bool) -> int:
-    """The DCT scale to decode `window` at: the largest of 1/8, 1/4, 1/2 that keeps it at least
-    `size` (as `load`'s `dct_index`); 1 when `exact` (boxes and masks are cut at full resolution)."""
-    _, _, h, w = window
-    scales = () if exact else (8, 4, 2)
-    return next((s for s in scales if h // s >= size[0] and w // s >= size[1]), 1)
-
-
-def scaled_window(view: View, *, exact: bool) -> tuple[tuple[int, int, int, int], int]:
-    """(window in the pixels of the image decoded at 1/ratio, ratio): `load`'s `scaled_window`
-    (the nearest scaled pixel edges, inside the scaled image) at `_dct_scale`'s ratio."""
-    ratio = _dct_scale(view.window, view.size, exact=exact)
-    top, left, h, w = view.window
-    height, width = view.shape
-    half = ratio // 2
-    y0, x0 = (top + half) // ratio, (left + half) // ratio
-    y1 = min((top + h + half) // ratio, (height + ratio - 1) // ratio)
-    x1 = min((left + w + half) // ratio, (width + ratio - 1) // ratio)
-    return (y0, x0, y1 - y0, x1 - x0), ratio
+def scaled_view(view: View, *, exact: bool) -> tuple[tuple[int, int, int, int], int]:
+    """(the view's window in the pixels of the image decoded at 1/ratio, ratio): the DCT scale
+    `load` picks (`geometry.dct_index`; 1 when `exact`: boxes and masks are cut at full
+    resolution) and its window there (`geometry.scaled_window`), by the same arithmetic."""
+    _, _, h, w = view.window
+    ratio = 1 if exact else DCT_SCALES[dct_index(h, w, view.size)]
+    if ratio == 1:
+        return view.window, 1
+    return scaled_window(view.window, view.shape, ratio), ratio
 
 
 def _decoded_window(data: bytes, view: View, *, exact: bool) -> np.ndarray:
     """The view's window of the image as RGB pixels: a JPEG decoded at the smallest DCT scale
     that keeps the window at least the output size, the window at that scale as `load` places it
-    (`scaled_window`; `exact`: at full resolution, as boxes and masks are placed on it), the
-    window alone where the crop-window decoder can be had (read/window_decode.py), else the
+    (`scaled_view`; `exact`: at full resolution, as boxes and masks are placed on it), the
+    window alone where the crop-window decoder can be had (read/native/window_decode.py), else the
     whole image by simplejpeg, cut; anything else decoded by Pillow."""
     if sniff_format(data) == "jpeg":
-        (y0, x0, h, w), scale = scaled_window(view, exact=exact)
+        (y0, x0, h, w), scale = scaled_view(view, exact=exact)
         cut = window_decode.decode_window(data, scale, (y0, x0, h, w))
         if cut is not None:
             return cut

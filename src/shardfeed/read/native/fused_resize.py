@@ -9,7 +9,7 @@ it changes no pixel, and where it cannot be had `load` runs TensorFlow's ops ins
 
 It is compiled on first use by the machine's C++ compiler (`$CXX`, else `c++`) against the
 installed TensorFlow's headers (`tf.sysconfig`), ~10 s, into the user's cache, once per
-machine, TensorFlow and compiler (read/native_build.py: the key, the lock, `failed.txt`). A
+machine, TensorFlow and compiler (read/native/build.py: the key, the lock, `failed.txt`). A
 failed build or load logs one warning and falls back (a machine without a compiler loads a
 library built there before); `DecodeOptions(fused_resize=False)` and SHARDFEED_NATIVE=off never
 build; `shardfeed native` says whether it is live.
@@ -21,7 +21,7 @@ import functools
 from typing import Any
 
 from shardfeed.lazy import tensorflow
-from shardfeed.read import native_build
+from shardfeed.read.native import build as native_build
 
 KERNEL, OP = "fused_resize.cc", "fused_resize_op.cc"
 LIBRARY = "fused_resize.so"

@@ -1,9 +1,9 @@
 """Small native libraries compiled on first use, once per machine, into the user's cache.
 
-`load`'s fused resize op (read/fused_resize.py, C++ against TensorFlow), its batch decode op
-(read/batch_decode.py, C and C++ against TensorFlow and libjpeg) and `grain_dataset`'s
-crop-window JPEG decoder (read/window_decode.py, C against libjpeg) are compiled by the
-machine's compiler from the sources the package ships (read/csrc/) into
+`load`'s fused resize op (read/native/fused_resize.py, C++ against TensorFlow), its batch decode op
+(read/native/batch_decode.py, C and C++ against TensorFlow and libjpeg) and `grain_dataset`'s
+crop-window JPEG decoder (read/native/window_decode.py, C against libjpeg) are compiled by the
+machine's compiler from the sources the package ships (read/native/csrc/) into
 
     $XDG_CACHE_HOME/shardfeed/ops/<key>/<library>      (default ~/.cache/shardfeed/ops/...)
 
@@ -126,7 +126,7 @@ def built(
     libjpeg: bool = False,
 ) -> Path | None:
     """`library` compiled by `command(compiler)` (without its output path: `-o <path>` is added)
-    from `sources` (files of read/csrc/, which the command names) into its folder of the cache,
+    from `sources` (files of read/native/csrc/, which the command names) into its folder of the cache,
     now unless there; where there is no compiler, the library an earlier build left (its
     pointer). None (`unavailable`) where SHARDFEED_NATIVE is off, its build failed, now or
     before, or the cache cannot be written. `extra` (TensorFlow's version) and, with `libjpeg`,

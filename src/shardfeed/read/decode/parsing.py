@@ -2,7 +2,7 @@
 
 Records are parsed where they are read, a chunk at a time (`record_parser`: one `parse_example`
 per 64 records in the shard reader's batches, measured 1.08x `load`'s training images/s against a
-`parse_single_example` per record); read/decoders.py then maps over each parsed record.
+`parse_single_example` per record); read/decode/mapped.py then maps over each parsed record.
 """
 
 from __future__ import annotations
