@@ -46,7 +46,7 @@ def test_train_evaluate_predict_on_the_backend(backend: str, digits_data: Path, 
     assert f"no GPU for Keras' {backend} backend" in trained.stderr
     assert "libtpu" not in trained.stderr and "Unable to initialize backend" not in trained.stderr  # start-up noise
     record = json.loads((run / "run.json").read_text())
-    assert record["data"] == str(digits_data)
+    assert record["path"] == str(digits_data)
     evaluated = _run(backend, [*cli, "evaluate", str(run), str(digits_data)], tmp_path)
     assert "accuracy" in evaluated.stdout + evaluated.stderr
     images = tmp_path / "unlabeled"

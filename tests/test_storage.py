@@ -232,7 +232,7 @@ def test_credentials_in_urls_never_reach_what_we_write_or_print(bucket: str, tmp
     assert "s3://***@" in output and SECRET not in output and SECRET.split("/")[1] not in output
     assert len(list(train_cache.glob("*.tfrecord"))) == 4  # --cache-dir: both splits' shards
     assert list((tmp_path / "cache").glob("*.tfrecord"))  # $SHARDFEED_CACHE_DIR: evaluate reads through it
-    assert json.loads((run / "run.json").read_text())["data"] == f"{bucket}/digits"
+    assert json.loads((run / "run.json").read_text())["path"] == f"{bucket}/digits"
     fs = fsspec.filesystem("s3")
     fs.invalidate_cache()
     written = {p: fs.cat_file(p) for p in fs.find(bucket.removeprefix("s3://"))}

@@ -92,7 +92,7 @@ def test_the_cli_prints_map_predict_writes_label_sets_and_report_renders(run_dir
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "mAP 0." in done.stdout and "micro F1" in done.stdout and "red square" in done.stdout
-    images = Path(json.loads((run_dir / "run.json").read_text())["data"]).parent / "source" / "images"
+    images = Path(json.loads((run_dir / "run.json").read_text())["path"]).parent / "source" / "images"
     rows = predict(str(run_dir), str(images), str(tmp_path / "p.csv"), grid=str(tmp_path / "grid.png"))
     with open(tmp_path / "p.csv") as f:
         header = next(csv.reader(f))

@@ -74,6 +74,34 @@ def test_an_old_name_warns_and_arrives_under_the_new_one() -> None:
         write("a", out="b", output_dir="c")
 
 
+def test_the_public_records_name_the_folder_path(tmp_path: Path) -> None:
+    """RunRecord and RunInputs hold the converted folder as `path`, as every function takes it;
+    run.json says "path"; a run.json written before (with "data") still reads, and `.data`
+    still answers, with a warning."""
+    import dataclasses
+    import json
+
+    from shardfeed.training import RunFolder, RunInputs, RunRecord, TrainOptions
+
+    for cls in (RunRecord, RunInputs):
+        names = {f.name for f in dataclasses.fields(cls)}
+        assert "path" in names and not names & OLD_NAMES, cls
+    record = RunRecord.of(str(tmp_path / "digits"), TrainOptions(image_size=32), ["a", "b"], "validation")
+    folder = RunFolder(str(tmp_path / "run"))
+    (tmp_path / "run").mkdir()
+    folder.write_record(record)
+    written = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert written["path"] == str(tmp_path / "digits") and "data" not in written
+    written["data"] = written.pop("path")  # as runs before the rename wrote it
+    (tmp_path / "run" / "run.json").write_text(json.dumps(written))
+    old = folder.read_record()
+    assert old == record
+    with pytest.warns(DeprecationWarning, match=r"RunRecord.data is deprecated; use RunRecord.path"):
+        assert old.data == str(tmp_path / "digits")
+    with pytest.warns(DeprecationWarning, match=r"RunInputs.data is deprecated; use RunInputs.path"):
+        assert old.inputs().data == str(tmp_path / "digits")
+
+
 def test_public_functions_take_their_old_names(tmp_path: Path) -> None:
     """The renamed parameters of adopt, run_report and evaluate reach the function: it fails on
     the missing folder it was given, after the warning."""

@@ -42,3 +42,22 @@ def renamed(**old_to_new: str) -> Callable[[F], F]:
         return cast(F, accepting_old_names)
 
     return wrap
+
+
+class RenamedAttribute:
+    """An attribute's old name on a class (`data = RenamedAttribute("path")`): reading it warns
+    (`DeprecationWarning`, at the caller's line) and gives the new attribute's value."""
+
+    def __init__(self, new: str) -> None:
+        self.new = new
+        self.old = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.old = name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        what = type(instance).__name__
+        warnings.warn(f"{what}.{self.old} is deprecated; use {what}.{self.new}", DeprecationWarning, stacklevel=2)
+        return getattr(instance, self.new)

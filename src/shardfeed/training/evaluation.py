@@ -39,7 +39,7 @@ def evaluate(
     """
     folder = RunFolder(run_dir)
     record = folder.read_record()
-    data = path or record.data
+    data = path or record.path
     net = load_model(folder.model_file(model_file))
     objective = objective_for(record.task)
     names = objective.class_names(record, net)

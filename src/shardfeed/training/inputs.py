@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from shardfeed.deprecation import RenamedAttribute
 from shardfeed.read.augment import Augment
 from shardfeed.read.dataset import load, steps_per_epoch
 from shardfeed.read.options import DecodeOptions, ReadOptions, ServiceOptions
@@ -17,13 +18,13 @@ class RunInputs:
     """A run's data and preprocessing.
 
     Attributes:
-        data: a converted folder, or its `Manifest` (read once per run).
+        path: a converted folder, or its `Manifest` (read once per run); `data`, its old name.
         batch_size, image_size, seed, augment, decode: as for `load`.
-        train_data: what the training stream reads when it is not `data` (a `Mixture` whose
-            first source is `data`: evaluation reads that source alone).
+        train_data: what the training stream reads when it is not `path` (a `Mixture` whose
+            first source is `path`: evaluation reads that source alone).
     """
 
-    data: DataPath
+    path: DataPath
     batch_size: int
     image_size: int | tuple[int, int]
     seed: int | None = None
@@ -31,10 +32,12 @@ class RunInputs:
     decode: DecodeOptions | None = None
     train_data: DataPath | None = None
 
+    data = RenamedAttribute("path")
+
     @property
     def trained_on(self) -> DataPath:
-        """What the training stream reads (`train_data`, else `data`)."""
-        return self.train_data if self.train_data is not None else self.data
+        """What the training stream reads (`train_data`, else `path`)."""
+        return self.train_data if self.train_data is not None else self.path
 
     def training(
         self,
@@ -62,7 +65,7 @@ class RunInputs:
     def evaluation(self, split: str, *, batch_size: int | None = None, read: ReadOptions | None = None) -> Any:
         """`split` with evaluation preprocessing (centre crop, file order, every record)."""
         return load(
-            self.data,
+            self.path,
             split=split,
             batch_size=batch_size or self.batch_size,
             image_size=self.image_size,

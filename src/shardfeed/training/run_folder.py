@@ -24,6 +24,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from shardfeed.deprecation import RenamedAttribute
 from shardfeed.errors import RunFolderError
 from shardfeed.format import fileio, storage
 from shardfeed.format.schema import CLASSIFICATION
@@ -52,9 +53,10 @@ THRESHOLDS = "thresholds.json"
 @dataclass(frozen=True)
 class RunRecord:
     """What a run was trained with; saved as run.json and read back by evaluate/predict, so they
-    preprocess exactly as training evaluated (`inputs`)."""
+    preprocess exactly as training evaluated (`inputs`). `path` is the converted folder it
+    trained on (run.json's "path"; "data" in runs written before 2026-12, and `data` its old name)."""
 
-    data: str
+    path: str
     model: str
     epochs: int
     batch_size: int
@@ -71,7 +73,7 @@ class RunRecord:
     shuffle: str = "buffer"
     balance: str | None = None  # imbalance remedies (absent in run.json files written before them)
     class_weight: str | None = None
-    mixture: dict[str, Any] | None = None  # {sources, weights} when trained on a Mixture (data: its first)
+    mixture: dict[str, Any] | None = None  # {sources, weights} when trained on a Mixture (path: its first)
     precision: str = "auto"
     weights: str = "none"  # what the model started from, resolved ('auto' is never recorded)
     head_epochs: int | None = None  # the fine-tuning settings as asked; `phases` as resolved
@@ -84,21 +86,23 @@ class RunRecord:
     device_names: list[str] | None = None
     task: str = CLASSIFICATION  # what it learned (training/tasks/); absent in older run.json files
 
+    data = RenamedAttribute("path")
+
     @classmethod
     def of(
         cls,
-        data: str,
+        path: str,
         options: TrainOptions,
         class_names: list[str],
         validation_split: str | None,
         task: str = CLASSIFICATION,
     ) -> RunRecord:
-        """The record of a run on `data` with `options` (validation split as resolved)."""
+        """The record of a run on `path` with `options` (validation split as resolved)."""
         fields = asdict(options)
         del fields["save_every"]  # how the run was checkpointed, not what it trained
         del fields["service"]  # where the input pipeline ran, likewise
         fields.update(
-            data=fileio.absolute(data),
+            path=fileio.absolute(path),
             image_size=(options.side, options.side),
             validation_split=validation_split,
             class_names=class_names,
@@ -109,10 +113,10 @@ class RunRecord:
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
 
-    def inputs(self, data: DataPath | None = None) -> RunInputs:
-        """The run's evaluation preprocessing on `data` (default: the data it was trained on)."""
+    def inputs(self, path: DataPath | None = None) -> RunInputs:
+        """The run's evaluation preprocessing on `path` (default: the folder it was trained on)."""
         decode = DecodeOptions(channels=self.channels, crop_fraction=self.crop_fraction)
-        return RunInputs(data or self.data, self.batch_size, self.image_size, decode=decode)
+        return RunInputs(path or self.path, self.batch_size, self.image_size, decode=decode)
 
 
 @dataclass(frozen=True)
@@ -160,9 +164,11 @@ class RunFolder:
                 "`shardfeed train`"
             )
         with open(self.file(RUN_RECORD)) as f:
-            data = json.loads(without_userinfo(f.read()))  # runs written before kept 's3://***@bucket'
-        data["image_size"] = tuple(data["image_size"])
-        return RunRecord(**data)
+            fields = json.loads(without_userinfo(f.read()))  # runs written before kept 's3://***@bucket'
+        fields["image_size"] = tuple(fields["image_size"])
+        if "data" in fields:  # its name in runs written before 2026-12
+            fields["path"] = fields.pop("data")
+        return RunRecord(**fields)
 
     def write_status(self, status: str, error: str | None = None) -> None:
         """Records whether the run is 'running', 'finished', 'interrupted' or 'failed' (with the error)."""

@@ -30,7 +30,7 @@ def run_report(run_dir: str, output: str | None = None, *, path: str | None = No
     """Writes the report (default RUN_DIR/report.html) and returns its path; `path` is the
     converted folder evaluated (default: the one the run trained on; old name `data=`)."""
     record = RunFolder(run_dir).read_record()
-    data = path or record.data
+    data = path or record.path
     split = split or record.validation_split or manifest.read(data).held_out_split() or record.train_split
     result = evaluate(run_dir, data, split=split)
     sections = [

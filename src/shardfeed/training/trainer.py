@@ -46,7 +46,7 @@ from shardfeed.training.options import AUTO, TrainOptions
 from shardfeed.training.resume import fit_resumable, starting_point
 from shardfeed.training.run_folder import CURVES, LOG, MODEL, TENSORBOARD, RunFolder, RunRecord
 from shardfeed.training.run_report import plot_curves
-from shardfeed.training.tasks import build_model, objective_for
+from shardfeed.training.tasks import Trained, build_model, objective_for
 
 log = logging.getLogger("shardfeed")
 
@@ -299,13 +299,9 @@ class _TrainingRun:
             **placement.as_json(),
             "precise_bn_images": precise.images,  # 0 when off (never run) or settled
             **self.objective.results(
-                net,
-                self.inputs,
-                self.manifest,
-                train_split=o.train_split,
-                validation=validation,
-                class_names=self.record.class_names,
-                folder=self.folder,
+                Trained(
+                    net, self.inputs, self.manifest, o.train_split, validation, self.record.class_names, self.folder
+                )
             ),
         }
         metrics.update(kept_weights(self.folder, self.objective, metrics, validation))

@@ -102,18 +102,8 @@ class Objective:
     def check_data(self, inputs: RunInputs, split: str, batch_size: int, image_size: tuple[int, int]) -> None:
         """Refuses training data the model cannot learn from, before fitting (nothing to check)."""
 
-    def results(
-        self,
-        net: Any,
-        inputs: RunInputs,
-        manifest: Manifest,
-        *,
-        train_split: str,
-        validation: str | None,
-        class_names: list[str],
-        folder: RunFolder,
-    ) -> dict[str, Any]:
-        """What this task adds to metrics.json at the end of `train`, from the trained `net`."""
+    def results(self, run: Trained) -> dict[str, Any]:
+        """What this task adds to metrics.json at the end of `train`, from the trained `run.net`."""
         return {}
 
     def class_names(self, record: RunRecord, net: Any) -> list[str]:
@@ -135,6 +125,19 @@ class Objective:
     def worst(self, folder: RunFolder, inputs: RunInputs, split: str, names: list[str]) -> str:
         """The report's section (HTML) of the held-out images the model got most wrong ('': none)."""
         return ""
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What `Objective.results` gets of a run that has finished fitting."""
+
+    net: Any
+    inputs: RunInputs
+    manifest: Manifest
+    train_split: str
+    validation: str | None
+    class_names: list[str]
+    folder: RunFolder
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from typing import Any, ClassVar
 import numpy as np
 from tqdm import tqdm
 
-from shardfeed.format.manifest import Manifest
 from shardfeed.format.schema import CLASSIFICATION
 from shardfeed.read.options import ReadOptions
 from shardfeed.tools import html_page as h
@@ -27,7 +26,7 @@ from shardfeed.training.inputs import RunInputs
 from shardfeed.training.models import classifier, load_model, predicted
 from shardfeed.training.prediction_files import draw_tiles, short, skipped_rows, write_csv
 from shardfeed.training.run_folder import CONFUSION, RunFolder, RunRecord
-from shardfeed.training.tasks.base import WORST, Evaluation, Objective, Prediction
+from shardfeed.training.tasks.base import WORST, Evaluation, Objective, Prediction, Trained
 
 TOP_K = 5  # top-k accuracy is logged past this many classes (with fewer it is always 1.0: noise)
 
@@ -60,21 +59,11 @@ class Classification(Objective):
             metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(k=TOP_K, name=f"top{TOP_K}"))
         return {"loss": keras.losses.SparseCategoricalCrossentropy(), "metrics": metrics}
 
-    def results(
-        self,
-        net: Any,
-        inputs: RunInputs,
-        manifest: Manifest,
-        *,
-        train_split: str,
-        validation: str | None,
-        class_names: list[str],
-        folder: RunFolder,
-    ) -> dict[str, Any]:
-        ratio = imbalance_ratio(manifest.split(train_split).class_counts)
-        if validation is None or ratio <= IMBALANCE_RATIO:
+    def results(self, run: Trained) -> dict[str, Any]:
+        ratio = imbalance_ratio(run.manifest.split(run.train_split).class_counts)
+        if run.validation is None or ratio <= IMBALANCE_RATIO:
             return {}
-        recall = per_class_recall(net, inputs.evaluation(validation), class_names)
+        recall = per_class_recall(run.net, run.inputs.evaluation(run.validation), run.class_names)
         return {"imbalance_ratio": ratio, "per_class_recall": recall}
 
     def evaluate(self, net: Any, ds: Any, names: list[str], folder: RunFolder, run: Evaluation) -> dict[str, Any]:

@@ -50,7 +50,7 @@ from shardfeed.training.models import detector, load_model
 from shardfeed.training.options import DETECTION_BATCH_SIZE, DETECTION_EPOCHS
 from shardfeed.training.prediction_files import draw_tiles, skipped_rows, write_csv
 from shardfeed.training.run_folder import RunFolder, RunRecord
-from shardfeed.training.tasks.base import WORST, Evaluation, Objective, Prediction
+from shardfeed.training.tasks.base import WORST, Evaluation, Objective, Prediction, Trained
 
 log = logging.getLogger("shardfeed")
 
@@ -105,23 +105,13 @@ class Detection(Objective):
         """A size whose objects no anchor reaches: refused (training/detector.py)."""
         check_anchor_reach(inputs.evaluation(split).take(-(-REACH_IMAGES // batch_size)), image_size)
 
-    def results(
-        self,
-        net: Any,
-        inputs: RunInputs,
-        manifest: Manifest,
-        *,
-        train_split: str,
-        validation: str | None,
-        class_names: list[str],
-        folder: RunFolder,
-    ) -> dict[str, Any]:
-        if validation is None:
+    def results(self, run: Trained) -> dict[str, Any]:
+        if run.validation is None:
             return {}
-        scores = detection_scores(net, inputs.evaluation(validation), class_names)
+        scores = detection_scores(run.net, run.inputs.evaluation(run.validation), run.class_names)
         log.info(
             "validation (%s): mAP@0.5 %.4f, mAP %.4f (COCO's, pycocotools)",
-            validation,
+            run.validation,
             scores["mAP@0.5"],
             scores["mAP"],
         )

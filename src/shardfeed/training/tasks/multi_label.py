@@ -18,10 +18,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from shardfeed.format.manifest import Manifest
 from shardfeed.format.schema import MULTI_LABEL
 from shardfeed.tools import html_page as h
-from shardfeed.training.inputs import RunInputs
 from shardfeed.training.multi_label import (
     Thresholds,
     multi_label_metrics,
@@ -29,7 +27,7 @@ from shardfeed.training.multi_label import (
     validation_thresholds,
 )
 from shardfeed.training.run_folder import AVERAGE_PRECISION, RunFolder
-from shardfeed.training.tasks.base import Evaluation
+from shardfeed.training.tasks.base import Evaluation, Trained
 from shardfeed.training.tasks.classification import Classification
 
 
@@ -48,21 +46,12 @@ class MultiLabel(Classification):
         ]
         return {"loss": keras.losses.BinaryCrossentropy(), "metrics": metrics}
 
-    def results(
-        self,
-        net: Any,
-        inputs: RunInputs,
-        manifest: Manifest,
-        *,
-        train_split: str,
-        validation: str | None,
-        class_names: list[str],
-        folder: RunFolder,
-    ) -> dict[str, Any]:
-        chosen, found = Thresholds.default(class_names), dict[str, Any]()
-        if validation is not None:
-            chosen, found = validation_thresholds(net, inputs.evaluation(validation), validation, class_names)
-        folder.write_thresholds(chosen)  # without validation: the default, said in thresholds.json
+    def results(self, run: Trained) -> dict[str, Any]:
+        chosen, found = Thresholds.default(run.class_names), dict[str, Any]()
+        if run.validation is not None:
+            batches = run.inputs.evaluation(run.validation)
+            chosen, found = validation_thresholds(run.net, batches, run.validation, run.class_names)
+        run.folder.write_thresholds(chosen)  # without validation: the default, said in thresholds.json
         return found
 
     def evaluate(self, net: Any, ds: Any, names: list[str], folder: RunFolder, run: Evaluation) -> dict[str, Any]:
