@@ -110,3 +110,73 @@ def test_shardfeed_native_says_what_is_live_and_what_the_rest_costs(tmp_path: Pa
     assert lines[0] == "SHARDFEED_NATIVE=off" and len(lines) == 4
     assert lines[1].startswith("fused_resize.so: not live (the fused resize op): SHARDFEED_NATIVE=off; instead ")
     assert "0.54 instead of 0.43 ms of CPU an image" in lines[2]
+
+
+CHECK = (
+    "from shardfeed.read.native import build as native_build, window_decode\n"
+    "import sys\n"
+    "print('available', window_decode.available())\n"
+    "library = native_build.status()['window_decode.so']\n"
+    "print('pixels', library.built_with.get('pixels'))\n"
+    "if len(sys.argv) > 1:  # a build not checked yet whose pixels differ: its check says so\n"
+    "    import pathlib\n"
+    "    (pathlib.Path(library.path).parent / 'checked.txt').unlink()\n"
+    "    print('kept', native_build.verified('window_decode.so', lambda: '3 values differ', 'the reference'))\n"
+)
+
+
+def _check(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", CHECK, *args],
+        env={**os.environ, "XDG_CACHE_HOME": str(cache)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_build_is_pixel_checked_once_and_one_that_differs_is_never_used(tmp_path: Path) -> None:
+    """'Every pixel equals TensorFlow's' rested on the machine's libjpeg and compiler: the first
+    load of a build now compares it with its reference (simplejpeg's whole decode, here), keeps
+    the verdict in the build's folder, and a library whose pixels differ is removed and marked
+    failed, so no later process loads or builds it again."""
+    cache = tmp_path / "cache"
+    first = _check(cache)
+    assert (
+        "available True" in first.stdout and "pixels equal to simplejpeg's whole decode (checked now)" in first.stdout
+    )
+    assert [p.read_text() for p in cache.rglob("checked.txt")] == ["pixels equal to simplejpeg's whole decode\n"]
+    again = _check(cache)
+    assert "(checked at build)" in again.stdout, again.stdout
+    (checked,) = cache.rglob("checked.txt")
+    checked.unlink()  # as a build made before the check: its first load now checks it
+    assert "(checked now)" in _check(cache).stdout and checked.is_file()
+    differ = _check(cache, "differ")
+    assert "kept False" in differ.stdout and "its pixels differ from the reference (3 values differ)" in differ.stderr
+    folder = checked.parent
+    assert not (folder / "window_decode.so").exists()
+    assert (folder / "failed.txt").read_text() == "pixel check: 3 values differ\n"
+    after = _ask(cache)
+    assert "available False" in after.stdout and "compiling" not in after.stderr, after.stderr
+
+
+def test_the_resize_check_sees_a_rounding_that_differs() -> None:
+    """The fused resize's check compares values, not shapes: an op that truncates where
+    TensorFlow rounds fails it; TensorFlow's own ops pass."""
+    import tensorflow as tf
+
+    from shardfeed.read.native import fused_resize
+
+    class Truncating:
+        def shardfeed_fused_resize(self, image: tf.Tensor, size: tf.Tensor, flip: tf.Tensor) -> tf.Tensor:
+            resized = tf.cast(tf.image.resize(image, size), tf.uint8)  # truncated, not rounded
+            return tf.cond(flip, lambda: tf.image.flip_left_right(resized), lambda: resized)
+
+    class Rounding:
+        def shardfeed_fused_resize(self, image: tf.Tensor, size: tf.Tensor, flip: tf.Tensor) -> tf.Tensor:
+            resized = tf.cast(tf.round(tf.image.resize(image, size)), tf.uint8)
+            return tf.cond(flip, lambda: tf.image.flip_left_right(resized), lambda: resized)
+
+    problem = fused_resize._pixel_check(Truncating())
+    assert problem is not None and re.match(r"resized to \(16, 16\), flip False: \d+ values differ", problem)
+    assert fused_resize._pixel_check(Rounding()) is None

@@ -22,6 +22,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import numpy as np
+
 from shardfeed.lazy import tensorflow
 from shardfeed.read.native import build as native_build
 from shardfeed.read.options import FAST_DCT
@@ -68,4 +70,44 @@ def _library() -> Any:
         return [compiler, *native_build.OPTIMIZE, "-x", "c", c, "-x", "c++", *cc, *flags, "-ljpeg"]
 
     what = "the JPEG batch decode op"
-    return native_build.op_library(LIBRARY, SOURCES, command, what=what, instead=INSTEAD, libjpeg=True)
+    library = native_build.op_library(LIBRARY, SOURCES, command, what=what, instead=INSTEAD, libjpeg=True)
+    if library is None or not native_build.verified(LIBRARY, lambda: _pixel_check(library), REFERENCE):
+        return None
+    return library
+
+
+REFERENCE = "TensorFlow's decode_and_crop_jpeg, resize, round and flip"
+CHECK_WINDOWS = (((3, 5, 38, 50), 1, False), ((2, 3, 19, 25), 2, True), ((0, 0, 6, 8), 8, False))  # window, ratio, flip
+
+
+def _pixel_check(library: Any) -> str | None:
+    """The op against TensorFlow's decode of the same windows of a JPEG (4:2:0, made by
+    TensorFlow's encoder) at 1/1, 1/2 and 1/8, resized, rounded and flipped by
+    `fused_resize.reference_resize_flip`: None where every value is equal, else what differs."""
+    from shardfeed.read.native.fused_resize import reference_resize_flip
+
+    tf = tensorflow()
+    size = (24, 32)
+    with tf.init_scope():
+        rng = np.random.default_rng(0)
+        ramp = np.linspace(0, 200, 64)[None, :, None] + np.linspace(0, 50, 48)[:, None, None]
+        image = np.clip(ramp + rng.normal(0, 12, (48, 64, 3)), 0, 255).astype(np.uint8)
+        data = tf.io.encode_jpeg(image, quality=90)
+        count = len(CHECK_WINDOWS)
+        images, ok = library.shardfeed_decode_resize_batch(
+            tf.fill([count], data),
+            tf.constant([w for w, _, _ in CHECK_WINDOWS], tf.int32),
+            tf.constant([r for _, r, _ in CHECK_WINDOWS], tf.int32),
+            tf.constant([f for _, _, f in CHECK_WINDOWS]),
+            height=size[0],
+            width=size[1],
+            channels=3,
+            fast_dct=False,
+        )
+        for row, (window, ratio, flip) in enumerate(CHECK_WINDOWS):
+            cut = tf.io.decode_and_crop_jpeg(data, window, channels=3, ratio=ratio, dct_method="INTEGER_ACCURATE")
+            theirs = reference_resize_flip(cut, size, flip).numpy()
+            ours = images[row].numpy()
+            if not bool(ok[row]) or (ours != theirs).any():
+                return f"window {window} at 1/{ratio}: {int((ours != theirs).sum())} values differ (ok {bool(ok[row])})"
+    return None

@@ -25,6 +25,10 @@ a library that cannot be had an error (`NativeOpError`) instead of a warning. `s
 this process, which libraries are live, where, built against what, and what runs instead of
 those that are not (`shardfeed native`).
 
+A library's first load after its build runs its pixel check (`verified`): a few images through
+it and through the reference it promises to equal (TensorFlow's ops; simplejpeg's decode for the
+ctypes decoder); one that differs is removed and marked failed, so its pure path runs.
+
 Every process that loads a library marks it used (its modification time); when a new build is
 made, the cache's other folders that nothing has used for `STALE_DAYS` (builds for sources,
 TensorFlows or compilers since replaced, old failures) are removed, so upgrades do not pile up.
@@ -55,6 +59,7 @@ log = logging.getLogger("shardfeed")
 
 SOURCES = Path(__file__).with_name("csrc")
 FAILED = "failed.txt"
+CHECKED = "checked.txt"  # a build's pixel check passed (what it was compared with)
 BUILD_TIMEOUT_S = 300
 STALE_DAYS = 30  # a cache folder nothing has used for this long goes when a new build is made
 # The fused resize's flags (and its callers'): -ffp-contract=off, no fused multiply-adds, which
@@ -161,6 +166,33 @@ def built(
         if not pointer.is_file() or pointer.read_text().strip() != folder.name:
             pointer.write_text(folder.name + "\n")
     return _live(library, path, compiler=compiler, **({"libjpeg": version or "no jpeglib.h"} if libjpeg else {}))
+
+
+def verified(library: str, check: Callable[[], str | None], reference: str) -> bool:
+    """Whether the live `library` gives the pixels it promises: `check()` (the library's own
+    comparison with `reference` on a few images, None where every value is equal) runs once per
+    build, the first time a process loads it, and its verdict stays in the build's folder
+    (`checked.txt`). A library whose pixels differ (a libjpeg or compiler that rounds otherwise)
+    is removed and its folder marked failed (`failed.txt` says what differed): no process loads
+    or builds it again for that key, and this one runs the pure path (`unavailable`)."""
+    entry = _STATUS.get(library)
+    if entry is None or not entry.live or entry.path is None:
+        return False
+    built = Path(entry.path)
+    if (built.parent / CHECKED).is_file():
+        entry.built_with["pixels"] = f"equal to {reference} (checked at build)"
+        return True
+    problem = check()
+    if problem is None:
+        with contextlib.suppress(OSError):  # a read-only cache: checked again by the next process
+            (built.parent / CHECKED).write_text(f"pixels equal to {reference}\n")
+        entry.built_with["pixels"] = f"equal to {reference} (checked now)"
+        return True
+    with contextlib.suppress(OSError):
+        (built.parent / FAILED).write_text(f"pixel check: {problem}\n")
+        built.unlink()
+    unavailable(library, f"its pixels differ from {reference} ({problem})")
+    return False
 
 
 def unavailable(library: str, reason: str, *, quiet: bool = False) -> None:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import numpy as np
+
 from shardfeed.lazy import tensorflow
 from shardfeed.read.native import build as native_build
 
@@ -52,7 +54,36 @@ def _library() -> Any:
     (with one warning) where that fails."""
     tf = tensorflow()
     command = functools.partial(_command, tf)
-    return native_build.op_library(LIBRARY, (KERNEL, OP), command, what="the fused resize op", instead=INSTEAD)
+    library = native_build.op_library(LIBRARY, (KERNEL, OP), command, what="the fused resize op", instead=INSTEAD)
+    if library is None or not native_build.verified(LIBRARY, lambda: _pixel_check(library), REFERENCE):
+        return None
+    return library
+
+
+REFERENCE = "TensorFlow's resize, round and flip"
+
+
+def reference_resize_flip(image: Any, size: tuple[int, int], flip: bool) -> Any:
+    """What the op promises, by TensorFlow's ops: `image` resized (bilinear), rounded to uint8,
+    mirrored where `flip`."""
+    tf = tensorflow()
+    resized = tf.cast(tf.round(tf.image.resize(image, size)), tf.uint8)
+    return tf.image.flip_left_right(resized) if flip else resized
+
+
+def _pixel_check(library: Any) -> str | None:
+    """The op against `reference_resize_flip` on a noise image, down and up, flipped and not:
+    None where every value is equal, else what differs (run eagerly, even inside a traced map)."""
+    tf = tensorflow()
+    with tf.init_scope():
+        image = tf.constant(np.random.default_rng(0).integers(0, 256, (23, 37, 3), dtype=np.uint8))
+        for size in ((16, 16), (41, 29)):
+            for flip in (False, True):
+                ours = library.shardfeed_fused_resize(image, tf.constant(size, tf.int32), tf.constant(flip)).numpy()
+                theirs = reference_resize_flip(image, size, flip).numpy()
+                if ours.shape != theirs.shape or (ours != theirs).any():
+                    return f"resized to {size}, flip {flip}: {int((ours != theirs).sum())} values differ"
+    return None
 
 
 def _command(tf: Any, compiler: str) -> list[str]:

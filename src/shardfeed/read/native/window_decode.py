@@ -51,8 +51,11 @@ def decode_window(data: bytes, scale: int, window: tuple[int, int, int, int]) ->
     (1, 2, 4, 8; the window in that scale's pixels); None where the library cannot be had or
     libjpeg refuses or warns about this JPEG: the caller then decodes it whole."""
     library = _library()
-    if library is None:
-        return None
+    return None if library is None else _decoded(library, data, scale, window)
+
+
+def _decoded(library: Any, data: bytes, scale: int, window: tuple[int, int, int, int]) -> np.ndarray | None:
+    """`decode_window` by the loaded `library`."""
     top, left, height, width = window
     data = data if isinstance(data, bytes) else bytes(data)  # ctypes passes bytes as they are
     out = np.empty((height, width + MARGIN, 3), np.uint8)
@@ -195,4 +198,31 @@ def _library() -> Any:
         ctypes.c_int,  # flip
     ]
     library.shardfeed_resize_into.restype = None
+    if not native_build.verified(LIBRARY, lambda: _pixel_check(library), REFERENCE):
+        return None
     return library
+
+
+REFERENCE = "simplejpeg's whole decode"
+CHECK_WINDOWS = (((3, 5, 38, 50), 1), ((2, 3, 19, 25), 2), ((1, 1, 4, 6), 8))  # window, scale
+
+
+def _pixel_check(library: Any) -> str | None:
+    """The decoder against simplejpeg's whole decode of a JPEG (4:2:0, made by simplejpeg's
+    encoder), cut to the same windows at 1/1, 1/2 and 1/8: None where every value is equal, else
+    what differs."""
+    import simplejpeg
+
+    rng = np.random.default_rng(0)
+    ramp = np.linspace(0, 200, 64)[None, :, None] + np.linspace(0, 50, 48)[:, None, None]
+    image = np.clip(ramp + rng.normal(0, 12, (48, 64, 3)), 0, 255).astype(np.uint8)
+    data = simplejpeg.encode_jpeg(image, quality=90, colorsubsampling="420")
+    for window, scale in CHECK_WINDOWS:
+        whole = simplejpeg.decode_jpeg(data, "RGB", min_height=-(-48 // scale), min_width=-(-64 // scale))
+        top, left, height, width = window
+        theirs = whole[top : top + height, left : left + width]
+        ours = _decoded(library, data, scale, window)
+        if ours is None or ours.shape != theirs.shape or (ours != theirs).any():
+            differ = "refused" if ours is None else f"{int((ours != theirs).sum())} values differ"
+            return f"window {window} at 1/{scale}: {differ}"
+    return None
