@@ -17,13 +17,13 @@ from typing import Any
 from shardfeed.errors import OptionError
 from shardfeed.format.schema import CLASSIFICATION
 from shardfeed.training.models import MODELS
-from shardfeed.training.tasks.base import Evaluation, Objective, Prediction, Trained
+from shardfeed.training.tasks.base import Evaluation, ModelAsk, Objective, Prediction, Trained
 from shardfeed.training.tasks.classification import Classification
 from shardfeed.training.tasks.detection import Detection
 from shardfeed.training.tasks.multi_label import MultiLabel
 from shardfeed.training.tasks.segmentation import Segmentation
 
-__all__ = ["OBJECTIVES", "Evaluation", "Objective", "Prediction", "Trained", "build_model", "objective_for"]
+__all__ = ["OBJECTIVES", "Evaluation", "ModelAsk", "Objective", "Prediction", "Trained", "build_model", "objective_for"]
 
 OBJECTIVES: dict[str, Objective] = {o.task: o for o in (Classification(), MultiLabel(), Segmentation(), Detection())}
 
@@ -78,4 +78,4 @@ def build_model(
     if own is None:
         objective.model_for(name)  # a dense model for classes: refused, saying what it learns
     weights = None if weights in (None, "none") else weights
-    return objective.build(name, class_names, image_size, channels=channels, weights=weights, activation=activation)
+    return objective.build(ModelAsk(name, class_names, image_size, channels, weights, activation))

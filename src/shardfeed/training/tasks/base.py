@@ -73,16 +73,7 @@ class Objective:
             )
         return own
 
-    def build(
-        self,
-        name: str,
-        class_names: list[str],
-        image_size: tuple[int, int],
-        *,
-        channels: int,
-        weights: str | None,
-        activation: str | None = None,
-    ) -> Any:
+    def build(self, ask: ModelAsk) -> Any:
         """A new model `name` for this task (training/models.py builds it)."""
         raise NotImplementedError
 
@@ -125,6 +116,19 @@ class Objective:
     def worst(self, folder: RunFolder, inputs: RunInputs, split: str, names: list[str]) -> str:
         """The report's section (HTML) of the held-out images the model got most wrong ('': none)."""
         return ""
+
+
+@dataclass(frozen=True)
+class ModelAsk:
+    """What `build_model` asks an objective for: the model's name, its classes, its input and
+    its starting weights (None: random), and a classifier head's activation where not the task's."""
+
+    name: str
+    class_names: list[str]
+    image_size: tuple[int, int]
+    channels: int = 3
+    weights: str | None = None
+    activation: str | None = None
 
 
 @dataclass(frozen=True)

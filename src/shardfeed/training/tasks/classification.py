@@ -26,7 +26,7 @@ from shardfeed.training.inputs import RunInputs
 from shardfeed.training.models import classifier, load_model, predicted
 from shardfeed.training.prediction_files import draw_tiles, short, skipped_rows, write_csv
 from shardfeed.training.run_folder import CONFUSION, RunFolder, RunRecord
-from shardfeed.training.tasks.base import WORST, Evaluation, Objective, Prediction, Trained
+from shardfeed.training.tasks.base import WORST, Evaluation, ModelAsk, Objective, Prediction, Trained
 
 TOP_K = 5  # top-k accuracy is logged past this many classes (with fewer it is always 1.0: noise)
 
@@ -39,18 +39,10 @@ class Classification(Objective):
     metric: ClassVar[str] = "accuracy"
     class_weights: ClassVar[bool] = True
 
-    def build(
-        self,
-        name: str,
-        class_names: list[str],
-        image_size: tuple[int, int],
-        *,
-        channels: int,
-        weights: str | None,
-        activation: str | None = None,
-    ) -> Any:
+    def build(self, ask: ModelAsk) -> Any:
+        activation = ask.activation or self.activation
         return classifier(
-            name, class_names, image_size, channels=channels, weights=weights, activation=activation or self.activation
+            ask.name, ask.class_names, ask.image_size, channels=ask.channels, weights=ask.weights, activation=activation
         )
 
     def compiled(self, keras: Any, classes: int) -> dict[str, Any]:

@@ -50,7 +50,7 @@ from shardfeed.training.models import detector, load_model
 from shardfeed.training.options import DETECTION_BATCH_SIZE, DETECTION_EPOCHS
 from shardfeed.training.prediction_files import draw_tiles, skipped_rows, write_csv
 from shardfeed.training.run_folder import RunFolder, RunRecord
-from shardfeed.training.tasks.base import WORST, Evaluation, Objective, Prediction, Trained
+from shardfeed.training.tasks.base import WORST, Evaluation, ModelAsk, Objective, Prediction, Trained
 
 log = logging.getLogger("shardfeed")
 
@@ -68,17 +68,8 @@ class Detection(Objective):
     batch_size: ClassVar[int] = DETECTION_BATCH_SIZE
     defaults_why: ClassVar[str] = "for boxes: a detector from random weights needs them"
 
-    def build(
-        self,
-        name: str,
-        class_names: list[str],
-        image_size: tuple[int, int],
-        *,
-        channels: int,
-        weights: str | None,
-        activation: str | None = None,
-    ) -> Any:
-        return detector(name, class_names, image_size, channels=channels, weights=weights)
+    def build(self, ask: ModelAsk) -> Any:
+        return detector(ask.name, ask.class_names, ask.image_size, channels=ask.channels, weights=ask.weights)
 
     def decode(self, decode: DecodeOptions, facts: Manifest | None, splits: Sequence[str | None]) -> DecodeOptions:
         """Boxes padded to the most objects an image of `splits` holds (the manifest's fact), so

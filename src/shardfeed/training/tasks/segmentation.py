@@ -23,7 +23,7 @@ from shardfeed.training.models import SEGMENTER, pixel_crossentropy, unet
 from shardfeed.training.prediction_files import skipped_rows, write_csv
 from shardfeed.training.run_folder import MASKS_GRID, RunFolder, RunRecord
 from shardfeed.training.segmentation import draw_masks, masks_scored, predicted_masks
-from shardfeed.training.tasks.base import Evaluation, Objective, Prediction
+from shardfeed.training.tasks.base import Evaluation, ModelAsk, Objective, Prediction
 
 
 class Segmentation(Objective):
@@ -36,17 +36,8 @@ class Segmentation(Objective):
     what: ClassVar[str] = "masks"
     size_multiple: ClassVar[int | None] = 8  # the small U-Net's 3 poolings
 
-    def build(
-        self,
-        name: str,
-        class_names: list[str],
-        image_size: tuple[int, int],
-        *,
-        channels: int,
-        weights: str | None,
-        activation: str | None = None,
-    ) -> Any:
-        return unet(name, class_names, image_size, channels=channels, weights=weights)
+    def build(self, ask: ModelAsk) -> Any:
+        return unet(ask.name, ask.class_names, ask.image_size, channels=ask.channels, weights=ask.weights)
 
     def compiled(self, keras: Any, classes: int) -> dict[str, Any]:
         if keras.backend.backend() == "torch":  # Keras' own fails there (training/models.py)
