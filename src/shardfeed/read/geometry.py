@@ -81,7 +81,7 @@ def box_columns(x0: Any, y0: Any, x1: Any, y1: Any, name: str, size: tuple[float
 def letterbox_frame(height: Any, width: Any, size: tuple[int, int], ops: Any = NUMPY) -> tuple[Any, Any, Any, Any]:
     """Where a `height` x `width` image lies in a letterboxed output of `size` (H, W): [resized
     height, resized width, top padding, left padding], computed in float32 as
-    `tf.image.resize_with_pad` computes them, as ints (`ops.int32`)."""
+    `tf.image.resize_with_pad` computes them, as ints (`ops.int32`: Python ints with `NUMPY`)."""
     h, w = ops.float32(height), ops.float32(width)
     out_h, out_w = ops.float32(float(size[0])), ops.float32(float(size[1]))
     ratio = ops.maximum(w / out_w, h / out_h)
@@ -89,11 +89,6 @@ def letterbox_frame(height: Any, width: Any, size: tuple[int, int], ops: Any = N
     top = ops.maximum(ops.floor((out_h - h / ratio) / 2), 0.0)
     left = ops.maximum(ops.floor((out_w - w / ratio) / 2), 0.0)
     return ops.int32(resized_h), ops.int32(resized_w), ops.int32(top), ops.int32(left)
-
-
-def letterbox_numbers(height: int, width: int, size: tuple[int, int]) -> tuple[int, int, int, int]:
-    """`letterbox_frame` in Python ints (Grain's frames, `predict`'s masks cut back out)."""
-    return letterbox_frame(height, width, size, NUMPY)
 
 
 def dct_index(height: Any, width: Any, size: tuple[int, int], ops: Any = NUMPY) -> Any:

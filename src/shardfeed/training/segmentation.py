@@ -76,9 +76,9 @@ def restored_mask(guessed: np.ndarray, height: int, width: int) -> np.ndarray:
     to `height` x `width`, so that it lies on the file's pixels."""
     from PIL import Image
 
-    from shardfeed.read.geometry import letterbox_numbers
+    from shardfeed.read.geometry import letterbox_frame
 
-    frame_h, frame_w, top, left = letterbox_numbers(height, width, guessed.shape[:2])
+    frame_h, frame_w, top, left = letterbox_frame(height, width, guessed.shape[:2])
     cut = np.ascontiguousarray(guessed[top : top + frame_h, left : left + frame_w].astype(np.uint8))
     return np.asarray(Image.fromarray(cut).resize((width, height), Image.Resampling.NEAREST))
 

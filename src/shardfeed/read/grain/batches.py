@@ -29,7 +29,7 @@ from PIL import Image
 from shardfeed import lazy
 from shardfeed.format.image_format import sniff_format
 from shardfeed.read.augment import Augment
-from shardfeed.read.geometry import DCT_SCALES, dct_index, letterbox_numbers, scaled_window
+from shardfeed.read.geometry import DCT_SCALES, dct_index, letterbox_frame, scaled_window
 from shardfeed.read.indexed import IndexedRecords
 from shardfeed.read.native import window_decode
 from shardfeed.read.options import FAST_DCT
@@ -90,7 +90,7 @@ class Batches:
         """Where the window's picture lies in the output: all of it, or letterboxed (asked for,
         and not randomly cropped)."""
         if self.placing.decode.letterbox and (self.augment is None or not self.augment.crop):
-            return letterbox_numbers(window[2], window[3], self.size)
+            return letterbox_frame(window[2], window[3], self.size)
         return (*self.size, 0, 0)
 
     def _batch_decoded(self, data: list[bytes], views: list[View], images: np.ndarray) -> list[int]:

@@ -13,7 +13,6 @@ and its raw form (`IndexedRecords`) side by side, over read/geometry.py.
 
 from __future__ import annotations
 
-from shardfeed.format.schema import CLASSIFICATION
 from shardfeed.format.tasks import TaskSpec, task_of
 from shardfeed.read.geometry import View
 from shardfeed.read.targets.base import Placing, Targets
@@ -36,5 +35,4 @@ def targets_of(task: TaskSpec | str | None) -> Targets:
     Raises:
         ManifestError: a task this version does not know.
     """
-    name = task.name if isinstance(task, TaskSpec) else task_of(task).name if task else CLASSIFICATION
-    return TARGETS[name]
+    return TARGETS[(task if isinstance(task, TaskSpec) else task_of(task)).name]

@@ -26,7 +26,6 @@ class ClassificationTargets(Targets):
     """One class id an image (module docstring)."""
 
     task: ClassVar[str] = CLASSIFICATION
-    images_only: ClassVar[bool] = True
 
     def features(self, schema: Schema) -> dict[str, Any]:
         tf = tensorflow()

@@ -16,6 +16,7 @@ from typing import Any
 
 from shardfeed.errors import OptionError
 from shardfeed.format.schema import CLASSIFICATION
+from shardfeed.format.tasks import DEFAULT_TASK
 from shardfeed.training.models import MODELS
 from shardfeed.training.tasks.base import Evaluation, ModelAsk, Objective, Prediction, Trained
 from shardfeed.training.tasks.classification import Classification
@@ -34,7 +35,7 @@ def objective_for(task: str | None, path: str = "this folder") -> Objective:
     Raises:
         OptionError: a task `train` has no model for.
     """
-    objective = OBJECTIVES.get(task or CLASSIFICATION)
+    objective = OBJECTIVES.get(task or DEFAULT_TASK)
     if objective is None:
         raise OptionError(f"{path} holds {task} records, which `train` has no model for; load({path!r}) feeds them")
     return objective
@@ -72,10 +73,7 @@ def build_model(
     if name not in MODELS:
         raise OptionError(f"model must be one of {list(MODELS)}, got {name!r}")
     objective = objective_for(task)
-    own = objective.own_model
-    if own is not None and name != own and objective.model_for(name) != name:
-        raise OptionError(f"{name} is a classifier; {task} is learned by {own} or on a backbone")
-    if own is None:
-        objective.model_for(name)  # a dense model for classes: refused, saying what it learns
+    if objective.model_for(name) != name:  # 'small_cnn' for masks or boxes (a dense model for classes raised)
+        raise OptionError(f"{name} is a classifier; {task} is learned by {objective.own_model} or on a backbone")
     weights = None if weights in (None, "none") else weights
     return objective.build(ModelAsk(name, class_names, image_size, channels, weights, activation))
