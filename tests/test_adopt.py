@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zygote
 from conftest import crops, jpeg_bytes, photos
 
 from shardfeed import ForeignKeys, IndexedRecords, ReadOptions, adopt, load, steps_per_epoch
@@ -243,7 +244,7 @@ def test_every_command_on_an_adopted_folder(inception_folder: tuple[Path, Writte
         ["evaluate", str(tmp_path / "run"), "--split", "validation"],
     ]
     for command in commands:
-        done = subprocess.run(run + command, capture_output=True, text=True, timeout=300)
+        done = zygote.run(run + command, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, (command, done.stderr[-2000:])
         assert "Traceback" not in done.stderr
     info = subprocess.run([*run, "info", str(root)], capture_output=True, text=True, timeout=120).stdout

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import zygote
 
 from shardfeed import ConvertOptions, convert
 
@@ -31,7 +32,7 @@ def _run(backend: str, args: list[str], cwd: Path, timeout: float = 600) -> subp
     if importlib.util.find_spec(backend) is None:
         pytest.skip(f"{backend} is not installed")
     env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    done = subprocess.run(args, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    done = zygote.run(args, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
     assert done.returncode == 0, (backend, args[:4], done.stderr[-3000:])
     return done
 

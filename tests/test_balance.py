@@ -3,13 +3,13 @@ weights (`--class-weight balanced`) on a 10:1 imbalanced set of real photos."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
+import zygote
 from conftest import crops, jpeg_bytes, photos
 
 from shardfeed import ConvertOptions, ReadOptions, convert, load, read_manifest, steps_per_epoch
@@ -78,7 +78,7 @@ def test_train_says_which_remedy_it_used(imbalanced: Path, tmp_path: Path, flag:
     cmd = [sys.executable, "-m", "shardfeed", "train", str(imbalanced), "--out", str(tmp_path / "run")]
     cmd += ["--model", "small_cnn", "--epochs", "1", "--batch-size", "6", "--image-size", "32", *flag]
     cmd += ["--validation-split", "train"]  # the set has one split: recall measured on it
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    done = zygote.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     word = "class-balanced sampling" if flag[0] == "--balance" else "class weights"
     said = done.stdout + done.stderr

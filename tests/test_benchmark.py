@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import zygote
 
 from shardfeed import ConvertOptions, convert
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `mak
 def test_bench_json_with_compare_folder(photo_tree: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     convert(str(photo_tree), str(out), ConvertOptions(split="train=1", shards=2), workers=1, progress=False)
-    done = subprocess.run(
+    done = zygote.run(
         [
             sys.executable,
             "-m",
@@ -47,7 +47,7 @@ def test_bench_json_with_compare_folder(photo_tree: Path, tmp_path: Path) -> Non
     assert set(data["ratios"]) == {"vs_keras_folder", "vs_decode_ceiling"}
     for r in data["ratios"].values():  # one round: the paired ratio is that round's ratio
         assert r["paired"] == pytest.approx(r["median"]) and r["median"] > 0
-    text = subprocess.run(
+    text = zygote.run(
         [sys.executable, "-m", "shardfeed", "bench", str(out), "--batch-size", "4", "--image-size", "32", "--eval"],
         capture_output=True,
         text=True,
@@ -60,9 +60,7 @@ def test_bench_measures_global_shuffle_over_epochs(photo_tree: Path, tmp_path: P
     out = tmp_path / "out"
     convert(str(photo_tree), str(out), ConvertOptions(split="train=1", shards=2), workers=1, progress=False)
     args = ["bench", str(out), "--batch-size", "4", "--image-size", "32", "--shuffle", "global", "--epochs", "2"]
-    done = subprocess.run(
-        [sys.executable, "-m", "shardfeed", *args, "--json"], capture_output=True, text=True, check=True
-    )
+    done = zygote.run([sys.executable, "-m", "shardfeed", *args, "--json"], capture_output=True, text=True, check=True)
     data = json.loads(done.stdout)
     assert data["settings"]["shuffle"] == "global" and data["shardfeed"]["batches"] == 2 * 11 - 2
 
@@ -74,7 +72,7 @@ def test_bench_with_a_model_says_which_side_limits_training(digits_tree: Path, t
     convert(str(digits_tree), str(out), ConvertOptions(shards=2), workers=1, progress=False)
     model_file = tmp_path / "m.keras"
     build_model("small_cnn", [str(i) for i in range(10)], (24, 24)).save(model_file)
-    done = subprocess.run(
+    done = zygote.run(
         [sys.executable, "-m", "shardfeed", "bench", str(out), "--model", str(model_file), "--json"],
         capture_output=True,
         text=True,
@@ -132,7 +130,7 @@ def test_breakdown_measures_each_stage_in_its_own_process(photo_tree: Path, tmp_
     out = tmp_path / "out"
     convert(str(photo_tree), str(out), ConvertOptions(split="train=1", shards=2), workers=1, progress=False)
     args = ["--breakdown", "--rounds", "1", "--batch-size", "4", "--image-size", "32", "--json"]
-    done = subprocess.run(
+    done = zygote.run(
         [sys.executable, "-m", "shardfeed", "bench", str(out), *args], capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -147,7 +145,7 @@ def test_breakdown_measures_each_stage_in_its_own_process(photo_tree: Path, tmp_
     assert result["load_over_decode_limit"] == pytest.approx(
         stages["shardfeed"]["cpu_ms_per_image"] / stages["memory_decode"]["cpu_ms_per_image"]
     )
-    refused = subprocess.run(
+    refused = zygote.run(
         [sys.executable, "-m", "shardfeed", "bench", str(out), "--breakdown", "--compare-folder", str(photo_tree)],
         capture_output=True,
         text=True,

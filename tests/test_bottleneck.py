@@ -4,6 +4,7 @@ would need, and the way out this host has (the GPU decode path only where a GPU 
 from __future__ import annotations
 
 import pytest
+import zygote
 
 from shardfeed.tools.bottleneck import Host, cores_needed, gpu_decode_verdict, this_host, verdict
 
@@ -134,11 +135,10 @@ def test_the_models_rate_is_timed_on_the_model_and_leaves_it_as_it_was(backend: 
     and step count, the metrics. The next epoch then trains exactly as it would have without the
     probe. Each backend in its own process; TensorFlow also on two devices (MirroredStrategy)."""
     import os
-    import subprocess
     import sys
 
     env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    done = subprocess.run(
+    done = zygote.run(
         [sys.executable, "-c", PROBED_AS_TRAINED, str(devices)], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0 and done.stdout.strip().endswith("same"), done.stderr[-3000:]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zygote
 
 from shardfeed import load, steps_per_epoch
 from shardfeed.errors import OptionError
@@ -96,7 +97,6 @@ def test_the_gpu_device_without_a_gpu_says_so(photo_shards: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["train", "bench"])
 def test_decode_on_gpu_without_a_gpu_is_one_line(photo_shards: Path, tmp_path: Path, command: str) -> None:
-    import subprocess
     import sys
 
     import tensorflow as tf
@@ -107,7 +107,7 @@ def test_decode_on_gpu_without_a_gpu_is_one_line(photo_shards: Path, tmp_path: P
     cmd += ["--image-size", "32", "--batch-size", "8"]
     if command == "train":
         cmd += ["--out", str(tmp_path / "r"), "--epochs", "1"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    done = zygote.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "error: decoder='dali' with device='gpu' needs a GPU and TensorFlow sees none" in done.stderr
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import zygote
 
 from shardfeed import ConvertOptions, convert
 from shardfeed.errors import OptionError
@@ -51,7 +51,7 @@ def test_two_devices_split_each_batch_and_learn_as_one(photo_tree: Path, tmp_pat
     # oneDNN's CPU kernels fail on a replica's empty slice of the last partial evaluation batch
     # (a batch of 1 across 2 replicas); GPUs do not use them, so only logical CPU devices need this
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_ENABLE_ONEDNN_OPTS="0")
-    done = subprocess.run(
+    done = zygote.run(
         [sys.executable, "-c", TWO_DEVICES, str(data), str(tmp_path / "run")],
         env=env,
         capture_output=True,

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import zygote
 
 from bench.corpus import TAGS, build_segmentation_corpus, build_shapes_coco_corpus
 from shardfeed import OptionError
@@ -182,7 +182,7 @@ def test_auto_picks_mobilenet_v2_for_masks_and_boxes_where_its_weights_can_be_ha
 def _train_and_evaluate(shards: Path, run: Path, home: Path, backend: str) -> tuple[str, str]:
     env = dict(os.environ, KERAS_HOME=str(home), KERAS_BACKEND=backend)
     command = [sys.executable, "-m", "shardfeed"]
-    trained = subprocess.run(
+    trained = zygote.run(
         [*command, "train", str(shards), "--out", str(run), "--model", "auto", "--epochs", "2", "--batch-size", "8"],
         capture_output=True,
         text=True,
@@ -190,7 +190,7 @@ def _train_and_evaluate(shards: Path, run: Path, home: Path, backend: str) -> tu
         timeout=600,
     )
     assert trained.returncode == 0, trained.stderr[-3000:]
-    scored = subprocess.run([*command, "evaluate", str(run)], capture_output=True, text=True, env=env, timeout=600)
+    scored = zygote.run([*command, "evaluate", str(run)], capture_output=True, text=True, env=env, timeout=600)
     assert scored.returncode == 0, scored.stderr[-3000:]
     return trained.stdout + trained.stderr, scored.stdout
 

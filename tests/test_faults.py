@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zygote
 from conftest import copy_tree, in_private_mounts, shard_bytes
 
 pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
@@ -37,7 +38,8 @@ except Exception as e:
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120, env=env)
+    forked = zygote.run if args[0] in ("-m", "-c") else subprocess.run  # a zygote runs -m and -c only
+    return forked([sys.executable, *args], capture_output=True, text=True, timeout=120, env=env)
 
 
 @pytest.mark.parametrize(("shuffle", "mode"), [("buffer", "train"), ("buffer", "eval"), ("global", "train")])
@@ -250,7 +252,7 @@ def damaged_results(digit_shards: Path, tmp_path_factory: pytest.TempPathFactory
     for damage, (make, _) in DAMAGE.items():
         make(copy_tree(digit_shards, work[damage] / "data"))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    done = subprocess.run(
+    done = zygote.run(
         [sys.executable, "-c", COMMANDS, *map(str, work.values())], capture_output=True, text=True, timeout=900, env=env
     )
     assert done.returncode == 0, done.stderr[-3000:]

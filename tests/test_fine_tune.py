@@ -8,12 +8,12 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import zygote
 
 from shardfeed.errors import OptionError
 from shardfeed.training import TrainOptions, build_model, load_model, read_resume_point, train
@@ -117,7 +117,7 @@ def test_two_phases_through_the_cli(photo_shards: Path, notop: Path, tmp_path: P
     cmd = [sys.executable, "-m", "shardfeed", "train", str(photo_shards), "--out", str(run), "--epochs", "2"]
     cmd += ["--model", "mobilenet_v3_small", "--weights", str(notop), "--head-epochs", "1"]
     cmd += ["--image-size", str(SIZE), "--batch-size", str(BATCH), "--augment", "none"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    done = zygote.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "phase 1 of 2, head (epochs 1-1): backbone frozen (BatchNorm in inference mode)" in done.stderr
     assert "phase 2 of 2, fine-tune (epochs 2-2): fine-tuning the backbone from 'expanded_conv_8_' up" in done.stderr

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zygote
 from conftest import crops, jpeg_bytes, photos, recording_http_server
 
 from shardfeed import ConvertOptions, CorruptRecordError, convert
@@ -60,7 +61,7 @@ def _run(*args: str, python: str | None = None) -> subprocess.CompletedProcess[s
     """A shardfeed command (or a Python snippet) in a fresh process under the timeout."""
     command = [sys.executable, "-c", python, *args] if python else [sys.executable, "-m", "shardfeed", *args]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+    return zygote.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
 
 
 def _one_line_refusal(done: subprocess.CompletedProcess[str], *words: str) -> None:

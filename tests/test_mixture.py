@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zygote
 from conftest import crops, jpeg_bytes, photos
 
 from shardfeed import ConvertOptions, Mixture, ReadOptions, convert, load, steps_per_epoch
@@ -116,7 +117,6 @@ def test_a_small_source_repeats_whole_orders() -> None:
 @pytest.mark.slow
 def test_train_on_two_folders(folders: tuple[str, str], tmp_path: Path) -> None:
     import json
-    import subprocess
     import sys
 
     out = tmp_path / "run"
@@ -133,14 +133,14 @@ def test_train_on_two_folders(folders: tuple[str, str], tmp_path: Path) -> None:
         "--validation-split",
         "none",
     ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    done = zygote.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     record = json.loads((out / "run.json").read_text())
     assert record["class_names"] == ["astronaut", "coffee", "rocket"]
     assert record["mixture"]["weights"] == [0.75, 0.25] and len(record["mixture"]["sources"]) == 2
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["steps_per_epoch"] == -(-53 // 8)  # train uses every record: the last batch partial
-    evaluated = subprocess.run(  # the model knows 3 classes, the first folder 2: evaluated on them
+    evaluated = zygote.run(  # the model knows 3 classes, the first folder 2: evaluated on them
         [sys.executable, "-m", "shardfeed", "evaluate", str(out), "--split", "train", "--json"],
         capture_output=True,
         text=True,

@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import zygote
 
 from shardfeed import ConvertOptions, convert
 
@@ -55,7 +56,7 @@ def test_two_workers_read_every_record_exactly_once(photo_tree: Path, tmp_path: 
             TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
         )
         procs.append(
-            subprocess.Popen(
+            zygote.popen(
                 [sys.executable, "-c", WORKER, str(data), str(tmp_path / f"seen{index}.json")],
                 env=env,
                 stdout=subprocess.PIPE,

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import zygote
 from conftest import copy_tree, jpeg_bytes, photos
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
@@ -49,7 +50,7 @@ def _console_errors(log: str) -> list[str]:
 
 
 def shardfeed(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "shardfeed", *args], capture_output=True, text=True, timeout=600)
+    return zygote.run([sys.executable, "-m", "shardfeed", *args], capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.slow

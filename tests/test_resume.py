@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import zygote
 
 from shardfeed import ConvertOptions, IndexedRecords, convert
 from shardfeed.training import read_resume_point
@@ -100,7 +101,7 @@ def _fingerprints(
     if kill_at is not None:
         env["KILL_AT"] = str(kill_at)
     argv = [data, str(run_dir), str(log), str(workers), str(index), kind, str(batch)]
-    done = subprocess.run([sys.executable, "-c", script, *argv], env=env, capture_output=True, text=True, timeout=300)
+    done = zygote.run([sys.executable, "-c", script, *argv], env=env, capture_output=True, text=True, timeout=300)
     expected = -signal.SIGKILL if kill_at is not None else 0
     assert done.returncode == expected, done.stderr[-3000:]
     lines = log.read_text().splitlines()
@@ -214,7 +215,7 @@ def test_two_workers_killed_mid_epoch_resume_as_three(photo_tree: Path, tmp_path
     def start(workers: int, index: int, run_dir: Path) -> subprocess.Popen[str]:
         log = tmp_path / f"log-{workers}-{index}"
         cmd = [sys.executable, "-c", ELASTIC, str(data), str(run_dir), str(log), str(workers), str(index)]
-        return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        return zygote.popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     def lines(workers: int, index: int) -> list[str]:
         log = tmp_path / f"log-{workers}-{index}"

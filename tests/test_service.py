@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import zygote
 from test_coco import coco  # noqa: F401  (a fixture)
 
 from shardfeed import ConvertOptions, OptionError, ReadOptions, ServiceOptions, convert, load, read_manifest
@@ -27,7 +28,7 @@ tf = pytest.importorskip("tensorflow")
 
 def start(*args: str) -> tuple[subprocess.Popen[str], str]:
     """`shardfeed serve ...` in its own process; returns it and the address it prints."""
-    proc = subprocess.Popen(
+    proc = zygote.popen(
         [sys.executable, "-m", "shardfeed", "serve", *args], stderr=subprocess.PIPE, text=True, bufsize=1
     )
     assert proc.stderr is not None
@@ -127,7 +128,7 @@ print('done', len(names), *names, flush=True)
 
 def started_reader(data: Path, address: str) -> subprocess.Popen[str]:
     """A trainer-like process reading the train split through the service, once it has 8 records."""
-    reader = subprocess.Popen(
+    reader = zygote.popen(
         [sys.executable, "-c", READER, str(data), address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     assert reader.stdout is not None
@@ -194,7 +195,7 @@ def test_train_reads_through_the_service(data: Path, tmp_path: Path, cluster: tu
     address, _ = cluster
     out = tmp_path / "run"
     args = ["train", str(data), "--out", str(out), "--epochs", "2", "--image-size", "16", "--batch-size", "16"]
-    done = subprocess.run(
+    done = zygote.run(
         [sys.executable, "-m", "shardfeed", *args, "--service", address],
         capture_output=True,
         text=True,
@@ -208,7 +209,7 @@ def test_train_reads_through_the_service(data: Path, tmp_path: Path, cluster: tu
 def test_a_worker_waiting_for_an_absent_dispatcher_stops_on_signals(sig: int) -> None:
     """TF's worker start blocks in C++ holding the interpreter lock; such workers ignored both
     signals for hours. Now they wait in Python, saying so, and stop when told."""
-    worker = subprocess.Popen(
+    worker = zygote.popen(
         [sys.executable, "-m", "shardfeed", "serve", "worker", "--dispatcher", f"localhost:{_free_port()}"],
         stderr=subprocess.PIPE,
         text=True,
@@ -222,7 +223,7 @@ def test_a_worker_waiting_for_an_absent_dispatcher_stops_on_signals(sig: int) ->
 
 def test_a_worker_gives_up_on_an_unreachable_dispatcher_after_its_timeout() -> None:
     args = ["serve", "worker", "--dispatcher", f"localhost:{_free_port()}", "--dispatcher-timeout", "2"]
-    done = subprocess.run([sys.executable, "-m", "shardfeed", *args], capture_output=True, text=True, timeout=60)
+    done = zygote.run([sys.executable, "-m", "shardfeed", *args], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert "error: no dispatcher answered at localhost:" in done.stderr and "within 2 s" in done.stderr
 
@@ -239,7 +240,7 @@ def test_a_second_dispatcher_on_a_used_port_is_refused() -> None:
     port = str(_free_port())
     first, _ = start("dispatcher", "--port", port)
     try:
-        done = subprocess.run(
+        done = zygote.run(
             [sys.executable, "-m", "shardfeed", "serve", "dispatcher", "--port", port],
             capture_output=True,
             text=True,
@@ -281,7 +282,7 @@ def test_a_shard_vanishing_while_the_service_reads_it_never_hangs(
 
     folder = shutil.copytree(data, tmp_path / "data")
     address, _ = cluster
-    done = subprocess.run(
+    done = zygote.run(
         [sys.executable, "-c", VANISHING, str(folder), address], capture_output=True, text=True, timeout=180
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -337,7 +338,7 @@ def test_a_worker_without_the_mirror_fails_the_read_naming_the_flag(
     fs, root = storage.filesystem(f"{bucket}/digits")
     fs.put(str(data), root, recursive=True)
     address, _ = cluster
-    done = subprocess.run(
+    done = zygote.run(
         [sys.executable, "-c", MIRRORLESS, f"{bucket}/digits", address, str(tmp_path / "empty")],
         capture_output=True,
         text=True,
@@ -353,7 +354,7 @@ def test_a_mirror_over_the_cache_limit_is_refused_at_start(data: Path, bucket: s
     fs, root = storage.filesystem(f"{bucket}/digits")
     fs.put(str(data), root, recursive=True)
     worker = ["serve", "worker", "--dispatcher", "localhost:1", "--mirror", f"{bucket}/digits"]
-    done = subprocess.run(
+    done = zygote.run(
         [sys.executable, "-m", "shardfeed", *worker, "--cache-limit", "1000"],
         capture_output=True,
         text=True,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import fsspec
 import pytest
+import zygote
 from conftest import in_private_mounts
 from test_coco import coco  # noqa: F401  (a fixture)
 
@@ -189,9 +190,7 @@ def test_the_store_dying_mid_epoch_ends_in_an_error_naming_the_shard_and_every_r
         for n in range(READERS):
             script = [sys.executable, "-c", STORE_DIES, "s3://dies/out", str(tmp_path / f"cache{n}"), str(dead)]
             readers.append(
-                subprocess.Popen(
-                    [*script, str(limit)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-                )
+                zygote.popen([*script, str(limit)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             )
         for reader in readers:
             assert reader.stdout is not None
@@ -280,7 +279,7 @@ def test_long_shards_through_a_tight_cache_never_stall(bucket: str, tmp_path: Pa
     sizes = [p.stat().st_size for p in local.glob("train-*")]
     limit = sum(sizes) // 3
     assert limit // max(sizes) >= 8  # reading_cycle: 3 shards at once, 6 pinned by the old rule
-    done = subprocess.run(
+    done = zygote.run(
         [sys.executable, "-c", BOUNDED_EPOCHS, url, str(tmp_path / "cache"), str(limit)],
         capture_output=True,
         text=True,

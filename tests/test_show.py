@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zygote
 from PIL import Image
 
 from shardfeed import ConvertOptions, convert
@@ -64,7 +65,7 @@ def test_show_augmented_draws_what_train_would_use(converted: Path, tmp_path: Pa
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         cmd = [sys.executable, "-m", "shardfeed", "show", str(converted), "--augmented", "--image-size", "32", *args]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        return zygote.run(cmd, capture_output=True, text=True, timeout=300)
 
     done = cli("-o", str(tmp_path / "a.png"))
     assert done.returncode == 0, done.stderr

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import zygote
 
 from shardfeed import ConvertOptions, convert
 from shardfeed.tools.shuffle_quality import batch_stats, ideal_stats
@@ -39,14 +39,10 @@ def test_report_flags_local_shuffle_of_sorted_shards(digits_tree: Path, tmp_path
         "10",
         "--json",
     ]
-    local = json.loads(
-        subprocess.run([*base, "--shuffle-buffer", "16"], capture_output=True, text=True, check=True).stdout
-    )
+    local = json.loads(zygote.run([*base, "--shuffle-buffer", "16"], capture_output=True, text=True, check=True).stdout)
     assert local["pipeline"]["classes_per_batch"] < 0.6 * local["ideal"]["classes_per_batch"]
     assert local["pipeline"]["longest_same_label_run"] > 3 * local["ideal"]["longest_same_label_run"]
-    globally = json.loads(
-        subprocess.run([*base, "--shuffle", "global"], capture_output=True, text=True, check=True).stdout
-    )
+    globally = json.loads(zygote.run([*base, "--shuffle", "global"], capture_output=True, text=True, check=True).stdout)
     assert globally["mix_ratio"] > 0.85
-    text = subprocess.run([*base[:-1], "--shuffle-buffer", "16"], capture_output=True, text=True, check=True).stdout
+    text = zygote.run([*base[:-1], "--shuffle-buffer", "16"], capture_output=True, text=True, check=True).stdout
     assert "POOR" in text and "classes per batch" in text

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import fsspec
 import pytest
+import zygote
 from conftest import shard_bytes
 
 from shardfeed import ConvertOptions, convert, read_manifest
@@ -197,7 +198,6 @@ def test_credentials_in_urls_never_reach_what_we_write_or_print(bucket: str, tmp
     with a signed https URL): the secret appears in no file left behind and no output line."""
     import json
     import os
-    import subprocess
     import sys
 
     from shardfeed.training.samples import write_digits_folders
@@ -224,7 +224,7 @@ def test_credentials_in_urls_never_reach_what_we_write_or_print(bucket: str, tmp
     ]
     output = ""
     for i, args in enumerate(commands):
-        done = subprocess.run(
+        done = zygote.run(
             [sys.executable, "-m", "shardfeed", *args], capture_output=True, text=True, env=env, timeout=600
         )
         assert (done.returncode == 0) == (i < 9), (args, done.stderr[-2000:].replace(SECRET, "<the secret>"))

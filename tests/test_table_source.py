@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import zygote
 from conftest import discovered_and_converted, shard_bytes
 
 from shardfeed import ConvertOptions, convert
@@ -457,7 +458,7 @@ def test_info_verify_and_train_run_on_the_result(photo_tree: Path, names: list[s
         ["verify", str(out), "-q"],
         ["train", str(out), "--out", str(run), "--epochs", "1", "--image-size", "32", "--batch-size", "8"],
     ):
-        done = subprocess.run(
+        done = zygote.run(
             [sys.executable, "-m", "shardfeed", *args], capture_output=True, text=True, env=env, timeout=600
         )
         assert done.returncode == 0, (args, done.stderr[-2000:])

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import zygote
 
 from bench.corpus import TAGS, build_segmentation_corpus, build_shapes_coco_corpus, build_tagged_corpus
 from shardfeed import ConvertOptions, CsvSource, convert
@@ -57,7 +57,7 @@ def test_two_devices_train_every_task_and_its_figures_are_the_saved_models(
     metrics = {}
     for name, data in folders.items():  # a process each, as the CLI runs: one strategy a process
         argv = [str(data), str(runs[name]), str(sizes[name])]
-        done = subprocess.run(
+        done = zygote.run(
             [sys.executable, "-c", TWO_DEVICES, *argv], env=env, capture_output=True, text=True, timeout=600
         )
         assert done.returncode == 0, done.stderr[-3000:]

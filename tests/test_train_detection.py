@@ -11,12 +11,12 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import zygote
 
 from bench.corpus import TAGS, build_shapes_coco_corpus
 from shardfeed import ConvertOptions, OptionError, convert
@@ -164,12 +164,12 @@ def test_scoring_keeps_what_predict_shows_and_more(run_dir: Path) -> None:
 
 
 def test_the_cli_prints_coco_map_and_the_report_renders(run_dir: Path) -> None:
-    done = subprocess.run(
+    done = zygote.run(
         [sys.executable, "-m", "shardfeed", "evaluate", str(run_dir)], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "mAP@0.5 " in done.stdout and "by object size" in done.stdout and "yellow triangle" in done.stdout
-    report = subprocess.run(
+    report = zygote.run(
         [sys.executable, "-m", "shardfeed", "report", str(run_dir)], capture_output=True, text=True, timeout=300
     )
     assert report.returncode == 0, report.stderr[-2000:]
@@ -300,7 +300,7 @@ def test_a_detection_run_killed_mid_epoch_trains_on_the_uninterrupted_runs_batch
         log = tmp_path / "log"
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **({"KILL_AT": str(kill_at)} if kill_at is not None else {}))
         argv = [str(shards), str(run_dir), str(log), ",".join(TAGS)]
-        done = subprocess.run(
+        done = zygote.run(
             [sys.executable, "-c", FINGERPRINTED_DETECTOR, *argv], env=env, capture_output=True, text=True, timeout=600
         )
         assert done.returncode == (-signal.SIGKILL if kill_at is not None else 0), done.stderr[-3000:]

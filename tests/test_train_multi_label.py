@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import zygote
 
 from bench.corpus import TAGS, build_tagged_corpus
 from shardfeed import ConvertOptions, OptionError, convert
@@ -87,7 +87,7 @@ def test_evaluate_is_scikit_learns_map_and_f1_on_the_same_scores(run_dir: Path, 
 
 
 def test_the_cli_prints_map_predict_writes_label_sets_and_report_renders(run_dir: Path, tmp_path: Path) -> None:
-    done = subprocess.run(
+    done = zygote.run(
         [sys.executable, "-m", "shardfeed", "evaluate", str(run_dir)], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -102,7 +102,7 @@ def test_the_cli_prints_map_predict_writes_label_sets_and_report_renders(run_dir
         truth = {r["path"].split("/")[-1]: set(r["label"].split(";")) for r in csv.DictReader(f)}
     right = sum(set(filter(None, r["labels"].split(";"))) == truth[r["file"]] for r in rows)
     assert right > 0.5 * len(rows)  # exact label sets, over training and validation images
-    report = subprocess.run(
+    report = zygote.run(
         [sys.executable, "-m", "shardfeed", "report", str(run_dir)], capture_output=True, text=True, timeout=300
     )
     assert report.returncode == 0, report.stderr[-2000:]
@@ -151,8 +151,8 @@ def trained_on(backend: str, data: Path, run: Path, figure: str, image_size: int
     env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
     cli = [sys.executable, "-m", "shardfeed"]
     args = ["train", str(data), "--out", str(run), "--epochs", "1", "--image-size", str(image_size)]
-    trained = subprocess.run([*cli, *args, "--batch-size", "16"], capture_output=True, text=True, env=env, timeout=600)
+    trained = zygote.run([*cli, *args, "--batch-size", "16"], capture_output=True, text=True, env=env, timeout=600)
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert f"validation: {figure}" in trained.stdout + trained.stderr
-    evaluated = subprocess.run([*cli, "evaluate", str(run)], capture_output=True, text=True, env=env, timeout=600)
+    evaluated = zygote.run([*cli, "evaluate", str(run)], capture_output=True, text=True, env=env, timeout=600)
     assert evaluated.returncode == 0 and figure in evaluated.stdout, evaluated.stderr[-3000:]

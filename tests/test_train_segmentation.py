@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import zygote
 from PIL import Image
 
 from bench.corpus import TAGS, build_segmentation_corpus
@@ -107,12 +107,12 @@ def test_predicted_masks_lie_on_the_files_pixels(run_dir: Path, source: Path, tm
 
 
 def test_the_cli_prints_mean_iou_and_the_report_renders(run_dir: Path) -> None:
-    done = subprocess.run(
+    done = zygote.run(
         [sys.executable, "-m", "shardfeed", "evaluate", str(run_dir)], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "mean IoU 0." in done.stdout and "pixel accuracy" in done.stdout and "blue disc" in done.stdout
-    report = subprocess.run(
+    report = zygote.run(
         [sys.executable, "-m", "shardfeed", "report", str(run_dir)], capture_output=True, text=True, timeout=300
     )
     assert report.returncode == 0, report.stderr[-2000:]
