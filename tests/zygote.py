@@ -31,6 +31,7 @@ import json
 import os
 import runpy
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -129,7 +130,7 @@ class _Zygote:
     """A started zygote: its socket, and the pipe whose closing ends it."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
-        folder = tempfile.mkdtemp(prefix="zygote-")
+        folder = self.folder = tempfile.mkdtemp(prefix="zygote-")
         self.path = os.path.join(folder, "socket")
         self.process = subprocess.Popen(
             [sys.executable, __file__, self.path],
@@ -148,6 +149,7 @@ class _Zygote:
             assert self.process.stdin is not None
             self.process.stdin.close()
             self.process.wait(timeout=60)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 _ZYGOTES: dict[tuple[tuple[str, str], ...], _Zygote] = {}
