@@ -47,7 +47,6 @@ from typing import IO, Any
 IMPORT_TIME = ("KERAS_", "TF_", "JAX_", "XLA_", "CUDA_", "TORCH", "OMP_", "MKL_", "OPENBLAS", "PYTHON", "LD_")
 IMPORT_TIME_NAMES = ("HOME", "XDG_CACHE_HOME", "PATH")
 PRELOAD = ("tensorflow", "keras")
-REAP_S = 0.02  # how often the zygote looks for children that ended
 
 
 # -- the zygote -------------------------------------------------------------------------------
@@ -65,15 +64,26 @@ def _serve(path: str) -> tuple[dict[str, Any], list[int]] | None:
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     waiting: dict[int, socket.socket] = {}
+    ended, ended_signal = os.pipe()  # a child's end wakes the loop (SIGCHLD written here): no polling
+    for fd in (ended, ended_signal):
+        os.set_blocking(fd, False)
+    signal.set_wakeup_fd(ended_signal)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
     while True:
-        readable, _, _ = select.select([listener, sys.stdin], [], [], REAP_S)
+        readable, _, _ = select.select([listener, sys.stdin, ended], [], [])
         if sys.stdin in readable and not os.read(sys.stdin.fileno(), 4096):
             break
+        if ended in readable:
+            os.read(ended, 4096)
         if listener in readable:
             conn, _ = listener.accept()
             message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
             pid = os.fork()
             if pid == 0:
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                for fd in (ended, ended_signal):
+                    os.close(fd)
                 listener.close()
                 for other in waiting.values():
                     other.close()
