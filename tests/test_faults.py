@@ -38,8 +38,7 @@ except Exception as e:
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    forked = zygote.run if args[0] in ("-m", "-c") else subprocess.run  # a zygote runs -m and -c only
-    return forked([sys.executable, *args], capture_output=True, text=True, timeout=120, env=env)
+    return zygote.run([sys.executable, *args], capture_output=True, text=True, timeout=120, env=env)
 
 
 @pytest.mark.parametrize(("shuffle", "mode"), [("buffer", "train"), ("buffer", "eval"), ("global", "train")])

@@ -212,7 +212,7 @@ def test_two_workers_killed_mid_epoch_resume_as_three(photo_tree: Path, tmp_path
     convert(str(photo_tree), str(data), ConvertOptions(split="train=1", shards=3), workers=1, progress=False)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", STEP_SECONDS="0.3")  # slow enough to stop both before step 10
 
-    def start(workers: int, index: int, run_dir: Path) -> subprocess.Popen[str]:
+    def start(workers: int, index: int, run_dir: Path) -> zygote.Forked:
         log = tmp_path / f"log-{workers}-{index}"
         cmd = [sys.executable, "-c", ELASTIC, str(data), str(run_dir), str(log), str(workers), str(index)]
         return zygote.popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `mak
 tf = pytest.importorskip("tensorflow")
 
 
-def start(*args: str) -> tuple[subprocess.Popen[str], str]:
+def start(*args: str) -> tuple[zygote.Forked, str]:
     """`shardfeed serve ...` in its own process; returns it and the address it prints."""
     proc = zygote.popen(
         [sys.executable, "-m", "shardfeed", "serve", *args], stderr=subprocess.PIPE, text=True, bufsize=1
@@ -53,7 +53,7 @@ def data(digits_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def cluster() -> Iterator[tuple[str, list[subprocess.Popen[str]]]]:
+def cluster() -> Iterator[tuple[str, list[zygote.Forked]]]:
     dispatcher, address = start("dispatcher", "--port", "0")
     workers = [start("worker", "--dispatcher", address.split("://")[1])[0] for _ in range(2)]
     procs = [dispatcher, *workers]
@@ -69,7 +69,7 @@ def _names(ds: object) -> list[str]:
 
 
 def test_an_epoch_delivers_every_record_once_and_the_next_is_reshuffled(
-    data: Path, cluster: tuple[str, list[subprocess.Popen[str]]]
+    data: Path, cluster: tuple[str, list[zygote.Forked]]
 ) -> None:
     address, _ = cluster
     expected = read_manifest(str(data)).split("validation").num_records
@@ -126,7 +126,7 @@ print('done', len(names), *names, flush=True)
 """
 
 
-def started_reader(data: Path, address: str) -> subprocess.Popen[str]:
+def started_reader(data: Path, address: str) -> zygote.Forked:
     """A trainer-like process reading the train split through the service, once it has 8 records."""
     reader = zygote.popen(
         [sys.executable, "-c", READER, str(data), address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -274,7 +274,7 @@ except Exception as e:
 
 
 def test_a_shard_vanishing_while_the_service_reads_it_never_hangs(
-    data: Path, tmp_path: Path, cluster: tuple[str, list[subprocess.Popen[str]]]
+    data: Path, tmp_path: Path, cluster: tuple[str, list[zygote.Forked]]
 ) -> None:
     """Issue 29, item 1 through the tf.data service: the workers run the same checked shard
     reader, so the trainer gets an error naming a missing shard, not an endless wait."""
@@ -331,7 +331,7 @@ except Exception as e:
 
 
 def test_a_worker_without_the_mirror_fails_the_read_naming_the_flag(
-    data: Path, bucket: str, tmp_path: Path, cluster: tuple[str, list[subprocess.Popen[str]]]
+    data: Path, bucket: str, tmp_path: Path, cluster: tuple[str, list[zygote.Forked]]
 ) -> None:
     from shardfeed.format import storage
 
@@ -367,7 +367,7 @@ def test_a_mirror_over_the_cache_limit_is_refused_at_start(data: Path, bucket: s
 def test_detection_batches_come_through_the_service(
     coco: Path,  # noqa: F811
     tmp_path: Path,
-    cluster: tuple[str, list[subprocess.Popen[str]]],
+    cluster: tuple[str, list[zygote.Forked]],
 ) -> None:
     """Boxes and labels padded per batch, made by the workers: each image's are those read here."""
     from shardfeed.write.sources import CocoSource

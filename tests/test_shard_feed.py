@@ -181,7 +181,7 @@ def test_the_store_dying_mid_epoch_ends_in_an_error_naming_the_shard_and_every_r
     endpoint, server = start_s3(tmp_path)
     env = {**os.environ, **s3_environment(endpoint), "TF_CPP_MIN_LOG_LEVEL": "3"}
     dead = tmp_path / "store-is-dead"
-    readers: list[subprocess.Popen[str]] = []
+    readers: list[zygote.Forked] = []
     try:
         fs = fsspec.filesystem("s3", key="testing", secret="testing", endpoint_url=endpoint, skip_instance_cache=True)
         fs.mkdir("dies")

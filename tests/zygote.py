@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import types
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
@@ -208,7 +209,7 @@ class Forked:
         *,
         env: Mapping[str, str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
-        stdin: Any = subprocess.DEVNULL,
+        stdin: Any = subprocess.DEVNULL,  # not the test's own stdin, as Popen's default would give
         stdout: Any = None,
         stderr: Any = None,
         text: bool = False,
@@ -259,7 +260,8 @@ class Forked:
 
     def communicate(self, timeout: float | None = None) -> tuple[Any, Any]:
         """Reads stdout and stderr to their end (both at once, as subprocess does, so neither
-        pipe fills), then waits for the exit."""
+        pipe fills), then waits for the exit; `timeout` bounds the whole, as in subprocess."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         found: dict[str, Any] = {}
         readers = [
             threading.Thread(target=lambda n=name, s=stream: found.__setitem__(n, s.read()), daemon=True)
@@ -269,10 +271,10 @@ class Forked:
         for reader in readers:
             reader.start()
         for reader in readers:
-            reader.join(timeout)
+            reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
             if reader.is_alive():
                 raise subprocess.TimeoutExpired(self.args, timeout)  # type: ignore[arg-type]
-        self.wait(timeout)
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
         for stream in (self.stdout, self.stderr):
             if stream is not None:
                 stream.close()
