@@ -64,7 +64,7 @@ def _inputs(out: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    root = Path(build_corpus(str(tmp_path_factory.mktemp("append") / "all"), 900, classes=4))
+    root = Path(build_corpus(str(tmp_path_factory.mktemp("append") / "all"), 360, classes=4))
     return sorted(root.rglob("*.jpg"), key=lambda p: hashlib.sha256(p.name.encode()).digest())
 
 
@@ -72,15 +72,15 @@ def _three_generations(corpus: list[Path], work: Path, kill_third: bool) -> tupl
     """Source and folder after a conversion, an append, and a third step (killed and resumed
     when asked); the shard hashes after the second step."""
     pool, source, out = list(corpus), work / "src", work / "out"
-    _grow(source, pool, 300)
+    _grow(source, pool, 120)
     assert _convert(source, out).returncode == 0
-    _grow(source, pool, 150)
+    _grow(source, pool, 60)
     before = _hashes(out)
     done = _convert(source, out, "--append")
     assert done.returncode == 0, done.stderr[-2000:]
     assert all(_hashes(out)[name] == digest for name, digest in before.items()), "an old shard changed"
     second = _hashes(out)
-    _grow(source, pool, 450)
+    _grow(source, pool, 180)
     if kill_third:
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
         cmd = [sys.executable, "-m", "shardfeed", "convert", str(source), str(out), *FLAGS, "--append"]
@@ -105,8 +105,8 @@ def test_append_twice_then_kill_and_resume_a_third(corpus: list[Path], tmp_path:
     assert hashes == _hashes(reference)  # the resumed third generation is byte-identical
     assert all(hashes[name] == digest for name, digest in second.items())  # and left the others alone
     m = json.loads((out / "manifest.json").read_text())
-    assert [sum(g["records"].values()) for g in m["generations"]] == [300, 150, 450]
-    assert sum(s["num_records"] for s in m["splits"].values()) == 900
+    assert [sum(g["records"].values()) for g in m["generations"]] == [120, 60, 180]
+    assert sum(s["num_records"] for s in m["splits"].values()) == 360
     assert any(s["file"].startswith("train-g0002-") for s in m["splits"]["train"]["shards"])
     info = subprocess.run([sys.executable, "-m", "shardfeed", "info", str(out)], capture_output=True, text=True)
     assert "generations: 3 (convert --append)" in info.stdout and "g0002" in info.stdout

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import zygote
 
-from shardfeed.tools.bottleneck import Host, cores_needed, gpu_decode_verdict, this_host, verdict
+from shardfeed.tools.bottleneck import Host, cores_needed, gpu_decode_verdict, probe_batches, this_host, verdict
 
 CPU_ONLY = Host(cores=2, gpu=False, dali=False)
 GPU_NO_DALI = Host(cores=16, gpu=True, dali=False)
@@ -35,6 +35,15 @@ def test_an_input_bound_verdict_names_the_ways_out_this_host_has(host: Host | No
     assert ("(this host has" in line) == (host is not None)
     if host is None or not host.gpu:
         assert "GPU" not in line
+
+
+def test_trains_probe_adds_a_twentieth_of_a_short_run_and_ten_batches_to_a_long_one() -> None:
+    # (steps an epoch, steps the run trains) -> batches timed
+    assert probe_batches(1000, 100_000) == 10  # a long run: the full probe
+    assert probe_batches(100, 120) == 6  # 5% of 120 steps
+    assert probe_batches(7, 42) == 3  # 5% would be 2: never fewer than 3
+    assert probe_batches(2, 1000) == 2  # no more than an epoch holds
+    assert probe_batches(1, 1) == 1
 
 
 def test_model_bound_and_balanced_verdicts() -> None:

@@ -88,14 +88,21 @@ def test_random_crops_and_flips_give_the_exact_boxes(folder: Path) -> None:
     size = (64, 96)
     decode = DecodeOptions(dtype="float32")
     flips, dropped, crops = set(), 0, set()
-    for seed in range(40):
-        ds = load(str(folder), batch_size=1, image_size=size, seed=seed, training=True, decode=decode)
-        ((images, targets),) = list(ds)
+    # each epoch of a repeated dataset draws the image's crop and flip anew: 20 epochs of 2 seeds
+    # (one pipeline a seed; a `load` per draw cost 40 traces)
+    draws = [
+        batch
+        for seed in (0, 1)
+        for batch in load(
+            str(folder), batch_size=1, image_size=size, seed=seed, training=True, decode=decode, repeat=True
+        ).take(20)
+    ]
+    for draw, (images, targets) in enumerate(draws):
         image, boxes, labels = images.numpy()[0], targets["boxes"].numpy()[0], targets["labels"].numpy()[0]
         window = window_of(image)
         want = expected_boxes(window, size, Augment().min_visible)
         got = boxes[labels >= 0]
-        assert got.shape == want.shape and np.allclose(got, want, atol=0.02), (seed, window, got, want)
+        assert got.shape == want.shape and np.allclose(got, want, atol=0.02), (draw, window, got, want)
         flips.add(window[4])
         crops.add(round(window[2]))
         dropped += len(BOXES) - len(got)

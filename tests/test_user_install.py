@@ -27,6 +27,10 @@ pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `mak
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL_TIMEOUT_S = 1200  # a fresh machine downloads TensorFlow; a warm pip cache takes ~1 min
 COMMAND_TIMEOUT_S = 600
+# --no-compile: pip's byte-compiling of every installed module (TensorFlow's thousands) took 15 of
+# the `cpu` install's 38 s; the commands here compile what they import, once (_run keeps no
+# PYTHONDONTWRITEBYTECODE), and what is installed is the same
+PIP_INSTALL = ("-q", "--no-compile")
 
 
 def _run(command: list[str], *, cwd: Path, timeout: float = COMMAND_TIMEOUT_S) -> str:
@@ -67,7 +71,7 @@ def user_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv.create(env_dir, with_pip=True, symlinks=True)
     python = env_dir / "bin" / "python"
     _run(
-        [str(python), "-m", "pip", "install", "-q", f"shardfeed[cpu] @ {wheel.as_uri()}"],
+        [str(python), "-m", "pip", "install", *PIP_INSTALL, f"shardfeed[cpu] @ {wheel.as_uri()}"],
         cwd=base,
         timeout=INSTALL_TIMEOUT_S,
     )
@@ -167,7 +171,14 @@ def _extra_env(wheel: Path, extra: str, base: Path) -> Path:
     env_dir = base / f"venv-{extra}"
     venv.create(env_dir, with_pip=True, symlinks=True)
     _run(
-        [str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", f"shardfeed[{extra}] @ {wheel.as_uri()}"],
+        [
+            str(env_dir / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            *PIP_INSTALL,
+            f"shardfeed[{extra}] @ {wheel.as_uri()}",
+        ],
         cwd=base,
         timeout=INSTALL_TIMEOUT_S,
     )

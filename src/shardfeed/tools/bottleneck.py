@@ -27,7 +27,9 @@ from shardfeed.tools.timing import measure
 log = logging.getLogger("shardfeed")
 MARGIN = 0.9  # within 10% counts as balanced
 NEVER_WAITS = 0.95  # the share of the model's rate at which "the accelerator never waits"
-PROBE_BATCHES = 10  # batches timed by train's probe
+PROBE_BATCHES = 10  # batches timed by train's probe, in a run long enough (probe_batches)
+PROBE_SHARE = 0.05  # the most of a run's training steps its probe adds, down to PROBE_LEAST
+PROBE_LEAST = 3  # fewer, and one slow step decides the verdict
 
 
 def model_rate(model: Any, batch: tuple[Any, Any], *, steps: int = 20, warmup: int = 3) -> float:
@@ -211,6 +213,15 @@ def gpu_decode_verdict(cpu: float, gpu: float, model: float) -> str:
     return f"{shares}: decode on the GPU (train --decode-on gpu)"
 
 
+def probe_batches(steps_per_epoch: int, run_steps: int) -> int:
+    """Batches train's probe times in a run of `run_steps` training steps: PROBE_BATCHES, or in a
+    short run fewer, so that the probe's model steps (these and one to warm up) add about
+    PROBE_SHARE to the run rather than a third of it (a 6-epoch run of 7 steps an epoch took 13
+    more steps, 12 s of its 93), but never fewer than PROBE_LEAST, nor more than an epoch holds."""
+    share = max(PROBE_LEAST, min(PROBE_BATCHES, int(run_steps * PROBE_SHARE)))
+    return max(1, min(steps_per_epoch, share))
+
+
 def input_probe(make_dataset: Callable[[], Any], batches: int, *, gpu_decode: bool = False) -> Any:
     """A Keras callback that, after the first epoch, times the input pipeline alone (`batches`
     batches of a fresh `make_dataset()`) and the model's step on one in-memory batch, and logs
@@ -228,7 +239,7 @@ def input_probe(make_dataset: Callable[[], Any], batches: int, *, gpu_decode: bo
             start = time.monotonic()
             ds = make_dataset()
             pipeline = measure(ds, max_batches=batches, warmup_batches=1)
-            model = model_rate(self.model, next(iter(ds)), steps=batches)
+            model = model_rate(self.model, next(iter(ds)), steps=batches, warmup=1)  # fit compiled it
             cores = cores_needed(model, pipeline.cpu_cores_used / pipeline.images_per_second)
             self.verdict = verdict(
                 pipeline.images_per_second, model, host=this_host(), cores=cores, gpu_decode=gpu_decode

@@ -20,7 +20,7 @@ from shardfeed.lazy import tensorflow
 from shardfeed.read.mixture import Mixture, open_mixture
 from shardfeed.read.options import ReadOptions
 from shardfeed.read.remote.feed import check_room
-from shardfeed.tools.bottleneck import PROBE_BATCHES, input_probe
+from shardfeed.tools.bottleneck import input_probe, probe_batches
 from shardfeed.training.batchnorm import batches_for, precise_bn_callback
 from shardfeed.training.devices import place, set_precision
 from shardfeed.training.fine_tune import (
@@ -258,7 +258,8 @@ class _TrainingRun:
         self.folder.write_record(self.record)
         validation = self.record.validation_split
         val_ds = self.inputs.evaluation(validation) if validation else None
-        probe = input_probe(self.train_stream, min(self.steps, PROBE_BATCHES), gpu_decode=o.decode_on == "gpu")
+        run_steps = (o.total_epochs - self.initial_epoch) * self.steps
+        probe = input_probe(self.train_stream, probe_batches(self.steps, run_steps), gpu_decode=o.decode_on == "gpu")
         metric = self.objective.metric
         callbacks = [*self._callbacks(monitor=f"val_{metric}" if val_ds is not None else metric), probe]
         split = o.train_split
