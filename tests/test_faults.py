@@ -272,12 +272,12 @@ def test_every_command_on_a_damaged_folder_says_what_is_wrong(damaged_results: d
 
 @pytest.fixture(scope="module")
 def slow_source(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """1,200 real photo crops whose conversion to PNG takes seconds (long enough to be stopped
+    """600 real photo crops whose conversion to PNG takes seconds (long enough to be stopped
     midway), and the shards an uninterrupted conversion writes."""
     from bench.corpus import build_corpus
 
     root = tmp_path_factory.mktemp("slow")
-    source = Path(build_corpus(str(root / "src"), 1200, classes=4))
+    source = Path(build_corpus(str(root / "src"), 600, classes=4))
     reference = root / "reference"
     assert _run("-m", "shardfeed", *_slow_convert(source, reference)).returncode == 0
     return source, reference
