@@ -217,7 +217,8 @@ def probe_batches(steps_per_epoch: int, run_steps: int) -> int:
     """Batches train's probe times in a run of `run_steps` training steps: PROBE_BATCHES, or in a
     short run fewer, so that the probe's model steps (these and one to warm up) add about
     PROBE_SHARE to the run rather than a third of it (a 6-epoch run of 7 steps an epoch took 13
-    more steps, 12 s of its 93), but never fewer than PROBE_LEAST, nor more than an epoch holds."""
+    more steps, 12 s of its 93 under cProfile), but never fewer than PROBE_LEAST, nor more than an
+    epoch holds."""
     share = max(PROBE_LEAST, min(PROBE_BATCHES, int(run_steps * PROBE_SHARE)))
     return max(1, min(steps_per_epoch, share))
 
