@@ -148,7 +148,29 @@ def test_a_second_writer_into_a_bucket_folder_is_refused_and_a_stale_lock_taken_
     assert not fs.exists(f"{out}/.lock.shardfeed")
 
 
-def test_a_conversion_into_a_bucket_killed_midway_resumes_to_the_same_bytes(any_bucket: str, tmp_path: Path) -> None:
+KILLED_ARGS = ["--format", "png", "--shards", "12", "--workers", "2", "-q", "--no-report"]
+
+
+@pytest.fixture(scope="module")
+def killed_source(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """600 photo crops (their conversion to PNG takes seconds: long enough to be stopped midway)
+    and their uninterrupted local conversion, shared by the S3 and GCS runs."""
+    import os
+    import subprocess
+    import sys
+
+    from bench.corpus import build_corpus
+
+    root = tmp_path_factory.mktemp("killed")
+    source = build_corpus(str(root / "src"), 600, classes=4)
+    command = [sys.executable, "-m", "shardfeed", "convert", source, str(root / "local"), *KILLED_ARGS]
+    subprocess.run(command, check=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300)
+    return source, root / "local"
+
+
+def test_a_conversion_into_a_bucket_killed_midway_resumes_to_the_same_bytes(
+    any_bucket: str, killed_source: tuple[str, Path]
+) -> None:
     """kill -9 after two shards committed: nothing under a shard's final name is partial, and
     the same command resumes to the bytes of an uninterrupted local conversion."""
     import os
@@ -157,14 +179,10 @@ def test_a_conversion_into_a_bucket_killed_midway_resumes_to_the_same_bytes(any_
     import sys
     import time
 
-    from bench.corpus import build_corpus
-
-    source = build_corpus(str(tmp_path / "src"), 600, classes=4)
-    args = ["--format", "png", "--shards", "12", "--workers", "2", "-q", "--no-report"]
-    local = tmp_path / "local"
+    source, local = killed_source
+    args = KILLED_ARGS
     command = [sys.executable, "-m", "shardfeed", "convert", source]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    subprocess.run([*command, str(local), *args], check=True, env=env, timeout=300)
     out = f"{any_bucket}/killed"
     fs, folder = storage.filesystem(out)
     proc = subprocess.Popen([*command, out, *args], env=env)
