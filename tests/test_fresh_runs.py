@@ -3,15 +3,13 @@ reads the data it names in its own process, and summaries/ratios say what they c
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import pytest
 import zygote
 
 from shardfeed import ConvertOptions, ImageOptions, convert
-from shardfeed.tools.fresh_runs import compare, ratio, run_fresh, summary
+from shardfeed.tools.fresh_runs import compare, measurement_command, measurement_result, ratio, run_fresh, summary
 from shardfeed.tools.pipelines import KINDS, PipelineSpec
 
 pytestmark = pytest.mark.slow  # training runs, fresh processes or servers: `make test`, not `make test-quick`
@@ -104,14 +102,8 @@ def test_every_kind_reads_its_data_in_a_fresh_process(shards: Path, photo_tree: 
             folder, images = Path(tfds_copy(str(photo_tree), tmp_path / "tfds")), 40
         spec = PipelineSpec(kind, str(folder), batch_size=4, image_size=(32, 32), training=False, warmup_batches=0)
         # run_fresh's command, forked with TensorFlow imported (test_compare runs run_fresh itself)
-        done = zygote.run(
-            [sys.executable, "-m", "shardfeed.tools.pipelines", spec.to_json()],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, (kind, done.stderr[-2000:])
-        result = json.loads(done.stdout.strip().splitlines()[-1])
+        done = zygote.run(measurement_command(spec), capture_output=True, text=True, timeout=300)
+        result = measurement_result(spec, done)
         assert result["images"] == images, (kind, result)
         assert result["images_per_second"] > 0 and result["cpu_cores_used"] >= 0  # 10 ms CPU ticks: 0 on tiny runs
 

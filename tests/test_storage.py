@@ -180,12 +180,11 @@ def test_a_conversion_into_a_bucket_killed_midway_resumes_to_the_same_bytes(
     import time
 
     source, local = killed_source
-    args = KILLED_ARGS
     command = [sys.executable, "-m", "shardfeed", "convert", source]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     out = f"{any_bucket}/killed"
     fs, folder = storage.filesystem(out)
-    proc = subprocess.Popen([*command, out, *args], env=env)
+    proc = subprocess.Popen([*command, out, *KILLED_ARGS], env=env)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(fs.glob(f"{folder}/.shardfeed/parts/*.json")) < 2:
         fs.invalidate_cache()
@@ -199,7 +198,7 @@ def test_a_conversion_into_a_bucket_killed_midway_resumes_to_the_same_bytes(
     committed = {p.rsplit("/", 1)[1] for p in listed if "/.shardfeed/" not in p and not p.endswith(".incomplete")}
     for name in committed & {p.name for p in local.iterdir() if p.name.startswith(("train", "validation"))}:
         assert fs.cat_file(f"{folder}/{name}") == (local / name).read_bytes(), f"{name} is partial under its final name"
-    subprocess.run([*command, out, *args], check=True, env=env, timeout=300)
+    subprocess.run([*command, out, *KILLED_ARGS], check=True, env=env, timeout=300)
     kept = ("train", "validation", "index/")
     written = {k: v for k, v in _bucket_bytes(out).items() if k.startswith(kept)}
     assert written == {k: v for k, v in shard_bytes(local).items() if k.startswith(kept)}

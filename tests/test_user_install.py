@@ -63,19 +63,9 @@ def _built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def user_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def user_env(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv holding the wheel built from this tree with only the `cpu` extra."""
-    base = tmp_path_factory.mktemp("user_install")
-    wheel = _built_wheel(tmp_path_factory)
-    env_dir = base / "venv"
-    venv.create(env_dir, with_pip=True, symlinks=True)
-    python = env_dir / "bin" / "python"
-    _run(
-        [str(python), "-m", "pip", "install", *PIP_INSTALL, f"shardfeed[cpu] @ {wheel.as_uri()}"],
-        cwd=base,
-        timeout=INSTALL_TIMEOUT_S,
-    )
-    return env_dir
+    return _extra_env(wheel, "cpu", tmp_path_factory.mktemp("user_install"))
 
 
 def test_the_user_install_has_no_dev_tools(user_env: Path) -> None:
@@ -167,7 +157,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _extra_env(wheel: Path, extra: str, base: Path) -> Path:
-    """A fresh venv with the wheel and only `extra` (no TensorFlow: conversion does not need it)."""
+    """A fresh venv with the wheel and only `extra` (the extras but `cpu` bring no TensorFlow:
+    conversion does not need it)."""
     env_dir = base / f"venv-{extra}"
     venv.create(env_dir, with_pip=True, symlinks=True)
     _run(

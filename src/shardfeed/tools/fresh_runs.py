@@ -30,13 +30,22 @@ def run_fresh(spec: PipelineSpec, *, timeout: float | None = None) -> dict[str, 
     """
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3")}
     done = subprocess.run(
-        [sys.executable, "-m", "shardfeed.tools.pipelines", spec.to_json()],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        check=False,
+        measurement_command(spec), capture_output=True, text=True, env=env, timeout=timeout, check=False
     )
+    return measurement_result(spec, done)
+
+
+def measurement_command(spec: PipelineSpec) -> list[str]:
+    """The command line that measures `spec` in a process of its own (tools/pipelines.py's main)."""
+    return [sys.executable, "-m", "shardfeed.tools.pipelines", spec.to_json()]
+
+
+def measurement_result(spec: PipelineSpec, done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The `Throughput` dict that `measurement_command(spec)`, run to `done`, printed last.
+
+    Raises:
+        RuntimeError: the process failed (its last error line is in the message).
+    """
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         error = (done.stderr.strip().splitlines() or ["no output"])[-1]

@@ -258,8 +258,8 @@ class _TrainingRun:
         self.folder.write_record(self.record)
         validation = self.record.validation_split
         val_ds = self.inputs.evaluation(validation) if validation else None
-        run_steps = (o.total_epochs - self.initial_epoch) * self.steps
-        probe = input_probe(self.train_stream, probe_batches(self.steps, run_steps), gpu_decode=o.decode_on == "gpu")
+        trained = max((o.total_epochs - self.initial_epoch) * self.steps - self.initial_step, 0)  # steps to train
+        probe = input_probe(self.train_stream, probe_batches(self.steps, trained), gpu_decode=o.decode_on == "gpu")
         metric = self.objective.metric
         callbacks = [*self._callbacks(monitor=f"val_{metric}" if val_ds is not None else metric), probe]
         split = o.train_split
@@ -274,7 +274,6 @@ class _TrainingRun:
             net = self._fit(fit)
         seconds = time.monotonic() - start - probe.seconds
         net.save(self.folder.file(MODEL))
-        trained = max((o.total_epochs - self.initial_epoch) * self.steps - self.initial_step, 0)  # steps
         metrics = {
             **final_metrics(net),
             **saved_model_validation(net, val_ds, precise.images, metric),
